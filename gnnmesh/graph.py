@@ -1,0 +1,303 @@
+"""The graph type: a CSR adjacency (rows = destinations) with its vertex data.
+
+Convention: an edge ``j -> i`` is the nonzero ``A[i, j]``, so ``A @ X`` sums, for every
+vertex ``i``, the rows of its in-neighbours. That is what every aggregation computes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from .errors import GraphError
+
+
+class Adjacency:
+    """A sparse matrix in CSR form (int64 ``indptr``/``indices``, optional float32 ``values``).
+
+    Indices are sorted within each row and there are no duplicate entries. ``values=None``
+    means every stored entry is 1. The transpose is built on first use and kept, together
+    with the permutation that maps this matrix's entries onto the transpose's
+    (``t().values == values[transpose_perm]``), so backward passes never re-sort edges.
+    """
+
+    def __init__(self, indptr: torch.Tensor, indices: torch.Tensor,
+                 values: Optional[torch.Tensor], shape: tuple[int, int]):
+        self.indptr = indptr
+        self.indices = indices
+        self.values = values
+        self.shape = (int(shape[0]), int(shape[1]))
+        self._cache: dict = {}
+
+    # -- construction ------------------------------------------------------------------
+    @classmethod
+    def from_coo(cls, row, col, shape, values=None, reduce: str = "sum") -> "Adjacency":
+        """Build from coordinate lists. Duplicate entries are merged: with ``values`` they
+        are summed (``reduce="sum"``) or the first one kept (``"first"``); without values
+        a duplicate edge is simply one edge."""
+        row = _as_numpy(row).astype(np.int64, copy=False)
+        col = _as_numpy(col).astype(np.int64, copy=False)
+        n_rows, n_cols = int(shape[0]), int(shape[1])
+        weighted = values is not None
+        data = (_as_numpy(values).astype(np.float64, copy=False) if weighted
+                else np.ones(row.shape[0], dtype=np.float32))
+        if weighted and reduce == "first":
+            key = row * n_cols + col
+            _, first = np.unique(key, return_index=True)
+            row, col, data = row[first], col[first], data[first]
+        mat = sp.csr_matrix((data, (row, col)), shape=(n_rows, n_cols))
+        mat.sum_duplicates()  # also sorts the indices of every row
+        return cls.from_scipy(mat, weighted=weighted)
+
+    @classmethod
+    def from_scipy(cls, mat, weighted: bool = True) -> "Adjacency":
+        mat = sp.csr_matrix(mat)
+        if not mat.has_canonical_format:
+            mat = mat.copy()
+            mat.sum_duplicates()
+        indptr = torch.from_numpy(mat.indptr.astype(np.int64))
+        indices = torch.from_numpy(mat.indices.astype(np.int64))
+        values = torch.from_numpy(mat.data.astype(np.float32)) if weighted else None
+        return cls(indptr, indices, values, mat.shape)
+
+    # -- views ---------------------------------------------------------------------------
+    @property
+    def nnz(self) -> int:
+        return int(self.indices.numel())
+
+    def with_values(self, values: Optional[torch.Tensor]) -> "Adjacency":
+        """Same structure, other values. Shares the cached transpose structure."""
+        other = Adjacency(self.indptr, self.indices, values, self.shape)
+        other._cache["structure"] = self._structure_cache()
+        return other
+
+    def _structure_cache(self) -> dict:
+        return self._cache.setdefault("structure", {})
+
+    def row(self) -> torch.Tensor:
+        """Row (destination) id of every stored entry, in storage order."""
+        cache = self._structure_cache()
+        if "row" not in cache:
+            counts = self.indptr[1:] - self.indptr[:-1]
+            cache["row"] = torch.repeat_interleave(torch.arange(self.shape[0]), counts)
+        return cache["row"]
+
+    def degrees(self) -> torch.Tensor:
+        """Number of stored entries per row (in-degree for an adjacency)."""
+        return self.indptr[1:] - self.indptr[:-1]
+
+    def transpose_structure(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(indptr_t, indices_t, perm)`` of the transpose, computed once per structure."""
+        cache = self._structure_cache()
+        if "t" not in cache:
+            ids = sp.csr_matrix((np.arange(self.nnz, dtype=np.int64), self.indices.numpy(),
+                                 self.indptr.numpy()), shape=self.shape)
+            t = ids.T.tocsr()  # stable: within a row of A^T, entries keep ascending column order
+            cache["t"] = (torch.from_numpy(t.indptr.astype(np.int64)),
+                          torch.from_numpy(t.indices.astype(np.int64)),
+                          torch.from_numpy(t.data.astype(np.int64)))
+        return cache["t"]
+
+    def t(self) -> "Adjacency":
+        indptr_t, indices_t, perm = self.transpose_structure()
+        values_t = None if self.values is None else self.values[perm]
+        return Adjacency(indptr_t, indices_t, values_t, (self.shape[1], self.shape[0]))
+
+    def to_scipy(self) -> sp.csr_matrix:
+        data = (np.ones(self.nnz, dtype=np.float32) if self.values is None
+                else self.values.detach().numpy())
+        return sp.csr_matrix((data, self.indices.numpy(), self.indptr.numpy()), shape=self.shape)
+
+    def is_symmetric(self) -> bool:
+        if self.shape[0] != self.shape[1]:
+            return False
+        indptr_t, indices_t, perm = self.transpose_structure()
+        if not torch.equal(indptr_t, self.indptr) or not torch.equal(indices_t, self.indices):
+            return False
+        return self.values is None or torch.equal(self.values[perm], self.values)
+
+    def __repr__(self) -> str:
+        kind = "pattern" if self.values is None else "weighted"
+        return f"Adjacency({self.shape[0]}x{self.shape[1]}, nnz={self.nnz}, {kind})"
+
+
+@dataclass
+class Graph:
+    """A graph with optional vertex data. ``adj[i, j] != 0`` means an edge ``j -> i``.
+
+    ``adj.values`` holds edge weights (``None`` for an unweighted graph). Masks are boolean
+    vectors over the nodes; labels are int64 class ids.
+    """
+
+    adj: Adjacency
+    x: Optional[torch.Tensor] = None
+    y: Optional[torch.Tensor] = None
+    train_mask: Optional[torch.Tensor] = None
+    val_mask: Optional[torch.Tensor] = None
+    test_mask: Optional[torch.Tensor] = None
+    name: str = "graph"
+    directed: bool = False
+    num_classes: Optional[int] = None
+    meta: dict = field(default_factory=dict)
+
+    VERTEX_FIELDS = ("x", "y", "train_mask", "val_mask", "test_mask")
+
+    def __post_init__(self):
+        if self.num_classes is None and self.y is not None and self.y.numel() \
+                and not self.y.is_floating_point():
+            self.num_classes = int(self.y.max()) + 1
+
+    @property
+    def num_nodes(self) -> int:
+        return self.adj.shape[0]
+
+    @property
+    def num_edges(self) -> int:
+        return self.adj.nnz
+
+    @property
+    def num_features(self) -> int:
+        return 0 if self.x is None else int(self.x.shape[1])
+
+    @property
+    def edge_weight(self) -> Optional[torch.Tensor]:
+        return self.adj.values
+
+    def edge_index(self) -> torch.Tensor:
+        """``[2, E]`` tensor of (source, target) pairs, PyG's convention."""
+        return torch.stack([self.adj.indices, self.adj.row()])
+
+    # -- construction ------------------------------------------------------------------
+    @classmethod
+    def from_edge_index(cls, edge_index, num_nodes: Optional[int] = None, *,
+                        edge_weight=None, directed: Optional[bool] = None,
+                        validate: bool = True, source: str = "edge_index", **data) -> "Graph":
+        """Build from a ``[2, E]`` array of (source, target) ids, PyG's convention.
+
+        ``directed=None`` infers it: a graph whose edge set equals its reverse is undirected.
+        ``source`` names where the edges came from, for error messages.
+        """
+        ei = _as_numpy(edge_index)
+        if ei.ndim != 2 or ei.shape[0] != 2:
+            raise GraphError(f"{source}: edge_index must have shape [2, E], got {list(ei.shape)}")
+        if ei.size and not np.issubdtype(ei.dtype, np.integer):
+            if not np.all(np.isfinite(ei)) or np.any(ei != np.round(ei)):
+                bad = np.argwhere(~np.isfinite(ei) | (ei != np.round(ei)))[0]
+                raise GraphError(f"{source}: edge {bad[1]} has a non-integer node id {ei[tuple(bad)]!r}")
+            ei = ei.astype(np.int64)
+        if num_nodes is None:
+            num_nodes = int(ei.max()) + 1 if ei.size else 0
+        if ei.size:
+            lo = int(ei.min())
+            if lo < 0:
+                e = int(np.argwhere(ei < 0)[0][1])
+                raise GraphError(f"{source}: edge {e} has a negative node id {lo}")
+            hi = int(ei.max())
+            if hi >= num_nodes:
+                e = int(np.argwhere(ei >= num_nodes)[0][1])
+                raise GraphError(f"{source}: edge {e} has node id {hi}, out of range for {num_nodes} nodes")
+        adj = Adjacency.from_coo(ei[1], ei[0], (num_nodes, num_nodes), values=edge_weight)
+        if directed is None:
+            directed = not adj.is_symmetric()
+        graph = cls(adj=adj, directed=bool(directed), **data)
+        if validate:
+            graph.validate(source)
+        return graph
+
+    @classmethod
+    def from_scipy(cls, mat, *, weighted: bool = True, directed: Optional[bool] = None,
+                   validate: bool = True, source: str = "matrix", **data) -> "Graph":
+        """Build from a square scipy sparse matrix ``A`` with ``A[i, j]`` = edge ``j -> i``."""
+        if mat.shape[0] != mat.shape[1]:
+            raise GraphError(f"{source}: adjacency must be square, got shape {mat.shape}")
+        adj = Adjacency.from_scipy(mat, weighted=weighted)
+        if directed is None:
+            directed = not adj.is_symmetric()
+        graph = cls(adj=adj, directed=bool(directed), **data)
+        if validate:
+            graph.validate(source)
+        return graph
+
+    @classmethod
+    def from_pyg(cls, data, name: str = "pyg", **kwargs) -> "Graph":
+        """Build from a ``torch_geometric.data.Data`` (edge_index, x, y, masks, edge_weight)."""
+        fields = {k: getattr(data, k, None) for k in cls.VERTEX_FIELDS}
+        weight = getattr(data, "edge_weight", None)
+        if weight is None and getattr(data, "edge_attr", None) is not None and data.edge_attr.dim() == 1:
+            weight = data.edge_attr
+        return cls.from_edge_index(data.edge_index, data.num_nodes, edge_weight=weight,
+                                   name=name, source=name, **fields, **kwargs)
+
+    def to_pyg(self):
+        """A ``torch_geometric.data.Data`` with the same edges and vertex data."""
+        from torch_geometric.data import Data  # optional dependency
+        return Data(edge_index=self.edge_index(), edge_weight=self.adj.values, x=self.x, y=self.y,
+                    train_mask=self.train_mask, val_mask=self.val_mask, test_mask=self.test_mask,
+                    num_nodes=self.num_nodes)
+
+    def replace(self, **changes) -> "Graph":
+        return replace(self, **changes)
+
+    # -- validation ----------------------------------------------------------------------
+    def validate(self, source: Optional[str] = None) -> "Graph":
+        """Check every field; raise GraphError naming the source and field on the first problem."""
+        where = f"{source or self.name}: "
+        n = self.num_nodes
+        if n == 0:
+            raise GraphError(where + "the graph is empty (0 nodes)")
+        if self.x is not None:
+            if self.x.dim() != 2 or self.x.shape[0] != n:
+                raise GraphError(where + f"field 'x' has shape {list(self.x.shape)}, expected [{n}, F]")
+            if self.x.is_floating_point():
+                finite = torch.isfinite(self.x)
+                if not bool(finite.all()):
+                    r, c = (int(v) for v in torch.nonzero(~finite)[0])
+                    raise GraphError(where + f"field 'x' has a non-finite value {self.x[r, c].item()} "
+                                     f"at node {r}, feature {c}")
+        if self.y is not None:
+            if self.y.dim() != 1 or self.y.shape[0] != n:
+                raise GraphError(where + f"field 'y' has shape {list(self.y.shape)}, expected [{n}]")
+            if self.y.is_floating_point():
+                raise GraphError(where + "field 'y' must hold integer class ids, got floats")
+            if self.y.numel():
+                k = self.num_classes
+                low = int(self.y.min())
+                if low < 0:
+                    node = int(torch.nonzero(self.y < 0)[0])
+                    raise GraphError(where + f"field 'y' has a negative label {low} at node {node}")
+                if k is not None and int(self.y.max()) >= k:
+                    node = int(torch.nonzero(self.y >= k)[0])
+                    raise GraphError(where + f"field 'y' has label {int(self.y[node])} at node {node}, "
+                                     f"out of range for {k} classes")
+        masks = [(m, getattr(self, m)) for m in ("train_mask", "val_mask", "test_mask")]
+        for name, mask in masks:
+            if mask is None:
+                continue
+            if mask.dtype != torch.bool:
+                raise GraphError(where + f"field '{name}' must be boolean, got {mask.dtype}")
+            if mask.dim() != 1 or mask.shape[0] != n:
+                raise GraphError(where + f"field '{name}' has shape {list(mask.shape)}, expected [{n}]")
+        present = [(k, m) for k, m in masks if m is not None]
+        for a in range(len(present)):
+            for b in range(a + 1, len(present)):
+                both = present[a][1] & present[b][1]
+                if bool(both.any()):
+                    node = int(torch.nonzero(both)[0])
+                    raise GraphError(where + f"fields '{present[a][0]}' and '{present[b][0]}' overlap "
+                                     f"({int(both.sum())} nodes, first {node})")
+        return self
+
+    def __repr__(self) -> str:
+        kind = "directed" if self.directed else "undirected"
+        return (f"Graph({self.name!r}, nodes={self.num_nodes}, edges={self.num_edges}, {kind}, "
+                f"features={self.num_features}, classes={self.num_classes})")
+
+
+def _as_numpy(a) -> np.ndarray:
+    if isinstance(a, torch.Tensor):
+        return a.detach().cpu().numpy()
+    return np.asarray(a)

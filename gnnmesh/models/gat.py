@@ -1,0 +1,57 @@
+"""GAT (Velickovic et al., 2018): multi-head attention over in-edges plus a self-loop.
+
+``e_ij = LeakyReLU(a_dst . W h_i + a_src . W h_j)``, ``alpha = softmax_j(e_ij)``,
+``h'_i = ||_heads sum_j alpha_ij W h_j`` (the last layer averages its heads).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .base import LayerStack
+
+
+class GATLayer(nn.Module):
+    def __init__(self, in_dim: int, out_dim: int, heads: int, concat: bool,
+                 attn_dropout: float, negative_slope: float = 0.2):
+        super().__init__()
+        self.heads, self.out_dim, self.concat = heads, out_dim, concat
+        self.attn_dropout, self.negative_slope = attn_dropout, negative_slope
+        self.lin = nn.Linear(in_dim, heads * out_dim, bias=False)
+        self.att_src = nn.Parameter(torch.empty(heads, out_dim))
+        self.att_dst = nn.Parameter(torch.empty(heads, out_dim))
+        self.bias = nn.Parameter(torch.zeros(heads * out_dim if concat else out_dim))
+        for p in (self.lin.weight, self.att_src, self.att_dst):
+            nn.init.xavier_uniform_(p)
+
+    def forward(self, view, h):
+        z = self.lin(h).view(-1, self.heads, self.out_dim)
+        scores = view.sddmm((z * self.att_dst).sum(-1), (z * self.att_src).sum(-1), "loop", "add")
+        alpha = view.edge_softmax(F.leaky_relu(scores, self.negative_slope), "loop")
+        alpha = view.edge_dropout(alpha, self.attn_dropout, self.training, "loop")
+        out = view.spmm(z, "loop", values=alpha)
+        out = out.reshape(-1, self.heads * self.out_dim) if self.concat else out.mean(dim=1)
+        return out + self.bias
+
+
+class GAT(LayerStack):
+    def __init__(self, in_dim: int, num_classes: int, hidden: int = 8, layers: int = 2,
+                 heads: int = 8, dropout: float = 0.6, attn_dropout: float = 0.6,
+                 out_heads: int = 1):
+        super().__init__(dropout)
+        dim = in_dim
+        for _ in range(layers - 1):
+            self.layers.append(GATLayer(dim, hidden, heads, True, attn_dropout))
+            dim = hidden * heads
+        self.layers.append(GATLayer(dim, num_classes, out_heads, False, attn_dropout))
+
+    def forward(self, view, x):
+        h = x
+        for i, layer in enumerate(self.layers):
+            h = view.dropout(h, self.dropout, self.training)
+            h = layer(view, h)
+            if i < len(self.layers) - 1:
+                h = F.elu(h)
+        return h

@@ -1,0 +1,45 @@
+"""Edge softmax: normalize edge scores over the in-edges of each destination row."""
+
+from __future__ import annotations
+
+import torch
+
+from ..graph import Adjacency
+from .profile import phase
+
+
+def _row_sum(adj: Adjacency, edge_values: torch.Tensor) -> torch.Tensor:
+    out = edge_values.new_zeros((adj.shape[0],) + tuple(edge_values.shape[1:]))
+    return out.index_add_(0, adj.row().to(edge_values.device), edge_values)
+
+
+class _EdgeSoftmax(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, adj, scores):
+        with phase("aggregate"):
+            row = adj.row().to(scores.device)
+            shape = (adj.shape[0],) + tuple(scores.shape[1:])
+            index = row.view(-1, *([1] * (scores.dim() - 1))).expand_as(scores)
+            row_max = scores.new_full(shape, float("-inf")).scatter_reduce(
+                0, index, scores, reduce="amax", include_self=True)
+            exp = (scores - row_max[row]).exp()
+            out = exp / _row_sum(adj, exp)[row]
+            ctx.adj = adj
+            ctx.save_for_backward(out)
+            return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        adj = ctx.adj
+        with phase("aggregate"):
+            row = adj.row().to(grad.device)
+            weighted = grad * out
+            return None, weighted - out * _row_sum(adj, weighted)[row]
+
+
+def edge_softmax(adj: Adjacency, scores: torch.Tensor) -> torch.Tensor:
+    """Softmax of ``scores`` ([E] or [E, H]) over the stored entries of each row of ``A``."""
+    if scores.shape[0] != adj.nnz:
+        raise ValueError(f"edge_softmax: {scores.shape[0]} scores for {adj.nnz} edges")
+    return _EdgeSoftmax.apply(adj, scores)

@@ -1,0 +1,122 @@
+"""Graph transforms: normalizations, symmetrization, reordering, row subgraphs.
+
+Normalizations return a new ``Adjacency`` (the operator a model multiplies with);
+structural transforms return a new ``Graph`` with vertex data carried along.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.csgraph as csgraph
+import torch
+
+from .graph import Adjacency, Graph
+
+
+def add_self_loops(adj: Adjacency, fill: float = 1.0) -> Adjacency:
+    """Add a loop ``A[i, i] = fill`` to every row that has none (existing loops keep their weight)."""
+    row = adj.row().numpy()
+    has_loop = np.zeros(adj.shape[0], dtype=bool)
+    has_loop[row[row == adj.indices.numpy()]] = True
+    missing = np.flatnonzero(~has_loop[:min(adj.shape)])
+    loops = sp.csr_matrix((np.full(missing.size, fill, dtype=np.float32), (missing, missing)),
+                          shape=adj.shape)
+    return Adjacency.from_scipy(adj.to_scipy() + loops, weighted=True)
+
+
+def gcn_norm(adj: Adjacency, self_loops: bool = True) -> Adjacency:
+    """``D^-1/2 (A + I) D^-1/2`` with ``D`` the row sums (weighted in-degree), as Kipf & Welling."""
+    a = add_self_loops(adj) if self_loops else _weighted(adj)
+    deg = _row_sums(a)
+    inv_sqrt = torch.where(deg > 0, deg.pow(-0.5), torch.zeros_like(deg))
+    values = inv_sqrt[a.row()] * a.values * inv_sqrt[a.indices]
+    return a.with_values(values)
+
+
+def mean_norm(adj: Adjacency) -> Adjacency:
+    """``D^-1 A``: every row averages its in-neighbours (rows with none stay zero)."""
+    a = _weighted(adj)
+    deg = _row_sums(a)
+    inv = torch.where(deg > 0, 1.0 / deg, torch.zeros_like(deg))
+    return a.with_values(inv[a.row()] * a.values)
+
+
+def _weighted(adj: Adjacency) -> Adjacency:
+    if adj.values is not None:
+        return adj
+    return adj.with_values(torch.ones(adj.nnz, dtype=torch.float32))
+
+
+def _row_sums(adj: Adjacency) -> torch.Tensor:
+    return torch.zeros(adj.shape[0], dtype=torch.float64).index_add_(
+        0, adj.row(), adj.values.double()).float()
+
+
+def to_undirected(graph: Graph) -> Graph:
+    """Add every reverse edge. Weights of an edge present both ways are kept from ``A`` (not summed)."""
+    a = graph.adj
+    row, col = a.row().numpy(), a.indices.numpy()
+    values = None if a.values is None else np.concatenate([a.values.numpy(), a.values.numpy()])
+    adj = Adjacency.from_coo(np.concatenate([row, col]), np.concatenate([col, row]), a.shape,
+                             values=values, reduce="first")
+    return graph.replace(adj=adj, directed=False)
+
+
+def remove_self_loops(graph: Graph) -> Graph:
+    a = graph.adj
+    keep = (a.row() != a.indices).numpy()
+    values = None if a.values is None else a.values.numpy()[keep]
+    adj = Adjacency.from_coo(a.row().numpy()[keep], a.indices.numpy()[keep], a.shape, values=values)
+    return graph.replace(adj=adj)
+
+
+def permute(graph: Graph, order) -> Graph:
+    """Renumber nodes so that new node ``k`` is old node ``order[k]``; vertex data follows."""
+    order = torch.as_tensor(np.asarray(order), dtype=torch.int64)
+    n = graph.num_nodes
+    if order.shape != (n,) or not torch.equal(torch.sort(order).values, torch.arange(n)):
+        raise ValueError(f"order must be a permutation of the {n} nodes")
+    new_id = torch.empty_like(order)
+    new_id[order] = torch.arange(n)
+    mat = graph.adj.to_scipy()[order.numpy()][:, order.numpy()]
+    adj = Adjacency.from_scipy(mat, weighted=graph.adj.values is not None)
+    data = {k: getattr(graph, k)[order] for k in Graph.VERTEX_FIELDS if getattr(graph, k) is not None}
+    return graph.replace(adj=adj, **data)
+
+
+def rcm_order(graph: Graph) -> np.ndarray:
+    """Reverse Cuthill-McKee order on the symmetrized pattern: neighbours get nearby ids,
+    so the rows an SpMM gathers sit close together in memory."""
+    mat = graph.adj.to_scipy()
+    pattern = (mat + mat.T).tocsr() if graph.directed else mat
+    return np.asarray(csgraph.reverse_cuthill_mckee(pattern.astype(np.float32), symmetric_mode=True))
+
+
+def degree_order(graph: Graph) -> np.ndarray:
+    """Nodes by descending in-degree (hubs first); a cheap locality ordering for power-law graphs."""
+    return np.argsort(-graph.adj.degrees().numpy(), kind="stable")
+
+
+def reorder(graph: Graph, method: str = "rcm") -> Graph:
+    orders = {"rcm": rcm_order, "degree": degree_order}
+    if method not in orders:
+        raise ValueError(f"unknown ordering {method!r}; choose from {sorted(orders)}")
+    return permute(graph, orders[method](graph))
+
+
+def row_block(adj: Adjacency, rows) -> Adjacency:
+    """Rows ``rows`` of ``A`` (the in-edges of those vertices), columns keeping global ids:
+    the ``len(rows) x N`` block a row-partitioned strategy multiplies with."""
+    rows = np.asarray(rows, dtype=np.int64)
+    return Adjacency.from_scipy(adj.to_scipy()[rows], weighted=adj.values is not None)
+
+
+def induced_subgraph(graph: Graph, nodes) -> Graph:
+    """The subgraph on ``nodes`` (renumbered ``0..len(nodes)-1`` in the given order) with their data."""
+    nodes = np.asarray(nodes, dtype=np.int64)
+    mat = graph.adj.to_scipy()[nodes][:, nodes]
+    adj = Adjacency.from_scipy(mat, weighted=graph.adj.values is not None)
+    index = torch.from_numpy(nodes)
+    data = {k: getattr(graph, k)[index] for k in Graph.VERTEX_FIELDS if getattr(graph, k) is not None}
+    return graph.replace(adj=adj, **data)
