@@ -73,7 +73,7 @@ def remove_self_loops(graph: Graph) -> Graph:
 
 def permute(graph: Graph, order) -> Graph:
     """Renumber nodes so that new node ``k`` is old node ``order[k]``; vertex data follows."""
-    order = torch.as_tensor(np.asarray(order), dtype=torch.int64)
+    order = torch.from_numpy(np.ascontiguousarray(order, dtype=np.int64))
     n = graph.num_nodes
     if order.shape != (n,) or not torch.equal(torch.sort(order).values, torch.arange(n)):
         raise ValueError(f"order must be a permutation of the {n} nodes")

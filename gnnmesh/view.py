@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 
+import numpy as np
 import torch
 
 from . import ops
@@ -28,10 +29,13 @@ OPERATORS = {
 
 
 def random_mask(shape, p: float, seed: int, device) -> torch.Tensor:
-    """A keep-mask (probability ``1 - p``) that depends only on ``seed`` and ``shape``, so every
-    process can draw the same global mask and a resumed run draws what the original would."""
-    gen = torch.Generator().manual_seed(seed)
-    return (torch.rand(shape, generator=gen) >= p).to(device)
+    """A keep-mask (probability ``1 - p``, resolution 2^-16) that depends only on ``seed`` and
+    ``shape``, so every process can draw the same global mask and a resumed run draws what
+    the original would. Raw PCG64 bytes are several times faster than torch.rand here."""
+    count = int(np.prod(shape))
+    draws = np.frombuffer(np.random.default_rng(seed).bytes(2 * count), dtype=np.uint16)
+    keep = torch.from_numpy(draws.reshape(shape) >= round(p * 65536))
+    return keep.to(device)
 
 
 class GraphView:

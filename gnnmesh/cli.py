@@ -1,0 +1,138 @@
+"""Command line: ``gnnmesh train | datasets``.
+
+Bad input (a malformed graph file, an unknown dataset, an invalid flag or config value)
+prints one line ``gnnmesh: error: ...`` and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import fields
+from typing import Optional
+
+from . import __version__
+from .config import CHOICES, Config
+from .errors import ConfigError, GraphError
+
+HELP = {
+    "dataset": "dataset name (see 'gnnmesh datasets'), generator spec such as "
+               "'rmat:nodes=100000,edges=1000000' or a graph file",
+    "data_root": "directory holding the datasets (default: $GNNMESH_DATA)",
+    "reorder": "renumber nodes for locality before training",
+    "model": "GNN model",
+    "hidden": "hidden width (per head for GAT); default: the model's",
+    "layers": "number of GNN layers (MLP layers for 'decoupled')",
+    "dropout": "feature dropout; default: the model's",
+    "heads": "attention heads (GAT hidden layers)",
+    "attn_dropout": "attention dropout (GAT)",
+    "k": "propagation steps (decoupled)",
+    "alpha": "teleport probability (decoupled)",
+    "epochs": "training epochs",
+    "lr": "Adam learning rate; default: the model's",
+    "weight_decay": "L2 penalty; default: the model's",
+    "seed": "random seed (weights, dropout, generated data splits)",
+    "eval_every": "evaluate every N epochs",
+    "strategy": "parallel strategy",
+    "nproc": "number of processes",
+    "device": "compute device",
+    "threads": "compute threads per process (default: torch's choice)",
+    "checkpoint": "checkpoint file",
+    "checkpoint_every": "write the checkpoint every N epochs (0: only at the end)",
+    "resume": "continue from --checkpoint",
+    "metrics": "write one JSON object per epoch to this file",
+    "log_every": "print progress every N epochs",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, status 2
+        self.exit(2, f"gnnmesh: error: {message}\n")
+
+
+def _add_config_flags(parser: argparse.ArgumentParser) -> None:
+    for f in fields(Config):
+        flag = "--" + f.name.replace("_", "-")
+        kind = _flag_type(f)
+        if kind is bool:
+            parser.add_argument(flag, dest=f.name, action="store_const", const=True, default=None,
+                                help=HELP.get(f.name))
+        else:
+            parser.add_argument(flag, dest=f.name, type=kind, default=None, choices=CHOICES.get(f.name),
+                                help=HELP.get(f.name), metavar=None if f.name in CHOICES else f.name.upper())
+
+
+def _flag_type(f):
+    annotation = str(f.type)
+    for name, kind in (("bool", bool), ("int", int), ("float", float)):
+        if annotation.replace("Optional[", "").rstrip("]") == name:
+            return kind
+    return str
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="gnnmesh", description="Full-graph GNN training on one process or many.")
+    parser.add_argument("--version", action="version", version=f"gnnmesh {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    train = sub.add_parser("train", help="train a GNN on a whole graph")
+    train.add_argument("--config", help="TOML file with settings (flags override it)")
+    train.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    train.add_argument("--quiet", action="store_true", help="print only the summary")
+    _add_config_flags(train)
+
+    data = sub.add_parser("datasets", help="list the datasets and their sizes")
+    data.add_argument("--data-root", dest="data_root", help="directory holding the datasets")
+    return parser
+
+
+def config_from_args(args) -> Config:
+    config = Config.from_toml(args.config) if args.config else Config()
+    flags = {f.name: getattr(args, f.name) for f in fields(Config) if getattr(args, f.name) is not None}
+    return config.updated(**flags)
+
+
+def cmd_train(args) -> int:
+    config = config_from_args(args)
+    if args.print_config:
+        print(config.resolved().to_toml(), end="")
+        return 0
+    from .train.run import run_training  # heavy imports only when training
+    run_training(config, quiet=args.quiet)
+    return 0
+
+
+def cmd_datasets(args) -> int:
+    from . import datasets
+    root = args.data_root or os.environ.get("GNNMESH_DATA")
+    rows = datasets.available(root)
+    print(f"{'name':<16} {'nodes':>10} {'edges':>11} {'features':>9} {'classes':>8}  {'here':<5} description")
+    for row in rows:
+        here = "yes" if row.present else ("-" if row.present is None else "no")
+        print(f"{row.name:<16} {_num(row.nodes):>10} {_num(row.edges):>11} {_num(row.features):>9} "
+              f"{_num(row.classes):>8}  {here:<5} {row.description}")
+    if root is None:
+        print("(no data root: pass --data-root or set GNNMESH_DATA to see which files are present)")
+    return 0
+
+
+def _num(value) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def main(argv: Optional[list] = None) -> int:
+    args = build_parser().parse_args(argv)
+    commands = {"train": cmd_train, "datasets": cmd_datasets}
+    try:
+        return commands[args.command](args)
+    except (GraphError, ConfigError) as err:
+        print(f"gnnmesh: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("gnnmesh: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""Run configuration: one typed dataclass, loadable from TOML, overridable by flags.
+
+Model hyper-parameters left unset (``None``) take the model's literature defaults
+(``MODEL_DEFAULTS``); ``resolved()`` fills them in, and ``--print-config`` shows the result.
+TOML files may group keys in tables (``[data]``, ``[model]``, ``[train]``, ``[run]``); the
+tables are only for reading, every key names one field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import typing
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Optional
+
+from .errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+# Settings from the papers that introduced each model (Cora-scale, full-batch).
+MODEL_DEFAULTS = {
+    "gcn": {"hidden": 16, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4},
+    "sage": {"hidden": 16, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4},
+    "gat": {"hidden": 8, "dropout": 0.6, "lr": 0.005, "weight_decay": 5e-4},
+    "gin": {"hidden": 64, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4},
+    "decoupled": {"hidden": 64, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4},
+}
+CHOICES = {
+    "model": tuple(MODEL_DEFAULTS),
+    "reorder": ("none", "rcm", "degree"),
+    "device": ("cpu", "cuda", "auto"),
+    "strategy": ("single",),
+}
+
+
+def _section(name):
+    return {"section": name}
+
+
+@dataclass
+class Config:
+    # [data]
+    dataset: str = field(default="cora", metadata=_section("data"))
+    data_root: Optional[str] = field(default=None, metadata=_section("data"))
+    reorder: str = field(default="none", metadata=_section("data"))
+    # [model]
+    model: str = field(default="gcn", metadata=_section("model"))
+    hidden: Optional[int] = field(default=None, metadata=_section("model"))
+    layers: int = field(default=2, metadata=_section("model"))
+    dropout: Optional[float] = field(default=None, metadata=_section("model"))
+    heads: int = field(default=8, metadata=_section("model"))
+    attn_dropout: float = field(default=0.6, metadata=_section("model"))
+    k: int = field(default=10, metadata=_section("model"))
+    alpha: float = field(default=0.1, metadata=_section("model"))
+    # [train]
+    epochs: int = field(default=200, metadata=_section("train"))
+    lr: Optional[float] = field(default=None, metadata=_section("train"))
+    weight_decay: Optional[float] = field(default=None, metadata=_section("train"))
+    seed: int = field(default=0, metadata=_section("train"))
+    eval_every: int = field(default=1, metadata=_section("train"))
+    # [run]
+    strategy: str = field(default="single", metadata=_section("run"))
+    nproc: int = field(default=1, metadata=_section("run"))
+    device: str = field(default="cpu", metadata=_section("run"))
+    threads: Optional[int] = field(default=None, metadata=_section("run"))
+    checkpoint: Optional[str] = field(default=None, metadata=_section("run"))
+    checkpoint_every: int = field(default=0, metadata=_section("run"))
+    resume: bool = field(default=False, metadata=_section("run"))
+    metrics: Optional[str] = field(default=None, metadata=_section("run"))
+    log_every: int = field(default=10, metadata=_section("run"))
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> "Config":
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            base = _base_type(f.type)
+            if base is float and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+                setattr(self, f.name, value)
+            if not isinstance(value, base) or (base is int and isinstance(value, bool)):
+                raise ConfigError(f"config field '{f.name}': expected {base.__name__}, got {value!r}")
+            if f.name in CHOICES and value not in CHOICES[f.name]:
+                raise ConfigError(f"config field '{f.name}': {value!r} is not one of {', '.join(CHOICES[f.name])}")
+        positive = ["layers", "heads", "epochs", "nproc", "eval_every", "log_every", "hidden", "threads"]
+        for name in positive:
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"config field '{name}': must be >= 1, got {value}")
+        for name in ("dropout", "attn_dropout"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value < 1.0:
+                raise ConfigError(f"config field '{name}': must be in [0, 1), got {value}")
+        for name in ("lr", "weight_decay", "alpha", "checkpoint_every", "k"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ConfigError(f"config field '{name}': must be >= 0, got {value}")
+        if self.checkpoint_every and not self.checkpoint:
+            raise ConfigError("config field 'checkpoint_every' needs 'checkpoint' (a file path)")
+        if self.resume and not self.checkpoint:
+            raise ConfigError("config field 'resume' needs 'checkpoint' (a file path)")
+        return self
+
+    def resolved(self) -> "Config":
+        """A copy with the model's defaults filled in for every unset hyper-parameter."""
+        defaults = MODEL_DEFAULTS[self.model]
+        changes = {k: v for k, v in defaults.items() if getattr(self, k) is None}
+        return dataclasses.replace(self, **changes)
+
+    def updated(self, **changes) -> "Config":
+        unknown = set(changes) - {f.name for f in fields(self)}
+        if unknown:
+            raise ConfigError(f"unknown config field(s): {', '.join(sorted(unknown))}")
+        return dataclasses.replace(self, **changes)
+
+    def to_toml(self) -> str:
+        lines, section = [], None
+        for f in fields(self):
+            if f.metadata["section"] != section:
+                section = f.metadata["section"]
+                lines.append(("\n" if lines else "") + f"[{section}]")
+            value = getattr(self, f.name)
+            if value is None:
+                lines.append(f"# {f.name} = (unset)")
+            else:
+                lines.append(f"{f.name} = {_toml_value(value)}")
+        return "\n".join(lines) + "\n"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_toml(cls, path) -> "Config":
+        path = Path(path)
+        try:
+            with open(path, "rb") as fh:
+                raw = tomllib.load(fh)
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: config file not found") from None
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"{path}: {err}") from None
+        except OSError as err:
+            raise ConfigError(f"{path}: cannot read config file ({err.strerror})") from None
+        flat: dict = {}
+        for key, value in raw.items():
+            items = value.items() if isinstance(value, dict) else [(key, value)]
+            for name, item in items:
+                if name in flat:
+                    raise ConfigError(f"{path}: key '{name}' is set twice")
+                flat[name] = item
+        try:
+            return cls().updated(**flat)
+        except ConfigError as err:
+            raise ConfigError(f"{path}: {err}") from None
+
+
+def _base_type(annotation):
+    hint = eval(annotation, vars(typing)) if isinstance(annotation, str) else annotation
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if args else hint
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(value)

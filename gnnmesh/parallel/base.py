@@ -1,0 +1,47 @@
+"""The contract between the trainer and a parallel strategy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from ..graph import Graph
+from ..view import GraphView
+
+
+@dataclass
+class Shard:
+    """What one rank trains on: its GraphView and the rows of vertex data it owns."""
+
+    view: GraphView
+    x: torch.Tensor
+    y: torch.Tensor
+    train_mask: torch.Tensor
+    val_mask: torch.Tensor
+    test_mask: torch.Tensor
+
+
+class Strategy:
+    """Base class. A strategy decides which rows of the graph and vertex data a rank holds
+    (``shard``), how the graph primitives run across ranks (its GraphView), and how dense
+    parameters and metrics agree across ranks (``sync_gradients``, ``all_reduce``)."""
+
+    name = "base"
+    rank = 0
+    world_size = 1
+
+    def shard(self, graph: Graph, x: torch.Tensor, seed: int, device) -> Shard:
+        raise NotImplementedError
+
+    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum ``tensor`` over ranks (in place) and return it."""
+        return tensor
+
+    def sync_gradients(self, model: torch.nn.Module) -> None:
+        """Make every rank's parameter gradients equal the full-graph gradient."""
+
+    def report(self) -> Optional[dict]:
+        """Per-epoch extra figures (communication, per-rank times); None when there are none."""
+        return None

@@ -1,0 +1,237 @@
+"""The full-graph trainer: Adam on the train-mask loss, accuracy on every split each epoch,
+best-validation model selection, checkpoints and per-epoch metrics.
+
+The trainer is the same for every strategy: the strategy hands it a Shard (GraphView and
+local vertex rows), reduces counts across ranks and keeps gradients in sync.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+
+from ..config import Config
+from ..errors import ConfigError
+from ..graph import Graph
+from ..models import build_model
+from ..ops import profile
+from ..parallel import Strategy, get_strategy
+from . import checkpoint
+
+
+@dataclass
+class EpochResult:
+    epoch: int
+    loss: float
+    train_acc: float
+    val_acc: float
+    test_acc: float
+    epoch_time: float
+    aggregate_time: float
+    dense_time: float
+    other_time: float
+    best_epoch: int
+    best_val_acc: float
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        record = asdict(self)
+        record.update(record.pop("extra"))
+        return json.dumps(record)
+
+
+@dataclass
+class Summary:
+    epochs: int
+    best_epoch: int
+    val_acc: float
+    test_acc: float
+    final_loss: float
+    total_time: float
+    mean_epoch_time: float
+    history: list = field(default_factory=list)
+
+
+def model_options(config: Config) -> dict:
+    """The constructor options of ``config.model`` taken from the (resolved) config."""
+    options = {"hidden": config.hidden, "layers": config.layers, "dropout": config.dropout}
+    if config.model == "gat":
+        options.update(heads=config.heads, attn_dropout=config.attn_dropout)
+    if config.model == "decoupled":
+        options.update(k=config.k, alpha=config.alpha)
+    return options
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("config field 'device': 'cuda' requested but no CUDA device is available")
+    return torch.device(name)
+
+
+class Trainer:
+    def __init__(self, config: Config, graph: Graph, strategy: Optional[Strategy] = None):
+        self.config = config.resolved()
+        self.graph = graph
+        self.strategy = strategy or get_strategy(self.config.strategy)
+        self.device = resolve_device(self.config.device)
+        profile.sync_cuda["on"] = self.device.type == "cuda"
+        if graph.y is None:
+            raise ConfigError(f"dataset '{graph.name}' has no labels; node classification needs them")
+        if graph.train_mask is None or graph.val_mask is None or graph.test_mask is None:
+            raise ConfigError(f"dataset '{graph.name}' has no train/val/test split")
+        x = graph.x if graph.x is not None else _structural_features(graph)
+        self.shard = self.strategy.shard(graph, x.float(), self.config.seed, self.device)
+        torch.manual_seed(self.config.seed)
+        self.model = build_model(self.config.model, x.shape[1], graph.num_classes,
+                                 **model_options(self.config)).to(self.device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.config.lr,
+                                          weight_decay=self.config.weight_decay)
+        counts = torch.tensor([float(m.sum()) for m in
+                               (self.shard.train_mask, self.shard.val_mask, self.shard.test_mask)])
+        self.split_sizes = self.strategy.all_reduce(counts).tolist()
+        if self.split_sizes[0] == 0:
+            raise ConfigError(f"dataset '{graph.name}': the train mask selects no nodes")
+        self.epoch = 0
+        self.best = {"epoch": 0, "val_acc": -1.0, "test_acc": 0.0, "state": None}
+        self.history: list[EpochResult] = []
+
+    # -- one epoch -----------------------------------------------------------------------------
+    def train_step(self) -> float:
+        s = self.shard
+        self.model.train()
+        s.view.set_epoch(self.epoch)
+        logits = self.model(s.view, s.x)
+        # Sum over local train rows / global train count = the single-process mean loss.
+        loss = F.cross_entropy(logits[s.train_mask], s.y[s.train_mask], reduction="sum") / self.split_sizes[0]
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.strategy.sync_gradients(self.model)
+        self.optimizer.step()
+        return float(self.strategy.all_reduce(loss.detach().reshape(1).cpu())[0])
+
+    @torch.no_grad()
+    def evaluate(self) -> list[float]:
+        s = self.shard
+        self.model.eval()
+        pred = self.model(s.view, s.x).argmax(dim=-1)
+        correct = pred == s.y
+        hits = torch.tensor([float(correct[m].sum()) for m in (s.train_mask, s.val_mask, s.test_mask)])
+        hits = self.strategy.all_reduce(hits)
+        return [h / max(n, 1.0) for h, n in zip(hits.tolist(), self.split_sizes)]
+
+    def run_epoch(self) -> EpochResult:
+        self.epoch += 1
+        profile.take()
+        start = time.perf_counter()
+        loss = self.train_step()
+        compute = time.perf_counter() - start
+        if self.epoch % self.config.eval_every == 0 or self.epoch == self.config.epochs:
+            t0 = time.perf_counter()
+            accs = self.evaluate()
+            compute += time.perf_counter() - t0
+            self._select(accs)
+        else:
+            accs = [float("nan")] * 3
+        epoch_time = time.perf_counter() - start
+        aggregate = profile.take().get("aggregate", 0.0)
+        result = EpochResult(self.epoch, loss, *accs, epoch_time, aggregate, compute - aggregate,
+                             epoch_time - compute, self.best["epoch"], self.best["val_acc"],
+                             self.strategy.report() or {})
+        self.history.append(result)
+        return result
+
+    def _select(self, accs):
+        if accs[1] > self.best["val_acc"]:
+            self.best = {"epoch": self.epoch, "val_acc": accs[1], "test_acc": accs[2],
+                         "state": copy.deepcopy(self.model.state_dict())}
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def state(self) -> dict:
+        return {"epoch": self.epoch, "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "best": self.best,
+                "history": [asdict(r) for r in self.history], "config": self.config.to_dict()}
+
+    def restore(self, state: dict) -> None:
+        saved = {k: v for k, v in state["config"].items() if k in _RESULT_FIELDS}
+        mine = {k: v for k, v in self.config.to_dict().items() if k in _RESULT_FIELDS}
+        if saved != mine:
+            diff = sorted(k for k in mine if saved.get(k) != mine[k])
+            raise ConfigError(f"checkpoint was written with different settings: {', '.join(diff)}")
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.best = state["best"]
+        self.history = [EpochResult(**r) for r in state["history"]]
+        self.epoch = state["epoch"]
+
+    # -- the loop --------------------------------------------------------------------------------
+    def fit(self, on_epoch: Optional[Callable[[EpochResult], None]] = None) -> Summary:
+        cfg = self.config
+        if cfg.resume:
+            self.restore(checkpoint.load(cfg.checkpoint))
+        metrics = _MetricsFile(cfg.metrics, self.epoch) if cfg.metrics and self.strategy.rank == 0 else None
+        try:
+            while self.epoch < cfg.epochs:
+                result = self.run_epoch()
+                if metrics:
+                    metrics.write(result)
+                if on_epoch:
+                    on_epoch(result)
+                if cfg.checkpoint_every and self.epoch % cfg.checkpoint_every == 0 and self.strategy.rank == 0:
+                    checkpoint.save(cfg.checkpoint, self.state())
+        finally:
+            if metrics:
+                metrics.close()
+        if cfg.checkpoint and self.strategy.rank == 0:
+            checkpoint.save(cfg.checkpoint, self.state())
+        times = [r.epoch_time for r in self.history]
+        return Summary(self.epoch, self.best["epoch"], self.best["val_acc"], self.best["test_acc"],
+                       self.history[-1].loss if self.history else float("nan"), sum(times),
+                       sum(times) / max(len(times), 1), self.history)
+
+
+# Settings that change the numbers a run produces; a checkpoint resumes only under the same ones.
+_RESULT_FIELDS = ("dataset", "reorder", "model", "hidden", "layers", "dropout", "heads", "attn_dropout",
+                  "k", "alpha", "lr", "weight_decay", "seed")
+
+
+class _MetricsFile:
+    """One JSON object per line per epoch. On resume, lines past the checkpoint are dropped so
+    the file reads like one uninterrupted run."""
+
+    def __init__(self, path, start_epoch: int):
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        kept = []
+        if start_epoch and path.exists():
+            kept = [line for line in path.read_text().splitlines()
+                    if line.strip() and json.loads(line)["epoch"] <= start_epoch]
+        self.fh = open(path, "w")
+        for line in kept:
+            self.fh.write(line + "\n")
+
+    def write(self, result: EpochResult):
+        self.fh.write(result.to_json() + "\n")
+        self.fh.flush()
+
+    def close(self):
+        self.fh.close()
+
+
+def _structural_features(graph: Graph) -> torch.Tensor:
+    """Features for a graph that has none: a constant and the log in- and out-degree."""
+    deg_in = graph.adj.degrees().float()
+    deg_out = torch.bincount(graph.adj.indices, minlength=graph.num_nodes).float()
+    return torch.stack([torch.ones_like(deg_in), deg_in.log1p(), deg_out.log1p()], dim=1)
+
+
+def train(config: Config, graph: Graph, **kwargs) -> Summary:
+    return Trainer(config, graph, **kwargs).fit()

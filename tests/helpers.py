@@ -1,0 +1,35 @@
+"""Small graphs shared by the tests."""
+
+from __future__ import annotations
+
+import torch
+
+from gnnmesh import Graph
+
+
+def random_graph(n: int = 30, e: int = 120, seed: int = 0, features: int = 8, classes: int = 3,
+                 weighted: bool = False, directed: bool = True, isolated: int = 2) -> Graph:
+    """A random directed multigraph with self-loops and ``isolated`` edge-free nodes at the end."""
+    gen = torch.Generator().manual_seed(seed)
+    ei = torch.randint(0, n - isolated, (2, e), generator=gen)
+    if not directed:
+        ei = torch.cat([ei, ei.flip(0)], dim=1)
+    weight = torch.rand(ei.shape[1], generator=gen) + 0.5 if weighted else None
+    perm = torch.randperm(n, generator=gen)
+    masks = [torch.zeros(n, dtype=torch.bool) for _ in range(3)]
+    masks[0][perm[: n // 2]] = True
+    masks[1][perm[n // 2: 3 * n // 4]] = True
+    masks[2][perm[3 * n // 4:]] = True
+    return Graph.from_edge_index(ei, n, edge_weight=weight, directed=None if directed else False,
+                                 x=torch.randn(n, features, generator=gen),
+                                 y=torch.randint(0, classes, (n,), generator=gen), num_classes=classes,
+                                 train_mask=masks[0], val_mask=masks[1], test_mask=masks[2], name="random")
+
+
+def dense(adj, values=None) -> torch.Tensor:
+    values = adj.values if values is None else values
+    if values is None:
+        values = torch.ones(adj.nnz)
+    out = torch.zeros(adj.shape + tuple(values.shape[1:]), dtype=values.dtype)
+    out[adj.row(), adj.indices] = values
+    return out
