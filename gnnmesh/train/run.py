@@ -14,7 +14,7 @@ from .trainer import EpochResult, Summary, Trainer
 
 
 def load_graph(config: Config) -> Graph:
-    graph = datasets.load(config.dataset, root=config.data_root, seed=config.seed)
+    graph = datasets.load(config.dataset, root=config.data_root)
     if config.reorder != "none":
         graph = reorder(graph, config.reorder)
     return graph

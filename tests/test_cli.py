@@ -1,0 +1,97 @@
+"""The command line, run as a user would: a subprocess, its output and exit status."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def gnnmesh(*args, data_root=None, timeout=120):
+    env = dict(os.environ)
+    if data_root:
+        env["GNNMESH_DATA"] = str(data_root)
+    return subprocess.run([sys.executable, "-m", "gnnmesh", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def one_error_line(result, *fragments):
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gnnmesh: error:"), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_train_cora_reaches_accuracy(data_root, tmp_path):
+    metrics = tmp_path / "m.jsonl"
+    result = gnnmesh("train", "--dataset", "cora", "--model", "gcn", "--epochs", "200",
+                     "--metrics", str(metrics), data_root=data_root)
+    assert result.returncode == 0, result.stderr
+    assert "epoch  200" in result.stdout and "done:" in result.stdout
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [r["epoch"] for r in records] == list(range(1, 201))
+    assert {"loss", "train_acc", "val_acc", "test_acc", "epoch_time", "aggregate_time",
+            "dense_time", "other_time"} <= set(records[0])
+    test_acc = float(result.stdout.split("test ")[-1].split(",")[0])
+    assert test_acc >= 0.80
+
+
+def test_print_config_resolves_model_defaults(tmp_path):
+    result = gnnmesh("train", "--model", "gat", "--epochs", "5", "--print-config")
+    assert result.returncode == 0
+    assert 'model = "gat"' in result.stdout and "hidden = 8" in result.stdout
+    assert "lr = 0.005" in result.stdout and "epochs = 5" in result.stdout
+    # what --print-config prints loads back as a config, and flags override it
+    path = tmp_path / "run.toml"
+    path.write_text(result.stdout)
+    again = gnnmesh("train", "--config", str(path), "--lr", "0.1", "--print-config")
+    assert "lr = 0.1" in again.stdout and "hidden = 8" in again.stdout
+
+
+def test_bad_flag_values_exit_2():
+    one_error_line(gnnmesh("train", "--epochs", "ten"), "--epochs")
+    one_error_line(gnnmesh("train", "--model", "gcnn"), "--model")
+    one_error_line(gnnmesh("train", "--dropout", "2", "--print-config"), "dropout")
+
+
+def test_bad_config_file_exits_2(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("epochs = 'many'\n")
+    one_error_line(gnnmesh("train", "--config", str(path)), "bad.toml", "epochs")
+
+
+def test_unknown_dataset_lists_known_ones(data_root):
+    one_error_line(gnnmesh("train", "--dataset", "coraa", data_root=data_root), "coraa", "cora", "citeseer")
+
+
+def test_malformed_graph_file_names_line(tmp_path):
+    path = tmp_path / "edges.txt"
+    path.write_text("# a comment\n0 1\n1 2\n2 x\n")
+    one_error_line(gnnmesh("train", "--dataset", str(path)), "edges.txt", "line 4")
+
+
+def test_datasets_lists_sizes(data_root):
+    result = gnnmesh("datasets", "--data-root", str(data_root))
+    assert result.returncode == 0
+    cora = next(line for line in result.stdout.splitlines() if line.startswith("cora"))
+    assert "2,708" in cora and "yes" in cora
+    assert "rmat" in result.stdout and "sbm" in result.stdout
+
+
+def test_resume_from_cli(tmp_path):
+    ckpt = tmp_path / "c.pt"
+    common = ["train", "--dataset", "sbm:nodes=300,classes=3,features=8", "--quiet"]
+    first = gnnmesh(*common, "--epochs", "4", "--checkpoint", str(ckpt))
+    assert first.returncode == 0, first.stderr
+    resumed = gnnmesh(*common, "--epochs", "8", "--checkpoint", str(ckpt), "--resume")
+    full = gnnmesh(*common, "--epochs", "8")
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.split("epochs in")[0] == full.stdout.split("epochs in")[0]
+    assert resumed.stdout.split("epoch), ")[1] == full.stdout.split("epoch), ")[1]
+
+
+def test_version():
+    result = gnnmesh("--version")
+    assert result.returncode == 0 and result.stdout.startswith("gnnmesh ")

@@ -1,0 +1,117 @@
+import json
+
+import pytest
+import torch
+
+from gnnmesh import ConfigError
+from gnnmesh.config import Config
+from gnnmesh.train import Trainer
+
+from helpers import random_graph
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return random_graph(n=60, e=300, features=10, classes=3)
+
+
+def params(trainer):
+    return torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
+
+
+@pytest.mark.parametrize("model", ["gcn", "gat"])
+def test_runs_are_deterministic(graph, model):
+    cfg = Config(model=model, epochs=8, seed=3)
+    a, b = Trainer(cfg, graph), Trainer(cfg, graph)
+    la, lb = [r.loss for r in a.fit().history], [r.loss for r in b.fit().history]
+    assert la == lb
+    assert torch.equal(params(a), params(b))
+    other = Trainer(cfg.updated(seed=4), graph)
+    assert [r.loss for r in other.fit().history] != la
+
+
+def test_loss_decreases_and_metrics_are_complete(graph):
+    summary = Trainer(Config(epochs=30, dropout=0.0), graph).fit()
+    h = summary.history
+    assert h[-1].loss < h[0].loss
+    for r in h:
+        assert 0 <= r.train_acc <= 1 and 0 <= r.val_acc <= 1
+        assert r.aggregate_time > 0 and r.dense_time > 0 and r.other_time >= 0
+        assert abs(r.aggregate_time + r.dense_time + r.other_time - r.epoch_time) < 1e-9
+    best = max(h, key=lambda r: r.val_acc)
+    assert summary.val_acc == best.val_acc and summary.test_acc == best.test_acc
+    assert summary.best_epoch == min(r.epoch for r in h if r.val_acc == best.val_acc)
+
+
+@pytest.mark.parametrize("model", ["gcn", "gat", "decoupled"])
+def test_resume_matches_uninterrupted_run(graph, tmp_path, model):
+    full = Trainer(Config(model=model, epochs=12, seed=1), graph)
+    full.fit()
+    ckpt = str(tmp_path / "run.pt")
+    metrics = tmp_path / "m.jsonl"
+    first = Trainer(Config(model=model, epochs=7, seed=1, checkpoint=ckpt, checkpoint_every=5,
+                           metrics=str(metrics)), graph)
+    first.fit()  # writes epochs 1..7 to the metrics file; the checkpoint holds epoch 7
+    resumed = Trainer(Config(model=model, epochs=12, seed=1, checkpoint=ckpt, resume=True,
+                             metrics=str(metrics)), graph)
+    summary = resumed.fit()
+    assert [r.loss for r in summary.history] == [r.loss for r in full.history]
+    assert torch.equal(params(resumed), params(full))
+    epochs = [json.loads(line)["epoch"] for line in metrics.read_text().splitlines()]
+    assert epochs == list(range(1, 13))
+
+
+def test_resume_after_crash_drops_metrics_past_checkpoint(graph, tmp_path):
+    ckpt, metrics = str(tmp_path / "c.pt"), tmp_path / "m.jsonl"
+    cfg = Config(epochs=6, checkpoint=ckpt, checkpoint_every=4, metrics=str(metrics))
+    trainer = Trainer(cfg, graph)
+
+    def crash(result):
+        if result.epoch == 6:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit(crash)
+    assert len(metrics.read_text().splitlines()) == 6
+    Trainer(cfg.updated(epochs=8, resume=True), graph).fit()
+    epochs = [json.loads(line)["epoch"] for line in metrics.read_text().splitlines()]
+    assert epochs == list(range(1, 9))
+
+
+def test_resume_refuses_other_settings(graph, tmp_path):
+    ckpt = str(tmp_path / "c.pt")
+    Trainer(Config(epochs=2, checkpoint=ckpt), graph).fit()
+    with pytest.raises(ConfigError, match="lr"):
+        Trainer(Config(epochs=4, checkpoint=ckpt, resume=True, lr=0.1), graph).fit()
+    with pytest.raises(ConfigError, match="no checkpoint"):
+        Trainer(Config(epochs=4, checkpoint=str(tmp_path / "none.pt"), resume=True), graph).fit()
+    (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ConfigError, match="unreadable"):
+        Trainer(Config(epochs=4, checkpoint=str(tmp_path / "bad.pt"), resume=True), graph).fit()
+
+
+def test_checkpoint_write_is_atomic(graph, tmp_path, monkeypatch):
+    ckpt = tmp_path / "c.pt"
+    Trainer(Config(epochs=2, checkpoint=str(ckpt)), graph).fit()
+    before = ckpt.read_bytes()
+
+    def boom(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", boom)
+    with pytest.raises(OSError):
+        Trainer(Config(epochs=2, checkpoint=str(ckpt)), graph).fit()
+    assert ckpt.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]  # no temporary left behind
+
+
+def test_graph_without_labels_or_split_is_refused(graph):
+    with pytest.raises(ConfigError, match="no labels"):
+        Trainer(Config(), graph.replace(y=None))
+    with pytest.raises(ConfigError, match="split"):
+        Trainer(Config(), graph.replace(val_mask=None))
+
+
+def test_structural_features_when_graph_has_none(graph):
+    summary = Trainer(Config(epochs=3), graph.replace(x=None)).fit()
+    assert len(summary.history) == 3
