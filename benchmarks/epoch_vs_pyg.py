@@ -125,7 +125,7 @@ def spmm_figures(graph, features: int) -> tuple[float, float, float]:
     from gnnmesh.ops import spmm
     x = torch.rand(graph.num_nodes, features)
     spmm(op, x)
-    seconds = statistics.median(_timed(lambda: spmm(op, x)) for _ in range(5))
+    seconds = min(_timed(lambda: spmm(op, x)) for _ in range(5))  # min: least disturbed by noise
     flops = 2 * op.nnz * features
     # bytes an ideal kernel moves: every stored entry reads a row of x, its index and value;
     # the output is written once; indptr is read once.

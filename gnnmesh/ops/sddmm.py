@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..graph import Adjacency
+from ._index import cols, rows, transpose_perm
 from .profile import phase
 from .spmm import edge_dot
 
@@ -28,12 +29,8 @@ class _EdgeDot(torch.autograd.Function):
             if ctx.needs_input_grad[1]:
                 grad_a = spmm(adj, b.detach(), values=grad.detach())
             if ctx.needs_input_grad[2]:
-                grad_b = spmm(adj.t(), a.detach(), values=grad.detach()[_perm(adj, grad.device)])
+                grad_b = spmm(adj.t(), a.detach(), values=grad.detach()[transpose_perm(adj, grad.device)])
         return None, grad_a, grad_b
-
-
-def _perm(adj, device):
-    return adj.transpose_structure()[2].to(device)
 
 
 def sddmm(adj: Adjacency, a: torch.Tensor, b: torch.Tensor, op: str = "dot") -> torch.Tensor:
@@ -43,5 +40,5 @@ def sddmm(adj: Adjacency, a: torch.Tensor, b: torch.Tensor, op: str = "dot") -> 
         return _EdgeDot.apply(adj, a, b)
     if op == "add":
         with phase("aggregate"):
-            return a[adj.row().to(a.device)] + b[adj.indices.to(b.device)]
+            return a[rows(adj, a.device)] + b[cols(adj, b.device)]
     raise ValueError(f"sddmm: unknown op {op!r} (use 'dot' or 'add')")

@@ -5,19 +5,20 @@ from __future__ import annotations
 import torch
 
 from ..graph import Adjacency
+from ._index import rows
 from .profile import phase
 
 
 def _row_sum(adj: Adjacency, edge_values: torch.Tensor) -> torch.Tensor:
     out = edge_values.new_zeros((adj.shape[0],) + tuple(edge_values.shape[1:]))
-    return out.index_add_(0, adj.row().to(edge_values.device), edge_values)
+    return out.index_add_(0, rows(adj, edge_values.device), edge_values)
 
 
 class _EdgeSoftmax(torch.autograd.Function):
     @staticmethod
     def forward(ctx, adj, scores):
         with phase("aggregate"):
-            row = adj.row().to(scores.device)
+            row = rows(adj, scores.device)
             shape = (adj.shape[0],) + tuple(scores.shape[1:])
             index = row.view(-1, *([1] * (scores.dim() - 1))).expand_as(scores)
             row_max = scores.new_full(shape, float("-inf")).scatter_reduce(
@@ -33,7 +34,7 @@ class _EdgeSoftmax(torch.autograd.Function):
         (out,) = ctx.saved_tensors
         adj = ctx.adj
         with phase("aggregate"):
-            row = adj.row().to(grad.device)
+            row = rows(adj, grad.device)
             weighted = grad * out
             return None, weighted - out * _row_sum(adj, weighted)[row]
 

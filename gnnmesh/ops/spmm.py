@@ -13,42 +13,19 @@ from typing import Optional
 import torch
 
 from ..graph import Adjacency
+from ._index import cols, csr, rows, transpose_perm
 from .profile import phase
 
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
 
-_INT32_MAX = 2**31 - 1
 _EDGE_CHUNK_ELEMS = 1 << 24  # bound on the E x F temporaries of the value gradient
-
-
-def _csr_index(adj: Adjacency, transpose: bool, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(crow, col) of A or A^T on ``device``, int32 when the sizes allow, cached per structure."""
-    cache = adj._structure_cache()
-    key = ("csr", transpose, str(device))
-    if key not in cache:
-        if transpose:
-            indptr, indices, _ = adj.transpose_structure()
-        else:
-            indptr, indices = adj.indptr, adj.indices
-        small = adj.nnz <= _INT32_MAX and max(adj.shape) <= _INT32_MAX
-        dtype = torch.int32 if small else torch.int64
-        cache[key] = (indptr.to(device=device, dtype=dtype), indices.to(device=device, dtype=dtype))
-    return cache[key]
-
-
-def _transpose_perm(adj: Adjacency, device) -> torch.Tensor:
-    cache = adj._structure_cache()
-    key = ("perm", str(device))
-    if key not in cache:
-        cache[key] = adj.transpose_structure()[2].to(device)
-    return cache[key]
 
 
 def _multiply(adj: Adjacency, values: torch.Tensor, x: torch.Tensor, transpose: bool) -> torch.Tensor:
     """``op(A) @ x`` for 1-D ``values`` and 2-D ``x``."""
-    crow, col = _csr_index(adj, transpose, x.device)
+    crow, col = csr(adj, transpose, x.device)
     if transpose:
-        values = values[_transpose_perm(adj, x.device)]
+        values = values[transpose_perm(adj, x.device)]
         shape = (adj.shape[1], adj.shape[0])
     else:
         shape = adj.shape
@@ -67,7 +44,7 @@ def _apply(adj, values, x, transpose):
 
 def edge_dot(adj: Adjacency, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``out[e] = <a[row(e)], b[col(e)]>`` over the last dim, in chunks of edges to bound memory."""
-    row, col = adj.row().to(a.device), adj.indices.to(a.device)
+    row, col = rows(adj, a.device), cols(adj, a.device)
     width = max(1, a[0].numel())
     step = max(1, _EDGE_CHUNK_ELEMS // width)
     parts = [(a[row[s:s + step]] * b[col[s:s + step]]).sum(-1) for s in range(0, adj.nnz, step)]
