@@ -201,12 +201,7 @@ class Graph:
                 e = int(np.argwhere(ei >= num_nodes)[0][1])
                 raise GraphError(f"{source}: edge {e} has node id {hi}, out of range for {num_nodes} nodes")
         adj = Adjacency.from_coo(ei[1], ei[0], (num_nodes, num_nodes), values=edge_weight)
-        if directed is None:
-            directed = not adj.is_symmetric()
-        graph = cls(adj=adj, directed=bool(directed), **data)
-        if validate:
-            graph.validate(source)
-        return graph
+        return cls.from_adjacency(adj, directed=directed, validate=validate, source=source, **data)
 
     @classmethod
     def from_scipy(cls, mat, *, weighted: bool = True, directed: Optional[bool] = None,
@@ -214,7 +209,13 @@ class Graph:
         """Build from a square scipy sparse matrix ``A`` with ``A[i, j]`` = edge ``j -> i``."""
         if mat.shape[0] != mat.shape[1]:
             raise GraphError(f"{source}: adjacency must be square, got shape {mat.shape}")
-        adj = Adjacency.from_scipy(mat, weighted=weighted)
+        return cls.from_adjacency(Adjacency.from_scipy(mat, weighted=weighted), directed=directed,
+                                  validate=validate, source=source, **data)
+
+    @classmethod
+    def from_adjacency(cls, adj: Adjacency, *, directed: Optional[bool] = None, validate: bool = True,
+                       source: str = "adjacency", **data) -> "Graph":
+        """Wrap an Adjacency; ``directed=None`` infers it (a symmetric matrix is undirected)."""
         if directed is None:
             directed = not adj.is_symmetric()
         graph = cls(adj=adj, directed=bool(directed), **data)
@@ -252,7 +253,12 @@ class Graph:
         if self.x is not None:
             if self.x.dim() != 2 or self.x.shape[0] != n:
                 raise GraphError(where + f"field 'x' has shape {list(self.x.shape)}, expected [{n}, F]")
-            if self.x.is_floating_point():
+            if self.x.layout == torch.sparse_csr:  # sparse bag-of-words features
+                bad = torch.nonzero(~torch.isfinite(self.x.values()))
+                if bad.numel():
+                    row = int(torch.searchsorted(self.x.crow_indices(), bad[0], right=True)[0]) - 1
+                    raise GraphError(where + f"field 'x' has a non-finite value at node {row}")
+            elif self.x.is_floating_point():
                 finite = torch.isfinite(self.x)
                 if not bool(finite.all()):
                     r, c = (int(v) for v in torch.nonzero(~finite)[0])

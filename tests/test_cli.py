@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 
 
 def gnnmesh(*args, data_root=None, timeout=120):
@@ -89,7 +88,8 @@ def test_resume_from_cli(tmp_path):
     full = gnnmesh(*common, "--epochs", "8")
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.split("epochs in")[0] == full.stdout.split("epochs in")[0]
-    assert resumed.stdout.split("epoch), ")[1] == full.stdout.split("epoch), ")[1]
+    assert resumed.stdout.split("/epoch); ")[1] == full.stdout.split("/epoch); ")[1]
+    assert "final loss" in full.stdout
 
 
 def test_version():

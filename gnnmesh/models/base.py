@@ -14,14 +14,15 @@ def layer_dims(in_dim: int, hidden: int, out_dim: int, layers: int) -> list[tupl
 
 
 class LayerStack(nn.Module):
-    """``dropout -> layer -> relu`` repeated; the last layer has no activation.
+    """``dropout -> layer -> activation`` repeated; the last layer has no activation.
 
     Subclasses fill ``self.layers`` with modules called as ``layer(view, h)``.
     """
 
-    def __init__(self, dropout: float):
+    def __init__(self, dropout: float, activation=torch.relu):
         super().__init__()
         self.dropout = dropout
+        self.activation = activation
         self.layers = nn.ModuleList()
 
     def forward(self, view, x: torch.Tensor) -> torch.Tensor:
@@ -30,7 +31,7 @@ class LayerStack(nn.Module):
             h = view.dropout(h, self.dropout, self.training)
             h = layer(view, h)
             if i < len(self.layers) - 1:
-                h = torch.relu(h)
+                h = self.activation(h)
         return h
 
 

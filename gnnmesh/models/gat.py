@@ -40,18 +40,9 @@ class GAT(LayerStack):
     def __init__(self, in_dim: int, num_classes: int, hidden: int = 8, layers: int = 2,
                  heads: int = 8, dropout: float = 0.6, attn_dropout: float = 0.6,
                  out_heads: int = 1):
-        super().__init__(dropout)
+        super().__init__(dropout, activation=F.elu)
         dim = in_dim
         for _ in range(layers - 1):
             self.layers.append(GATLayer(dim, hidden, heads, True, attn_dropout))
             dim = hidden * heads
         self.layers.append(GATLayer(dim, num_classes, out_heads, False, attn_dropout))
-
-    def forward(self, view, x):
-        h = x
-        for i, layer in enumerate(self.layers):
-            h = view.dropout(h, self.dropout, self.training)
-            h = layer(view, h)
-            if i < len(self.layers) - 1:
-                h = F.elu(h)
-        return h

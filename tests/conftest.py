@@ -1,0 +1,25 @@
+"""Shared fixtures."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def data_root() -> Path:
+    """The shared real-data directory: $GNNMESH_DATA, else ``shared/data`` next to the repo."""
+    root = Path(os.environ.get("GNNMESH_DATA") or
+                Path(__file__).resolve().parents[2] / "shared" / "data")
+    if not root.is_dir():
+        pytest.skip(f"real datasets not available: {root} does not exist (set GNNMESH_DATA)")
+    return root
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_cache(tmp_path_factory):
+    """Keep processed graphs out of the user's cache unless a cache dir is set explicitly
+    (CI sets one); subprocesses started by tests inherit it."""
+    if "GNNMESH_CACHE" not in os.environ:
+        os.environ["GNNMESH_CACHE"] = str(tmp_path_factory.mktemp("gnnmesh-cache"))
+    yield
