@@ -129,6 +129,10 @@ def main(argv: Optional[list] = None) -> int:
     except (GraphError, ConfigError) as err:
         print(f"gnnmesh: error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # e.g. an unwritable --metrics or --checkpoint path
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"gnnmesh: error: {where}{err.strerror or err}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("gnnmesh: interrupted", file=sys.stderr)
         return 130

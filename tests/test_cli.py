@@ -95,3 +95,20 @@ def test_resume_from_cli(tmp_path):
 def test_version():
     result = gnnmesh("--version")
     assert result.returncode == 0 and result.stdout.startswith("gnnmesh ")
+
+
+def test_unwritable_metrics_path_exits_2(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = gnnmesh("train", "--dataset", "sbm:nodes=100,classes=2,features=4", "--epochs", "1",
+                     "--metrics", str(blocker / "m.jsonl"))
+    one_error_line(result, "m.jsonl")
+
+
+def test_unwritable_checkpoint_fails_before_training(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = gnnmesh("train", "--dataset", "sbm:nodes=100,classes=2,features=4", "--epochs", "1",
+                     "--checkpoint", str(blocker / "c.pt"))
+    one_error_line(result, "c.pt", "checkpoint")
+    assert "epoch" not in result.stdout

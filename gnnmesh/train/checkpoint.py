@@ -14,8 +14,11 @@ from ..errors import ConfigError
 
 def save(path, state: dict) -> None:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot write the checkpoint ({err.strerror or err})") from None
     try:
         with os.fdopen(fd, "wb") as fh:
             torch.save(state, fh)
@@ -25,6 +28,17 @@ def save(path, state: dict) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def check_writable(path) -> None:
+    """Fail before training, not after hours of it, when the checkpoint cannot be written."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot write the checkpoint ({err.strerror or err})") from None
+    if not os.access(path.parent, os.W_OK):
+        raise ConfigError(f"{path}: cannot write the checkpoint (directory not writable)")
 
 
 def load(path) -> dict:

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from ..config import Config
+from ..datasets import structural_features
 from ..errors import ConfigError
 from ..graph import Graph
 from ..models import build_model
@@ -88,7 +89,9 @@ class Trainer:
             raise ConfigError(f"dataset '{graph.name}' has no labels; node classification needs them")
         if graph.train_mask is None or graph.val_mask is None or graph.test_mask is None:
             raise ConfigError(f"dataset '{graph.name}' has no train/val/test split")
-        x = graph.x if graph.x is not None else _structural_features(graph)
+        x = graph.x if graph.x is not None else structural_features(graph, "degree")
+        if x.layout != torch.strided:  # sparse bag-of-words features: the models take dense
+            x = x.to_dense()
         self.shard = self.strategy.shard(graph, x.float(), self.config.seed, self.device)
         torch.manual_seed(self.config.seed)
         self.model = build_model(self.config.model, x.shape[1], graph.num_classes,
@@ -177,6 +180,8 @@ class Trainer:
         cfg = self.config
         if cfg.resume:
             self.restore(checkpoint.load(cfg.checkpoint))
+        if cfg.checkpoint and self.strategy.rank == 0:
+            checkpoint.check_writable(cfg.checkpoint)
         metrics = _MetricsFile(cfg.metrics, self.epoch) if cfg.metrics and self.strategy.rank == 0 else None
         try:
             while self.epoch < cfg.epochs:
@@ -209,12 +214,15 @@ class _MetricsFile:
 
     def __init__(self, path, start_epoch: int):
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         kept = []
-        if start_epoch and path.exists():
-            kept = [line for line in path.read_text().splitlines()
-                    if line.strip() and json.loads(line)["epoch"] <= start_epoch]
-        self.fh = open(path, "w")
+        try:
+            if start_epoch and path.exists():
+                kept = [line for line in path.read_text().splitlines()
+                        if line.strip() and json.loads(line)["epoch"] <= start_epoch]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.fh = open(path, "w")
+        except OSError as err:
+            raise ConfigError(f"{path}: cannot write the metrics file ({err.strerror or err})") from None
         for line in kept:
             self.fh.write(line + "\n")
 
@@ -224,13 +232,6 @@ class _MetricsFile:
 
     def close(self):
         self.fh.close()
-
-
-def _structural_features(graph: Graph) -> torch.Tensor:
-    """Features for a graph that has none: a constant and the log in- and out-degree."""
-    deg_in = graph.adj.degrees().float()
-    deg_out = torch.bincount(graph.adj.indices, minlength=graph.num_nodes).float()
-    return torch.stack([torch.ones_like(deg_in), deg_in.log1p(), deg_out.log1p()], dim=1)
 
 
 def train(config: Config, graph: Graph, **kwargs) -> Summary:
