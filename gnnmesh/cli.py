@@ -35,7 +35,10 @@ HELP = {
     "seed": "random seed (weights, dropout, generated data splits)",
     "eval_every": "evaluate every N epochs",
     "strategy": "parallel strategy",
-    "nproc": "number of processes",
+    "nproc": "number of local processes (ranks) to start; under torchrun leave it out",
+    "partitioner": "vertex partitioner for --strategy partition (hp needs gnnmesh[partitioners])",
+    "epsilon": "allowed load imbalance of the partition",
+    "partition_file": "use this stored partition (from 'gnnmesh partition') instead of computing one",
     "device": "compute device",
     "threads": "compute threads per process (default: torch's choice)",
     "checkpoint": "checkpoint file",
@@ -93,17 +96,29 @@ def config_from_args(args) -> Config:
     return config.updated(**flags)
 
 
-def cmd_train(args) -> int:
+def cmd_train(args, argv) -> int:
     config = config_from_args(args)
     if args.print_config:
         print(config.resolved().to_toml(), end="")
         return 0
+    world = _world_from_env()
+    if world is None and config.nproc > 1:
+        from .launch import launch
+        return launch(argv, config.nproc)
+    if world is not None and config.nproc > 1 and config.nproc != world[1]:
+        raise ConfigError(f"--nproc {config.nproc} but the job has {world[1]} ranks (leave --nproc out under torchrun)")
     from .train.run import run_training  # heavy imports only when training
     run_training(config, quiet=args.quiet)
     return 0
 
 
-def cmd_datasets(args) -> int:
+def _world_from_env():
+    if "WORLD_SIZE" in os.environ and "RANK" in os.environ:
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    return None
+
+
+def cmd_datasets(args, argv) -> int:
     from . import datasets
     root = args.data_root or os.environ.get("GNNMESH_DATA")
     rows = datasets.available(root)
@@ -122,16 +137,28 @@ def _num(value) -> str:
 
 
 def main(argv: Optional[list] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if _world_from_env() is not None:  # a rank of a distributed job: record failures for the launcher
+        from torch.distributed.elastic.multiprocessing.errors import record
+        return record(_main)(argv)
+    return _main(argv)
+
+
+def _main(argv: list) -> int:
     args = build_parser().parse_args(argv)
     commands = {"train": cmd_train, "datasets": cmd_datasets}
+    world = _world_from_env()
+    speak = world is None or world[0] == 0  # in a job, rank 0 alone reports bad input
     try:
-        return commands[args.command](args)
+        return commands[args.command](args, argv)
     except (GraphError, ConfigError) as err:
-        print(f"gnnmesh: error: {err}", file=sys.stderr)
+        if speak:
+            print(f"gnnmesh: error: {err}", file=sys.stderr)
         return 2
     except OSError as err:  # e.g. an unwritable --metrics or --checkpoint path
         where = f"{err.filename}: " if err.filename else ""
-        print(f"gnnmesh: error: {where}{err.strerror or err}", file=sys.stderr)
+        if speak:
+            print(f"gnnmesh: error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("gnnmesh: interrupted", file=sys.stderr)

@@ -34,7 +34,8 @@ CHOICES = {
     "model": tuple(MODEL_DEFAULTS),
     "reorder": ("none", "rcm", "degree"),
     "device": ("cpu", "cuda", "auto"),
-    "strategy": ("single",),
+    "strategy": ("single", "partition"),
+    "partitioner": ("hp", "gp", "rp", "contiguous"),
 }
 
 
@@ -66,6 +67,9 @@ class Config:
     # [run]
     strategy: str = field(default="single", metadata=_section("run"))
     nproc: int = field(default=1, metadata=_section("run"))
+    partitioner: str = field(default="hp", metadata=_section("run"))
+    epsilon: float = field(default=0.01, metadata=_section("run"))
+    partition_file: Optional[str] = field(default=None, metadata=_section("run"))
     device: str = field(default="cpu", metadata=_section("run"))
     threads: Optional[int] = field(default=None, metadata=_section("run"))
     checkpoint: Optional[str] = field(default=None, metadata=_section("run"))
@@ -99,12 +103,15 @@ class Config:
             value = getattr(self, name)
             if value is not None and not 0.0 <= value < 1.0:
                 raise ConfigError(f"config field '{name}': must be in [0, 1), got {value}")
-        for name in ("lr", "weight_decay", "alpha", "checkpoint_every", "k"):
+        for name in ("lr", "weight_decay", "alpha", "checkpoint_every", "k", "epsilon"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ConfigError(f"config field '{name}': must be >= 0, got {value}")
         if self.checkpoint_every and not self.checkpoint:
             raise ConfigError("config field 'checkpoint_every' needs 'checkpoint' (a file path)")
+        if self.strategy == "single" and self.nproc > 1:
+            raise ConfigError("config field 'nproc': the 'single' strategy runs one process; "
+                              "choose a parallel --strategy (e.g. partition)")
         if self.resume and not self.checkpoint:
             raise ConfigError("config field 'resume' needs 'checkpoint' (a file path)")
         return self

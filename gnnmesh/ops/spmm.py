@@ -33,7 +33,7 @@ def _multiply(adj: Adjacency, values: torch.Tensor, x: torch.Tensor, transpose: 
     return mat @ x
 
 
-def _apply(adj, values, x, transpose):
+def multiply(adj, values, x, transpose: bool = False):
     """Heads-aware multiply: ``x`` is [N, F] with values [E], or [N, H, F] with values [E, H]."""
     if x.dim() == 2:
         return _multiply(adj, values, x.contiguous(), transpose)
@@ -59,7 +59,7 @@ class _SpMM(torch.autograd.Function):
         with phase("aggregate"):
             ctx.adj = adj
             ctx.save_for_backward(values, x)
-            return _apply(adj, values, x, transpose=False)
+            return multiply(adj, values, x, transpose=False)
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -68,7 +68,7 @@ class _SpMM(torch.autograd.Function):
         grad_values = grad_x = None
         with phase("aggregate"):
             if ctx.needs_input_grad[2]:
-                grad_x = _apply(adj, values, grad_out, transpose=True)
+                grad_x = multiply(adj, values, grad_out, transpose=True)
             if ctx.needs_input_grad[1]:
                 grad_values = edge_dot(adj, grad_out, x)
         return None, grad_values, grad_x

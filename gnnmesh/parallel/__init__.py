@@ -9,10 +9,21 @@ from .single import SingleProcess
 STRATEGIES = {"single": SingleProcess}
 
 
+def build_strategy(config, device) -> Strategy:
+    """The strategy ``config.strategy`` for this rank (the process group must be initialized)."""
+    if config.strategy == "single":
+        return SingleProcess()
+    if config.strategy == "partition":
+        from .partition import PartitionParallel
+        return PartitionParallel(device, method=config.partitioner, epsilon=config.epsilon,
+                                 seed=config.seed, partition_file=config.partition_file)
+    raise ValueError(f"unknown strategy {config.strategy!r}")
+
+
 def get_strategy(name: str, **options) -> Strategy:
     if name not in STRATEGIES:
         raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
     return STRATEGIES[name](**options)
 
 
-__all__ = ["STRATEGIES", "Shard", "Strategy", "SingleProcess", "get_strategy"]
+__all__ = ["STRATEGIES", "Shard", "Strategy", "SingleProcess", "build_strategy", "get_strategy"]

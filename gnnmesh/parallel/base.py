@@ -43,5 +43,13 @@ class Strategy:
         """Make every rank's parameter gradients equal the full-graph gradient."""
 
     def report(self) -> Optional[dict]:
-        """Per-epoch extra figures (communication, per-rank times); None when there are none."""
+        """Per-epoch extra figures (communication, per-rank times); None when there are none.
+        Called once per epoch on every rank (it may communicate)."""
         return None
+
+    def report_lines(self, extra: dict) -> list:
+        """Human-readable lines for an epoch's ``report()``."""
+        return []
+
+    def describe(self) -> str:
+        return self.name

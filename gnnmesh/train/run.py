@@ -1,16 +1,24 @@
-"""From a Config to a finished run: load the data, train, print progress and a summary."""
+"""From a Config to a finished run: load the data, train, print progress and a summary.
+
+Runs as one process, or as one rank of a distributed job when the torchrun environment is
+set (by ``gnnmesh train --nproc N``, by ``torchrun`` or by Slurm). Only rank 0 prints.
+"""
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
 
-from .. import datasets
+from .. import comm, datasets
 from ..config import Config
+from ..errors import ConfigError
 from ..graph import Graph
+from ..launch import ranks_share_cores
+from ..parallel import build_strategy
 from ..transforms import reorder
-from .trainer import EpochResult, Summary, Trainer
+from .trainer import EpochResult, Summary, Trainer, resolve_device
 
 
 def load_graph(config: Config) -> Graph:
@@ -20,26 +28,64 @@ def load_graph(config: Config) -> Graph:
     return graph
 
 
+def _rank_device(config: Config) -> torch.device:
+    device = resolve_device(config.device)
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    return device
+
+
 def run_training(config: Config, quiet: bool = False) -> Summary:
-    if config.threads:
-        torch.set_num_threads(config.threads)
-    t0 = time.perf_counter()
-    graph = load_graph(config)
-    trainer = Trainer(config, graph)
-    cfg = trainer.config
+    world = comm.world_from_env()
+    rank, world_size = world or (0, 1)
+    if world and config.strategy == "single" and world_size > 1:
+        raise ConfigError(f"this job has {world_size} ranks; choose a parallel --strategy (e.g. partition)")
+    device = _rank_device(config)
+    if world:
+        comm.init(device)
+    try:
+        return _train(config, quiet or rank != 0, rank, world_size, device)
+    finally:
+        comm.shutdown()
+
+
+def _train(config, quiet, rank, world_size, device) -> Summary:
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    torch.set_num_threads(config.threads or (ranks_share_cores(local_ranks) if world_size > 1
+                                             else torch.get_num_threads()))
     say = (lambda *a: None) if quiet else print
+    t0 = time.perf_counter()
+    graph = _load_once_per_host(config, rank, world_size)
+    strategy = build_strategy(config, device)
+    trainer = Trainer(config, graph, strategy)
+    cfg = trainer.config
     say(f"{graph!r} loaded in {time.perf_counter() - t0:.2f}s")
     say(f"model {cfg.model}: {sum(p.numel() for p in trainer.model.parameters()):,} parameters, "
-        f"strategy {cfg.strategy}, device {trainer.device}, {torch.get_num_threads()} threads")
+        f"strategy {strategy.describe()}, device {device}, {torch.get_num_threads()} threads per rank")
 
     def progress(r: EpochResult):
         if r.epoch % cfg.log_every == 0 or r.epoch in (1, cfg.epochs):
             say(f"epoch {r.epoch:4d} | loss {r.loss:.4f} | acc train {r.train_acc:.3f} val {r.val_acc:.3f} "
                 f"test {r.test_acc:.3f} | {1e3 * r.epoch_time:7.1f} ms (aggregate {1e3 * r.aggregate_time:.1f}, "
                 f"dense {1e3 * r.dense_time:.1f}, other {1e3 * r.other_time:.1f})")
+            for line in strategy.report_lines(r.extra):
+                say("           " + line)
 
     summary = trainer.fit(progress)
-    print(f"done: {summary.epochs} epochs in {summary.total_time:.2f}s ({1e3 * summary.mean_epoch_time:.1f} ms/epoch); "
-          f"best val {summary.val_acc:.4f} at epoch {summary.best_epoch}, test {summary.test_acc:.4f}, "
-          f"final loss {summary.final_loss:.4f}")
+    say(f"done: {summary.epochs} epochs in {summary.total_time:.2f}s ({1e3 * summary.mean_epoch_time:.1f} ms/epoch); "
+        f"best val {summary.val_acc:.4f} at epoch {summary.best_epoch}, test {summary.test_acc:.4f}, "
+        f"final loss {summary.final_loss:.4f}")
     return summary
+
+
+def _load_once_per_host(config: Config, rank: int, world_size: int) -> Graph:
+    """Rank 0 loads first (filling the on-disk cache); the others then read the cache."""
+    if world_size == 1:
+        return load_graph(config)
+    world = comm.Comm()
+    if rank == 0:
+        graph = load_graph(config)
+        world.barrier()
+        return graph
+    world.barrier()
+    return load_graph(config)

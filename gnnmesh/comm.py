@@ -1,0 +1,198 @@
+"""The only module that talks to torch.distributed.
+
+Every collective and point-to-point call goes through a ``Comm``, which counts the bytes
+and messages this rank sends, per phase (``halo``, ``grad``, ``metrics``, ...), and the
+time it spends waiting on communication. Strategies predict their traffic; tests compare
+the prediction with these counters.
+
+The process layout is a named mesh (``Mesh``): the partition strategy is the mesh
+``{"rows": P}``; feature-column and 3D strategies are other shapes of the same object.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+# How long a collective may wait for a peer before failing: a dead rank then surfaces as an
+# error on the others instead of a hang.
+DEFAULT_TIMEOUT_S = 60
+
+
+def world_from_env() -> Optional[tuple[int, int]]:
+    """(rank, world_size) when started by torchrun or gnnmesh's launcher, else None."""
+    if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
+        return None
+    return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+
+
+def init(device: torch.device, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    """Join the process group described by the environment (MASTER_ADDR/PORT, RANK, ...)."""
+    if dist.is_initialized():
+        return
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+@dataclass
+class Counter:
+    bytes: int = 0
+    messages: int = 0
+
+
+class Comm:
+    """Counted communication within one process group (one mesh dimension)."""
+
+    def __init__(self, group=None, device: Optional[torch.device] = None):
+        self.group = group
+        self.rank = dist.get_rank(group) if dist.is_initialized() else 0
+        self.world_size = dist.get_world_size(group) if dist.is_initialized() else 1
+        self.device = device or torch.device("cpu")
+        self.counters: dict[str, Counter] = defaultdict(Counter)
+        self.wait_seconds = 0.0
+        self._phase = "default"
+
+    # -- accounting --------------------------------------------------------------------------
+    @contextmanager
+    def phase(self, name: str):
+        previous, self._phase = self._phase, name
+        try:
+            yield
+        finally:
+            self._phase = previous
+
+    def _count(self, nbytes: int, messages: int = 1) -> None:
+        counter = self.counters[self._phase]
+        counter.bytes += int(nbytes)
+        counter.messages += messages
+
+    @contextmanager
+    def _waiting(self):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.wait_seconds += time.perf_counter() - start
+
+    def take(self) -> dict:
+        """Counters and wait time since the last call, then reset."""
+        out = {"wait_seconds": self.wait_seconds,
+               "phases": {k: {"bytes": c.bytes, "messages": c.messages} for k, c in self.counters.items()}}
+        self.counters.clear()
+        self.wait_seconds = 0.0
+        return out
+
+    def global_rank(self, rank: int) -> int:
+        return rank if self.group is None else dist.get_global_rank(self.group, rank)
+
+    # -- point to point ------------------------------------------------------------------------
+    def isend(self, tensor: torch.Tensor, dst: int):
+        """Non-blocking send; ``dst`` is a rank within this group. Returns a handle to wait on."""
+        self._count(tensor.numel() * tensor.element_size())
+        return dist.isend(tensor.contiguous(), self.global_rank(dst), group=self.group)
+
+    def irecv(self, tensor: torch.Tensor, src: int):
+        return dist.irecv(tensor, self.global_rank(src), group=self.group)
+
+    def wait(self, handles) -> None:
+        with self._waiting():
+            for handle in handles:
+                handle.wait()
+
+    # -- collectives ---------------------------------------------------------------------------
+    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum over the group, in place. Counts this rank's payload once per call."""
+        if self.world_size == 1:
+            return tensor
+        self._count(tensor.numel() * tensor.element_size())
+        moved = tensor.to(self.device)
+        with self._waiting():
+            dist.all_reduce(moved, group=self.group)
+        if moved is not tensor:
+            tensor.copy_(moved)
+        return tensor
+
+    def all_gather_object(self, obj) -> list:
+        if self.world_size == 1:
+            return [obj]
+        out = [None] * self.world_size
+        with self._waiting():
+            dist.all_gather_object(out, obj, group=self.group)
+        return out
+
+    def broadcast_(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
+        if self.world_size == 1:
+            return tensor
+        if self.rank == src:
+            self._count(tensor.numel() * tensor.element_size())
+        moved = tensor.to(self.device)
+        with self._waiting():
+            dist.broadcast(moved, self.global_rank(src), group=self.group)
+        if moved is not tensor:
+            tensor.copy_(moved)
+        return tensor
+
+    def broadcast_object(self, obj, src: int = 0):
+        if self.world_size == 1:
+            return obj
+        box = [obj]
+        with self._waiting():
+            dist.broadcast_object_list(box, self.global_rank(src), group=self.group)
+        return box[0]
+
+    def barrier(self) -> None:
+        if self.world_size > 1:
+            with self._waiting():
+                dist.barrier(group=self.group)
+
+
+class Mesh:
+    """Named parallel dimensions, e.g. ``Mesh({"rows": 4})`` or ``Mesh({"x": 2, "y": 2, "z": 2})``.
+
+    Validates that the sizes multiply to the world size and gives a counted ``Comm`` per
+    dimension (backed by torch's DeviceMesh when the world has more than one rank)."""
+
+    def __init__(self, dims: dict, device: Optional[torch.device] = None):
+        self.dims = dict(dims)
+        self.device = device or torch.device("cpu")
+        size = 1
+        for name, n in self.dims.items():
+            if n < 1:
+                raise ValueError(f"mesh dimension '{name}' must be >= 1, got {n}")
+            size *= n
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        if size != world:
+            shape = " x ".join(f"{k}={v}" for k, v in self.dims.items())
+            raise ValueError(f"mesh {shape} has {size} ranks but the job has {world}")
+        self._comms: dict = {}
+        self._mesh = None
+        if world > 1:
+            from torch.distributed.device_mesh import init_device_mesh
+            self._mesh = init_device_mesh(self.device.type, tuple(self.dims.values()),
+                                          mesh_dim_names=tuple(self.dims))
+
+    def comm(self, dim: Optional[str] = None) -> Comm:
+        """Communicator over one named dimension (or the whole world with ``dim=None``)."""
+        if dim not in self._comms:
+            if dim is not None and dim not in self.dims:
+                raise ValueError(f"no mesh dimension '{dim}'; have {', '.join(self.dims)}")
+            group = None
+            if self._mesh is not None and dim is not None and len(self.dims) > 1:
+                group = self._mesh.get_group(dim)
+            self._comms[dim] = Comm(group, self.device)
+        return self._comms[dim]

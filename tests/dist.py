@@ -1,0 +1,69 @@
+"""Run a function on N real gloo ranks on localhost, with a hard timeout (never hangs)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import traceback
+
+import torch
+import torch.multiprocessing as mp
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _entry(rank, world_size, port, fn, args, out_dir):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size))
+    torch.set_num_threads(1)
+    from gnnmesh import comm
+    try:
+        comm.init(torch.device("cpu"), timeout_s=30)
+        result = fn(rank, world_size, *args)
+        torch.save({"ok": result}, os.path.join(out_dir, f"{rank}.pt"))
+    except BaseException:
+        torch.save({"error": traceback.format_exc()}, os.path.join(out_dir, f"{rank}.pt"))
+        raise
+    finally:
+        comm.shutdown()
+
+
+def run_ranks(fn, world_size: int, *args, timeout: float = 120.0) -> list:
+    """``fn(rank, world_size, *args)`` on every rank; returns the per-rank results.
+
+    ``fn`` must be importable (module level). Raises with the first rank's traceback on
+    failure, and kills every rank after ``timeout`` seconds."""
+    with tempfile.TemporaryDirectory() as out_dir:
+        ctx = mp.start_processes(_entry, args=(world_size, free_port(), fn, args, out_dir),
+                                 nprocs=world_size, join=False, start_method="spawn")
+        try:
+            import time
+            deadline = time.monotonic() + timeout
+            while not ctx.join(timeout=max(0.1, deadline - time.monotonic())):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{world_size} ranks did not finish within {timeout:.0f}s")
+        except mp.ProcessRaisedException:
+            pass
+        except mp.ProcessExitedException:
+            pass
+        finally:
+            for p in ctx.processes:
+                if p.is_alive():
+                    p.kill()
+        records = {}
+        for rank in range(world_size):
+            path = os.path.join(out_dir, f"{rank}.pt")
+            if os.path.exists(path):
+                records[rank] = torch.load(path, weights_only=False)
+        for rank, record in sorted(records.items()):
+            if "error" in record:
+                raise RuntimeError(f"rank {rank} failed:\n{record['error']}")
+        missing = [r for r in range(world_size) if r not in records]
+        if missing:
+            raise RuntimeError(f"ranks {missing} left no result (killed or crashed)")
+        return [records[r]["ok"] for r in range(world_size)]
