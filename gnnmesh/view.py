@@ -87,12 +87,21 @@ class GraphView:
         """Dropout on vertex rows; the mask is drawn over the global rows."""
         if not training or p == 0.0:
             return x
-        mask = random_mask(x.shape, p, self._next_seed(), x.device)
-        return x * mask / (1.0 - p)
+        return _apply_mask(x, self.vertex_mask(tuple(x.shape[1:]), p), p)
 
     def edge_dropout(self, values: torch.Tensor, p: float, training: bool, op: str = "loop"):
         """Dropout on per-edge values of operator ``op`` (GAT's attention dropout)."""
         if not training or p == 0.0:
             return values
-        mask = random_mask(values.shape, p, self._next_seed(), values.device)
-        return values * mask / (1.0 - p)
+        return _apply_mask(values, self.edge_mask(op, tuple(values.shape[1:]), p), p)
+
+    # A parallel view overrides these two to draw the global mask and keep its own part.
+    def vertex_mask(self, row_shape: tuple, p: float) -> torch.Tensor:
+        return random_mask((self.num_nodes,) + row_shape, p, self._next_seed(), self.device)
+
+    def edge_mask(self, op: str, edge_shape: tuple, p: float) -> torch.Tensor:
+        return random_mask((self.operator(op).nnz,) + edge_shape, p, self._next_seed(), self.device)
+
+
+def _apply_mask(x: torch.Tensor, keep: torch.Tensor, p: float) -> torch.Tensor:
+    return (x * keep.to(x.device)).mul_(1.0 / (1.0 - p))

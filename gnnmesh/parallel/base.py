@@ -42,9 +42,9 @@ class Strategy:
     def sync_gradients(self, model: torch.nn.Module) -> None:
         """Make every rank's parameter gradients equal the full-graph gradient."""
 
-    def report(self) -> Optional[dict]:
+    def report(self, epoch_time: float) -> Optional[dict]:
         """Per-epoch extra figures (communication, per-rank times); None when there are none.
-        Called once per epoch on every rank (it may communicate)."""
+        Called once per epoch on every rank (it may communicate) with this rank's epoch time."""
         return None
 
     def report_lines(self, extra: dict) -> list:

@@ -65,20 +65,13 @@ class PartitionView(GraphView):
     def edge_softmax(self, scores, op="loop"):
         return ops.edge_softmax(self.local(op).block, scores)  # in-edges of my rows are all mine
 
-    def dropout(self, x, p, training):
-        if not training or p == 0.0:
-            return x
-        shape = (self.adj.shape[0],) + tuple(x.shape[1:])
-        mask = random_mask(shape, p, self._next_seed(), "cpu")[self.owned]
-        return x * mask.to(x.device) / (1.0 - p)
+    def vertex_mask(self, row_shape, p):
+        mask = random_mask((self.adj.shape[0],) + row_shape, p, self._next_seed(), "cpu")
+        return mask[self.owned]
 
-    def edge_dropout(self, values, p, training, op="loop"):
-        if not training or p == 0.0:
-            return values
-        local = self.local(op)
-        shape = (self.operator(op).nnz,) + tuple(values.shape[1:])
-        mask = random_mask(shape, p, self._next_seed(), "cpu")[local.edge_ids]
-        return values * mask.to(values.device) / (1.0 - p)
+    def edge_mask(self, op, edge_shape, p):
+        mask = random_mask((self.operator(op).nnz,) + edge_shape, p, self._next_seed(), "cpu")
+        return mask[self.local(op).edge_ids]
 
 
 class PartitionParallel(Strategy):
@@ -124,8 +117,8 @@ class PartitionParallel(Strategy):
         return torch.from_numpy(np.asarray(result.assignment, dtype=np.int64))
 
     def _compute_partition(self, graph):
-        from .. import partition as partitioning
         try:
+            from .. import partition as partitioning
             if self.partition_file:
                 return partitioning.load_partition(self.partition_file, graph, parts=self.world_size)
             return partitioning.partition(graph, self.world_size, self.method, epsilon=self.epsilon,
@@ -150,17 +143,19 @@ class PartitionParallel(Strategy):
             g.copy_(flat[start:start + g.numel()].view_as(g))
             start += g.numel()
 
-    def report(self) -> dict:
+    def report(self, epoch_time: float) -> dict:
         stats = self.comm.take()
         phases = stats["phases"]
-        mine = {"comm_time": stats["wait_seconds"],
+        mine = {"comm_time": stats["wait_seconds"], "compute_time": epoch_time - stats["wait_seconds"],
                 "halo_bytes": phases.get("halo", {}).get("bytes", 0),
                 "halo_messages": phases.get("halo", {}).get("messages", 0),
                 "bytes": sum(p["bytes"] for p in phases.values())}
         everyone = self.comm.all_gather_object(mine)
         self.comm.take()  # the report's own gather is not part of the epoch's traffic
         comm_times = [r["comm_time"] for r in everyone]
-        return {"comm_time_max": max(comm_times), "comm_time_min": min(comm_times),
+        compute_times = [r["compute_time"] for r in everyone]
+        return {"compute_time_max": max(compute_times), "compute_time_min": min(compute_times),
+                "comm_time_max": max(comm_times), "comm_time_min": min(comm_times),
                 "halo_bytes": sum(r["halo_bytes"] for r in everyone),
                 "halo_messages": sum(r["halo_messages"] for r in everyone),
                 "bytes_total": sum(r["bytes"] for r in everyone),
@@ -170,7 +165,8 @@ class PartitionParallel(Strategy):
     def report_lines(self, extra: dict) -> list:
         if not extra:
             return []
-        return [f"comm {1e3 * extra['comm_time_min']:.1f}-{1e3 * extra['comm_time_max']:.1f} ms across ranks, "
+        return [f"ranks: compute {1e3 * extra['compute_time_min']:.1f}-{1e3 * extra['compute_time_max']:.1f} ms, "
+                f"comm {1e3 * extra['comm_time_min']:.1f}-{1e3 * extra['comm_time_max']:.1f} ms (min-max); "
                 f"halo {extra['halo_bytes'] / 2**20:.2f} MiB in {extra['halo_messages']} messages, "
                 f"{extra['bytes_total'] / 2**20:.2f} MiB in all"]
 

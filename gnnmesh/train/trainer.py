@@ -148,7 +148,7 @@ class Trainer:
         aggregate = profile.take().get("aggregate", 0.0)
         result = EpochResult(self.epoch, loss, *accs, epoch_time, aggregate, compute - aggregate,
                              epoch_time - compute, self.best["epoch"], self.best["val_acc"],
-                             self.strategy.report() or {})
+                             self.strategy.report(epoch_time) or {})
         self.history.append(result)
         return result
 

@@ -1,0 +1,75 @@
+"""`gnnmesh train --nproc N`: real local ranks started by the elastic launcher."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+SBM = "sbm:nodes=400,classes=3,features=12"
+
+
+def gnnmesh(*args, timeout=180, **kwargs):
+    return subprocess.run([sys.executable, "-m", "gnnmesh", *args], capture_output=True, text=True,
+                          timeout=timeout, **kwargs)
+
+
+def losses(path):
+    return [json.loads(line)["loss"] for line in path.read_text().splitlines()]
+
+
+@pytest.mark.timeout(240)
+def test_nproc_run_equals_single_process(tmp_path):
+    common = ["train", "--dataset", SBM, "--epochs", "10", "--quiet"]
+    single = gnnmesh(*common, "--metrics", str(tmp_path / "single.jsonl"))
+    assert single.returncode == 0, single.stderr
+    dist = gnnmesh(*common, "--nproc", "2", "--strategy", "partition", "--partitioner", "rp",
+                   "--metrics", str(tmp_path / "dist.jsonl"))
+    assert dist.returncode == 0, dist.stderr
+    a, b = losses(tmp_path / "dist.jsonl"), losses(tmp_path / "single.jsonl")
+    assert len(a) == 10 and all(abs(x - y) <= 1e-5 * abs(y) for x, y in zip(a, b))
+    record = json.loads((tmp_path / "dist.jsonl").read_text().splitlines()[-1])
+    assert record["halo_bytes"] > 0 and record["comm_time_max"] >= record["comm_time_min"] >= 0
+    assert dist.stdout.count("done:") == 1  # only rank 0 prints
+
+
+@pytest.mark.timeout(120)
+def test_bad_input_in_ranks_gives_one_line_and_status_2():
+    result = gnnmesh("train", "--dataset", "no-such-dataset", "--nproc", "2", "--strategy", "partition")
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "no-such-dataset" in lines[0], result.stderr
+
+
+@pytest.mark.timeout(120)
+def test_more_ranks_than_nodes_is_refused():
+    result = gnnmesh("train", "--dataset", "sbm:nodes=3,classes=1,features=2", "--nproc", "4",
+                     "--strategy", "partition", "--partitioner", "rp")
+    assert result.returncode == 2
+    assert "4 ranks for a graph of 3 nodes" in result.stderr
+
+
+@pytest.mark.timeout(180)
+def test_a_killed_rank_stops_the_job_and_is_named():
+    proc = subprocess.Popen([sys.executable, "-m", "gnnmesh", "train", "--dataset", SBM, "--epochs", "100000",
+                             "--log-every", "1", "--nproc", "3", "--strategy", "partition", "--partitioner", "rp"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:  # wait until training runs
+            if line.startswith("epoch"):
+                break
+        victim = next(p for p in psutil.Process(proc.pid).children(recursive=True)
+                      if p.environ().get("RANK") == "1" and "gnnmesh" in " ".join(p.cmdline()))
+        victim.send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        _, err = proc.communicate(timeout=90)
+        assert time.monotonic() - killed_at < 60
+        assert proc.returncode not in (0, 2)
+        assert "rank 1 failed" in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
