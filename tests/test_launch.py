@@ -1,7 +1,6 @@
 """`gnnmesh train --nproc N`: real local ranks started by the elastic launcher."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
