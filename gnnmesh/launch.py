@@ -35,9 +35,9 @@ def launch(argv: list, nproc: int) -> int:
     try:
         elastic_launch(config, sys.executable)("-m", "gnnmesh", *argv)
     except ChildFailedError as err:
+        if any(f.exitcode == 2 for f in err.failures.values()):
+            return 2  # bad input: rank 0 has printed the one-line error
         rank, first = err.get_first_failure()
-        if first.exitcode == 2:  # bad input: that rank has printed the one-line error
-            return 2
         detail = _failure_text(first)
         print(f"gnnmesh: error: rank {rank} failed (exit code {first.exitcode}){': ' + detail if detail else ''}",
               file=sys.stderr)

@@ -46,7 +46,7 @@ def test_bad_input_in_ranks_gives_one_line_and_status_2():
 
 @pytest.mark.timeout(120)
 def test_more_ranks_than_nodes_is_refused():
-    result = gnnmesh("train", "--dataset", "sbm:nodes=3,classes=1,features=2", "--nproc", "4",
+    result = gnnmesh("train", "--dataset", "sbm:nodes=3,classes=1,features=2,avg_degree=1", "--nproc", "4",
                      "--strategy", "partition", "--partitioner", "rp")
     assert result.returncode == 2
     assert "4 ranks for a graph of 3 nodes" in result.stderr

@@ -51,3 +51,25 @@ def test_every_model_matches_single_process(reference, world):
                 assert_same_run(got[model], reference[model])
             except AssertionError as err:
                 raise AssertionError(f"{model}, rank {rank} of {world}: {err}") from None
+
+
+def _rank_bytes(rank, world, assignment):
+    graph = make_graph()
+    cfg = Config(model="gcn", epochs=2, seed=1, hidden=8, layers=2, dropout=0.0)
+    return train(graph, cfg, PartitionParallel("cpu", assignment=assignment))["extra"]
+
+
+@pytest.mark.timeout(240)
+def test_halo_bytes_equal_the_hypergraph_prediction():
+    """Bytes sent per epoch = (connectivity - 1 of the column-net hypergraph) x row bytes x
+    the widths exchanged: GCN 6 -> 8 -> 3 aggregates x (width 6, no gradient: x is data) in
+    layer 1 and x W (width 3, forward and backward) in layer 2; evaluation repeats 6 + 3."""
+    from gnnmesh.partition import connectivity_minus_one, partition
+
+    graph = make_graph()
+    part = partition(graph, 3, "hp", seed=0, cache=False)
+    volume = connectivity_minus_one(graph.adj, part.assignment)
+    assert volume > 0
+    extras = run_ranks(_rank_bytes, 3, part.assignment, timeout=180)[0]
+    for extra in extras:
+        assert extra["halo_bytes"] == volume * 4 * (6 + 3 + 3 + 6 + 3)

@@ -13,7 +13,7 @@ import torch
 
 from .. import comm, datasets
 from ..config import Config
-from ..errors import ConfigError
+from ..errors import ConfigError, GraphError
 from ..graph import Graph
 from ..launch import ranks_share_cores
 from ..parallel import build_strategy
@@ -44,7 +44,7 @@ def run_training(config: Config, quiet: bool = False) -> Summary:
     if world:
         comm.init(device)
     try:
-        return _train(config, quiet or rank != 0, rank, world_size, device)
+        return _train(config, quiet, rank, world_size, device)
     finally:
         comm.shutdown()
 
@@ -53,7 +53,7 @@ def _train(config, quiet, rank, world_size, device) -> Summary:
     local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     torch.set_num_threads(config.threads or (ranks_share_cores(local_ranks) if world_size > 1
                                              else torch.get_num_threads()))
-    say = (lambda *a: None) if quiet else print
+    say = (lambda *a: None) if quiet or rank != 0 else print
     t0 = time.perf_counter()
     graph = _load_once_per_host(config, rank, world_size)
     strategy = build_strategy(config, device)
@@ -72,20 +72,26 @@ def _train(config, quiet, rank, world_size, device) -> Summary:
                 say("           " + line)
 
     summary = trainer.fit(progress)
-    say(f"done: {summary.epochs} epochs in {summary.total_time:.2f}s ({1e3 * summary.mean_epoch_time:.1f} ms/epoch); "
+    if rank == 0:  # --quiet keeps the summary
+        print(f"done: {summary.epochs} epochs in {summary.total_time:.2f}s ({1e3 * summary.mean_epoch_time:.1f} ms/epoch); "
         f"best val {summary.val_acc:.4f} at epoch {summary.best_epoch}, test {summary.test_acc:.4f}, "
         f"final loss {summary.final_loss:.4f}")
     return summary
 
 
 def _load_once_per_host(config: Config, rank: int, world_size: int) -> Graph:
-    """Rank 0 loads first (filling the on-disk cache); the others then read the cache."""
+    """Rank 0 loads first (filling the on-disk cache); the others then read the cache. Bad
+    input found by rank 0 is sent to every rank, so that all stop with the same error."""
     if world_size == 1:
         return load_graph(config)
     world = comm.Comm()
+    error = graph = None
     if rank == 0:
-        graph = load_graph(config)
-        world.barrier()
-        return graph
-    world.barrier()
-    return load_graph(config)
+        try:
+            graph = load_graph(config)
+        except (GraphError, ConfigError) as err:
+            error = err
+    error = world.broadcast_object(error)
+    if error is not None:
+        raise error
+    return graph if rank == 0 else load_graph(config)
