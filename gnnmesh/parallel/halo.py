@@ -18,6 +18,7 @@ from ..comm import Comm
 from ..graph import Adjacency
 from ..ops import profile
 from ..ops.spmm import edge_dot, multiply
+from ..partition import rank_plan
 
 
 @dataclass
@@ -155,59 +156,27 @@ class HaloGather(torch.autograd.Function):
             return ex.finish_backward(pending, grad_x), None
 
 
-def build_local_operator(op: Adjacency, assignment: torch.Tensor, rank: int, comm: Comm, device) -> LocalOperator:
-    """Rank ``rank``'s rows of ``op`` with columns renumbered [owned (ascending), halo (by owner, id)]
-    and the exchange plan that fills the halo. Vectorized: one pass over the entries."""
-    parts = int(assignment.max()) + 1
-    n = op.shape[0]
-    owned = torch.nonzero(assignment == rank).flatten()
-    row, col = op.row(), op.indices
-    owner_row, owner_col = assignment[row], assignment[col]
-
-    # halo: columns referenced by my rows that others own, grouped by owner then id
-    mine = owner_row == rank
-    needed = torch.unique(col[mine & (owner_col != rank)])
-    halo = needed[torch.argsort(assignment[needed] * n + needed)]
-    recv_counts = {int(p): int(c) for p, c in zip(*torch.unique(assignment[halo], return_counts=True))}
-
-    # what I send: for every peer, my rows that the peer's rows reference, ascending id
-    out = (owner_col == rank) & (owner_row != rank)
-    pairs = torch.unique(owner_row[out] * n + col[out])  # sorted by (peer, id)
-    local_of = torch.full((n,), -1, dtype=torch.int64)
-    local_of[owned] = torch.arange(owned.numel())
-    send_index = {}
-    for peer in range(parts):
-        ids = pairs[(pairs // n) == peer] % n
-        if ids.numel():
-            send_index[peer] = local_of[ids]
-
-    # the block: my rows' entries, columns renumbered, re-sorted within each row
-    local_of[halo] = owned.numel() + torch.arange(halo.numel())
-    counts = op.degrees()[owned]
-    starts = op.indptr[owned]
-    pos = torch.repeat_interleave(starts - torch.cumsum(counts, 0) + counts, counts) + torch.arange(int(counts.sum()))
-    local_row = torch.repeat_interleave(torch.arange(owned.numel()), counts)
-    local_col = local_of[col[pos]]
-    order = torch.argsort(local_row * (owned.numel() + halo.numel()) + local_col)
-    pos, local_row, local_col = pos[order], local_row[order], local_col[order]
-    indptr = torch.zeros(owned.numel() + 1, dtype=torch.int64)
-    indptr[1:] = torch.cumsum(counts, 0)
-    values = None if op.values is None else op.values[pos]
-    width = owned.numel() + halo.numel()
-    block = Adjacency(indptr, local_col, values, (owned.numel(), width))
-
-    inner_mask = local_col < owned.numel()
-    inner_pos, outer_pos = torch.nonzero(inner_mask).flatten(), torch.nonzero(~inner_mask).flatten()
-    inner = _sub_block(local_row, local_col, values, inner_mask, (owned.numel(), owned.numel()), 0)
-    outer = _sub_block(local_row, local_col, values, ~inner_mask, (owned.numel(), halo.numel()), owned.numel())
-    plan = HaloPlan(send_index, recv_counts, owned.numel()).to(device)
-    to = (lambda t: t.to(device))
-    return LocalOperator(block, inner, outer, to(inner_pos), to(outer_pos), pos, Exchange(plan, comm)), owned, halo
+def build_local_operator(op: Adjacency, assignment: torch.Tensor, comm: Comm, device) -> LocalOperator:
+    """This rank's rows of ``op`` (columns [owned, halo]) and the exchange that fills the halo."""
+    plan = rank_plan(op, assignment.numpy(), comm.world_size, comm.rank)
+    block = plan.block
+    if block.values is not None:
+        block = block.with_values(block.values.to(device))
+    rows, cols = block.row(), block.indices
+    inner_mask = cols < plan.num_owned
+    exchange = HaloPlan({n: torch.from_numpy(idx) for n, idx in enumerate(plan.send_index) if idx.size},
+                        {n: int(c) for n, c in enumerate(plan.recv_counts) if c}, plan.num_owned)
+    return LocalOperator(
+        block,
+        _sub_block(rows, cols, block.values, inner_mask, (plan.num_owned, plan.num_owned), 0),
+        _sub_block(rows, cols, block.values, ~inner_mask, (plan.num_owned, plan.num_halo), plan.num_owned),
+        torch.nonzero(inner_mask).flatten().to(device), torch.nonzero(~inner_mask).flatten().to(device),
+        torch.from_numpy(plan.entry_ids), Exchange(exchange.to(device), comm))
 
 
 def _sub_block(rows, cols, values, mask, shape, col_offset) -> Adjacency:
-    r, c = rows[mask], cols[mask] - col_offset
-    counts = torch.bincount(r, minlength=shape[0])
+    """The entries ``mask`` of a row-sorted block as their own CSR matrix (order preserved)."""
+    counts = torch.bincount(rows[mask], minlength=shape[0])
     indptr = torch.zeros(shape[0] + 1, dtype=torch.int64)
     indptr[1:] = torch.cumsum(counts, 0)
-    return Adjacency(indptr, c, None if values is None else values[mask], shape)
+    return Adjacency(indptr, cols[mask] - col_offset, None if values is None else values[mask.to(values.device)], shape)

@@ -36,10 +36,7 @@ class PartitionView(GraphView):
     def local(self, name: str):
         if name not in self._local:
             op = self.operator(name)
-            local, _, _ = build_local_operator(op, self.assignment, self.comm.rank, self.comm, self.device)
-            if local.block.values is not None:
-                local.block = local.block.with_values(local.block.values.to(self.device))
-            self._local[name] = local
+            self._local[name] = build_local_operator(op, self.assignment, self.comm, self.device)
         return self._local[name]
 
     def operator(self, name: str):

@@ -1,0 +1,124 @@
+"""The Partition record and the small helpers every partitioner shares."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..graph import Adjacency
+
+METHODS = ("rp", "contiguous", "gp", "hp")
+EXTRA_HINT = "pip install 'gnnmesh[partitioners]'"
+
+
+class MissingExtraError(ConfigError, ImportError):
+    """An optional partitioner package is not installed. Both a ConfigError (the CLI prints
+    one line) and an ImportError (what callers probing for optional features expect)."""
+
+
+@dataclass
+class Partition:
+    """A vertex -> part assignment and how it was made.
+
+    ``graph_key`` identifies the adjacency structure it was computed for (see ``graph_key``);
+    ``path`` is where it is stored on disk, if it is.
+    """
+
+    assignment: np.ndarray
+    parts: int
+    method: str
+    epsilon: float
+    seed: int
+    seconds: float
+    graph_key: str
+    path: Optional[str] = None
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.assignment.shape[0])
+
+    def owned(self, rank: int) -> np.ndarray:
+        """Sorted ids of the vertices of part ``rank``."""
+        return np.flatnonzero(self.assignment == rank)
+
+    def sizes(self) -> np.ndarray:
+        """Vertices per part."""
+        return np.bincount(self.assignment, minlength=self.parts)
+
+
+def as_adjacency(graph) -> Adjacency:
+    """Accept a Graph or an Adjacency."""
+    adj = getattr(graph, "adj", graph)
+    if not isinstance(adj, Adjacency):
+        raise TypeError(f"expected a gnnmesh Graph or Adjacency, got {type(graph).__name__}")
+    return adj
+
+
+def csr_arrays(adj: Adjacency) -> tuple[np.ndarray, np.ndarray]:
+    """``(indptr, indices)`` as int64 numpy arrays (views when already int64)."""
+    indptr = np.ascontiguousarray(adj.indptr.numpy(), dtype=np.int64)
+    indices = np.ascontiguousarray(adj.indices.numpy(), dtype=np.int64)
+    return indptr, indices
+
+
+def graph_key(graph) -> str:
+    """Content hash of the adjacency structure (shape, indptr, indices; not the values).
+
+    Partitions depend only on the structure, so a GCN-normalized operator and the raw graph
+    share a key. blake2b runs at ~1 GB/s: about 0.1 s for 10M edges.
+    """
+    adj = as_adjacency(graph)
+    indptr, indices = csr_arrays(adj)
+    h = hashlib.blake2b(digest_size=16)
+    h.update(np.asarray(adj.shape, dtype=np.int64).tobytes())
+    h.update(memoryview(indptr))
+    h.update(memoryview(indices))
+    return h.hexdigest()
+
+
+def vertex_weights(adj: Adjacency) -> np.ndarray:
+    """Compute load of each row: its nonzeros, plus one so that empty rows weigh something."""
+    indptr, _ = csr_arrays(adj)
+    return np.diff(indptr) + 1
+
+
+def check_parts(parts, num_nodes: int) -> int:
+    if isinstance(parts, bool) or not isinstance(parts, (int, np.integer)):
+        raise ConfigError(f"parts must be an integer, got {parts!r}")
+    parts = int(parts)
+    if parts < 1:
+        raise ConfigError(f"parts must be at least 1, got {parts}")
+    if parts > num_nodes:
+        raise ConfigError(f"cannot split a graph of {num_nodes} nodes into {parts} parts: "
+                          "every part needs at least one node")
+    return parts
+
+
+def check_method(method: str) -> str:
+    if method not in METHODS:
+        raise ConfigError(f"unknown partitioning method {method!r}; choose from {', '.join(METHODS)}")
+    return method
+
+
+def fill_empty_parts(assignment: np.ndarray, parts: int) -> np.ndarray:
+    """Give every empty part one vertex, taken deterministically from the currently largest
+    part (its highest id). Tools may return empty parts for tiny or very skewed graphs."""
+    assignment = np.asarray(assignment, dtype=np.int64).copy()
+    sizes = np.bincount(assignment, minlength=parts)
+    for empty in np.flatnonzero(sizes == 0):  # loop over parts, not vertices
+        donor = int(np.argmax(sizes))
+        vertex = np.flatnonzero(assignment == donor)[-1]
+        assignment[vertex] = empty
+        sizes[donor] -= 1
+        sizes[empty] += 1
+    return assignment
+
+
+def imbalance(assignment: np.ndarray, parts: int, weights: np.ndarray) -> float:
+    """``max part weight / average part weight - 1`` (0 is perfect balance)."""
+    loads = np.bincount(assignment, weights=weights, minlength=parts)
+    return float(loads.max() / loads.mean() - 1.0)

@@ -1,0 +1,82 @@
+"""``gnnmesh partition``: partition a dataset (stored for reuse) and report its quality."""
+
+from __future__ import annotations
+
+import argparse
+
+from .base import METHODS
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    cmd = subparsers.add_parser("partition", help="partition a graph's vertices for row-parallel "
+                                "training, store the result and report its quality")
+    cmd.add_argument("--dataset", required=True, help="dataset name, generator spec or graph file")
+    cmd.add_argument("--data-root", dest="data_root", help="directory holding the datasets "
+                     "(default: $GNNMESH_DATA)")
+    cmd.add_argument("--parts", type=int, required=True, help="number of parts (ranks)")
+    cmd.add_argument("--method", choices=METHODS, default="hp",
+                     help="rp: random; contiguous: id ranges; gp: METIS graph partitioning; "
+                          "hp: hypergraph partitioning, exact volume (default). gp and hp need "
+                          "pip install 'gnnmesh[partitioners]'")
+    cmd.add_argument("--epsilon", type=float, default=0.01, help="allowed load imbalance (default 0.01)")
+    cmd.add_argument("--seed", type=int, default=0, help="partitioner seed (default 0)")
+    cmd.add_argument("--feature-bytes", "--features-bytes", dest="feature_bytes", type=int,
+                     help="bytes per vertex row (e.g. 4 x hidden width) to report volume in bytes")
+    cmd.add_argument("--cache-dir", dest="cache_dir", help="cache root (default: $GNNMESH_CACHE, "
+                     "else ~/.cache/gnnmesh); partitions go to its partitions/ folder")
+    return cmd
+
+
+def run(args) -> int:
+    from .. import datasets
+    from ..errors import ConfigError
+    from .api import partition
+    from .base import graph_key
+    from .quality import quality
+    from .store import entry_path, store_dir
+
+    if args.feature_bytes is not None and args.feature_bytes < 1:
+        raise ConfigError(f"--feature-bytes must be positive, got {args.feature_bytes}")
+    graph = datasets.load(args.dataset, root=args.data_root)
+    stored = entry_path(store_dir(args.cache_dir), graph_key(graph.adj), args.method, args.parts,
+                        float(args.epsilon), args.seed).with_suffix(".json")
+    reused = stored.is_file()
+    part = partition(graph, args.parts, args.method, epsilon=args.epsilon, seed=args.seed,
+                     cache_dir=args.cache_dir)
+    q = quality(graph.adj, part, feature_bytes=args.feature_bytes)
+    for line in report_lines(graph, part, q, reused):
+        print(line)
+    return 0
+
+
+def report_lines(graph, part, q: dict, reused: bool = False) -> list:
+    """A readable report: one line per metric."""
+    where = part.path or "not stored (cache unwritable)"
+    how = "reused" if reused else "computed"
+    lines = [
+        f"graph:         {graph.name}, {graph.num_nodes:,} nodes, {graph.num_edges:,} entries",
+        f"partition:     {part.method}, {part.parts} parts, epsilon {part.epsilon:g}, seed {part.seed}",
+        f"stored at:     {where}",
+        f"time:          {part.seconds:.2f} s ({how})",
+        f"volume:        {q['volume_total']:,} rows per layer and direction "
+        f"({q['volume_avg']:,.1f} per rank on average)",
+        f"max send:      {q['send_volume_max']:,} rows (one rank, per layer)",
+        f"max receive:   {q['recv_volume_max']:,} rows (one rank, per layer)",
+        f"messages:      {q['messages_total']:,} per layer and direction "
+        f"({q['messages_avg']:.1f} per rank on average, at most {q['messages_max']} sent by one)",
+        f"compute load:  max {q['compute_load_max']:,} / mean {q['compute_load_mean']:,.1f} "
+        f"nonzeros+rows (imbalance {100 * q['compute_imbalance']:.1f}%)",
+        f"part sizes:    {q['nodes_min']:,} to {q['nodes_max']:,} nodes",
+    ]
+    if "bytes_per_layer" in q:
+        lines.append(f"bytes:         {_size(q['bytes_per_layer'])} per layer and direction, "
+                     f"at most {_size(q['send_bytes_max'])} sent by one rank")
+    return lines
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.2f} {unit}"
+        n /= 1024
+    return f"{n} B"

@@ -1,0 +1,156 @@
+"""Communication plans for 1D row partitioning (Demirci et al. §4.1, the sets S_m and R_m).
+
+Rank m owns rows ``owned`` of the operator A and of every vertex-data matrix. Its block of
+A has columns ``[owned..., halo...]``: owned columns first (ascending id), then the halo,
+the columns it references but does not own, grouped by owner rank and ascending id within
+an owner. Each peer n sends m the rows ``send_index`` of n lists for m, in ascending id
+order, which is exactly the order of m's halo slice from n.
+
+Everything is vectorized: one rank's plan touches only its own rows of A and its own
+columns of A (rows of the cached transpose), so all P plans together cost O(nnz log nnz).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import GraphError
+from ..graph import Adjacency
+from .base import csr_arrays
+
+
+@dataclass
+class RankPlan:
+    """What rank ``rank`` owns, needs, receives and sends; see the module docstring."""
+
+    rank: int
+    parts: int
+    owned: np.ndarray         # global ids, ascending
+    halo: np.ndarray          # global ids, by (owner, id)
+    recv_counts: np.ndarray   # [parts] halo rows arriving from each rank (0 for itself)
+    send_index: list          # [parts] local positions into owned rows to send to each rank
+    block: Adjacency          # owned rows x [owned, halo] columns, A's values
+    entry_ids: np.ndarray     # position in A's entries of every block entry (A.values[entry_ids])
+
+    @property
+    def num_owned(self) -> int:
+        return int(self.owned.shape[0])
+
+    @property
+    def num_halo(self) -> int:
+        return int(self.halo.shape[0])
+
+    @property
+    def send_counts(self) -> np.ndarray:
+        return np.array([idx.shape[0] for idx in self.send_index], dtype=np.int64)
+
+    @property
+    def recv_offsets(self) -> np.ndarray:
+        """Start of each owner's slice in ``halo`` (length parts + 1)."""
+        return np.concatenate([[0], np.cumsum(self.recv_counts)])
+
+    def send_peers(self) -> list:
+        return [n for n, idx in enumerate(self.send_index) if idx.shape[0]]
+
+    def recv_peers(self) -> list:
+        return [int(n) for n in np.flatnonzero(self.recv_counts)]
+
+
+class _Arrays:
+    """Numpy views of an operator's CSR arrays and of its (cached) transpose structure."""
+
+    def __init__(self, adj: Adjacency):
+        if adj.shape[0] != adj.shape[1]:
+            raise GraphError(f"a communication plan needs a square operator, got shape {adj.shape}")
+        self.adj = adj
+        self.indptr, self.indices = csr_arrays(adj)
+        self.values = None if adj.values is None else adj.values.detach().cpu().numpy()
+        indptr_t, indices_t, _ = adj.transpose_structure()
+        self.indptr_t, self.indices_t = indptr_t.numpy(), indices_t.numpy()
+
+
+def rank_plan(adj: Adjacency, assignment, parts: Optional[int], rank: int) -> RankPlan:
+    """The plan of one rank. ``assignment``: part of every vertex (numpy, torch or Partition)."""
+    assignment, parts = check_assignment(assignment, parts, adj.shape[0])
+    if not 0 <= rank < parts:
+        raise ValueError(f"rank {rank} out of range for {parts} parts")
+    return _rank_plan(_Arrays(adj), assignment, parts, rank, np.flatnonzero(assignment == rank))
+
+
+def comm_plan(adj: Adjacency, assignment, parts: Optional[int] = None) -> list:
+    """``[rank_plan(adj, assignment, parts, m) for m in range(parts)]``, sharing the work."""
+    assignment, parts = check_assignment(assignment, parts, adj.shape[0])
+    arrays = _Arrays(adj)
+    order = np.argsort(assignment, kind="stable")  # vertices grouped by part, ascending ids
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(assignment, minlength=parts))])
+    return [_rank_plan(arrays, assignment, parts, m, order[bounds[m]:bounds[m + 1]])
+            for m in range(parts)]
+
+
+def check_assignment(assignment, parts: Optional[int], num_nodes: int) -> tuple[np.ndarray, int]:
+    assignment = getattr(assignment, "assignment", assignment)  # a Partition
+    if hasattr(assignment, "detach"):
+        assignment = assignment.detach().cpu().numpy()
+    assignment = np.asarray(assignment)
+    if assignment.shape != (num_nodes,) or not np.issubdtype(assignment.dtype, np.integer):
+        raise GraphError(f"assignment must be an integer vector of length {num_nodes}, got "
+                         f"{assignment.dtype} with shape {list(assignment.shape)}")
+    assignment = assignment.astype(np.int64, copy=False)
+    parts = int(assignment.max()) + 1 if parts is None else int(parts)
+    if num_nodes and (assignment.min() < 0 or assignment.max() >= parts):
+        raise GraphError(f"assignment values must lie in [0, {parts})")
+    return assignment, parts
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(s, s + c)`` for every (s, c), without a Python loop."""
+    ends = np.cumsum(counts)
+    return np.repeat(starts - (ends - counts), counts) + np.arange(int(ends[-1]) if len(ends) else 0)
+
+
+def _rank_plan(a: _Arrays, assignment: np.ndarray, parts: int, rank: int, owned: np.ndarray) -> RankPlan:
+    num_owned = owned.shape[0]
+
+    # my rows' entries and the distinct columns they reference
+    row_counts = a.indptr[owned + 1] - a.indptr[owned]
+    entries = _ranges(a.indptr[owned], row_counts)
+    cols, col_of_entry = np.unique(a.indices[entries], return_inverse=True)
+    col_owner = assignment[cols]
+    foreign = col_owner != rank
+    by_owner = np.argsort(col_owner[foreign], kind="stable")  # cols ascend, so: (owner, id)
+    halo = cols[foreign][by_owner]
+    recv_counts = np.bincount(col_owner[foreign], minlength=parts)
+
+    # local column ids: owned by position among owned rows, halo after them in halo order
+    local = np.empty(cols.shape[0], dtype=np.int64)
+    local[~foreign] = np.searchsorted(owned, cols[~foreign])
+    halo_pos = np.empty(halo.shape[0], dtype=np.int64)
+    halo_pos[by_owner] = num_owned + np.arange(halo.shape[0])
+    local[foreign] = halo_pos
+    block, entry_ids = _block(a, entries, row_counts, local[col_of_entry.ravel()], num_owned + halo.shape[0])
+
+    # what I send: for each of my columns, the parts of the rows that reference it
+    col_counts = a.indptr_t[owned + 1] - a.indptr_t[owned]
+    readers = assignment[a.indices_t[_ranges(a.indptr_t[owned], col_counts)]]
+    local_col = np.repeat(np.arange(num_owned, dtype=np.int64), col_counts)
+    out = readers != rank
+    pairs = np.unique(readers[out] * max(num_owned, 1) + local_col[out])  # sorted by (peer, id)
+    peer = pairs // max(num_owned, 1)
+    send_index = np.split(pairs - peer * max(num_owned, 1),
+                          np.cumsum(np.bincount(peer, minlength=parts))[:-1])
+    return RankPlan(rank, parts, owned, halo, recv_counts, send_index, block, entry_ids)
+
+
+def _block(a: _Arrays, entries, row_counts, local_cols, width) -> tuple[Adjacency, np.ndarray]:
+    """Owned rows with renumbered columns, sorted within each row (halo ids broke the order)."""
+    rows = np.repeat(np.arange(row_counts.shape[0], dtype=np.int64), row_counts)
+    order = np.argsort(rows * width + local_cols, kind="stable")
+    entry_ids = entries[order]
+    indptr = np.concatenate([[0], np.cumsum(row_counts)])
+    data = np.ones(entry_ids.shape[0], np.float32) if a.values is None else a.values[entry_ids]
+    mat = sp.csr_matrix((data, local_cols[order], indptr), shape=(row_counts.shape[0], width))
+    return Adjacency.from_scipy(mat, weighted=a.values is not None), entry_ids

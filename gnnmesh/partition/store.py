@@ -1,0 +1,126 @@
+"""Partitions on disk: ``<cache root>/partitions/<key>-<method>-P<parts>-eps<epsilon>-s<seed>.npy``
+holding the assignment, with a ``.json`` beside it describing it (graph key, parameters,
+partitioning time).
+
+Both files are written under a temporary name and renamed into place, the ``.json`` last:
+an entry without its ``.json`` is incomplete and ignored by the cache, so readers never
+see a half-written partition and concurrent ranks writing the same entry cannot corrupt it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from ..datasets.cache import default_dir
+from ..errors import GraphError
+from .base import Partition, as_adjacency, graph_key
+
+FORMAT_VERSION = 1
+
+
+def store_dir(cache_dir=None) -> Path:
+    """Where partitions live: ``partitions/`` under the dataset cache root (``cache_dir``,
+    else ``$GNNMESH_CACHE``, else ``~/.cache/gnnmesh``)."""
+    return default_dir(None if cache_dir is None else os.fspath(cache_dir)) / "partitions"
+
+
+def entry_path(root: Path, key: str, method: str, parts: int, epsilon: float, seed: int) -> Path:
+    return Path(root) / f"{key}-{method}-P{parts}-eps{epsilon:g}-s{seed}.npy"
+
+
+def save_partition(part: Partition, path) -> bool:
+    """Write ``part`` to ``path`` (.npy) and its description beside it. A failure only warns:
+    the store is a cache, never a reason for partitioning to fail."""
+    path = Path(path)
+    meta = {"format": FORMAT_VERSION, "graph_key": part.graph_key, "num_nodes": part.num_nodes,
+            "parts": part.parts, "method": part.method, "epsilon": part.epsilon,
+            "seed": part.seed, "seconds": part.seconds}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(path, lambda fh: np.save(fh, np.asarray(part.assignment), allow_pickle=False))
+        _atomic_write(path.with_suffix(".json"), lambda fh: fh.write(json.dumps(meta, indent=1).encode()))
+        return True
+    except OSError as exc:
+        warnings.warn(f"gnnmesh: could not store the partition at {path}: {exc}", stacklevel=3)
+        return False
+
+
+def _atomic_write(path: Path, write) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def load_partition(path, graph, parts: Optional[int] = None) -> Partition:
+    """Read a stored partition and check it fits ``graph`` (a Graph or Adjacency).
+
+    ``path`` is the ``.npy`` file (its ``.json`` also works). Raises GraphError (a
+    ValueError) naming the file when it is missing or unreadable, its length is not the
+    node count, a value is out of range, a part is empty, it was computed for another
+    graph (its stored graph key differs), or it has other than ``parts`` parts. A bare
+    ``.npy`` without its ``.json`` is accepted; its graph key then cannot be checked.
+    """
+    path = Path(path)
+    if path.suffix == ".json":
+        path = path.with_suffix(".npy")
+    if not path.is_file():
+        raise GraphError(f"{path}: partition file not found")
+    try:
+        assignment = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise GraphError(f"{path}: not a readable .npy partition file ({exc})") from None
+    meta = _read_meta(path)
+    if assignment.ndim != 1 or not np.issubdtype(assignment.dtype, np.integer):
+        raise GraphError(f"{path}: expected a 1-D integer array, got {assignment.dtype} "
+                         f"with shape {list(assignment.shape)}")
+    adj = as_adjacency(graph)
+    n = adj.shape[0]
+    if assignment.shape[0] != n:
+        raise GraphError(f"{path}: the partition has {assignment.shape[0]} entries but the graph "
+                         f"has {n} nodes")
+    stored_parts = int(meta.get("parts", int(assignment.max()) + 1 if n else 0))
+    low, high = int(assignment.min()), int(assignment.max())
+    if low < 0 or high >= stored_parts:
+        bad = int(np.flatnonzero((assignment < 0) | (assignment >= stored_parts))[0])
+        raise GraphError(f"{path}: node {bad} is in part {int(assignment[bad])}, out of range "
+                         f"for {stored_parts} parts")
+    sizes = np.bincount(assignment, minlength=stored_parts)
+    if (sizes == 0).any():
+        raise GraphError(f"{path}: part {int(np.flatnonzero(sizes == 0)[0])} of {stored_parts} is empty")
+    key = graph_key(adj)
+    if "graph_key" in meta and meta["graph_key"] != key:
+        raise GraphError(f"{path}: the partition was computed for another graph (graph key "
+                         f"{meta['graph_key']}, this graph's is {key})")
+    if parts is not None and int(parts) != stored_parts:
+        raise GraphError(f"{path}: the partition has {stored_parts} parts, expected {int(parts)}")
+    return Partition(assignment=assignment.astype(np.int64, copy=False), parts=stored_parts,
+                     method=str(meta.get("method", "file")), epsilon=float(meta.get("epsilon", 0.0)),
+                     seed=int(meta.get("seed", 0)), seconds=float(meta.get("seconds", 0.0)),
+                     graph_key=key, path=str(path))
+
+
+def _read_meta(path: Path) -> dict:
+    meta_path = path.with_suffix(".json")
+    if not meta_path.exists():
+        return {}
+    try:
+        with open(meta_path) as fh:
+            meta = json.load(fh)
+        if not isinstance(meta, dict):
+            raise ValueError("not a JSON object")
+        return meta
+    except (OSError, ValueError) as exc:
+        raise GraphError(f"{meta_path}: unreadable partition description ({exc})") from None
