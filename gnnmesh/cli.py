@@ -87,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     data = sub.add_parser("datasets", help="list the datasets and their sizes")
     data.add_argument("--data-root", dest="data_root", help="directory holding the datasets")
+
+    from .partition import command as partition_command
+    partition_command.add_parser(sub)
     return parser
 
 
@@ -132,6 +135,11 @@ def cmd_datasets(args, argv) -> int:
     return 0
 
 
+def cmd_partition(args, argv) -> int:
+    from .partition import command as partition_command
+    return partition_command.run(args)
+
+
 def _num(value) -> str:
     return "-" if value is None else f"{value:,}"
 
@@ -146,7 +154,7 @@ def main(argv: Optional[list] = None) -> int:
 
 def _main(argv: list) -> int:
     args = build_parser().parse_args(argv)
-    commands = {"train": cmd_train, "datasets": cmd_datasets}
+    commands = {"train": cmd_train, "datasets": cmd_datasets, "partition": cmd_partition}
     world = _world_from_env()
     speak = world is None or world[0] == 0  # in a job, rank 0 alone reports bad input
     try:

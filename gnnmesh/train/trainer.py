@@ -146,9 +146,11 @@ class Trainer:
             accs = [float("nan")] * 3
         epoch_time = time.perf_counter() - start
         aggregate = profile.take().get("aggregate", 0.0)
-        result = EpochResult(self.epoch, loss, *accs, epoch_time, aggregate, compute - aggregate,
-                             epoch_time - compute, self.best["epoch"], self.best["val_acc"],
-                             self.strategy.report(epoch_time) or {})
+        extra = self.strategy.report(epoch_time) or {}
+        # waiting for other ranks is neither aggregation nor dense compute: it counts as "other"
+        dense = compute - aggregate - extra.get("comm_time", 0.0)
+        result = EpochResult(self.epoch, loss, *accs, epoch_time, aggregate, dense,
+                             epoch_time - aggregate - dense, self.best["epoch"], self.best["val_acc"], extra)
         self.history.append(result)
         return result
 
