@@ -46,7 +46,10 @@ def init(device: torch.device, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
 
 def shutdown() -> None:
     if dist.is_initialized():
-        dist.destroy_process_group()
+        try:
+            dist.destroy_process_group()
+        except Exception:  # peers that already stopped (after an error) cannot say goodbye
+            pass
 
 
 @dataclass

@@ -72,3 +72,16 @@ def test_a_killed_rank_stops_the_job_and_is_named():
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+@pytest.mark.timeout(120)
+def test_partition_file_of_another_graph_is_refused(tmp_path):
+    made = gnnmesh("partition", "--dataset", "sbm:nodes=50,classes=2,features=4", "--parts", "2",
+                   "--method", "rp", "--cache-dir", str(tmp_path))
+    assert made.returncode == 0, made.stderr
+    stored = next(tmp_path.glob("partitions/*.npy"))
+    result = gnnmesh("train", "--dataset", SBM, "--nproc", "2", "--strategy", "partition",
+                     "--partition-file", str(stored))
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and stored.name in lines[0], result.stderr

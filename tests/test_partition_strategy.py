@@ -1,6 +1,5 @@
 """1D partition parallelism equals the single-process run (real gloo ranks)."""
 
-import numpy as np
 import pytest
 
 from gnnmesh.config import Config
@@ -23,15 +22,13 @@ def config(model):
     return Config(model=model, epochs=EPOCHS, seed=1, hidden=8, layers=2)
 
 
-def _rank_run(rank, world, assignment):
+PARTITIONERS = ["rp", "contiguous", "gp", "hp"]
+
+
+def _rank_run(rank, world):
     graph = make_graph()
-    return {m: train(graph, config(m), PartitionParallel("cpu", assignment=assignment)) for m in MODELS}
-
-
-def _random_assignment(n, parts, seed=0):
-    assignment = np.random.default_rng(seed).integers(0, parts, n)
-    assignment[:parts] = np.arange(parts)  # no empty part
-    return assignment
+    return {(method, model): train(graph, config(model), PartitionParallel("cpu", method=method))
+            for method in PARTITIONERS for model in MODELS}
 
 
 @pytest.fixture(scope="module")
@@ -40,17 +37,16 @@ def reference():
     return {m: train(graph, config(m)) for m in MODELS}
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(400)
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
-def test_every_model_matches_single_process(reference, world):
-    assignment = _random_assignment(37, world)
-    results = run_ranks(_rank_run, world, assignment, timeout=240)
+def test_every_partitioner_and_model_matches_single_process(reference, world):
+    results = run_ranks(_rank_run, world, timeout=360)
     for rank, got in enumerate(results):
-        for model in MODELS:
+        for (method, model), run in got.items():
             try:
-                assert_same_run(got[model], reference[model])
+                assert_same_run(run, reference[model])
             except AssertionError as err:
-                raise AssertionError(f"{model}, rank {rank} of {world}: {err}") from None
+                raise AssertionError(f"{method}/{model}, rank {rank} of {world}: {err}") from None
 
 
 def _rank_bytes(rank, world, assignment):

@@ -13,7 +13,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..graph import Adjacency
+from ..errors import ConfigError
 from .base import EXTRA_HINT, MissingExtraError, csr_arrays, vertex_weights
+
+# Mt-KaHyPar preset for 'hp'. The deterministic one gives the same partition for any thread
+# count; its quality matched 'default' on our graphs (benchmarks/partition_quality.py).
+HP_PRESET = "DETERMINISTIC"
 
 
 def random(adj: Adjacency, parts: int, epsilon: float, seed: int) -> np.ndarray:
@@ -56,7 +61,11 @@ def metis(adj: Adjacency, parts: int, epsilon: float, seed: int) -> np.ndarray:
     sym = (pattern + pattern.T).tocoo()
     off = sym.row != sym.col
     sym = sp.csr_matrix((sym.data[off], (sym.row[off], sym.col[off])), shape=sym.shape)
-    options = pymetis.Options(ufactor=max(1, int(round(1000 * epsilon))), seed=int(seed))
+    options = pymetis.Options(ufactor=max(1, int(round(1000 * epsilon))))  # ufactor: permille
+    try:
+        options.seed = int(seed)
+    except (AttributeError, TypeError, ValueError):  # an old pymetis without the option
+        pass
     xadj, adjncy = sym.indptr.astype(np.int64), sym.indices.astype(np.int64)
     if hasattr(pymetis, "CSRAdjacency"):  # pymetis >= 2025.2; older ones take xadj/adjncy
         graph = {"adjacency": pymetis.CSRAdjacency(xadj, adjncy)}
@@ -114,15 +123,16 @@ def column_nets(adj: Adjacency, order=None) -> list:
     return [pins[starts[j]:starts[j + 1]] for j in nets if starts[j + 1] - starts[j] > 1]
 
 
-HP_PRESET = "DETERMINISTIC"
 _MTKAHYPAR = {}
 
 
 def _mtkahypar_initializer(mtkahypar):
     """Mt-KaHyPar's thread pool is process-wide and may be initialized only once."""
     if "init" not in _MTKAHYPAR:
-        threads = int(os.environ.get("GNNMESH_PARTITION_THREADS") or min(2, os.cpu_count() or 1))
-        _MTKAHYPAR["init"] = mtkahypar.initialize(max(1, threads), False)
+        text = os.environ.get("GNNMESH_PARTITION_THREADS") or str(min(2, os.cpu_count() or 1))
+        if not text.isdigit() or int(text) < 1:
+            raise ConfigError(f"GNNMESH_PARTITION_THREADS must be a positive integer, got {text!r}")
+        _MTKAHYPAR["init"] = mtkahypar.initialize(int(text), False)
     return _MTKAHYPAR["init"]
 
 
