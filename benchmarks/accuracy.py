@@ -11,6 +11,8 @@ import os
 import statistics
 import time
 
+import torch
+
 from gnnmesh import datasets
 from gnnmesh.config import Config
 from gnnmesh.train import Trainer
@@ -32,7 +34,9 @@ def main():
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--epochs", type=int, default=200)
     parser.add_argument("--models", default=",".join(sorted({c[0] for c in CASES})))
+    parser.add_argument("--threads", type=int, default=1, help="compute threads (these graphs are small)")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     wanted = set(args.models.split(","))
 
     print(f"| model | dataset | test accuracy (mean ± std, {args.seeds} seeds) | paper | target | s/run |")

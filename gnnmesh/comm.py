@@ -44,8 +44,12 @@ def init(device: torch.device, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
 
 
-def shutdown() -> None:
+def shutdown(clean: bool = False) -> None:
+    """Leave the process group. ``clean``: every rank got here normally, so wait for all of
+    them first (a rank tearing down while a peer still talks to it can abort that peer)."""
     if dist.is_initialized():
+        if clean:
+            dist.barrier()
         try:
             dist.destroy_process_group()
         except Exception:  # peers that already stopped (after an error) cannot say goodbye

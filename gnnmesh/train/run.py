@@ -44,9 +44,12 @@ def run_training(config: Config, quiet: bool = False) -> Summary:
     if world:
         comm.init(device)
     try:
-        return _train(config, quiet, rank, world_size, device)
-    finally:
+        summary = _train(config, quiet, rank, world_size, device)
+    except BaseException:
         comm.shutdown()
+        raise
+    comm.shutdown(clean=True)
+    return summary
 
 
 def _train(config, quiet, rank, world_size, device) -> Summary:
