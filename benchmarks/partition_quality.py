@@ -25,7 +25,7 @@ from gnnmesh import datasets
 from gnnmesh.datasets.registry import REGISTRY
 from gnnmesh.partition import partition, quality
 from gnnmesh.partition.base import graph_key
-from gnnmesh.partition.store import entry_path, store_dir
+from gnnmesh.partition.store import entry_path, is_current, store_dir
 
 DEFAULT_GRAPHS = ["cora", "citeseer", "facebook", "github", "twitch-de", "email-eu-core",
                   "slashdot", "luxembourg-osm", "gemat11", "rmat:nodes=100000,edges=1000000,features=0"]
@@ -50,8 +50,8 @@ def real_graphs(root) -> list:
 
 def run_case(graph, key, parts, method, args, estimate, skipped):
     """Partition (or reuse the cached result) unless it is predicted to take too long."""
-    cached = entry_path(store_dir(args.cache_dir), key, method, parts, args.epsilon,
-                        args.seed).with_suffix(".json").is_file()
+    cached = is_current(entry_path(store_dir(args.cache_dir), key, method, parts, args.epsilon,
+                                   args.seed), method)
     if not cached and estimate is not None and estimate > args.time_limit:
         skipped.append(f"{graph.name} {method} P={parts} (estimated {estimate:.0f} s > "
                        f"--time-limit {args.time_limit:.0f} s)")
