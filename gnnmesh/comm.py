@@ -25,6 +25,11 @@ import torch.distributed as dist
 # How long a collective may wait for a peer before failing: a dead rank then surfaces as an
 # error on the others instead of a hang.
 DEFAULT_TIMEOUT_S = 60
+# Setup steps (loading a graph, partitioning it) may legitimately keep the other ranks
+# waiting far longer; they talk over a separate group with this timeout. A rank that dies
+# still fails its peers at once (closed connections are reported immediately).
+SETUP_TIMEOUT_S = 4 * 3600
+_setup: dict = {}
 
 
 def world_from_env() -> Optional[tuple[int, int]]:
@@ -44,12 +49,23 @@ def init(device: torch.device, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
 
 
+def setup_comm() -> "Comm":
+    """World communicator for long setup steps (see SETUP_TIMEOUT_S); same on every rank."""
+    if "comm" not in _setup:
+        group = None
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            group = dist.new_group(backend="gloo", timeout=timedelta(seconds=SETUP_TIMEOUT_S))
+        _setup["comm"] = Comm(group)
+    return _setup["comm"]
+
+
 def shutdown(clean: bool = False) -> None:
     """Leave the process group. ``clean``: every rank got here normally, so wait for all of
     them first (a rank tearing down while a peer still talks to it can abort that peer)."""
     if dist.is_initialized():
         if clean:
             dist.barrier()
+        _setup.clear()
         try:
             dist.destroy_process_group()
         except Exception:  # peers that already stopped (after an error) cannot say goodbye

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from .. import ops
-from ..comm import Mesh
+from ..comm import Mesh, setup_comm
 from ..errors import ConfigError
 from ..view import OPERATORS, GraphView, random_mask
 from .base import Shard, Strategy
@@ -107,8 +107,7 @@ class PartitionParallel(Strategy):
         result = None
         if self.rank == 0:
             result = self._compute_partition(graph)
-        with self.comm.phase("setup"):
-            result = self.comm.broadcast_object(result)
+        result = setup_comm().broadcast_object(result)  # partitioning may take long
         if isinstance(result, Exception):
             raise result
         self.partition = result

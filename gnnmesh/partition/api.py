@@ -10,7 +10,7 @@ import numpy as np
 from ..errors import ConfigError, GraphError
 from .base import Partition, as_adjacency, check_method, check_parts, fill_empty_parts, graph_key
 from .methods import PARTITIONERS
-from .store import entry_path, load_partition, save_partition, store_dir
+from .store import entry_path, is_current, load_partition, save_partition, store_dir
 
 
 def partition(graph, parts: int, method: str = "hp", *, epsilon: float = 0.01, seed: int = 0,
@@ -19,7 +19,8 @@ def partition(graph, parts: int, method: str = "hp", *, epsilon: float = 0.01, s
 
     Methods: ``rp`` (random, equal vertex counts), ``contiguous`` (id ranges of equal
     nonzeros), ``gp`` (METIS edge cut on A + A^T), ``hp`` (Mt-KaHyPar connectivity - 1 on the
-    column-net hypergraph: the exact halo volume). ``gp``/``hp`` balance nonzeros + 1 per
+    column-net hypergraph: the exact halo volume; then a greedy pass lowers the largest
+    per-rank send volume, see ``refine.py``). ``gp``/``hp`` balance nonzeros + 1 per
     vertex within ``epsilon`` where the graph allows it (a hub heavier than a part's share
     cannot be split). Every part is non-empty; results are deterministic per ``seed``.
 
@@ -34,9 +35,11 @@ def partition(graph, parts: int, method: str = "hp", *, epsilon: float = 0.01, s
         raise ConfigError(f"epsilon must be a non-negative number, got {epsilon}")
     key = graph_key(adj)
     path = entry_path(store_dir(cache_dir), key, method, parts, epsilon, seed) if cache else None
-    if path is not None and path.with_suffix(".json").is_file():
+    if path is not None and is_current(path, method):  # else absent, or by an older version
         try:
-            return load_partition(path, adj, parts=parts)
+            stored = load_partition(path, adj, parts=parts)
+            stored.from_cache = True
+            return stored
         except GraphError as exc:  # a damaged entry is recomputed, not an error
             warnings.warn(f"gnnmesh: ignoring unusable stored partition: {exc}", stacklevel=2)
 

@@ -12,6 +12,8 @@ from ..errors import ConfigError
 from ..graph import Adjacency
 
 METHODS = ("rp", "contiguous", "gp", "hp")
+# Bumped when a method's output changes, so that stored partitions are recomputed.
+METHOD_VERSIONS = {"rp": 1, "contiguous": 1, "gp": 1, "hp": 2}
 EXTRA_HINT = "pip install 'gnnmesh[partitioners]'"
 
 
@@ -25,7 +27,8 @@ class Partition:
     """A vertex -> part assignment and how it was made.
 
     ``graph_key`` identifies the adjacency structure it was computed for (see ``graph_key``);
-    ``path`` is where it is stored on disk, if it is.
+    ``path`` is where it is stored on disk, if it is; ``from_cache`` tells whether
+    ``partition()`` reused a stored result (``seconds`` is then the original time).
     """
 
     assignment: np.ndarray
@@ -36,6 +39,7 @@ class Partition:
     seconds: float
     graph_key: str
     path: Optional[str] = None
+    from_cache: bool = False
 
     @property
     def num_nodes(self) -> int:

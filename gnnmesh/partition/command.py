@@ -31,28 +31,23 @@ def run(args) -> int:
     from .. import datasets
     from ..errors import ConfigError
     from .api import partition
-    from .base import graph_key
     from .quality import quality
-    from .store import entry_path, store_dir
 
     if args.feature_bytes is not None and args.feature_bytes < 1:
         raise ConfigError(f"--feature-bytes must be positive, got {args.feature_bytes}")
     graph = datasets.load(args.dataset, root=args.data_root)
-    stored = entry_path(store_dir(args.cache_dir), graph_key(graph.adj), args.method, args.parts,
-                        float(args.epsilon), args.seed).with_suffix(".json")
-    reused = stored.is_file()
     part = partition(graph, args.parts, args.method, epsilon=args.epsilon, seed=args.seed,
                      cache_dir=args.cache_dir)
     q = quality(graph.adj, part, feature_bytes=args.feature_bytes)
-    for line in report_lines(graph, part, q, reused):
+    for line in report_lines(graph, part, q):
         print(line)
     return 0
 
 
-def report_lines(graph, part, q: dict, reused: bool = False) -> list:
+def report_lines(graph, part, q: dict) -> list:
     """A readable report: one line per metric."""
     where = part.path or "not stored (cache unwritable)"
-    how = "reused" if reused else "computed"
+    how = "reused" if part.from_cache else "computed"
     lines = [
         f"graph:         {graph.name}, {graph.num_nodes:,} nodes, {graph.num_edges:,} entries",
         f"partition:     {part.method}, {part.parts} parts, epsilon {part.epsilon:g}, seed {part.seed}",

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..datasets.cache import default_dir
 from ..errors import GraphError
-from .base import Partition, as_adjacency, graph_key
+from .base import METHOD_VERSIONS, Partition, as_adjacency, graph_key
 
 FORMAT_VERSION = 1
 
@@ -40,7 +40,8 @@ def save_partition(part: Partition, path) -> bool:
     the store is a cache, never a reason for partitioning to fail."""
     path = Path(path)
     meta = {"format": FORMAT_VERSION, "graph_key": part.graph_key, "num_nodes": part.num_nodes,
-            "parts": part.parts, "method": part.method, "epsilon": part.epsilon,
+            "parts": part.parts, "method": part.method,
+            "method_version": METHOD_VERSIONS.get(part.method, 1), "epsilon": part.epsilon,
             "seed": part.seed, "seconds": part.seconds}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -64,6 +65,17 @@ def _atomic_write(path: Path, write) -> None:
         raise
 
 
+def is_current(path, method: str) -> bool:
+    """Whether a complete entry made by the current version of ``method`` is at ``path``."""
+    path = Path(path)
+    if not (path.is_file() and path.with_suffix(".json").is_file()):
+        return False
+    try:
+        return read_meta(path).get("method_version", 1) == METHOD_VERSIONS.get(method, 1)
+    except GraphError:
+        return False
+
+
 def load_partition(path, graph, parts: Optional[int] = None) -> Partition:
     """Read a stored partition and check it fits ``graph`` (a Graph or Adjacency).
 
@@ -82,7 +94,7 @@ def load_partition(path, graph, parts: Optional[int] = None) -> Partition:
         assignment = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:
         raise GraphError(f"{path}: not a readable .npy partition file ({exc})") from None
-    meta = _read_meta(path)
+    meta = read_meta(path)
     if assignment.ndim != 1 or not np.issubdtype(assignment.dtype, np.integer):
         raise GraphError(f"{path}: expected a 1-D integer array, got {assignment.dtype} "
                          f"with shape {list(assignment.shape)}")
@@ -112,8 +124,9 @@ def load_partition(path, graph, parts: Optional[int] = None) -> Partition:
                      graph_key=key, path=str(path))
 
 
-def _read_meta(path: Path) -> dict:
-    meta_path = path.with_suffix(".json")
+def read_meta(path) -> dict:
+    """The description beside a stored partition ({} when there is none)."""
+    meta_path = Path(path).with_suffix(".json")
     if not meta_path.exists():
         return {}
     try:

@@ -87,7 +87,7 @@ def _load_once_per_host(config: Config, rank: int, world_size: int) -> Graph:
     input found by rank 0 is sent to every rank, so that all stop with the same error."""
     if world_size == 1:
         return load_graph(config)
-    world = comm.Comm()
+    world = comm.setup_comm()
     error = graph = None
     if rank == 0:
         try:
