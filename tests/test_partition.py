@@ -15,6 +15,7 @@ from gnnmesh.partition import (METHODS, MissingExtraError, Partition, comm_plan,
                                graph_key, load_partition, partition, quality, rank_plan, store_dir)
 from gnnmesh.partition import command, methods
 from gnnmesh.partition.base import fill_empty_parts, imbalance, vertex_weights
+from gnnmesh.partition.refine import VOLUME_BUDGET, reduce_max_send
 from gnnmesh.transforms import gcn_norm
 
 from helpers import random_graph
@@ -111,6 +112,23 @@ def test_tool_returning_an_empty_part_is_fixed(monkeypatch):
     monkeypatch.setitem(methods.PARTITIONERS, "hp", lambda adj, p, e, s: np.zeros(adj.shape[0], np.int64))
     part = partition(adj, 3, "hp", cache=False)
     assert (part.sizes() > 0).all()
+
+
+@pytest.mark.parametrize("start", ["rp", "contiguous"])
+@pytest.mark.parametrize("parts", [2, 5])
+def test_refinement_lowers_max_send_within_budget(medium, start, parts):
+    w = vertex_weights(medium)
+    before = partition(medium, parts, start, cache=False).assignment
+    after = reduce_max_send(medium, before, parts, w, epsilon=0.03)
+    q0, q1 = quality(medium, before), quality(medium, after)
+    assert np.array_equal(after, reduce_max_send(medium, before, parts, w, epsilon=0.03))
+    assert q1["send_volume_max"] <= q0["send_volume_max"]
+    if start == "rp":  # random parts leave plenty to gain
+        assert q1["send_volume_max"] < q0["send_volume_max"]
+    assert q1["volume_total"] <= q0["volume_total"] * (1 + VOLUME_BUDGET)
+    cap = max(1.03 * w.sum() / parts, np.bincount(before, weights=w).max())
+    assert np.bincount(after, weights=w, minlength=parts).max() <= cap
+    assert (np.bincount(after, minlength=parts) > 0).all()
 
 
 # -- errors ------------------------------------------------------------------------------------

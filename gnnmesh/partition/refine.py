@@ -131,8 +131,9 @@ class _State:
             return False
         owner_new = self.part[nets].copy()
         owner_new[nets == v] = b
-        send = self.send - np.bincount(self.part[nets], weights=self.lam[nets] - 1, minlength=self.parts).astype(np.int64) \
-            + np.bincount(owner_new, weights=lam_new - 1, minlength=self.parts).astype(np.int64)
+        before = np.bincount(self.part[nets], weights=self.lam[nets] - 1, minlength=self.parts)
+        after = np.bincount(owner_new, weights=lam_new - 1, minlength=self.parts)
+        send = self.send + (after - before).astype(np.int64)
         # a must drop; no part may rise to a's old level: (max, parts at max) decreases
         rose = send > self.send
         rose[a] = False
