@@ -6,8 +6,6 @@ from __future__ import annotations
 from .base import Shard, Strategy
 from .single import SingleProcess
 
-STRATEGIES = {"single": SingleProcess}
-
 
 def build_strategy(config, device) -> Strategy:
     """The strategy ``config.strategy`` for this rank (the process group must be initialized)."""
@@ -20,10 +18,4 @@ def build_strategy(config, device) -> Strategy:
     raise ValueError(f"unknown strategy {config.strategy!r}")
 
 
-def get_strategy(name: str, **options) -> Strategy:
-    if name not in STRATEGIES:
-        raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
-    return STRATEGIES[name](**options)
-
-
-__all__ = ["STRATEGIES", "Shard", "Strategy", "SingleProcess", "build_strategy", "get_strategy"]
+__all__ = ["Shard", "Strategy", "SingleProcess", "build_strategy"]

@@ -23,7 +23,7 @@ from ..errors import ConfigError
 from ..graph import Graph
 from ..models import build_model
 from ..ops import profile
-from ..parallel import Strategy, get_strategy
+from ..parallel import Strategy, build_strategy
 from . import checkpoint
 
 
@@ -82,8 +82,8 @@ class Trainer:
     def __init__(self, config: Config, graph: Graph, strategy: Optional[Strategy] = None):
         self.config = config.resolved()
         self.graph = graph
-        self.strategy = strategy or get_strategy(self.config.strategy)
         self.device = resolve_device(self.config.device)
+        self.strategy = strategy or build_strategy(self.config, self.device)
         profile.sync_cuda["on"] = self.device.type == "cuda"
         if graph.y is None:
             raise ConfigError(f"dataset '{graph.name}' has no labels; node classification needs them")
