@@ -41,6 +41,10 @@ def random_mask(shape, p: float, seed: int, device) -> torch.Tensor:
 class GraphView:
     """The whole graph on one process."""
 
+    # Whether operators are moved to ``device``; a parallel view multiplies only its own
+    # rows, so it keeps the global operators on the CPU.
+    operators_on_device = True
+
     def __init__(self, adj: Adjacency, seed: int = 0, device="cpu"):
         self.adj = adj
         self.device = torch.device(device)
@@ -59,7 +63,7 @@ class GraphView:
             if name not in OPERATORS:
                 raise ValueError(f"unknown graph operator {name!r}; choose from {sorted(OPERATORS)}")
             op = OPERATORS[name](self.adj)
-            if op.values is not None:
+            if op.values is not None and self.operators_on_device:
                 op = op.with_values(op.values.to(self.device))
             self._operators[name] = op
         return self._operators[name]

@@ -11,7 +11,7 @@ import scipy.sparse as sp
 import torch
 
 from ..errors import GraphError
-from ..graph import Adjacency, Graph
+from ..graph import Adjacency
 
 MASKS = ("train_mask", "val_mask", "test_mask")
 
@@ -75,11 +75,6 @@ def sorted_unique(a: np.ndarray) -> np.ndarray:
     keep[0] = True
     np.not_equal(a[1:], a[:-1], out=keep[1:])
     return a[keep]
-
-
-def make_graph(adj: Adjacency, *, source: str, directed: Optional[bool], **fields) -> Graph:
-    """A validated Graph. ``directed=None`` means 'directed unless the edges are symmetric'."""
-    return Graph.from_adjacency(adj, directed=directed, source=source, **fields)
 
 
 def encode_labels(values: list):

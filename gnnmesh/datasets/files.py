@@ -24,7 +24,8 @@ import scipy.sparse as sp
 import torch
 
 from ..errors import GraphError
-from ._build import MASKS, adjacency_from_edges, make_graph, random_split
+from ..graph import Graph
+from ._build import MASKS, adjacency_from_edges, random_split
 from ._io import read_bytes, read_raw
 from ._text import parse_table
 from .options import SPLIT, Option
@@ -90,7 +91,7 @@ def _finish(path, src, dst, n, weights, *, directed, remove_self_loops, meta,
         symmetrize = directed is False
     adj = adjacency_from_edges(src, dst, n, weights=weights, symmetrize=symmetrize,
                                drop_self_loops=remove_self_loops)
-    return make_graph(adj, source=str(path), directed=directed, name=graph_name(path),
+    return Graph.from_adjacency(adj, source=str(path), directed=directed, name=graph_name(path),
                       meta=meta, **fields)
 
 

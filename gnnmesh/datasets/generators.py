@@ -20,7 +20,8 @@ import numpy as np
 import torch
 
 from ..errors import GraphError
-from ._build import adjacency_from_keys, make_graph, random_split, sorted_unique
+from ..graph import Graph
+from ._build import adjacency_from_keys, random_split, sorted_unique
 from .options import SPLIT, Option
 
 _CHUNK = 1 << 22          # edges per vectorised batch: bounds temporary memory (~100 MB)
@@ -152,7 +153,7 @@ def sbm(nodes, classes, features, avg_degree, p_in_ratio, feature_noise, seed,
                   p_in_ratio=p_in_ratio, feature_noise=feature_noise, seed=seed)
     meta = {"generator": "sbm", "params": params, "split": split,
             "undirected_edges": int(keys.size), "intra_class_edge_fraction": frac_in}
-    return make_graph(_keys_to_adjacency(keys, n, True), source="sbm", directed=False, x=x,
+    return Graph.from_adjacency(_keys_to_adjacency(keys, n, True), source="sbm", directed=False, x=x,
                       y=torch.from_numpy(y), name=f"sbm-{n}", num_classes=k, meta=meta, **masks)
 
 
@@ -229,5 +230,5 @@ def rmat(scale, nodes, edges, edge_factor, a, b, c, features, classes, seed, und
                   features=features, classes=classes, seed=seed, undirected=undirected,
                   permute=permute)
     meta = {"generator": "rmat", "params": params, "split": split}
-    return make_graph(adj, source="rmat", directed=not undirected, x=x, y=torch.from_numpy(y),
+    return Graph.from_adjacency(adj, source="rmat", directed=not undirected, x=x, y=torch.from_numpy(y),
                       name=f"rmat-{n}-{m}", num_classes=classes, meta=meta, **masks)

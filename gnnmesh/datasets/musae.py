@@ -22,7 +22,8 @@ import numpy as np
 import torch
 
 from ..errors import GraphError
-from ._build import adjacency_from_edges, csr_features, encode_labels, make_graph, random_split
+from ..graph import Graph
+from ._build import adjacency_from_edges, csr_features, encode_labels, random_split
 from ._io import decode_text, read_bytes, read_zip_member
 from ._text import parse_table
 
@@ -159,6 +160,6 @@ def load_musae(files: dict, name: str, *, id_column: str = "id", label_column: s
         meta["duplicate_target_rows"] = duplicates
     if files.get("features") is None:
         meta["missing"] = "no feature file: x is None (see structural_features)"
-    return make_graph(adj, source=name, directed=False, x=x, y=torch.from_numpy(y), name=name,
+    return Graph.from_adjacency(adj, source=name, directed=False, x=x, y=torch.from_numpy(y), name=name,
                       num_classes=int(y.max()) + 1 if class_names is None else len(class_names),
                       meta=meta, **masks)

@@ -23,7 +23,8 @@ import scipy.sparse as sp
 import torch
 
 from ..errors import GraphError
-from ._build import adjacency_from_edges, index_mask, make_graph
+from ..graph import Graph
+from ._build import adjacency_from_edges, index_mask
 from ._io import read_raw
 from ._text import parse_table
 
@@ -153,6 +154,6 @@ def load_planetoid(files: dict, name: str, normalize_features: bool = True):
     if x is None:
         meta["missing"] = ("ind.{0}.allx is missing, so x is None: features exist for only "
                            "a few nodes").format(name)
-    return make_graph(adj, source=f"{name} ({files['graph']})", directed=False, x=x,
+    return Graph.from_adjacency(adj, source=f"{name} ({files['graph']})", directed=False, x=x,
                       y=torch.from_numpy(y), name=name, num_classes=num_classes, meta=meta,
                       **masks)

@@ -9,7 +9,8 @@ import numpy as np
 import torch
 
 from ..errors import GraphError
-from ._build import adjacency_from_edges, make_graph, random_split
+from ..graph import Graph
+from ._build import adjacency_from_edges, random_split
 from ._io import read_bytes
 from ._text import parse_table
 from .files import load_edge_list
@@ -45,7 +46,7 @@ def load_email_eu_core(files: dict, *, as_undirected=False, split_seed=0, train_
     masks, split = random_split(n, y, train_frac, val_frac, split_seed)
     meta = {"source": "SNAP email-Eu-core", "split": split,
             "self_loops": int(np.count_nonzero(src == dst)), "as_undirected": as_undirected}
-    return make_graph(adj, source="email-eu-core", directed=not as_undirected,
+    return Graph.from_adjacency(adj, source="email-eu-core", directed=not as_undirected,
                       y=torch.from_numpy(y), name="email-eu-core", num_classes=int(y.max()) + 1,
                       meta=meta, **masks)
 

@@ -15,13 +15,15 @@ import torch
 from .. import ops
 from ..comm import Mesh, setup_comm
 from ..errors import ConfigError
-from ..view import OPERATORS, GraphView, random_mask
+from ..view import GraphView, random_mask
 from .base import Shard, Strategy
 from .halo import HaloGather, HaloSpMM, build_local_operator
 
 
 class PartitionView(GraphView):
     """The rows one rank owns; primitives fetch the halo rows they reference."""
+
+    operators_on_device = False
 
     def __init__(self, adj, assignment: torch.Tensor, comm, seed: int, device):
         super().__init__(adj, seed=seed, device=device)
@@ -38,14 +40,6 @@ class PartitionView(GraphView):
             op = self.operator(name)
             self._local[name] = build_local_operator(op, self.assignment, self.comm, self.device)
         return self._local[name]
-
-    def operator(self, name: str):
-        """The global operator, on the CPU: only its rows for this rank are ever multiplied."""
-        if name not in self._operators:
-            if name not in OPERATORS:
-                raise ValueError(f"unknown graph operator {name!r}; choose from {sorted(OPERATORS)}")
-            self._operators[name] = OPERATORS[name](self.adj)
-        return self._operators[name]
 
     # -- primitives ------------------------------------------------------------------------
     def spmm(self, x, op="gcn", values=None):

@@ -7,6 +7,7 @@ Vertex weight everywhere is a row's nonzeros + 1: the compute load of that row i
 
 from __future__ import annotations
 
+import importlib
 import os
 
 import numpy as np
@@ -48,13 +49,18 @@ def contiguous(adj: Adjacency, parts: int, epsilon: float, seed: int) -> np.ndar
     return np.repeat(np.arange(parts, dtype=np.int64), np.diff(bounds))
 
 
+def _import_extra(module: str, method: str):
+    """The optional package a method needs, or an error naming the extra to install."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise MissingExtraError(f"method '{method}' needs {module}: {EXTRA_HINT}") from err
+
+
 def metis(adj: Adjacency, parts: int, epsilon: float, seed: int) -> np.ndarray:
     """METIS k-way on the symmetrized graph (pattern of A + A^T, no self-loops): minimizes
     edge cut, which only approximates communication volume."""
-    try:
-        import pymetis
-    except ImportError as err:
-        raise MissingExtraError(f"method 'gp' needs pymetis: {EXTRA_HINT}") from err
+    pymetis = _import_extra("pymetis", "gp")
     n = adj.shape[0]
     if parts == 1:
         return np.zeros(n, dtype=np.int64)
@@ -88,10 +94,7 @@ def hypergraph(adj: Adjacency, parts: int, epsilon: float, seed: int) -> np.ndar
     random seed (``set_seed`` does not reach it), so ``seed`` != 0 also relabels the vertices
     with a seeded permutation before partitioning; seed 0 keeps the graph's own order.
     """
-    try:
-        import mtkahypar
-    except ImportError as err:
-        raise MissingExtraError(f"method 'hp' needs mtkahypar: {EXTRA_HINT}") from err
+    mtkahypar = _import_extra("mtkahypar", "hp")
     n = adj.shape[0]
     if parts == 1:
         return np.zeros(n, dtype=np.int64)
