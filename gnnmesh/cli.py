@@ -29,6 +29,8 @@ HELP = {
     "attn_dropout": "attention dropout (GAT)",
     "k": "propagation steps (decoupled)",
     "alpha": "teleport probability (decoupled)",
+    "decoupled": "train the decoupled form of the model: its NN layers first, then k propagation "
+                 "steps (gcn, sage, gat; implied by --strategy tensor-decoupled)",
     "epochs": "training epochs",
     "lr": "Adam learning rate; default: the model's",
     "weight_decay": "L2 penalty; default: the model's",
@@ -39,6 +41,14 @@ HELP = {
     "partitioner": "vertex partitioner for --strategy partition (hp needs gnnmesh[partitioners])",
     "epsilon": "allowed load imbalance of the partition",
     "partition_file": "use this stored partition (from 'gnnmesh partition') instead of computing one",
+    "chunk_size": "tensor strategies: destination rows per aggregation chunk (default: the "
+                  "whole graph in one chunk)",
+    "pipeline": "tensor strategies: overlap per-chunk split/gather with aggregation",
+    "grid": "grid3d: process grid X,Y,Z (product = number of ranks; default: chosen by the "
+            "performance model)",
+    "permute": "grid3d: balance the 2D adjacency shards with the double permutation",
+    "blocks": "grid3d: row blocks per aggregation, each block's all-reduce overlapping the next "
+              "block's SpMM",
     "device": "compute device",
     "threads": "compute threads per process (default: torch's choice)",
     "checkpoint": "checkpoint file",
@@ -59,7 +69,7 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
         flag = "--" + f.name.replace("_", "-")
         kind = _flag_type(f)
         if kind is bool:
-            parser.add_argument(flag, dest=f.name, action="store_const", const=True, default=None,
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
                                 help=HELP.get(f.name))
         else:
             parser.add_argument(flag, dest=f.name, type=kind, default=None, choices=CHOICES.get(f.name),

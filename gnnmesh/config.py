@@ -34,7 +34,7 @@ CHOICES = {
     "model": tuple(MODEL_DEFAULTS),
     "reorder": ("none", "rcm", "degree"),
     "device": ("cpu", "cuda", "auto"),
-    "strategy": ("single", "partition"),
+    "strategy": ("single", "partition", "tensor", "tensor-decoupled", "grid3d"),
     "partitioner": ("hp", "gp", "rp", "contiguous"),
 }
 
@@ -58,6 +58,7 @@ class Config:
     attn_dropout: float = field(default=0.6, metadata=_section("model"))
     k: int = field(default=10, metadata=_section("model"))
     alpha: float = field(default=0.1, metadata=_section("model"))
+    decoupled: bool = field(default=False, metadata=_section("model"))
     # [train]
     epochs: int = field(default=200, metadata=_section("train"))
     lr: Optional[float] = field(default=None, metadata=_section("train"))
@@ -70,6 +71,11 @@ class Config:
     partitioner: str = field(default="hp", metadata=_section("run"))
     epsilon: float = field(default=0.01, metadata=_section("run"))
     partition_file: Optional[str] = field(default=None, metadata=_section("run"))
+    chunk_size: Optional[int] = field(default=None, metadata=_section("run"))
+    pipeline: bool = field(default=True, metadata=_section("run"))
+    grid: Optional[str] = field(default=None, metadata=_section("run"))
+    permute: bool = field(default=True, metadata=_section("run"))
+    blocks: int = field(default=1, metadata=_section("run"))
     device: str = field(default="cpu", metadata=_section("run"))
     threads: Optional[int] = field(default=None, metadata=_section("run"))
     checkpoint: Optional[str] = field(default=None, metadata=_section("run"))
@@ -94,7 +100,8 @@ class Config:
                 raise ConfigError(f"config field '{f.name}': expected {base.__name__}, got {value!r}")
             if f.name in CHOICES and value not in CHOICES[f.name]:
                 raise ConfigError(f"config field '{f.name}': {value!r} is not one of {', '.join(CHOICES[f.name])}")
-        positive = ["layers", "heads", "epochs", "nproc", "eval_every", "log_every", "hidden", "threads"]
+        positive = ["layers", "heads", "epochs", "nproc", "eval_every", "log_every", "hidden", "threads",
+                    "chunk_size", "blocks"]
         for name in positive:
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -112,14 +119,20 @@ class Config:
         if self.strategy == "single" and self.nproc > 1:
             raise ConfigError("config field 'nproc': the 'single' strategy runs one process; "
                               "choose a parallel --strategy (e.g. partition)")
+        if (self.decoupled or self.strategy == "tensor-decoupled") and self.model == "gin":
+            raise ConfigError("config field 'model': gin has no decoupled form; choose gcn, sage, gat "
+                              "or decoupled")
         if self.resume and not self.checkpoint:
             raise ConfigError("config field 'resume' needs 'checkpoint' (a file path)")
         return self
 
     def resolved(self) -> "Config":
         """A copy with the model's defaults filled in for every unset hyper-parameter."""
-        defaults = MODEL_DEFAULTS[self.model]
+        decoupled = self.decoupled or self.strategy == "tensor-decoupled"
+        defaults = MODEL_DEFAULTS["decoupled" if decoupled else self.model]
         changes = {k: v for k, v in defaults.items() if getattr(self, k) is None}
+        if decoupled:  # tensor-decoupled trains the decoupled form of the model
+            changes["decoupled"] = True
         return dataclasses.replace(self, **changes)
 
     def updated(self, **changes) -> "Config":

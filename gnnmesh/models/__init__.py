@@ -11,12 +11,21 @@ from .sage import SAGE
 MODELS = {"gcn": GCN, "sage": SAGE, "gat": GAT, "gin": GIN, "decoupled": Decoupled}
 
 
-def build_model(name: str, in_dim: int, num_classes: int, **options):
-    """Instantiate a model by name; ``options`` are its constructor's keyword arguments."""
+# The decoupled form of each model that has one (Decoupled's keyword arguments).
+DECOUPLED = {"gcn": {}, "decoupled": {}, "sage": {"op": "mean"}, "gat": {"attention": True}}
+
+
+def build_model(name: str, in_dim: int, num_classes: int, decoupled: bool = False, **options):
+    """Instantiate a model by name; ``options`` are its constructor's keyword arguments.
+    ``decoupled`` builds the model's decoupled form (its NN layers, then propagation)."""
     key = name.lower()
     if key not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
+    if decoupled or key == "decoupled":
+        if key not in DECOUPLED:
+            raise ValueError(f"model {name!r} has no decoupled form; choose from gcn, sage, gat")
+        return Decoupled(in_dim, num_classes, **DECOUPLED[key], **options)
     return MODELS[key](in_dim, num_classes, **options)
 
 
-__all__ = ["MODELS", "build_model", "GCN", "SAGE", "GAT", "GIN", "Decoupled"]
+__all__ = ["MODELS", "DECOUPLED", "build_model", "GCN", "SAGE", "GAT", "GIN", "Decoupled"]

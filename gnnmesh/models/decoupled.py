@@ -1,13 +1,20 @@
-"""Decoupled model (APPNP, Gasteiger et al., 2019): an MLP, then K propagation steps.
+"""Decoupled models: the NN layers first, then k propagation steps (APPNP, Gasteiger et al., 2019).
 
-``H_0 = MLP(X)``, ``H_{k+1} = (1 - alpha) Â H_k + alpha H_0`` with ``Â`` the GCN operator.
+``H_0 = MLP(X)``, ``H_{k+1} = (1 - alpha) Â H_k + alpha H_0``. ``Â`` is the GCN operator by
+default (the mean operator for the decoupled GraphSAGE). With ``attention`` (decoupled GAT,
+NeutronTP §4.1.1) ``Â`` has edge weights computed once from ``H_0`` by GAT attention over
+in-edges plus a self-loop, averaged over heads, before any propagation.
+
 All dense work happens before any graph work, which is what tensor-parallel training
-exploits: the MLP runs on vertex rows, the propagation on feature columns.
+exploits: the MLP (and the attention) run on vertex rows, the propagation on feature
+columns. A strategy may run the pieces itself: ``transform``, ``edge_weights``, then ``k``
+steps of ``combine(view.spmm(h, op, weights), h0)``.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .base import layer_dims
@@ -15,10 +22,20 @@ from .base import layer_dims
 
 class Decoupled(nn.Module):
     def __init__(self, in_dim: int, num_classes: int, hidden: int = 64, layers: int = 2,
-                 dropout: float = 0.5, k: int = 10, alpha: float = 0.1):
+                 dropout: float = 0.5, k: int = 10, alpha: float = 0.1, op: str = "gcn",
+                 attention: bool = False, heads: int = 1, attn_dropout: float = 0.0,
+                 negative_slope: float = 0.2):
         super().__init__()
         self.dropout, self.k, self.alpha = dropout, k, alpha
         self.mlp = nn.ModuleList(nn.Linear(i, o) for i, o in layer_dims(in_dim, hidden, num_classes, layers))
+        self.attention = attention
+        self.op = "loop" if attention else op
+        if attention:
+            self.attn_dropout, self.negative_slope = attn_dropout, negative_slope
+            self.att_src = nn.Parameter(torch.empty(heads, num_classes))
+            self.att_dst = nn.Parameter(torch.empty(heads, num_classes))
+            nn.init.xavier_uniform_(self.att_src)
+            nn.init.xavier_uniform_(self.att_dst)
 
     def transform(self, view, x: torch.Tensor) -> torch.Tensor:
         h = x
@@ -28,11 +45,26 @@ class Decoupled(nn.Module):
                 h = torch.relu(h)
         return h
 
-    def propagate(self, view, h0: torch.Tensor) -> torch.Tensor:
+    def edge_weights(self, view, h0: torch.Tensor):
+        """Per-edge weights of ``op`` (attention), or None to use the operator's own values."""
+        if not self.attention:
+            return None
+        z = h0.unsqueeze(1)
+        scores = view.sddmm((z * self.att_dst).sum(-1), (z * self.att_src).sum(-1), "loop", "add")
+        alpha = view.edge_softmax(F.leaky_relu(scores, self.negative_slope), "loop")
+        alpha = view.edge_dropout(alpha, self.attn_dropout, self.training, "loop")
+        return alpha.mean(dim=1)
+
+    def combine(self, aggregated: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
+        """One propagation step given ``Â H_k`` (row-wise, so any row or column layout works)."""
+        return (1 - self.alpha) * aggregated + self.alpha * h0
+
+    def propagate(self, view, h0: torch.Tensor, weights=None) -> torch.Tensor:
         h = h0
         for _ in range(self.k):
-            h = (1 - self.alpha) * view.spmm(h, "gcn") + self.alpha * h0
+            h = self.combine(view.spmm(h, self.op, weights), h0)
         return h
 
     def forward(self, view, x):
-        return self.propagate(view, self.transform(view, x))
+        h0 = self.transform(view, x)
+        return self.propagate(view, h0, self.edge_weights(view, h0))

@@ -35,6 +35,11 @@ class Strategy:
     def shard(self, graph: Graph, x: torch.Tensor, seed: int, device) -> Shard:
         raise NotImplementedError
 
+    def forward(self, model: torch.nn.Module, view: GraphView, x: torch.Tensor) -> torch.Tensor:
+        """The model's output for this rank's rows. Strategies that change the data layout
+        between a model's stages (tensor-decoupled, grid3d) override this."""
+        return model(view, x)
+
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         """Sum ``tensor`` over ranks (in place) and return it."""
         return tensor

@@ -16,7 +16,8 @@ from .. import ops
 from ..comm import Mesh, setup_comm
 from ..errors import ConfigError
 from ..view import GraphView, random_mask
-from .base import Shard, Strategy
+from .base import Shard
+from .distributed import DistributedStrategy, world_size
 from .halo import HaloGather, HaloSpMM, build_local_operator
 
 
@@ -65,16 +66,16 @@ class PartitionView(GraphView):
         return mask[self.local(op).edge_ids]
 
 
-class PartitionParallel(Strategy):
+class PartitionParallel(DistributedStrategy):
     name = "partition"
+    reported_phases = ("halo",)
 
     def __init__(self, device, method: str = "hp", epsilon: float = 0.01, seed: int = 0,
                  partition_file: Optional[str] = None, mesh: Optional[Mesh] = None,
                  assignment=None):
         self.device = torch.device(device)
-        self.mesh = mesh or Mesh({"rows": _world_size()}, self.device)
-        self.comm = self.mesh.comm("rows")
-        self.rank, self.world_size = self.comm.rank, self.comm.world_size
+        self.mesh = mesh or Mesh({"rows": world_size()}, self.device)
+        super().__init__(self.mesh.comm("rows"))
         self.method, self.epsilon, self.seed, self.partition_file = method, epsilon, seed, partition_file
         self.partition = None
         self.fixed_assignment = assignment  # an explicit vertex -> rank array, mostly for tests
@@ -116,53 +117,3 @@ class PartitionParallel(Strategy):
                                           seed=self.seed)
         except Exception as err:  # shipped to the other ranks so that all stop with the same error
             return err
-
-    # -- dense parameters and metrics --------------------------------------------------------
-    def all_reduce(self, tensor):
-        with self.comm.phase("metrics"):
-            return self.comm.all_reduce(tensor)
-
-    def sync_gradients(self, model):
-        grads = [p.grad for p in model.parameters() if p.grad is not None]
-        if not grads or self.world_size == 1:
-            return
-        flat = torch.cat([g.flatten() for g in grads])
-        with self.comm.phase("grad"):
-            self.comm.all_reduce(flat)
-        start = 0
-        for g in grads:
-            g.copy_(flat[start:start + g.numel()].view_as(g))
-            start += g.numel()
-
-    def report(self, epoch_time: float) -> dict:
-        stats = self.comm.take()
-        phases = stats["phases"]
-        mine = {"comm_time": stats["wait_seconds"], "compute_time": epoch_time - stats["wait_seconds"],
-                "halo_bytes": phases.get("halo", {}).get("bytes", 0),
-                "halo_messages": phases.get("halo", {}).get("messages", 0),
-                "bytes": sum(p["bytes"] for p in phases.values())}
-        everyone = self.comm.all_gather_object(mine)
-        self.comm.take()  # the report's own gather is not part of the epoch's traffic
-        comm_times = [r["comm_time"] for r in everyone]
-        compute_times = [r["compute_time"] for r in everyone]
-        return {"comm_time": mine["comm_time"],
-                "compute_time_max": max(compute_times), "compute_time_min": min(compute_times),
-                "comm_time_max": max(comm_times), "comm_time_min": min(comm_times),
-                "halo_bytes": sum(r["halo_bytes"] for r in everyone),
-                "halo_messages": sum(r["halo_messages"] for r in everyone),
-                "bytes_total": sum(r["bytes"] for r in everyone),
-                "rank_comm_time": comm_times,
-                "rank_halo_bytes": [r["halo_bytes"] for r in everyone]}
-
-    def report_lines(self, extra: dict) -> list:
-        if not extra:
-            return []
-        return [f"ranks: compute {1e3 * extra['compute_time_min']:.1f}-{1e3 * extra['compute_time_max']:.1f} ms, "
-                f"comm {1e3 * extra['comm_time_min']:.1f}-{1e3 * extra['comm_time_max']:.1f} ms (min-max); "
-                f"halo {extra['halo_bytes'] / 2**20:.2f} MiB in {extra['halo_messages']} messages, "
-                f"{extra['bytes_total'] / 2**20:.2f} MiB in all"]
-
-
-def _world_size() -> int:
-    import torch.distributed as dist
-    return dist.get_world_size() if dist.is_initialized() else 1

@@ -65,7 +65,7 @@ def model_options(config: Config) -> dict:
     options = {"hidden": config.hidden, "layers": config.layers, "dropout": config.dropout}
     if config.model == "gat":
         options.update(heads=config.heads, attn_dropout=config.attn_dropout)
-    if config.model == "decoupled":
+    if config.model == "decoupled" or config.decoupled:
         options.update(k=config.k, alpha=config.alpha)
     return options
 
@@ -95,6 +95,7 @@ class Trainer:
         self.shard = self.strategy.shard(graph, x.float(), self.config.seed, self.device)
         torch.manual_seed(self.config.seed)
         self.model = build_model(self.config.model, x.shape[1], graph.num_classes,
+                                 decoupled=self.config.decoupled,
                                  **model_options(self.config)).to(self.device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.config.lr,
                                           weight_decay=self.config.weight_decay)
@@ -112,7 +113,7 @@ class Trainer:
         s = self.shard
         self.model.train()
         s.view.set_epoch(self.epoch)
-        logits = self.model(s.view, s.x)
+        logits = self.strategy.forward(self.model, s.view, s.x)
         # Sum over local train rows / global train count = the single-process mean loss.
         loss = F.cross_entropy(logits[s.train_mask], s.y[s.train_mask], reduction="sum") / self.split_sizes[0]
         self.optimizer.zero_grad(set_to_none=True)
@@ -125,7 +126,7 @@ class Trainer:
     def evaluate(self) -> list[float]:
         s = self.shard
         self.model.eval()
-        pred = self.model(s.view, s.x).argmax(dim=-1)
+        pred = self.strategy.forward(self.model, s.view, s.x).argmax(dim=-1)
         correct = pred == s.y
         hits = torch.tensor([float(correct[m].sum()) for m in (s.train_mask, s.val_mask, s.test_mask)])
         hits = self.strategy.all_reduce(hits)
@@ -206,7 +207,7 @@ class Trainer:
 
 
 # Settings that change the numbers a run produces; a checkpoint resumes only under the same ones.
-_RESULT_FIELDS = ("dataset", "reorder", "model", "hidden", "layers", "dropout", "heads", "attn_dropout",
+_RESULT_FIELDS = ("dataset", "reorder", "model", "decoupled", "hidden", "layers", "dropout", "heads", "attn_dropout",
                   "k", "alpha", "lr", "weight_decay", "seed")
 
 

@@ -1,0 +1,98 @@
+"""What every multi-rank strategy shares: replicated weights whose gradients are summed
+over ranks, metrics summed over ranks, and a per-epoch traffic report built from the
+``Comm`` counters."""
+
+from __future__ import annotations
+
+import torch
+
+from ..comm import Comm
+from .base import Strategy
+
+
+class DistributedStrategy(Strategy):
+    """Base for strategies whose ranks hold disjoint vertex rows and replicated weights.
+
+    ``reported_phases`` names the traffic phases worth a field of their own in the epoch
+    report (``<phase>_bytes``, ``<phase>_messages``, ``rank_<phase>_bytes``)."""
+
+    reported_phases: tuple = ()
+
+    def __init__(self, comm: Comm):
+        self.comm = comm
+        self.rank, self.world_size = comm.rank, comm.world_size
+
+    def comms(self) -> list:
+        """Every communicator this strategy talks through (their counters make the report)."""
+        return [self.comm]
+
+    def all_reduce(self, tensor):
+        with self.comm.phase("metrics"):
+            return self.comm.all_reduce(tensor)
+
+    def sync_gradients(self, model):
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        if not grads or self.world_size == 1:
+            return
+        flat = torch.cat([g.flatten() for g in grads])
+        with self.comm.phase("grad"):
+            self.comm.all_reduce(flat)
+        start = 0
+        for g in grads:
+            g.copy_(flat[start:start + g.numel()].view_as(g))
+            start += g.numel()
+
+    def take_counters(self) -> dict:
+        """This rank's traffic since the last call, summed over its communicators."""
+        wait, phases = 0.0, {}
+        for comm in self.comms():
+            stats = comm.take()
+            wait += stats["wait_seconds"]
+            for name, c in stats["phases"].items():
+                mine = phases.setdefault(name, {"bytes": 0, "messages": 0})
+                mine["bytes"] += c["bytes"]
+                mine["messages"] += c["messages"]
+        return {"wait_seconds": wait, "phases": phases}
+
+    def rank_figures(self) -> dict:
+        """Extra per-rank numbers for the report; summed over ranks."""
+        return {}
+
+    def report(self, epoch_time: float) -> dict:
+        stats = self.take_counters()
+        phases = stats["phases"]
+        mine = {"comm_time": stats["wait_seconds"], "compute_time": epoch_time - stats["wait_seconds"],
+                "bytes": sum(p["bytes"] for p in phases.values()),
+                "phases": {k: (v["bytes"], v["messages"]) for k, v in phases.items()},
+                "figures": self.rank_figures()}
+        everyone = self.comm.all_gather_object(mine)
+        self.take_counters()  # the report's own gather is not part of the epoch's traffic
+        comm_times = [r["comm_time"] for r in everyone]
+        compute_times = [r["compute_time"] for r in everyone]
+        out = {"comm_time": mine["comm_time"],
+               "compute_time_max": max(compute_times), "compute_time_min": min(compute_times),
+               "comm_time_max": max(comm_times), "comm_time_min": min(comm_times),
+               "bytes_total": sum(r["bytes"] for r in everyone),
+               "rank_comm_time": comm_times}
+        for phase in self.reported_phases:
+            per_rank = [r["phases"].get(phase, (0, 0)) for r in everyone]
+            out[f"{phase}_bytes"] = sum(b for b, _ in per_rank)
+            out[f"{phase}_messages"] = sum(m for _, m in per_rank)
+            out[f"rank_{phase}_bytes"] = [b for b, _ in per_rank]
+        for key in mine["figures"]:
+            out[key] = sum(r["figures"][key] for r in everyone)
+        return out
+
+    def report_lines(self, extra: dict) -> list:
+        if not extra:
+            return []
+        traffic = ", ".join(f"{p} {extra[p + '_bytes'] / 2**20:.2f} MiB in {extra[p + '_messages']} messages"
+                            for p in self.reported_phases)
+        return [f"ranks: compute {1e3 * extra['compute_time_min']:.1f}-{1e3 * extra['compute_time_max']:.1f} ms, "
+                f"comm {1e3 * extra['comm_time_min']:.1f}-{1e3 * extra['comm_time_max']:.1f} ms (min-max); "
+                + (traffic + ", " if traffic else "") + f"{extra['bytes_total'] / 2**20:.2f} MiB in all"]
+
+
+def world_size() -> int:
+    import torch.distributed as dist
+    return dist.get_world_size() if dist.is_initialized() else 1
