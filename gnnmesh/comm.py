@@ -76,6 +76,7 @@ def shutdown(clean: bool = False) -> None:
 class Counter:
     bytes: int = 0
     messages: int = 0
+    wait: float = 0.0  # seconds spent blocked on this phase's communication
 
 
 class Comm:
@@ -110,12 +111,15 @@ class Comm:
         try:
             yield
         finally:
-            self.wait_seconds += time.perf_counter() - start
+            spent = time.perf_counter() - start
+            self.wait_seconds += spent
+            self.counters[self._phase].wait += spent
 
     def take(self) -> dict:
         """Counters and wait time since the last call, then reset."""
         out = {"wait_seconds": self.wait_seconds,
-               "phases": {k: {"bytes": c.bytes, "messages": c.messages} for k, c in self.counters.items()}}
+               "phases": {k: {"bytes": c.bytes, "messages": c.messages, "wait": c.wait}
+                          for k, c in self.counters.items()}}
         self.counters.clear()
         self.wait_seconds = 0.0
         return out
@@ -135,7 +139,8 @@ class Comm:
     def wait(self, handles) -> None:
         with self._waiting():
             for handle in handles:
-                handle.wait()
+                if handle is not None:
+                    handle.wait()
 
     # -- collectives ---------------------------------------------------------------------------
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -149,6 +154,23 @@ class Comm:
         if moved is not tensor:
             tensor.copy_(moved)
         return tensor
+
+    def all_to_all(self, send: torch.Tensor, send_counts: list, recv_counts: list, async_op: bool = False):
+        """Exchange slices of a flat tensor: ``send_counts[r]`` elements go to rank r, and
+        ``recv_counts[r]`` arrive from it, in rank order. Only elements that leave this rank
+        are counted. Returns the received tensor, or (handle, tensor) with ``async_op``."""
+        recv = send.new_empty(sum(recv_counts))
+        if self.world_size == 1:
+            recv.copy_(send)
+            return (None, recv) if async_op else recv
+        off_rank = [n for r, n in enumerate(send_counts) if r != self.rank]
+        self._count(sum(off_rank) * send.element_size(), messages=sum(1 for n in off_rank if n))
+        handle = dist.all_to_all_single(recv, send.contiguous(), list(map(int, recv_counts)),
+                                        list(map(int, send_counts)), group=self.group, async_op=True)
+        if async_op:
+            return handle, recv
+        self.wait([handle])
+        return recv
 
     def all_gather_object(self, obj) -> list:
         if self.world_size == 1:
