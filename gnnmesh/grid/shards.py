@@ -1,0 +1,310 @@
+"""Parallel data loading (Plexus §5.4): cut a graph into 2D shard files once, then let each
+rank read only the shards of its own block, never the whole graph.
+
+A shard directory holds:
+
+    manifest.json                        what was written; read first, written last
+    adj-<i>-<j>.{indptr,indices}.npy     block (i, j) of the (permuted) adjacency: rows
+    [adj-<i>-<j>.values.npy]             row_bounds[i]:row_bounds[i+1], columns
+                                         col_bounds[j]:col_bounds[j+1], CSR with block-local
+                                         row and column ids (int64; float32 values if weighted)
+    <field>-<i>.npy                      row block i of a vertex field (x, y, masks), in the
+                                         adjacency's row order; a sparse x is stored as
+                                         <field>-<i>.{indptr,indices,values}.npy
+
+Plain ``.npy`` files, so a reader memory-maps a shard and copies it once into its merged
+block. The directory is built under a temporary name and renamed into place, so a reader
+sees either the old complete set or the new one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from ..datasets._build import sparse_csr
+from ..errors import ConfigError, GraphError
+from ..graph import Adjacency, Graph
+from ..partition.base import graph_key
+from .permute import block_bounds, check_grid, inverse, permutations, permute_adjacency
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+_ANY = object()  # "no expectation" for open_shards, where None is a meaningful seed
+
+
+def write_shards(graph: Graph, directory, grid, seed: Optional[int] = None, *,
+                 swap: bool = False) -> Path:
+    """Write ``graph`` as ``R x C`` shards into ``directory`` (replacing an earlier shard set).
+
+    ``seed=None`` keeps the original order; otherwise rows and columns are renumbered with
+    ``P_r, P_c = permutations(n, seed)``, i.e. the blocks are those of ``P_r A P_c^T`` and the
+    vertex fields are in ``P_r`` order. ``swap`` writes the second matrix of the double
+    permutation instead, ``P_c A P_r^T`` (vertex fields in ``P_c`` order).
+    """
+    adj = graph.adj
+    rows, cols = check_grid(grid, adj.shape)
+    row_perm = col_perm = None
+    if seed is not None:
+        row_perm, col_perm = permutations(adj.shape[0], int(seed))
+        if swap:
+            row_perm, col_perm = col_perm, row_perm
+    row_bounds, col_bounds = block_bounds(adj.shape[0], rows), block_bounds(adj.shape[1], cols)
+    directory = Path(directory)
+    _check_replaceable(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
+    try:
+        mat = permute_adjacency(adj, row_perm, col_perm).to_scipy()
+        nnz = _write_blocks(mat, tmp, row_bounds, col_bounds, adj.values is not None)
+        del mat
+        order = None if row_perm is None else inverse(row_perm)
+        fields = _write_vertex_fields(graph, tmp, row_bounds, order)
+        manifest = {"format": FORMAT_VERSION, "name": graph.name, "fingerprint": graph_key(adj),
+                    "shape": list(adj.shape), "grid": [rows, cols], "seed": seed, "swap": bool(swap),
+                    "weighted": adj.values is not None, "directed": graph.directed,
+                    "num_classes": graph.num_classes, "row_bounds": row_bounds.tolist(),
+                    "col_bounds": col_bounds.tolist(), "nnz": nnz.tolist(), "fields": fields}
+        with open(tmp / MANIFEST, "w") as fh:
+            json.dump(manifest, fh)
+        _move_into_place(tmp, directory)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return directory
+
+
+def _check_replaceable(directory: Path) -> None:
+    """Only an absent or empty directory, or an earlier shard set, may be replaced."""
+    if directory.exists() and not (directory / MANIFEST).is_file() and \
+            (not directory.is_dir() or any(directory.iterdir())):
+        raise ConfigError(f"{directory}: exists and is not a shard directory; refusing to "
+                          "overwrite it")
+
+
+def _move_into_place(tmp: Path, directory: Path) -> None:
+    old = None
+    if directory.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{directory.name}.old-", dir=directory.parent))
+        os.rename(directory, old / "set")
+    os.rename(tmp, directory)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _write_blocks(mat: sp.csr_matrix, out: Path, row_bounds, col_bounds, weighted: bool):
+    nnz = np.zeros((len(row_bounds) - 1, len(col_bounds) - 1), dtype=np.int64)
+    for i in range(nnz.shape[0]):
+        slab = mat[row_bounds[i]:row_bounds[i + 1]]
+        for j in range(nnz.shape[1]):
+            block = slab[:, col_bounds[j]:col_bounds[j + 1]]
+            block.sort_indices()
+            stem = out / f"adj-{i}-{j}"
+            np.save(f"{stem}.indptr.npy", block.indptr.astype(np.int64), allow_pickle=False)
+            np.save(f"{stem}.indices.npy", block.indices.astype(np.int64), allow_pickle=False)
+            if weighted:
+                np.save(f"{stem}.values.npy", block.data.astype(np.float32), allow_pickle=False)
+            nnz[i, j] = block.nnz
+    return nnz
+
+
+def _write_vertex_fields(graph: Graph, out: Path, row_bounds, order) -> dict:
+    """Row blocks of every vertex field; ``order[new] = old`` picks the rows (None: as is)."""
+    fields = {}
+    for name in Graph.VERTEX_FIELDS:
+        tensor = getattr(graph, name)
+        if tensor is None:
+            continue
+        sparse = tensor.layout == torch.sparse_csr
+        if sparse:
+            data = sp.csr_matrix((tensor.values().numpy(), tensor.col_indices().numpy(),
+                                  tensor.crow_indices().numpy()), shape=tuple(tensor.shape))
+        else:
+            data = tensor.detach().cpu().numpy()
+        for i in range(len(row_bounds) - 1):
+            lo, hi = int(row_bounds[i]), int(row_bounds[i + 1])
+            piece = data[lo:hi] if order is None else data[order[lo:hi]]
+            if sparse:
+                for part, arr in (("indptr", piece.indptr.astype(np.int64)),
+                                  ("indices", piece.indices.astype(np.int64)),
+                                  ("values", piece.data.astype(np.float32))):
+                    np.save(out / f"{name}-{i}.{part}.npy", arr, allow_pickle=False)
+            else:
+                np.save(out / f"{name}-{i}.npy", np.ascontiguousarray(piece), allow_pickle=False)
+        fields[name] = {"layout": "sparse" if sparse else "dense",
+                        "dtype": str(tensor.dtype).replace("torch.", ""),
+                        "shape": list(tensor.shape)}
+    return fields
+
+
+# -- reading -----------------------------------------------------------------------------
+
+def open_shards(directory, *, fingerprint=None, grid=None, seed=_ANY) -> "Shards":
+    """The shard set in ``directory``. Given ``fingerprint`` (``partition.graph_key`` of the
+    graph), ``grid`` or ``seed``, a set written for another graph, grid or permutation is a
+    ConfigError naming the manifest; a missing or damaged manifest is a GraphError."""
+    path = Path(directory) / MANIFEST
+    try:
+        with open(path) as fh:
+            manifest = json.load(fh)
+        if manifest.get("format") != FORMAT_VERSION:
+            raise ValueError(f"format {manifest.get('format')!r}, expected {FORMAT_VERSION}")
+        shards = Shards(Path(directory), manifest)
+    except FileNotFoundError:
+        raise GraphError(f"{path}: missing; not a shard directory (write one with "
+                         "'gnnmesh partition --method permute2 --grid R,C --write-shards DIR')") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise GraphError(f"{path}: unreadable shard manifest: {exc}") from None
+    if fingerprint is not None and manifest["fingerprint"] != fingerprint:
+        raise ConfigError(f"{path}: the shards are of another graph ({manifest['name']}, "
+                          f"fingerprint {manifest['fingerprint']}, expected {fingerprint})")
+    if grid is not None and tuple(int(g) for g in grid) != shards.grid:
+        raise ConfigError(f"{path}: the shards are cut {shards.grid[0]} x {shards.grid[1]}, "
+                          f"expected {int(grid[0])} x {int(grid[1])}")
+    if seed is not _ANY and manifest["seed"] != seed:
+        raise ConfigError(f"{path}: the shards use permutation seed {manifest['seed']}, "
+                          f"expected {seed}")
+    return shards
+
+
+class Shards:
+    """An opened shard set: reads and merges the blocks one rank needs."""
+
+    def __init__(self, directory: Path, manifest: dict):
+        self.directory = directory
+        self.manifest = manifest
+        self.shape = tuple(int(s) for s in manifest["shape"])
+        self.grid = tuple(int(g) for g in manifest["grid"])
+        self.row_bounds = np.asarray(manifest["row_bounds"], dtype=np.int64)
+        self.col_bounds = np.asarray(manifest["col_bounds"], dtype=np.int64)
+        self.nnz = np.asarray(manifest["nnz"], dtype=np.int64)
+        if self.row_bounds.shape != (self.grid[0] + 1,) or self.col_bounds.shape != (self.grid[1] + 1,) \
+                or self.nnz.shape != self.grid:
+            raise ValueError("bounds or nonzero counts do not match the grid")
+
+    def block(self, rows, cols) -> Adjacency:
+        """Row blocks ``rows`` x column blocks ``cols`` (an index, ``(start, stop)`` or a
+        range of consecutive blocks) merged into one CSR Adjacency with local ids: row 0 is
+        ``row_bounds[rows.start]``, column 0 is ``col_bounds[cols.start]``."""
+        rows, cols = _span(rows, self.grid[0], "row"), _span(cols, self.grid[1], "column")
+        row_lo, col_lo = self.row_bounds[rows.start], self.col_bounds[cols.start]
+        n_rows = int(self.row_bounds[rows.stop] - row_lo)
+        shape = (n_rows, int(self.col_bounds[cols.stop] - col_lo))
+        weighted = bool(self.manifest["weighted"])
+        # Pass 1: row lengths of the merged block, from the small indptr files alone.
+        degree = np.zeros(n_rows, dtype=np.int64)
+        for i in rows:
+            local = slice(self.row_bounds[i] - row_lo, self.row_bounds[i + 1] - row_lo)
+            for j in cols:
+                degree[local] += np.diff(self._indptr(i, j))
+        indptr = np.zeros(n_rows + 1, dtype=np.int64)
+        np.cumsum(degree, out=indptr[1:])
+        del degree
+        indices = np.empty(int(indptr[-1]), dtype=np.int64)
+        values = np.empty(int(indptr[-1]), dtype=np.float32) if weighted else None
+        # Pass 2: each shard's entries go after those of the shards to its left, row by row.
+        for i in rows:
+            lo, hi = self.row_bounds[i] - row_lo, self.row_bounds[i + 1] - row_lo
+            cursor = indptr[lo:hi].copy()  # next free slot of every row of this row block
+            for j in cols:
+                piece_ptr = self._indptr(i, j)
+                piece_idx = self._array(i, j, "indices", np.int64, piece_ptr[-1], self.col_bounds[j + 1]
+                                        - self.col_bounds[j])
+                offset = self.col_bounds[j] - col_lo
+                if len(cols) == 1:  # one shard per row: copy straight into place
+                    dest = slice(indptr[lo], indptr[hi])
+                    np.add(piece_idx, offset, out=indices[dest])
+                else:
+                    dest = np.repeat(cursor - piece_ptr[:-1], np.diff(piece_ptr))
+                    dest += np.arange(dest.shape[0], dtype=np.int64)
+                    cursor += np.diff(piece_ptr)
+                    indices[dest] = piece_idx + offset
+                if weighted:
+                    values[dest] = self._array(i, j, "values", np.float32, piece_ptr[-1])
+                del piece_idx
+        return Adjacency(torch.from_numpy(indptr), torch.from_numpy(indices),
+                         None if values is None else torch.from_numpy(values), shape)
+
+    def vertex(self, name: str, rows) -> Optional[torch.Tensor]:
+        """Row blocks ``rows`` of vertex field ``name`` (None if the graph has no such field)."""
+        info = self.manifest["fields"].get(name)
+        if info is None:
+            return None
+        rows = _span(rows, self.grid[0], "row")
+        width = list(info["shape"][1:])
+        dtype = np.dtype(info["dtype"])
+        if info["layout"] == "sparse":
+            pieces = [self._sparse_piece(name, i, width[0]) for i in rows]
+            mat = sp.vstack(pieces, format="csr")
+            return sparse_csr(mat.indptr, mat.indices, mat.data, mat.shape)
+        parts = []
+        for i in rows:
+            expect = [int(self.row_bounds[i + 1] - self.row_bounds[i])] + width
+            arr = self._load(self.directory / f"{name}-{i}.npy")
+            if list(arr.shape) != expect or arr.dtype != dtype:
+                raise GraphError(f"{self.directory / f'{name}-{i}.npy'}: holds {arr.dtype} "
+                                 f"{list(arr.shape)}, the manifest says {dtype} {expect}")
+            parts.append(arr)
+        return torch.from_numpy(np.concatenate(parts))
+
+    def vertex_data(self, rows) -> dict:
+        """Every stored vertex field for row blocks ``rows``, by name."""
+        return {name: self.vertex(name, rows) for name in self.manifest["fields"]}
+
+    # -- one file at a time, checked against the manifest ------------------------------
+    def _load(self, file: Path) -> np.ndarray:
+        try:
+            return np.load(file, mmap_mode="r", allow_pickle=False)
+        except FileNotFoundError:
+            raise GraphError(f"{file}: missing shard file (the shard directory is incomplete)") from None
+        except (OSError, ValueError) as exc:
+            raise GraphError(f"{file}: unreadable shard file: {exc}") from None
+
+    def _indptr(self, i: int, j: int) -> np.ndarray:
+        file = self.directory / f"adj-{i}-{j}.indptr.npy"
+        ptr = np.array(self._load(file))  # small: one entry per row of the block
+        n_rows = int(self.row_bounds[i + 1] - self.row_bounds[i])
+        if ptr.dtype != np.int64 or ptr.shape != (n_rows + 1,) or ptr[0] != 0 \
+                or ptr[-1] != self.nnz[i, j] or np.any(np.diff(ptr) < 0):
+            raise GraphError(f"{file}: corrupt shard: expected a nondecreasing int64 row pointer "
+                             f"of {n_rows + 1} entries from 0 to {self.nnz[i, j]}")
+        return ptr
+
+    def _array(self, i: int, j: int, part: str, dtype, length: int,
+               bound: Optional[int] = None) -> np.ndarray:
+        file = self.directory / f"adj-{i}-{j}.{part}.npy"
+        arr = self._load(file)
+        if arr.dtype != dtype or arr.shape != (int(length),):
+            raise GraphError(f"{file}: corrupt shard: holds {arr.dtype} {list(arr.shape)}, "
+                             f"expected {np.dtype(dtype)} [{int(length)}]")
+        if bound is not None and arr.size and (arr.min() < 0 or arr.max() >= bound):
+            raise GraphError(f"{file}: corrupt shard: column ids outside 0..{bound - 1}")
+        return arr
+
+    def _sparse_piece(self, name: str, i: int, width: int) -> sp.csr_matrix:
+        stem = self.directory / f"{name}-{i}"
+        ptr, idx, val = (self._load(Path(f"{stem}.{p}.npy")) for p in ("indptr", "indices", "values"))
+        n_rows = int(self.row_bounds[i + 1] - self.row_bounds[i])
+        if ptr.shape != (n_rows + 1,) or idx.shape != val.shape or ptr[-1] != idx.shape[0]:
+            raise GraphError(f"{stem}.indptr.npy: corrupt shard: does not match its indices/values")
+        return sp.csr_matrix((np.array(val), np.array(idx), np.array(ptr)), shape=(n_rows, width))
+
+
+def _span(spec, count: int, what: str) -> range:
+    """A block index, ``(start, stop)`` pair or range as a non-empty range within ``count``."""
+    if isinstance(spec, (int, np.integer)):
+        spec = range(int(spec), int(spec) + 1)
+    elif not isinstance(spec, range):
+        start, stop = spec
+        spec = range(int(start), int(stop))
+    if spec.step != 1 or len(spec) == 0 or spec.start < 0 or spec.stop > count:
+        raise ConfigError(f"{what} blocks {spec.start}..{spec.stop - 1} are not a non-empty "
+                          f"range of consecutive blocks within 0..{count - 1}")
+    return spec
