@@ -12,6 +12,8 @@ from ..errors import ConfigError
 from ..graph import Adjacency
 
 METHODS = ("rp", "contiguous", "gp", "hp")
+# Not vertex partitioners: 2D block layouts of the adjacency, reported by 'gnnmesh partition'.
+GRID_METHODS = ("permute2",)
 # Bumped when a method's output changes, so that stored partitions are recomputed.
 METHOD_VERSIONS = {"rp": 1, "contiguous": 1, "gp": 1, "hp": 2}
 EXTRA_HINT = "pip install 'gnnmesh[partitioners]'"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .base import METHODS
+from .base import GRID_METHODS, METHODS
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -13,11 +13,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     cmd.add_argument("--dataset", required=True, help="dataset name, generator spec or graph file")
     cmd.add_argument("--data-root", dest="data_root", help="directory holding the datasets "
                      "(default: $GNNMESH_DATA)")
-    cmd.add_argument("--parts", type=int, required=True, help="number of parts (ranks)")
-    cmd.add_argument("--method", choices=METHODS, default="hp",
+    cmd.add_argument("--parts", type=int, help="number of parts (ranks); required except with "
+                     "--method permute2")
+    cmd.add_argument("--method", choices=METHODS + GRID_METHODS, default="hp",
                      help="rp: random; contiguous: id ranges; gp: METIS graph partitioning; "
                           "hp: hypergraph partitioning, exact volume (default). gp and hp need "
-                          "pip install 'gnnmesh[partitioners]'")
+                          "pip install 'gnnmesh[partitioners]'. permute2: nonzero balance of the "
+                          "--grid R,C blocks of the adjacency in the original order, with one "
+                          "permutation and with the double permutation (--seed)")
+    cmd.add_argument("--grid", help="permute2: row and column block counts R,C (e.g. 8,8)")
+    cmd.add_argument("--write-shards", dest="write_shards", metavar="DIR",
+                     help="permute2: also write the double-permuted adjacency and vertex data "
+                          "as R x C shard files into DIR, for parallel loading")
     cmd.add_argument("--epsilon", type=float, default=0.01, help="allowed load imbalance (default 0.01)")
     cmd.add_argument("--seed", type=int, default=0, help="partitioner seed (default 0)")
     cmd.add_argument("--feature-bytes", "--features-bytes", dest="feature_bytes", type=int,
@@ -33,6 +40,13 @@ def run(args) -> int:
     from .api import partition
     from .quality import quality
 
+    if args.method in GRID_METHODS:
+        return run_grid(args)
+    for flag, value in (("--grid", args.grid), ("--write-shards", args.write_shards)):
+        if value is not None:
+            raise ConfigError(f"{flag} applies only to --method permute2")
+    if args.parts is None:
+        raise ConfigError(f"--parts is required for --method {args.method}")
     if args.feature_bytes is not None and args.feature_bytes < 1:
         raise ConfigError(f"--feature-bytes must be positive, got {args.feature_bytes}")
     graph = datasets.load(args.dataset, root=args.data_root)
@@ -41,6 +55,47 @@ def run(args) -> int:
     q = quality(graph.adj, part, feature_bytes=args.feature_bytes)
     for line in report_lines(graph, part, q):
         print(line)
+    return 0
+
+
+def parse_grid(text) -> tuple:
+    """``"R,C"`` as two positive ints; anything else is a ConfigError naming --grid."""
+    from ..errors import ConfigError
+
+    if text is None:
+        raise ConfigError("--method permute2 needs --grid R,C (row and column block counts)")
+    pieces = str(text).replace(" ", "").split(",")
+    if len(pieces) != 2 or not all(p.isdigit() and int(p) > 0 for p in pieces):
+        raise ConfigError(f"--grid expects two positive integers R,C (e.g. 8,8), got {text!r}")
+    return int(pieces[0]), int(pieces[1])
+
+
+def run_grid(args) -> int:
+    """``--method permute2``: block balance report, and the shard files if asked."""
+    from .. import datasets
+    from ..errors import ConfigError
+    from ..grid.permute import balance, check_grid, max_over_mean
+
+    if args.parts is not None:
+        raise ConfigError("--parts does not apply to --method permute2; give --grid R,C")
+    grid = parse_grid(args.grid)
+    graph = datasets.load(args.dataset, root=args.data_root)
+    grid = check_grid(grid, graph.adj.shape, what="--grid")
+    counts = balance(graph.adj, grid, seed=args.seed)
+    print(f"graph:         {graph.name}, {graph.num_nodes:,} nodes, {graph.num_edges:,} entries")
+    print(f"blocks:        {grid[0]} x {grid[1]}, {graph.num_edges / (grid[0] * grid[1]):,.1f} "
+          f"nonzeros each on average; permutation seed {args.seed}")
+    print("max/mean nonzeros per block:")
+    for key, label in (("original", "original"), ("one", "one permutation"),
+                       ("two", "two permutations")):
+        print(f"  {label + ':':<19}{max_over_mean(counts[key]):.3f} "
+              f"(max {int(counts[key].max()):,})")
+    if args.write_shards:
+        from ..grid.shards import write_shards
+        path = write_shards(graph, args.write_shards, grid, seed=args.seed)
+        files = [f for f in path.iterdir() if f.is_file()]
+        print(f"shards:        {grid[0]} x {grid[1]} blocks of P_r A P_c^T written to {path} "
+              f"({len(files)} files, {_size(sum(f.stat().st_size for f in files))})")
     return 0
 
 
