@@ -22,6 +22,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                           "--grid R,C blocks of the adjacency in the original order, with one "
                           "permutation and with the double permutation (--seed)")
     cmd.add_argument("--grid", help="permute2: row and column block counts R,C (e.g. 8,8)")
+    cmd.add_argument("--self-loops", dest="self_loops", action="store_true",
+                     help="permute2: count A + I, the pattern GCN multiplies with")
     cmd.add_argument("--write-shards", dest="write_shards", metavar="DIR",
                      help="permute2: also write the double-permuted adjacency and vertex data "
                           "as R x C shard files into DIR, for parallel loading")
@@ -42,7 +44,8 @@ def run(args) -> int:
 
     if args.method in GRID_METHODS:
         return run_grid(args)
-    for flag, value in (("--grid", args.grid), ("--write-shards", args.write_shards)):
+    for flag, value in (("--grid", args.grid), ("--write-shards", args.write_shards),
+                        ("--self-loops", args.self_loops or None)):
         if value is not None:
             raise ConfigError(f"{flag} applies only to --method permute2")
     if args.parts is None:
@@ -81,10 +84,11 @@ def run_grid(args) -> int:
     grid = parse_grid(args.grid)
     graph = datasets.load(args.dataset, root=args.data_root)
     grid = check_grid(grid, graph.adj.shape, what="--grid")
-    counts = balance(graph.adj, grid, seed=args.seed)
+    counts = balance(graph.adj, grid, seed=args.seed, self_loops=args.self_loops)
+    total = int(counts["original"].sum())
     print(f"graph:         {graph.name}, {graph.num_nodes:,} nodes, {graph.num_edges:,} entries")
-    print(f"blocks:        {grid[0]} x {grid[1]}, {graph.num_edges / (grid[0] * grid[1]):,.1f} "
-          f"nonzeros each on average; permutation seed {args.seed}")
+    print(f"blocks:        {grid[0]} x {grid[1]} of {'A + I' if args.self_loops else 'A'}, "
+          f"{total / (grid[0] * grid[1]):,.1f} nonzeros each on average; permutation seed {args.seed}")
     print("max/mean nonzeros per block:")
     for key, label in (("original", "original"), ("one", "one permutation"),
                        ("two", "two permutations")):
