@@ -158,7 +158,7 @@ def test_corrupt_row_pointer_and_vertex_piece(written):
         shards.vertex("y", 1)
 
 
-@pytest.mark.parametrize("rows", [2, (1, 1), (0, 3), (-1, 1), range(0, 2, 2)])
+@pytest.mark.parametrize("rows", [2, (1, 1), (0, 3), (-1, 1), range(0, 2, 2), (0, 1, 2), "a"])
 def test_block_ranges_are_checked(written, rows):
     _, path = written
     with pytest.raises(ConfigError, match="row blocks"):

@@ -54,7 +54,8 @@ def write_shards(graph: Graph, directory, grid, seed: Optional[int] = None, *,
     rows, cols = check_grid(grid, adj.shape)
     row_perm = col_perm = None
     if seed is not None:
-        row_perm, col_perm = permutations(adj.shape[0], int(seed))
+        seed = int(seed)
+        row_perm, col_perm = permutations(adj.shape[0], seed)
         if swap:
             row_perm, col_perm = col_perm, row_perm
     row_bounds, col_bounds = block_bounds(adj.shape[0], rows), block_bounds(adj.shape[1], cols)
@@ -215,8 +216,8 @@ class Shards:
             cursor = indptr[lo:hi].copy()  # next free slot of every row of this row block
             for j in cols:
                 piece_ptr = self._indptr(i, j)
-                piece_idx = self._array(i, j, "indices", np.int64, piece_ptr[-1], self.col_bounds[j + 1]
-                                        - self.col_bounds[j])
+                width = self.col_bounds[j + 1] - self.col_bounds[j]
+                piece_idx = self._array(i, j, "indices", np.int64, piece_ptr[-1], width)
                 offset = self.col_bounds[j] - col_lo
                 if len(cols) == 1:  # one shard per row: copy straight into place
                     dest = slice(indptr[lo], indptr[hi])
@@ -302,8 +303,12 @@ def _span(spec, count: int, what: str) -> range:
     if isinstance(spec, (int, np.integer)):
         spec = range(int(spec), int(spec) + 1)
     elif not isinstance(spec, range):
-        start, stop = spec
-        spec = range(int(start), int(stop))
+        try:
+            start, stop = spec
+            spec = range(int(start), int(stop))
+        except (TypeError, ValueError):
+            raise ConfigError(f"{what} blocks must be an index, a (start, stop) pair or a "
+                              f"range, got {spec!r}") from None
     if spec.step != 1 or len(spec) == 0 or spec.start < 0 or spec.stop > count:
         raise ConfigError(f"{what} blocks {spec.start}..{spec.stop - 1} are not a non-empty "
                           f"range of consecutive blocks within 0..{count - 1}")
