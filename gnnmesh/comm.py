@@ -172,6 +172,49 @@ class Comm:
         self.wait([handle])
         return recv
 
+    def all_reduce_async(self, tensor: torch.Tensor):
+        """Start a sum over the group of ``tensor`` (in place; it must be on this comm's
+        device). Returns a handle for ``wait`` (None when there is nothing to send). Counted
+        like ``all_reduce``."""
+        if self.world_size == 1 or tensor.numel() == 0:
+            return None
+        self._count(tensor.numel() * tensor.element_size())
+        return dist.all_reduce(tensor, group=self.group, async_op=True)
+
+    def all_gather(self, tensor: torch.Tensor, sizes: Optional[list] = None, dim: int = 0) -> torch.Tensor:
+        """Every rank's ``tensor`` concatenated along ``dim`` in rank order. ``sizes[r]`` is rank
+        r's length along ``dim`` (default: all equal); the other dims must agree. gloo gathers
+        equal shapes only, so uneven pieces travel padded to the longest, and this rank's
+        padded piece is what is counted."""
+        if self.world_size == 1:
+            return tensor
+        sizes = [int(n) for n in sizes] if sizes is not None else [tensor.shape[dim]] * self.world_size
+        piece = _pad(tensor.movedim(dim, 0), max(sizes)).to(self.device).contiguous()
+        if piece.numel() == 0:
+            return tensor.new_empty((sum(sizes),) + tuple(piece.shape[1:])).movedim(0, dim)
+        pieces = [torch.empty_like(piece) for _ in sizes]
+        self._count(piece.numel() * piece.element_size())
+        with self._waiting():
+            dist.all_gather(pieces, piece, group=self.group)
+        out = torch.cat([p[:n] for p, n in zip(pieces, sizes)]).movedim(0, dim)
+        return out.to(tensor.device)
+
+    def reduce_scatter(self, tensor: torch.Tensor, sizes: list, dim: int = 0) -> torch.Tensor:
+        """This rank's piece of the sum over the group of ``tensor``, which is cut along ``dim``
+        into pieces of ``sizes`` (rank order). Pieces travel padded to the longest; the whole
+        padded input is counted."""
+        sizes = [int(n) for n in sizes]
+        if self.world_size == 1:
+            return tensor
+        moved = tensor.movedim(dim, 0).to(self.device)
+        chunks = [_pad(c, max(sizes)).contiguous() for c in moved.split(sizes)]
+        out = torch.empty_like(chunks[0])
+        if out.numel():
+            self._count(out.numel() * out.element_size() * len(chunks))
+            with self._waiting():
+                dist.reduce_scatter(out, chunks, group=self.group)
+        return out[:sizes[self.rank]].movedim(0, dim).to(tensor.device)
+
     def all_gather_object(self, obj) -> list:
         if self.world_size == 1:
             return [obj]
@@ -204,6 +247,13 @@ class Comm:
         if self.world_size > 1:
             with self._waiting():
                 dist.barrier(group=self.group)
+
+
+def _pad(tensor: torch.Tensor, rows: int) -> torch.Tensor:
+    """``tensor`` with zero rows appended up to ``rows`` rows along dim 0."""
+    if tensor.shape[0] == rows:
+        return tensor
+    return torch.cat([tensor, tensor.new_zeros((rows - tensor.shape[0],) + tuple(tensor.shape[1:]))])
 
 
 class Mesh:
