@@ -100,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .partition import command as partition_command
     partition_command.add_parser(sub)
+    from .grid import plan as plan_command
+    plan_command.add_parser(sub)
     return parser
 
 
@@ -150,6 +152,11 @@ def cmd_partition(args, argv) -> int:
     return partition_command.run(args)
 
 
+def cmd_plan(args, argv) -> int:
+    from .grid import plan as plan_command
+    return plan_command.run(args)
+
+
 def _num(value) -> str:
     return "-" if value is None else f"{value:,}"
 
@@ -164,7 +171,8 @@ def main(argv: Optional[list] = None) -> int:
 
 def _main(argv: list) -> int:
     args = build_parser().parse_args(argv)
-    commands = {"train": cmd_train, "datasets": cmd_datasets, "partition": cmd_partition}
+    commands = {"train": cmd_train, "datasets": cmd_datasets, "partition": cmd_partition,
+                "plan": cmd_plan}
     world = _world_from_env()
     speak = world is None or world[0] == 0  # in a job, rank 0 alone reports bad input
     try:

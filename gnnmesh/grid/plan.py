@@ -1,0 +1,221 @@
+"""``gnnmesh plan``: rank every X x Y x Z grid of G ranks by the predicted epoch time of
+3D-parallel GCN training (``gnnmesh.grid.model``), for this machine or one described by flags."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import asdict
+from typing import Optional
+
+from ..errors import ConfigError
+from .model import (AXES, GPU_NETWORK, GPU_RATES, RANK_ORDER, WORLD, ComputeRates, Network, SpMM,
+                    Workload, rank_grids, rank_orders)
+
+DEFAULT_HIDDEN, DEFAULT_LAYERS = 16, 2           # the train command's GCN defaults
+DEFAULT_FEATURES, DEFAULT_CLASSES = 128, 10      # for a graph given by its size alone
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    cmd = subparsers.add_parser("plan", help="rank the process grids of a parallel strategy by "
+                                "predicted epoch time")
+    cmd.add_argument("--strategy", choices=("grid3d",), default="grid3d",
+                     help="parallel strategy to plan (default grid3d)")
+    cmd.add_argument("--nproc", type=int, required=True, help="number of ranks (GPUs) G")
+    cmd.add_argument("--gpus-per-node", dest="per_node", type=int,
+                     help="ranks per node (default: all G on one node)")
+    graph = cmd.add_argument_group("graph and model (a dataset, or its size)")
+    graph.add_argument("--dataset", help="dataset name, generator spec or graph file (R-MAT specs "
+                       "are sized without generating them)")
+    graph.add_argument("--data-root", dest="data_root", help="directory holding the datasets "
+                       "(default: $GNNMESH_DATA)")
+    graph.add_argument("--nodes", type=int, help="number of nodes")
+    graph.add_argument("--edges", type=int, help="stored adjacency entries (an undirected edge "
+                       "counts twice); self-loops are added")
+    graph.add_argument("--features", type=int, help="input width (default: the dataset's, "
+                       f"else {DEFAULT_FEATURES})")
+    graph.add_argument("--hidden", type=int, default=DEFAULT_HIDDEN,
+                       help=f"hidden width (default {DEFAULT_HIDDEN})")
+    graph.add_argument("--classes", type=int, help="output width (default: the dataset's, "
+                       f"else {DEFAULT_CLASSES})")
+    graph.add_argument("--layers", type=int, default=DEFAULT_LAYERS,
+                       help=f"GCN layers (default {DEFAULT_LAYERS})")
+    graph.add_argument("--eval", action=argparse.BooleanOptionalAction, default=True,
+                       help="count the evaluation pass the trainer runs every epoch (default: yes)")
+    rates = cmd.add_argument_group("machine (default: a nominal GPU cluster; see --probe)")
+    rates.add_argument("--intra-bw", dest="intra_bw", type=float, metavar="GBps",
+                       help="bandwidth of a rank within its node, GB/s (1e9 bytes/s)")
+    rates.add_argument("--inter-bw", dest="inter_bw", type=float, metavar="GBps",
+                       help="injection bandwidth of a node, shared by its ranks, GB/s")
+    rates.add_argument("--intra-latency", dest="intra_latency", type=float, metavar="US",
+                       help="latency per message step within a node, microseconds")
+    rates.add_argument("--inter-latency", dest="inter_latency", type=float, metavar="US",
+                       help="latency per message step between nodes, microseconds")
+    rates.add_argument("--probe", action="store_true",
+                       help="measure SpMM/GEMM rates and all-reduce bandwidth on this machine "
+                            "(a few seconds); bandwidth flags still override")
+    rates.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="device to probe")
+    rates.add_argument("--threads", type=int, help="compute threads per rank for the probe")
+    rates.add_argument("--rates", help="read rates from this JSON file (see --save-rates)")
+    rates.add_argument("--save-rates", dest="save_rates", help="write the rates used to this JSON file")
+    cmd.add_argument("--rank-order", dest="order", choices=rank_orders(), default=RANK_ORDER,
+                     help=f"grid axes from slowest to fastest varying rank number (default {RANK_ORDER}, "
+                          "the grid3d strategy's)")
+    cmd.add_argument("--top", type=int, help="show only the best N grids")
+    return cmd
+
+
+def run(args) -> int:
+    _check(args)
+    name, work = workload(args)
+    rates, network = machine(args)
+    if args.save_rates:
+        with open(args.save_rates, "w") as f:
+            json.dump({"compute": asdict(rates), "network": asdict(network)}, f, indent=2)
+    per_node = min(args.per_node or args.nproc, args.nproc)
+    ranked = rank_grids(work, args.nproc, rates, network, per_node, args.order)
+    for line in header(name, work, args.nproc, per_node, args.order, rates, network):
+        print(line)
+    for line in table(ranked[:args.top] if args.top else ranked):
+        print(line)
+    return 0
+
+
+def _check(args) -> None:
+    positive = {"--nproc": args.nproc, "--gpus-per-node": args.per_node, "--nodes": args.nodes,
+                "--features": args.features, "--hidden": args.hidden, "--classes": args.classes,
+                "--layers": args.layers, "--threads": args.threads, "--top": args.top}
+    for flag, value in positive.items():
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag} must be >= 1, got {value}")
+    for flag, value in {"--intra-bw": args.intra_bw, "--inter-bw": args.inter_bw}.items():
+        if value is not None and not value > 0:
+            raise ConfigError(f"{flag} must be > 0 GB/s, got {value}")
+    for flag, value in {"--intra-latency": args.intra_latency, "--inter-latency": args.inter_latency}.items():
+        if value is not None and not value >= 0:
+            raise ConfigError(f"{flag} must be >= 0 microseconds, got {value}")
+    if args.edges is not None and args.edges < 0:
+        raise ConfigError(f"--edges must be >= 0, got {args.edges}")
+    sized = args.nodes is not None or args.edges is not None
+    if args.dataset and sized:
+        raise ConfigError("--dataset and --nodes/--edges describe the graph twice; give one")
+    if not args.dataset and (args.nodes is None or args.edges is None):
+        raise ConfigError("--dataset, or both --nodes and --edges, must describe the graph")
+    if args.probe and args.rates:
+        raise ConfigError("--rates and --probe both give the rates; choose one")
+
+
+# ---------------------------------------------------------------------------- inputs
+
+def workload(args) -> tuple:
+    """(a name for the graph, the Workload) from the graph and model flags."""
+    if args.dataset:
+        name, nodes, entries, features, classes = graph_size(args.dataset, args.data_root)
+    else:
+        name, nodes, entries, features, classes = "graph", args.nodes, args.edges, None, None
+    features = args.features or features or DEFAULT_FEATURES
+    classes = args.classes or classes or DEFAULT_CLASSES
+    return name, Workload.gcn(nodes, entries, features, args.hidden, classes, args.layers,
+                              evaluate=args.eval)
+
+
+def graph_size(dataset: str, data_root: Optional[str]) -> tuple:
+    """(name, nodes, stored entries, input width, classes) of a dataset. R-MAT specs are
+    sized from their options (a billion-edge spec is planned, not generated); anything
+    else is loaded (through the dataset cache)."""
+    from .. import datasets
+    from ..datasets.generators import RMAT_OPTIONS, rmat_size
+    from ..datasets.options import COMMON, parse_spec, resolve
+
+    head, spec = parse_spec(dataset)
+    if head.lower() == "rmat":
+        o = resolve({**COMMON, **RMAT_OPTIONS}, spec, "rmat")
+        nodes, edges = rmat_size(o["scale"], o["nodes"], o["edges"], o["edge_factor"])
+        entries = edges * (2 if o["undirected"] else 1)
+        features = o["features"] or (1 if o["undirected"] else 2)   # degree features otherwise
+        return dataset, nodes, entries, features, o["classes"]
+    graph = datasets.load(dataset, root=data_root)
+    features = graph.num_features or (2 if graph.directed else 1)
+    return graph.name, graph.num_nodes, graph.num_edges, features, graph.num_classes
+
+
+def machine(args) -> tuple:
+    """(ComputeRates, Network): from --rates, --probe or the nominal GPU figures, then the
+    bandwidth and latency flags on top."""
+    if args.rates:
+        rates, network = _read_rates(args.rates)
+    elif args.probe:
+        from .probe import probe_compute, probe_network
+        rates, network = probe_compute(args.device, args.threads), probe_network()
+    else:
+        rates, network = GPU_RATES, GPU_NETWORK
+    given = {"intra_bw": _si(args.intra_bw, 1e9), "inter_bw": _si(args.inter_bw, 1e9),
+             "intra_latency": _si(args.intra_latency, 1e-6), "inter_latency": _si(args.inter_latency, 1e-6)}
+    given = {k: v for k, v in given.items() if v is not None}
+    if given:
+        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        source = "given" if len(given) == 4 else f"{network.source} with {flags}"
+        network = Network(**{**asdict(network), **given, "source": source})
+    return rates, network
+
+
+def _si(value, unit):
+    return None if value is None else value * unit
+
+
+def _read_rates(path: str) -> tuple:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        return ComputeRates(**data["compute"]), Network(**data["network"])
+    except OSError as err:
+        raise ConfigError(f"--rates {path}: {err.strerror or err}") from None
+    except (ValueError, KeyError, TypeError) as err:
+        raise ConfigError(f"--rates {path}: not a rates file written by --save-rates ({err})") from None
+
+
+# ---------------------------------------------------------------------------- output
+
+def header(name: str, work: Workload, world: int, per_node: int, order: str, rates: ComputeRates,
+           network: Network) -> list:
+    nodes = -(-world // per_node)
+    widths = "-".join(str(w) for w in work.widths)
+    return [
+        f"grid3d plan: {world} ranks on {nodes} node{'s' if nodes > 1 else ''} ({per_node} per node), "
+        f"rank order {order} ({order[-1].upper()} fastest)",
+        f"graph:   {name}, {work.nodes:,} nodes, {work.nnz:,} adjacency entries with self-loops; "
+        f"GCN {widths}{', with evaluation pass' if work.evaluate else ''}",
+        f"compute: {rates.source}: SpMM {_gflops(rates, 128):.1f} GFLOP/s at width 128, "
+        f"{_gflops(rates, 8):.1f} at width 8; GEMM {rates.gemm_flops / 1e9:.1f} GFLOP/s",
+        f"network: {network.source}: intra-node {network.intra_bw / 1e9:.3g} GB/s, "
+        f"inter-node {network.inter_bw / 1e9:.3g} GB/s per node; latency "
+        f"{network.intra_latency * 1e6:.3g} / {network.inter_latency * 1e6:.3g} us",
+        "",
+    ]
+
+
+def _gflops(rates: ComputeRates, width: int) -> float:
+    """SpMM speed on a large square block with 16 nonzeros per row, for the header."""
+    rows = 1 << 20
+    op = SpMM(rows, rows, 16 * rows, width)
+    return 2.0 * op.nnz * width / rates.spmm(op) / 1e9
+
+
+def _ms(seconds: float) -> str:
+    """Milliseconds to four significant digits, never in exponent form."""
+    ms = seconds * 1e3
+    if ms == 0:
+        return "0"
+    return f"{ms:.{max(0, 3 - math.floor(math.log10(ms)))}f}"
+
+
+def table(ranked: list) -> list:
+    groups = AXES + (WORLD,)
+    lines = [f"{'rank':>4}  {'grid XxYxZ':<14} {'total ms':>11} {'compute ms':>11} {'comm ms':>11}   "
+             f"comm {' / '.join(groups)} (ms)"]
+    for i, p in enumerate(ranked, 1):
+        split = " / ".join(_ms(p.comm[g]) for g in groups)
+        lines.append(f"{i:>4}  {str(p.grid):<14} {p.total * 1e3:>11.3f} {p.compute * 1e3:>11.3f} "
+                     f"{p.communication * 1e3:>11.3f}   {split}")
+    return lines
