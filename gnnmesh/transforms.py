@@ -112,6 +112,14 @@ def row_block(adj: Adjacency, rows) -> Adjacency:
     return Adjacency.from_scipy(adj.to_scipy()[rows], weighted=adj.values is not None)
 
 
+def row_range(adj: Adjacency, start: int, stop: int) -> Adjacency:
+    """Rows ``start:stop`` of ``A`` with global column ids, sharing ``A``'s index and value
+    storage (only the row pointer is new): contiguous row blocks and chunks cost nothing."""
+    lo, hi = int(adj.indptr[start]), int(adj.indptr[stop])
+    values = None if adj.values is None else adj.values[lo:hi]
+    return Adjacency(adj.indptr[start:stop + 1] - lo, adj.indices[lo:hi], values, (stop - start, adj.shape[1]))
+
+
 def induced_subgraph(graph: Graph, nodes) -> Graph:
     """The subgraph on ``nodes`` (renumbered ``0..len(nodes)-1`` in the given order) with their data."""
     nodes = np.asarray(nodes, dtype=np.int64)

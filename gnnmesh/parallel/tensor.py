@@ -1,0 +1,185 @@
+"""Tensor parallelism over feature columns (NeutronTP, Ai et al., PVLDB 2024).
+
+Every rank holds the whole graph structure. Dense NN operations run on row blocks (V/N
+vertices per rank; weights replicated, gradients all-reduced) and aggregations on column
+slices (D/N columns of every vertex), so every rank does the same amount of aggregation
+whatever the graph looks like. ``layout.py`` switches between the two layouts,
+``chunks.py`` runs the aggregation chunk by chunk with the switches pipelined.
+
+- ``tensor`` (§3.1): each aggregation is split -> aggregate -> gather, two switches per
+  layer forward and two backward. Any model written on the GraphView runs unchanged.
+- ``tensor-decoupled`` (§4.1, Algorithm 1): a decoupled model's NN layers run first on
+  rows, then one split, ``k`` aggregations on column slices and one gather; backward
+  mirrors it: four switches per epoch whatever ``k`` is. Attention weights (decoupled GAT,
+  §4.1.1) are computed data-parallel for the in-edges of each rank's rows, then shared.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+
+from .. import ops
+from ..comm import Mesh
+from ..errors import ConfigError
+from ..transforms import row_range
+from ..view import GraphView, random_mask
+from .base import Shard
+from .chunks import ChunkedAggregation, ChunkPlan
+from .distributed import DistributedStrategy, world_size
+from .layout import Layout
+
+
+class ShareRows(torch.autograd.Function):
+    """Every rank's row block -> all rows on every rank (per-vertex attention scores, per-edge
+    attention weights). Backward sums each rank's partial gradient back to the owner."""
+
+    @staticmethod
+    def forward(ctx, rows: torch.Tensor, comm, counts: list):
+        ctx.comm, ctx.counts = comm, counts
+        width = math.prod(rows.shape[1:])
+        ctx.width = width
+        with comm.phase("share"):
+            flat = comm.all_to_all(rows.reshape(-1).repeat(comm.world_size),
+                                   [rows.shape[0] * width] * comm.world_size, [c * width for c in counts])
+        return flat.view((sum(counts),) + tuple(rows.shape[1:]))
+
+    @staticmethod
+    def backward(ctx, grad):
+        comm, counts, width = ctx.comm, ctx.counts, ctx.width
+        mine = counts[comm.rank]
+        with comm.phase("share"):
+            flat = comm.all_to_all(grad.contiguous().reshape(-1), [c * width for c in counts],
+                                   [mine * width] * comm.world_size)
+        parts = flat.view((comm.world_size, mine) + tuple(grad.shape[1:]))
+        return parts.sum(0), None, None
+
+
+class TensorView(GraphView):
+    """The whole graph on every rank; vertex data in row blocks between aggregations."""
+
+    def __init__(self, adj, layout: Layout, engine: ChunkedAggregation, chunk_size: Optional[int],
+                 seed: int, device):
+        super().__init__(adj, seed=seed, device=device)
+        self.layout, self.engine, self.chunk_size = layout, engine, chunk_size
+        self._plans: dict = {}
+
+    @property
+    def num_nodes(self) -> int:
+        return self.layout.num_owned
+
+    def plan(self, op: str) -> ChunkPlan:
+        if op not in self._plans:
+            self._plans[op] = ChunkPlan(self.operator(op), self.layout, self.chunk_size, self.device)
+        return self._plans[op]
+
+    def block(self, op: str):
+        """In-edges of this rank's rows: everything attention needs for them is here."""
+        return row_range(self.operator(op), self.layout.start, self.layout.stop)
+
+    def _entry_range(self, op: str) -> tuple:
+        indptr = self.operator(op).indptr
+        return int(indptr[self.layout.start]), int(indptr[self.layout.stop])
+
+    def edge_values(self, op: str, values, like: torch.Tensor) -> torch.Tensor:
+        """Values of every edge of ``op``: the operator's own, or per-edge ``values`` given for
+        this rank's block and shared with all ranks."""
+        adj = self.operator(op)
+        if values is None:
+            return adj.values if adj.values is not None else like.new_ones(adj.nnz)
+        indptr = adj.indptr[self.layout.row_bounds]
+        counts = (indptr[1:] - indptr[:-1]).tolist()
+        return ShareRows.apply(values, self.layout.comm, counts)
+
+    # -- primitives ------------------------------------------------------------------------
+    def spmm(self, x, op="gcn", values=None):
+        full = self.edge_values(op, values, x)
+        return self.engine(self.plan(op), x, full, x.shape[-1], split_input=True, gather_output=True)
+
+    def sddmm(self, dst, src, op="loop", kind="add"):
+        counts = [b - a for a, b in zip(self.layout.row_bounds[:-1], self.layout.row_bounds[1:])]
+        return ops.sddmm(self.block(op), dst, ShareRows.apply(src, self.layout.comm, counts), kind)
+
+    def edge_softmax(self, scores, op="loop"):
+        return ops.edge_softmax(self.block(op), scores)
+
+    def vertex_mask(self, row_shape, p):
+        mask = random_mask((self.adj.shape[0],) + row_shape, p, self._next_seed(), "cpu")
+        return mask[self.layout.start:self.layout.stop].to(self.device)
+
+    def edge_mask(self, op, edge_shape, p):
+        mask = random_mask((self.operator(op).nnz,) + edge_shape, p, self._next_seed(), "cpu")
+        return mask[slice(*self._entry_range(op))].to(self.device)
+
+
+class TensorParallel(DistributedStrategy):
+    reported_phases = ("layout", "share")
+
+    def __init__(self, device, decoupled: bool = False, chunk_size: Optional[int] = None,
+                 pipeline: bool = True, mesh: Optional[Mesh] = None):
+        self.device = torch.device(device)
+        self.mesh = mesh or Mesh({"cols": world_size()}, self.device)
+        super().__init__(self.mesh.comm("cols"))
+        self.decoupled, self.chunk_size, self.pipeline = decoupled, chunk_size, pipeline
+        self.name = "tensor-decoupled" if decoupled else "tensor"
+        self.layout: Optional[Layout] = None
+        self.engine: Optional[ChunkedAggregation] = None
+
+    def describe(self) -> str:
+        chunks = f"chunks of {self.chunk_size} rows" if self.chunk_size else "one chunk"
+        return f"{self.name} ({self.world_size} ranks, {chunks}{', pipelined' if self.pipeline else ''})"
+
+    def shard(self, graph, x, seed, device):
+        if self.world_size > graph.num_nodes:
+            raise ConfigError(f"{self.world_size} ranks for a graph of {graph.num_nodes} nodes: "
+                              "every rank needs at least one node")
+        self.layout = Layout(self.comm, graph.num_nodes)
+        self.engine = ChunkedAggregation(self.layout, self.pipeline)
+        view = TensorView(graph.adj, self.layout, self.engine, self.chunk_size, seed, device)
+        rows = slice(self.layout.start, self.layout.stop)
+        pick = (lambda t: t[rows].to(device))
+        return Shard(view, pick(x), pick(graph.y), pick(graph.train_mask), pick(graph.val_mask),
+                     pick(graph.test_mask))
+
+    def forward(self, model, view, x):
+        if not self.decoupled:
+            return model(view, x)
+        if not hasattr(model, "transform"):
+            raise ConfigError("strategy 'tensor-decoupled' needs a decoupled model (gcn, sage, gat "
+                              "with --decoupled, or decoupled)")
+        h0 = model.transform(view, x)  # NN layers on this rank's rows
+        values = view.edge_values(model.op, model.edge_weights(view, h0), h0)
+        plan, width, aggregate = view.plan(model.op), h0.shape[-1], self.engine
+        if model.k == 0:
+            return h0
+        if model.k == 1:
+            return model.combine(aggregate(plan, h0, values, width, split_input=True, gather_output=True), h0)
+        h0_cols, agg = aggregate(plan, h0, values, width, split_input=True, return_input=True)
+        h = model.combine(agg, h0_cols)
+        for _ in range(model.k - 2):
+            h = model.combine(aggregate(plan, h, values, width), h0_cols)
+        # The last step's combine is row-wise, so it runs after the gather, on h0's own rows.
+        return model.combine(aggregate(plan, h, values, width, gather_output=True), h0)
+
+    def predicted_layout_bytes(self, widths, backward_widths=None, evaluate: bool = True) -> int:
+        """Layout-switch bytes of one epoch, all ranks together. ``widths``: the width (or
+        (width, heads)) of every aggregation the strategy switches around (naive: one per
+        aggregation; decoupled: the propagated width, once). Each is split and gathered in
+        the forward pass, and again, reversed, in backward for those in ``backward_widths``
+        (default: all; an aggregation of the input features has no backward); evaluation
+        adds one more forward."""
+        def size(w):
+            width, heads = w if isinstance(w, tuple) else (w, 1)
+            return self.layout.switch_bytes(width, heads)
+        forward = (2 + (2 if evaluate else 0)) * sum(size(w) for w in widths)
+        backward = 2 * sum(size(w) for w in (widths if backward_widths is None else backward_widths))
+        return forward + backward
+
+    def report(self, epoch_time: float) -> dict:
+        out = super().report(epoch_time)
+        out["layout_rounds"] = self.engine.rounds if self.engine else 0
+        if self.engine:
+            self.engine.rounds = 0
+        return out
