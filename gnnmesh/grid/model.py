@@ -226,9 +226,9 @@ class ComputeRates:
 
 
 # Nominal data-center GPU (H100 class), for planning without a probe: a width-128 SpMM runs
-# at about 1 TFLOP/s and the per-nonzero cost is worth 12 columns, which reproduces the ~8x
+# at about 0.8 TFLOP/s and the per-nonzero cost is worth 28 columns, which reproduces the ~8x
 # gap Plexus measured between two grids of equal flops (§4.1, configurations U and V).
-GPU_RATES = ComputeRates(spmm_call=10e-6, spmm_per_nnz=24e-12, spmm_per_nnz_col=2e-12,
+GPU_RATES = ComputeRates(spmm_call=10e-6, spmm_per_nnz=56e-12, spmm_per_nnz_col=2e-12,
                          spmm_per_out=2e-12, spmm_per_in=2e-12, gemm_call=10e-6, gemm_flops=40e12,
                          source="nominal GPU")
 
@@ -283,10 +283,11 @@ def group_links(grid: Grid, ranks_per_node: int, network: Network, order: str = 
         if not spans.any():
             links[axis] = (network.intra_bw, network.intra_latency)
             continue
+        # a group's ranks rise along it, so its node ids do too: count each node once per group
         crossing = groups[spans]
-        pairs = np.unique(np.stack([np.repeat(np.arange(len(crossing)), crossing.shape[1]),
-                                    crossing.ravel()]), axis=1)
-        sharing = int(np.bincount(pairs[1]).max())   # spanning groups on the busiest node
+        first = np.ones_like(crossing, dtype=bool)
+        first[:, 1:] = crossing[:, 1:] != crossing[:, :-1]
+        sharing = int(np.bincount(crossing[first]).max())   # spanning groups on the busiest node
         links[axis] = (min(network.intra_bw, network.inter_bw / sharing), network.inter_latency)
     return links
 

@@ -1,0 +1,203 @@
+"""The 3D performance model (gnnmesh.grid.model) and the ``gnnmesh plan`` command."""
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from gnnmesh.cli import main
+from gnnmesh.grid import model as m
+from gnnmesh.grid.plan import graph_size
+from gnnmesh.grid.probe import _fit
+
+NET = m.Network(intra_bw=100e9, inter_bw=20e9, intra_latency=0.0, inter_latency=0.0)
+
+
+# ---------------------------------------------------------------------------- grids
+
+@pytest.mark.parametrize("world", [1, 2, 4, 8, 12, 30, 64, 1024])
+def test_factorizations_are_every_ordered_triple(world):
+    grids = m.factorizations(world)
+    triples = {(x, y, z) for x in range(1, world + 1) for y in range(1, world + 1)
+               for z in range(1, world + 1) if x * y * z == world} if world <= 64 else None
+    assert len(set(grids)) == len(grids)
+    assert all(g.size == world for g in grids)
+    if triples is not None:
+        assert {(g.x, g.y, g.z) for g in grids} == triples
+    else:  # 2^10: compositions of 10 into three parts
+        assert len(grids) == 66
+
+
+def test_roles_match_the_strategy():
+    from gnnmesh.parallel.grid_layout import roles
+    for layer in range(7):
+        mine, theirs = m.roles(layer), roles(layer)
+        assert (mine.rows, mine.cols, mine.feats) == (theirs.rows, theirs.cols, theirs.feats)
+
+
+# ---------------------------------------------------------------------------- collectives
+
+def test_ring_costs_closed_form():
+    mb = 1e6
+    for kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+        assert m.ring_time(kind, mb, 1, 1e9, 1e-3) == 0.0    # one rank: nothing moves
+    for p in (2, 4, 8, 64):
+        once = (p - 1) / p * mb / 1e9
+        assert m.ring_time("all_gather", mb, p, 1e9, 0.0) == pytest.approx(once)
+        assert m.ring_time("reduce_scatter", mb, p, 1e9, 0.0) == pytest.approx(once)
+        assert m.ring_time("all_reduce", mb, p, 1e9, 0.0) == pytest.approx(2 * once)
+        assert m.ring_time("all_reduce", 0, p, 1e9, 1e-6) == pytest.approx(2 * (p - 1) * 1e-6)
+    # the bandwidth term approaches 2 M / beta from below as p grows
+    assert m.ring_time("all_reduce", mb, 1024, 1e9, 0) < 2 * mb / 1e9
+    with pytest.raises(ValueError):
+        m.ring_time("broadcast", mb, 2, 1e9, 0)
+
+
+def test_message_sizes_follow_block_shapes():
+    # 12 nodes, widths 6 -> 4 -> 2 on X=2, Y=3, Z=1. Layer 0: rows z, cols x, feats y.
+    work = m.Workload(nodes=12, nnz=48, widths=(6, 4, 2))
+    grid = m.Grid(2, 3, 1)
+    assert m.layer_ops(work, grid, 0, backward=False) == [
+        m.Collective("all_gather", "z", 6 * 2 * 4),      # input block 6 x 2, joined along Z
+        m.SpMM(rows=12, common=6, nnz=24, width=2),      # A block 12 x 6 times F block 6 x 2
+        m.Collective("all_reduce", "x", 12 * 2 * 4),     # H 12 x 2
+        m.GEMM(12, 2, 2),                                # H times W block 2 x 2
+        m.Collective("all_reduce", "y", 12 * 2 * 4),     # Q 12 x 2
+    ]
+    # layer 1: rows y, cols z, feats x; its input is layer 0's output block, 12 x 2
+    assert m.layer_ops(work, grid, 1, backward=True) == [
+        m.GEMM(2, 4, 2),                                 # dW block 2 x 2 = H^T (2 x 4) dQ (4 x 2)
+        m.Collective("reduce_scatter", "y", (2 * 2 + 2) * 4),   # and the bias block
+        m.GEMM(4, 2, 2),                                 # dH 4 x 2
+        m.Collective("all_reduce", "z", 4 * 2 * 4),
+        m.SpMM(rows=12, common=4, nnz=16, width=2),      # A^T block
+        m.Collective("all_reduce", "y", 12 * 2 * 4),     # dF, replicated along Y
+    ]
+    # fixed input features: layer 0's backward stops at dW
+    assert [type(op) for op in m.layer_ops(work, grid, 0, backward=True)] == [m.GEMM, m.Collective]
+
+
+def test_spmm_flops_are_the_same_on_every_grid():
+    """Plexus eq. 4.3: 2 nnz D / G per rank whatever the grid (divisible sizes)."""
+    work = m.Workload(nodes=64, nnz=640, widths=(16, 8, 4))
+    for grid in m.factorizations(8):
+        for layer in range(work.layers):
+            spmm = next(op for op in m.layer_ops(work, grid, layer, False) if isinstance(op, m.SpMM))
+            assert spmm.nnz * spmm.width * 8 == work.nnz * work.widths[layer]
+
+
+def test_bandwidth_of_groups_that_span_nodes():
+    links = m.group_links(m.Grid(2, 2, 2), 4, NET)        # ranks (z, x, y), 4 per node
+    assert links["y"] == (100e9, 0.0) and links["x"] == (100e9, 0.0)
+    assert links["z"] == (20e9 / 4, 0.0)                 # 4 Z rings leave every node (eq. 4.6)
+    assert m.group_links(m.Grid(2, 2, 2), 8, NET)["z"] == (100e9, 0.0)
+    assert m.group_links(m.Grid(2, 2, 2), 4, NET, order="xyz")["x"] == (20e9 / 4, 0.0)
+    assert m.group_links(m.Grid(8, 1, 1), 4, NET)["world"] == (20e9, 0.0)  # one ring
+
+
+def test_tall_skinny_penalty_reproduces_plexus_u_and_v():
+    """ogbn-products on 64 GPUs: the same flops on a 64x thinner operand ran ~8x slower."""
+    work = m.Workload.gcn(2_449_029, 123_718_280, 100, 128, 47, 3)
+    spmm = {}
+    for name, grid in (("U", m.Grid(64, 1, 1)), ("V", m.Grid(1, 64, 1))):
+        op = m.layer_ops(work, grid, 0, backward=False)[1]
+        spmm[name] = m.GPU_RATES.spmm(op)
+    assert 5 < spmm["V"] / spmm["U"] < 12
+
+
+def test_prediction_adds_up_and_ranks():
+    work = m.Workload.gcn(100_000, 1_000_000, 128, 16, 10, 2)
+    ranked = m.rank_grids(work, 8, m.GPU_RATES, NET)
+    assert len(ranked) == 10 and [p.total for p in ranked] == sorted(p.total for p in ranked)
+    best = ranked[0]
+    assert best.total == pytest.approx(best.spmm + best.gemm + sum(best.comm.values()))
+    assert m.default_grid(8, 100_000, 1_100_000, (128, 16, 10), network=NET) == \
+        {"x": best.grid.x, "y": best.grid.y, "z": best.grid.z}
+
+
+def test_planning_1024_ranks_is_fast():
+    work = m.Workload.gcn(100_000_000, 1_000_000_000, 128, 256, 64, 3)
+    start = time.perf_counter()
+    ranked = m.rank_grids(work, 1024, m.GPU_RATES, m.GPU_NETWORK, ranks_per_node=4)
+    assert time.perf_counter() - start < 1.0
+    assert len(ranked) == 66
+
+
+def test_fit_recovers_linear_costs():
+    rng = np.random.default_rng(0)
+    cols = rng.uniform(1, 100, size=(20, 3))
+    truth = np.array([2.0, 0.5, 0.0])
+    assert _fit(cols.tolist(), (cols @ truth).tolist()) == pytest.approx(truth, abs=1e-9)
+
+
+def test_rmat_spec_is_sized_without_generating():
+    start = time.perf_counter()
+    name, nodes, entries, features, classes = graph_size("rmat:scale=30,edge_factor=16,undirected=true", None)
+    assert (nodes, entries, features, classes) == (2**30, 2 * 16 * 2**30, 128, 10)
+    assert time.perf_counter() - start < 1.0
+
+
+# ---------------------------------------------------------------------------- the command
+
+def _plan(capsys, *flags):
+    code = main(["plan", *flags])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_plan_prints_every_grid_ranked(capsys):
+    code, out, err = _plan(capsys, "--nproc", "8", "--nodes", "100000", "--edges", "1000000",
+                           "--intra-bw", "100", "--inter-bw", "20", "--gpus-per-node", "4")
+    assert code == 0, err
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.lstrip().startswith("rank"))
+    rows = [line.split() for line in lines[start + 1:]]
+    assert [int(r[0]) for r in rows] == list(range(1, 11))
+    grids = [tuple(map(int, r[1].split("x"))) for r in rows]
+    assert sorted(grids) == sorted((g.x, g.y, g.z) for g in m.factorizations(8))
+    totals = [float(r[2]) for r in rows]
+    assert totals == sorted(totals)
+    assert "2 nodes (4 per node)" in out and "100 GB/s" in out
+
+
+def test_plan_1024_ranks_from_the_command_line(capsys):
+    start = time.perf_counter()
+    code, out, _ = _plan(capsys, "--nproc", "1024", "--gpus-per-node", "4", "--nodes", "100000000",
+                         "--edges", "1000000000", "--hidden", "256", "--layers", "3", "--top", "5")
+    assert code == 0 and time.perf_counter() - start < 1.0
+    assert "256 nodes" in out and out.strip().splitlines()[-1].split()[0] == "5"
+
+
+def test_plan_rates_file_round_trip(capsys, tmp_path):
+    path = tmp_path / "rates.json"
+    code, first, _ = _plan(capsys, "--nproc", "4", "--nodes", "1000", "--edges", "8000",
+                           "--save-rates", str(path))
+    assert code == 0 and set(json.loads(path.read_text())) == {"compute", "network"}
+    code, again, _ = _plan(capsys, "--nproc", "4", "--nodes", "1000", "--edges", "8000",
+                           "--rates", str(path))
+    assert code == 0 and again == first
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--nproc", "0", "--nodes", "10", "--edges", "10"], "--nproc"),
+    (["--nproc", "4"], "--dataset"),
+    (["--nproc", "4", "--nodes", "10"], "--edges"),
+    (["--nproc", "4", "--nodes", "10", "--edges", "-1"], "--edges"),
+    (["--nproc", "4", "--dataset", "cora", "--nodes", "10", "--edges", "5"], "--dataset"),
+    (["--nproc", "4", "--nodes", "10", "--edges", "10", "--intra-bw", "0"], "--intra-bw"),
+    (["--nproc", "4", "--nodes", "10", "--edges", "10", "--layers", "0"], "--layers"),
+    (["--nproc", "4", "--nodes", "10", "--edges", "10", "--rates", "missing.json"], "--rates"),
+    (["--nproc", "4", "--dataset", "rmat:nodes=10,bogus=1"], "bogus"),
+])
+def test_plan_bad_input_exits_2_with_one_line(capsys, flags, named):
+    code, out, err = _plan(capsys, *flags)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("gnnmesh: error:")
+    assert named in lines[0]
+
+
+def test_plan_bad_flag_value_exits_2(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["plan", "--nproc", "four", "--nodes", "10", "--edges", "10"])
+    assert stop.value.code == 2 and "--nproc" in capsys.readouterr().err
