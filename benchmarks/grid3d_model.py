@@ -1,0 +1,150 @@
+"""Does the 3D performance model rank grids right? Predicted vs measured grid3d epoch time.
+
+For every X x Y x Z grid of each rank count, one `gnnmesh train --strategy grid3d --grid
+X,Y,Z` run gives the measured epoch time (median over the epochs after the warm-up, the
+last one, which evaluates, left out); the model, with rates probed on this machine first,
+gives the predicted one. Reported: both times per grid, the Spearman rank correlation per
+rank count and over all runs, and the model's per-rank communication payload against the
+bytes the strategy counted (a check that the model moves the blocks the code moves).
+Ends with a planning example far beyond this machine.
+
+    python benchmarks/grid3d_model.py --dataset rmat:nodes=100000,edges=1000000 --threads 1
+    python benchmarks/grid3d_model.py --nproc 4 --rates rates.json     # rates from 'gnnmesh plan --probe --save-rates'
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+from scipy.stats import spearmanr
+
+from gnnmesh.grid import model as m
+from gnnmesh.grid.plan import graph_size
+
+
+def measure(args, grid: m.Grid, metrics: Path) -> tuple:
+    """(median epoch time, mean per-rank bytes per epoch) of one training run."""
+    cmd = [sys.executable, "-m", "gnnmesh", "train", "--strategy", "grid3d", "--grid", f"{grid.x},{grid.y},{grid.z}",
+           "--nproc", str(grid.size), "--dataset", args.dataset, "--epochs", str(args.epochs),
+           "--hidden", str(args.hidden), "--layers", str(args.layers), "--dropout", "0",
+           "--eval-every", str(args.epochs), "--metrics", str(metrics), "--quiet"]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    if args.data_root:
+        cmd += ["--data-root", args.data_root]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    kept = records[args.warmup:-1]
+    return (statistics.median(r["epoch_time"] for r in kept),
+            statistics.mean(r.get("bytes_total", 0) for r in kept) / grid.size)
+
+
+def counted_bytes(work: m.Workload, grid: m.Grid) -> float:
+    """The model's per-rank payload as the strategy's counters count it: an all-reduce its
+    buffer, an all-gather this rank's piece, a reduce-scatter its whole input, an all-to-all
+    what leaves the rank."""
+    total = 0.0
+    for op in m.epoch_ops(work, grid):
+        p = grid[op.axis] if isinstance(op, m.Collective) else 1
+        if p == 1:
+            continue
+        total += {"all_gather": op.nbytes / p, "all_to_all": op.nbytes * (p - 1) / p}.get(op.kind, op.nbytes)
+    return total
+
+
+def machine(args) -> tuple:
+    if args.rates:
+        data = json.loads(Path(args.rates).read_text())
+        return m.ComputeRates(**data["compute"]), m.Network(**data["network"])
+    from gnnmesh.grid.probe import probe_compute, probe_network
+    print("probing SpMM/GEMM rates and gloo all-reduce bandwidth ...", flush=True)
+    return probe_compute("cpu", args.threads), probe_network()
+
+
+def planning_example() -> None:
+    work = m.Workload.gcn(nodes=100_000_000, edges=1_000_000_000, features=128, hidden=256, classes=64,
+                          layers=3, evaluate=True)
+    net = m.Network(intra_bw=200e9, inter_bw=100e9, intra_latency=5e-6, inter_latency=15e-6)
+    print("\nPlanning example: GCN 128-256-256-64 on 100M nodes / 1B edges, 4 GPUs per node, nominal GPU "
+          "rates, 200 GB/s within a node, 100 GB/s per node between nodes")
+    for gpus in (64, 256, 1024):
+        ranked = m.rank_grids(work, gpus, m.GPU_RATES, net, ranks_per_node=4)
+        shown = ", ".join(f"{p.grid} {p.total * 1e3:.0f} ms" for p in ranked[:3])
+        worst = ranked[-1]
+        print(f"  {gpus:>4} GPUs ({len(ranked)} grids): best {shown}; worst {worst.grid} {worst.total * 1e3:.0f} ms")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="rmat:nodes=100000,edges=1000000")
+    parser.add_argument("--data-root", default=os.environ.get("GNNMESH_DATA"))
+    parser.add_argument("--nproc", default="4,8", help="rank counts, comma-separated")
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=2, help="first epochs left out")
+    parser.add_argument("--hidden", type=int, default=16)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="compute threads per rank")
+    parser.add_argument("--cores", type=int, default=os.cpu_count(),
+                        help="cores the ranks share: compute slows by ranks x threads / cores beyond it")
+    parser.add_argument("--rates", help="rates JSON ('gnnmesh plan --probe --save-rates') instead of probing")
+    parser.add_argument("--out", help="write the results to this JSON file")
+    args = parser.parse_args()
+    if args.epochs < args.warmup + 2:
+        parser.error("--epochs must leave at least one epoch after the warm-up and before the last")
+
+    name, nodes, entries, features, classes = graph_size(args.dataset, args.data_root)
+    work = m.Workload.gcn(nodes, entries, features, args.hidden, classes, args.layers)
+    rates, network = machine(args)
+    print(f"{name}: {nodes:,} nodes, {work.nnz:,} entries with self-loops, GCN {'-'.join(map(str, work.widths))}; "
+          f"{args.epochs} epochs, median of {args.epochs - args.warmup - 1}")
+    print(f"rates: {rates}\nnetwork: {network}\n")
+
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for world in (int(n) for n in args.nproc.split(",")):
+            slowdown = max(1.0, world * args.threads / args.cores)
+            for grid in m.factorizations(world):
+                predicted = m.predict(work, grid, rates.scaled(slowdown), network)
+                measured, measured_bytes = measure(args, grid, Path(tmp) / f"{grid}.jsonl")
+                results.append({"ranks": world, "grid": str(grid), "predicted": predicted.total,
+                                "compute": predicted.compute, "comm": predicted.communication,
+                                "measured": measured, "model_bytes": counted_bytes(work, grid),
+                                "measured_bytes": measured_bytes})
+                print(f"  {grid}: predicted {predicted.total * 1e3:.1f} ms, measured {measured * 1e3:.1f} ms",
+                      flush=True)
+
+    print("\n| ranks | grid XxYxZ | predicted (ms) | compute + comm (ms) | measured (ms) | rank pred / meas "
+          "| bytes per rank model / counted (MB) |")
+    print("|---|---|---|---|---|---|---|")
+    for world in sorted({r["ranks"] for r in results}):
+        rows = [r for r in results if r["ranks"] == world]
+        pred_rank = {r["grid"]: i for i, r in enumerate(sorted(rows, key=lambda r: r["predicted"]), 1)}
+        meas_rank = {r["grid"]: i for i, r in enumerate(sorted(rows, key=lambda r: r["measured"]), 1)}
+        for r in sorted(rows, key=lambda r: r["measured"]):
+            print(f"| {world} | {r['grid']} | {r['predicted'] * 1e3:.1f} | {r['compute'] * 1e3:.1f} + "
+                  f"{r['comm'] * 1e3:.1f} | {r['measured'] * 1e3:.1f} | {pred_rank[r['grid']]} / "
+                  f"{meas_rank[r['grid']]} | {r['model_bytes'] / 1e6:.2f} / {r['measured_bytes'] / 1e6:.2f} |")
+    print()
+    for world in sorted({r["ranks"] for r in results}):
+        rows = [r for r in results if r["ranks"] == world]
+        rho, p = spearmanr([r["predicted"] for r in rows], [r["measured"] for r in rows])
+        print(f"Spearman rho, {world} ranks ({len(rows)} grids): {rho:.3f} (p = {p:.3g})")
+    if len({r["ranks"] for r in results}) > 1:
+        rho, p = spearmanr([r["predicted"] for r in results], [r["measured"] for r in results])
+        print(f"Spearman rho, all {len(results)} runs: {rho:.3f} (p = {p:.3g})")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"rates": asdict(rates), "network": asdict(network),
+                                              "results": results}, indent=2))
+    planning_example()
+
+
+if __name__ == "__main__":
+    main()
