@@ -22,24 +22,24 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                                 "predicted epoch time")
     cmd.add_argument("--strategy", choices=("grid3d",), default="grid3d",
                      help="parallel strategy to plan (default grid3d)")
-    cmd.add_argument("--nproc", type=int, required=True, help="number of ranks (GPUs) G")
-    cmd.add_argument("--gpus-per-node", dest="per_node", type=int,
+    cmd.add_argument("--nproc", type=int, required=True, metavar="G", help="number of ranks (GPUs) G")
+    cmd.add_argument("--gpus-per-node", dest="per_node", type=int, metavar="K",
                      help="ranks per node (default: all G on one node)")
     graph = cmd.add_argument_group("graph and model (a dataset, or its size)")
-    graph.add_argument("--dataset", help="dataset name, generator spec or graph file (R-MAT specs "
+    graph.add_argument("--dataset", metavar="NAME", help="dataset name, generator spec or graph file (R-MAT specs "
                        "are sized without generating them)")
-    graph.add_argument("--data-root", dest="data_root", help="directory holding the datasets "
+    graph.add_argument("--data-root", dest="data_root", metavar="DIR", help="directory holding the datasets "
                        "(default: $GNNMESH_DATA)")
-    graph.add_argument("--nodes", type=int, help="number of nodes")
-    graph.add_argument("--edges", type=int, help="stored adjacency entries (an undirected edge "
+    graph.add_argument("--nodes", type=int, metavar="N", help="number of nodes")
+    graph.add_argument("--edges", type=int, metavar="E", help="stored adjacency entries (an undirected edge "
                        "counts twice); self-loops are added")
-    graph.add_argument("--features", type=int, help="input width (default: the dataset's, "
+    graph.add_argument("--features", type=int, metavar="F", help="input width (default: the dataset's, "
                        f"else {DEFAULT_FEATURES})")
-    graph.add_argument("--hidden", type=int, default=DEFAULT_HIDDEN,
+    graph.add_argument("--hidden", type=int, default=DEFAULT_HIDDEN, metavar="H",
                        help=f"hidden width (default {DEFAULT_HIDDEN})")
-    graph.add_argument("--classes", type=int, help="output width (default: the dataset's, "
+    graph.add_argument("--classes", type=int, metavar="C", help="output width (default: the dataset's, "
                        f"else {DEFAULT_CLASSES})")
-    graph.add_argument("--layers", type=int, default=DEFAULT_LAYERS,
+    graph.add_argument("--layers", type=int, default=DEFAULT_LAYERS, metavar="L",
                        help=f"GCN layers (default {DEFAULT_LAYERS})")
     graph.add_argument("--eval", action=argparse.BooleanOptionalAction, default=True,
                        help="count the evaluation pass the trainer runs every epoch (default: yes)")
@@ -56,13 +56,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                        help="measure SpMM/GEMM rates and all-reduce bandwidth on this machine "
                             "(a few seconds); bandwidth flags still override")
     rates.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="device to probe")
-    rates.add_argument("--threads", type=int, help="compute threads per rank for the probe")
-    rates.add_argument("--rates", help="read rates from this JSON file (see --save-rates)")
-    rates.add_argument("--save-rates", dest="save_rates", help="write the rates used to this JSON file")
+    rates.add_argument("--threads", type=int, metavar="N", help="compute threads per rank for the probe")
+    rates.add_argument("--rates", metavar="FILE", help="read rates from this JSON file (see --save-rates)")
+    rates.add_argument("--save-rates", dest="save_rates", metavar="FILE", help="write the rates used to this JSON file")
     cmd.add_argument("--rank-order", dest="order", choices=rank_orders(), default=RANK_ORDER,
                      help=f"grid axes from slowest to fastest varying rank number (default {RANK_ORDER}, "
                           "the grid3d strategy's)")
-    cmd.add_argument("--top", type=int, help="show only the best N grids")
+    cmd.add_argument("--top", type=int, metavar="N", help="show only the best N grids")
     return cmd
 
 
