@@ -1,0 +1,277 @@
+"""3D tensor parallelism (grid3d) equals the single-process run on every grid of 1, 2, 4 and
+8 ranks; its layout tiles every matrix; its traffic matches a closed form."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from gnnmesh.config import Config
+from gnnmesh.errors import ConfigError
+from gnnmesh.parallel.grid3d import Grid3D, GridView, _block, _piece
+from gnnmesh.parallel.grid_layout import AXES, GridLayout, default_grid, output_plan, parse_grid, roles
+from gnnmesh.view import GraphView
+
+from dist import run_ranks
+from helpers import dense, random_graph
+from parity import assert_same_run, train
+
+EPOCHS = 20
+
+
+def make_graph():
+    # 37 nodes (no grid axis divides it), directed, self-loops, two isolated nodes
+    return random_graph(n=37, e=150, features=6, classes=3, directed=True, isolated=2)
+
+
+def config(layers, **kw):
+    return Config(model="gcn", epochs=EPOCHS, seed=1, hidden=8, layers=layers, eval_every=5, **kw)
+
+
+def grids(world):
+    return [(x, y, world // (x * y)) for x in range(1, world + 1) for y in range(1, world // x + 1)
+            if world % (x * y) == 0]
+
+
+def every_coords(dims):
+    return [dict(zip(AXES, c)) for c in np.ndindex(dims["x"], dims["y"], dims["z"])]
+
+
+# -- grid arguments ------------------------------------------------------------------------------
+def test_grid_string_and_default_factorization():
+    assert parse_grid(" 2, 1 ,4", 8) == {"x": 2, "y": 1, "z": 4}
+    assert parse_grid(None, 8) == default_grid(8) == {"x": 2, "y": 2, "z": 2}
+    assert default_grid(1) == {"x": 1, "y": 1, "z": 1}
+    assert default_grid(4) == {"x": 2, "y": 2, "z": 1}
+    assert default_grid(12) == {"x": 3, "y": 2, "z": 2}
+    assert default_grid(7) == {"x": 7, "y": 1, "z": 1}
+
+
+@pytest.mark.parametrize("grid", ["2,2", "2,x,1", "0,1,1", "1,1,-1", "2,1,1", ""])
+def test_bad_grid_is_a_config_error_naming_the_field(grid):
+    with pytest.raises(ConfigError, match="'grid'") as err:
+        Grid3D("cpu", grid=grid)  # one process: the product must be 1
+    assert "\n" not in str(err.value)
+
+
+def test_bad_grid_on_the_command_line_exits_with_status_2():
+    result = subprocess.run([sys.executable, "-m", "gnnmesh", "train", "--dataset", "sbm:nodes=40,classes=2,features=4",
+                             "--strategy", "grid3d", "--grid", "2,1,1", "--epochs", "1"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "'grid'" in lines[0], result.stderr
+
+
+def test_models_other_than_gcn_are_refused():
+    with pytest.raises(ConfigError, match="'model'"):
+        train(make_graph(), Config(model="sage", epochs=1, hidden=8), Grid3D("cpu", grid="1,1,1"))
+
+
+# -- layout ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("grid,permute", [((2, 2, 2), True), ((1, 2, 4), False), ((4, 1, 2), True),
+                                          ((2, 3, 1), True), ((1, 1, 5), False)])
+def test_layout_tiles_every_matrix(grid, permute):
+    """Adjacency blocks of every layer (six distinct: three planes x two permutations), input
+    rows, loss rows, the logits exchange and the gradient pieces each cover their matrix
+    exactly once."""
+    graph = make_graph()
+    n, dims = graph.num_nodes, dict(zip(AXES, grid))
+    layout = GridLayout(dims, n, permute, seed=3)
+    coords = every_coords(dims)
+    want = dense(GraphView(graph.adj).operator("gcn"))
+    for layer in range(6):
+        r, got = roles(layer), torch.zeros(n, n)
+        for c in coords:
+            if c[r.feats]:  # replicas along feats hold the same block
+                continue
+            view = GridView(graph.adj, layout, c, blocks=4, num_rows=0, seed=0, device="cpu")
+            block, row_blocks = view.adjacency(layer)
+            rows, cols = layout.nodes(layer + 1, r.rows, c), layout.nodes(layer, r.cols, c)
+            got[np.ix_(rows, cols)] += dense(block)
+            assert torch.equal(torch.cat([dense(b) for b in row_blocks]), dense(block))
+        assert torch.equal(got, want), f"layer {layer}"
+    inputs = [layout.input_rows(c) for c in coords if c[roles(0).feats] == 0]  # replicated along feats
+    scored = [layout.loss_rows(q, len(coords)) for q in range(len(coords))]
+    for blocks in (inputs, scored):
+        assert sorted(np.concatenate(blocks).tolist()) == list(range(n))
+    # logits exchange: what every rank sends to q is what q expects, and q's rows fill once
+    classes, layers = 5, 3
+    plans = [output_plan(layout, layers, classes, coords, q) for q in range(len(coords))]
+    for q, plan in enumerate(plans):
+        assert [p.send_counts[q] for p in plans] == plan.recv_counts
+        assert sorted(plan.recv_index.tolist()) == list(range(len(layout.loss_rows(q, len(coords))) * classes))
+    # gradient pieces: every entry of [W, b] once, for layers of uneven widths
+    for layer, (d_in, d_out) in enumerate([(6, 5), (5, 3), (3, 7)]):
+        seen = np.concatenate([_piece(layer, d_in, d_out, dims, c).numpy() for c in coords])
+        assert sorted(seen.tolist()) == list(range(d_in * d_out + d_out))
+        block, axis = _block(layer, d_in, d_out, dims, coords[-1])
+        assert axis == roles(layer).rows and len(block) >= len(_piece(layer, d_in, d_out, dims, coords[-1]))
+
+
+# -- parity ------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def reference():
+    graph = make_graph()
+    return {layers: train(graph, config(layers)) for layers in (2, 3, 4)}
+
+
+def test_one_rank_equals_single_process(reference):
+    graph = make_graph()
+    for layers in (2, 3, 4):
+        for permute, blocks in ((True, 1), (False, 3), (True, 50)):
+            got = train(graph, config(layers), Grid3D("cpu", grid="1,1,1", permute=permute, blocks=blocks, seed=1))
+            assert_same_run(got, reference[layers])
+            np.testing.assert_array_equal(got["accs"], reference[layers]["accs"])
+
+
+def _runs(world):
+    """Every grid of ``world`` ranks, varying depth, permutation and row blocks."""
+    return [(grid, 2 + i % 2, i % 3 != 2, 1 + i % 3) for i, grid in enumerate(grids(world))]
+
+
+def _rank_parity(rank, world):
+    graph = make_graph()
+    out = {}
+    for grid, layers, permute, blocks in _runs(world):
+        strategy = Grid3D("cpu", grid=",".join(map(str, grid)), permute=permute, blocks=blocks, seed=1)
+        out[grid] = train(graph, config(layers), strategy)
+    if world == 8:
+        out["bytes"] = _rank_bytes()
+    if world == 4:
+        out["collectives"] = _rank_collectives(rank, world)
+    return out
+
+
+def _predicted(grid, widths, n, forwards, backwards):
+    """Bytes (summed over ranks) of the per-layer all-reduces in a GCN epoch. Layer l sums
+    its [n, D_l] aggregate over cols (every rank holds an n/G_rows x D_l/G_feats block, G_cols
+    copies of each) and its [n, D_l+1] output over feats; backward, from layer 1 on, dL/dH
+    over cols again and dL/dF over rows. Layer 0's input has no gradient."""
+    dims = dict(zip(AXES, grid))
+    out = dict.fromkeys(["aggregate_allreduce", "gemm_allreduce", "dh_allreduce", "df_allreduce"], 0)
+    for layer in range(len(widths) - 1):
+        r = roles(layer)
+        g_rows, g_cols, g_feats = dims[r.rows], dims[r.cols], dims[r.feats]
+        aggregate = n * widths[layer] * g_cols * (g_cols > 1)
+        out["aggregate_allreduce"] += forwards * aggregate
+        out["gemm_allreduce"] += forwards * n * widths[layer + 1] * g_feats * (g_feats > 1)
+        if layer:
+            out["dh_allreduce"] += backwards * aggregate
+            out["df_allreduce"] += backwards * n * widths[layer] * g_rows * (g_rows > 1)
+    return {k: 4 * v for k, v in out.items()}
+
+
+@pytest.mark.timeout(420)
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_every_grid_equals_single_process(reference, world):
+    results = run_ranks(_rank_parity, world, timeout=400)
+    graph = make_graph()
+    for grid, layers, permute, blocks in _runs(world):
+        want = reference[layers]
+        widths = [graph.num_features] + [8] * (layers - 1) + [graph.num_classes]
+        evals = EPOCHS // 5
+        predicted = _predicted(grid, widths, graph.num_nodes, EPOCHS + evals, EPOCHS)
+        for rank, got in enumerate(results):
+            run = got[grid]
+            try:
+                assert_same_run(run, want)
+                np.testing.assert_array_equal(run["accs"], want["accs"])
+            except AssertionError as err:
+                raise AssertionError(f"grid {grid}, {layers} layers, rank {rank} of {world}: {err}") from None
+        for phase, value in predicted.items():
+            assert sum(r[f"{phase}_bytes"] for r in run["extra"]) == value, (grid, phase)
+    if world == 4:
+        _check_collectives(results)
+    if world == 8:
+        _check_bytes(results[0]["bytes"])
+
+
+# -- traffic -----------------------------------------------------------------------------------
+def _rank_bytes():
+    graph = random_graph(n=48, e=200, features=4, classes=4, seed=2)
+    cfg = Config(model="gcn", epochs=2, seed=1, hidden=8, layers=2, dropout=0.0)
+    return train(graph, cfg, Grid3D("cpu", grid="2,2,2", blocks=3, seed=1))["extra"]
+
+
+def _check_bytes(extras):
+    """48 nodes, widths 4 -> 8 -> 4 on a 2x2x2 grid: every cut is even, so every phase has a
+    closed form. Per epoch: one training forward and backward, one evaluation forward."""
+    n, (d0, d1, d2), g = 48, (4, 8, 4), 8
+    want = _predicted((2, 2, 2), (d0, d1, d2), n, forwards=2, backwards=1)
+    # layer-0 input: each rank holds n/(X Z) rows x d0/Y columns; the all-gather along Z
+    # puts every element once per forward
+    want["allgather"] = 4 * 2 * n * d0
+    # gradients: layer 0 (rows z, cols x, feats y) completes blocks of d1/2 x d0/2 weights
+    # plus, on feats replica 0, d1/2 biases: 12 or 8 entries, reduce-scattered along Z (all
+    # of the block counted); layer 1 (rows y, cols z, feats x): 4 x 4 weights + 2 biases or
+    # not: 10 or 8. The world all-gather sends the longest piece, 12/2 + 10/2, from each rank.
+    want["grad"] = 4 * ((4 * 12 + 4 * 8) + (4 * 10 + 4 * 8) + g * (6 + 5))
+    for extra in extras:
+        for phase, value in want.items():
+            assert extra[f"{phase}_bytes"] == value, phase
+        assert extra["aggregate_allreduce_messages"] == 2 * 3 * g * 2  # 3 row blocks each
+        # the all-to-all moves each logit at most once per direction (two forwards, one
+        # backward); backward also joins the feats replicas' shares of dL/dQ (n x d2 once)
+        assert 4 * n * d2 < extra["logits_bytes"] <= 4 * 4 * n * d2
+        assert extra["comm_time_max"] >= extra["comm_time_min"] >= 0
+
+
+def _rank_collectives(rank, world):
+    """Uneven all-gather (rows and columns), reduce-scatter and the autograd gather of the
+    input features, whose backward is the reduce-scatter of Algorithm 2."""
+    from gnnmesh.comm import Comm
+    from gnnmesh.parallel.grid_collectives import GatherRows
+    comm = Comm()
+    counts = [2, 0, 1, 3]
+    mine = torch.full((counts[rank], 2), float(rank))
+    rows = comm.all_gather(mine, counts)
+    cols = comm.all_gather(mine.t().contiguous(), counts, dim=1)
+    total = torch.arange(sum(counts) * 2, dtype=torch.float32).view(-1, 2) * (rank + 1)
+    piece = comm.reduce_scatter(total, counts)
+    x = mine.clone().requires_grad_()
+    joined = GatherRows.apply(x, comm, counts)
+    (joined * torch.arange(joined.numel(), dtype=torch.float32).view_as(joined)).sum().backward()
+    return rows, cols, piece, x.grad, comm.take()["phases"]
+
+
+def _check_collectives(results):
+    counts = [2, 0, 1, 3]
+    want_rows = torch.cat([torch.full((c, 2), float(r)) for r, c in enumerate(counts)])
+    starts = np.cumsum([0] + counts)
+    for rank, got in enumerate(results):
+        rows, cols, piece, grad, phases = got["collectives"]
+        assert torch.equal(rows, want_rows) and torch.equal(cols, want_rows.t())
+        full = torch.arange(sum(counts) * 2, dtype=torch.float32).view(-1, 2) * sum(range(1, 5))
+        assert torch.equal(piece, full[starts[rank]:starts[rank + 1]])
+        weights = torch.arange(sum(counts) * 2, dtype=torch.float32).view(-1, 2) * 4
+        assert torch.equal(grad, weights[starts[rank]:starts[rank + 1]])
+        # padded to 3 rows: all-gathers send 3 x 2 floats, reduce-scatters all 4 x 3 x 2
+        assert phases["default"]["bytes"] == 4 * (6 + 6 + 24)
+        assert phases["allgather"]["bytes"] == 4 * 6 and phases["reduce_scatter"]["bytes"] == 4 * 24
+
+
+# -- command line -----------------------------------------------------------------------------
+def _losses(path):
+    return [json.loads(line)["loss"] for line in path.read_text().splitlines()]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_cora_on_eight_ranks_from_the_command_line(data_root, tmp_path):
+    common = [sys.executable, "-m", "gnnmesh", "train", "--dataset", "cora", "--data-root", str(data_root),
+              "--epochs", "5", "--quiet"]
+    single = subprocess.run(common + ["--metrics", str(tmp_path / "single.jsonl")],
+                            capture_output=True, text=True, timeout=120)
+    assert single.returncode == 0, single.stderr
+    grid = subprocess.run(common + ["--nproc", "8", "--strategy", "grid3d", "--grid", "2,2,2", "--blocks", "2",
+                                    "--metrics", str(tmp_path / "grid.jsonl")],
+                          capture_output=True, text=True, timeout=240)
+    assert grid.returncode == 0, grid.stderr
+    got, want = _losses(tmp_path / "grid.jsonl"), _losses(tmp_path / "single.jsonl")
+    assert len(got) == 5 and all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(got, want)), (got, want)
+    record = json.loads((tmp_path / "grid.jsonl").read_text().splitlines()[-1])
+    assert record["aggregate_allreduce_bytes"] > 0 and record["grad_bytes"] > 0
