@@ -8,8 +8,11 @@ and sums partial results along grid axes (``grid_collectives``):
     Q = sum_feats H W_blk (+ b)
 
 Q is the next layer's input as it stands, so layers cycle through the three planes of
-the grid with no redistribution. The last layer's output goes to the rows each rank
-scores (disjoint over ranks), the only all-to-all of an epoch.
+the grid with no redistribution. Aggregation always comes first (Algorithm 1), whatever
+the widths; the single-process GCN may multiply by W first, the same map up to rounding.
+The input features stay cut along layer 0's rows axis as in §3.1 and are all-gathered
+by every forward. The last layer's output goes to the rows each rank scores (disjoint
+over ranks): the only all-to-all of an epoch.
 
 Weights: the trainer keeps full replicated parameters and runs Adam on every rank; a
 rank multiplies with its block of W (so Algorithm 1's all-gather of W is not needed) and
@@ -17,11 +20,11 @@ rank multiplies with its block of W (so Algorithm 1's all-gather of W is not nee
 (Algorithm 2 line 3), then one world all-gather gives every rank the whole gradient.
 The bias is added by the feats-replica 0 only, so its gradient is counted once.
 
-Other models: a layer of the form ``sum_k A_k H W_k`` fits the same pipeline with more
-operators, e.g. SAGE as ``[A_mean | I] [H; H] [W_neigh; W_self]`` where the identity is
-sharded like A (a permutation matrix once permuted), and GIN's first linear map as
-``(A + (1 + eps) I) H W_1``; the rest of GIN's MLP then needs the full rows of Q, i.e. a
-sum over the cols axis (a 2D step). Only GCN is implemented.
+Other models (only GCN is implemented): a layer whose graph part is ``A_k H`` for a few
+operators fits the same pipeline. SAGE is ``[A_mean H | I H] [W_neigh; W_self]``, where
+the identity, cut and permuted like A, brings H into the output's row layout and both
+halves share the all-reduces. GIN's first linear map is ``(A + (1 + eps) I) H W_1``; its
+second one multiplies Q's column block, so it needs one more partial sum per layer.
 """
 
 from __future__ import annotations
@@ -186,8 +189,8 @@ class Grid3D(DistributedStrategy):
         flats = [torch.cat([_grad(layer.lin.weight).flatten(), _grad(layer.bias)]) for layer in layers]
         pieces = []
         for l, flat in enumerate(flats):
-            block, _ = _block(l, layers[l].lin.in_features, layers[l].lin.out_features, self.dims, self.coords)
-            comm = self.axis[roles(l).rows]
+            block, axis = _block(l, layers[l].lin.in_features, layers[l].lin.out_features, self.dims, self.coords)
+            comm = self.axis[axis]
             with comm.phase("grad"):
                 pieces.append(comm.reduce_scatter(flat[block.to(flat.device)], sizes(len(block), comm.world_size)))
         lengths = [sum(len(idx) for idx in per_layer) for per_layer in plan]
