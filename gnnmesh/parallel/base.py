@@ -47,6 +47,9 @@ class Strategy:
     def sync_gradients(self, model: torch.nn.Module) -> None:
         """Make every rank's parameter gradients equal the full-graph gradient."""
 
+    def reset_counters(self) -> None:
+        """Forget traffic so far (setup); the next ``report`` covers only what follows."""
+
     def report(self, epoch_time: float) -> Optional[dict]:
         """Per-epoch extra figures (communication, per-rank times); None when there are none.
         Called once per epoch on every rank (it may communicate) with this rank's epoch time."""

@@ -49,10 +49,13 @@ class DistributedStrategy(Strategy):
             stats = comm.take()
             wait += stats["wait_seconds"]
             for name, c in stats["phases"].items():
-                mine = phases.setdefault(name, {"bytes": 0, "messages": 0})
-                mine["bytes"] += c["bytes"]
-                mine["messages"] += c["messages"]
+                mine = phases.setdefault(name, {"bytes": 0, "messages": 0, "wait": 0.0})
+                for key in mine:
+                    mine[key] += c.get(key, 0)
         return {"wait_seconds": wait, "phases": phases}
+
+    def reset_counters(self) -> None:
+        self.take_counters()
 
     def rank_figures(self) -> dict:
         """Extra per-rank numbers for the report; summed over ranks."""
@@ -63,7 +66,7 @@ class DistributedStrategy(Strategy):
         phases = stats["phases"]
         mine = {"comm_time": stats["wait_seconds"], "compute_time": epoch_time - stats["wait_seconds"],
                 "bytes": sum(p["bytes"] for p in phases.values()),
-                "phases": {k: (v["bytes"], v["messages"]) for k, v in phases.items()},
+                "phases": {k: (v["bytes"], v["messages"], v["wait"]) for k, v in phases.items()},
                 "figures": self.rank_figures()}
         everyone = self.comm.all_gather_object(mine)
         self.take_counters()  # the report's own gather is not part of the epoch's traffic
@@ -75,10 +78,11 @@ class DistributedStrategy(Strategy):
                "bytes_total": sum(r["bytes"] for r in everyone),
                "rank_comm_time": comm_times}
         for phase in self.reported_phases:
-            per_rank = [r["phases"].get(phase, (0, 0)) for r in everyone]
-            out[f"{phase}_bytes"] = sum(b for b, _ in per_rank)
-            out[f"{phase}_messages"] = sum(m for _, m in per_rank)
-            out[f"rank_{phase}_bytes"] = [b for b, _ in per_rank]
+            per_rank = [r["phases"].get(phase, (0, 0, 0.0)) for r in everyone]
+            out[f"{phase}_bytes"] = sum(p[0] for p in per_rank)
+            out[f"{phase}_messages"] = sum(p[1] for p in per_rank)
+            out[f"{phase}_wait_max"] = max(p[2] for p in per_rank)  # seconds blocked, slowest rank
+            out[f"rank_{phase}_bytes"] = [p[0] for p in per_rank]
         for key in mine["figures"]:
             out[key] = sum(r["figures"][key] for r in everyone)
         return out

@@ -104,6 +104,7 @@ class Trainer:
         self.split_sizes = self.strategy.all_reduce(counts).tolist()
         if self.split_sizes[0] == 0:
             raise ConfigError(f"dataset '{graph.name}': the train mask selects no nodes")
+        self.strategy.reset_counters()  # setup traffic and waits belong to no epoch
         self.epoch = 0
         self.best = {"epoch": 0, "val_acc": -1.0, "test_acc": 0.0, "state": None}
         self.history: list[EpochResult] = []
