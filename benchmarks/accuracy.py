@@ -17,15 +17,21 @@ from gnnmesh import datasets
 from gnnmesh.config import Config
 from gnnmesh.train import Trainer
 
-# (model, dataset, paper's accuracy, our target)
+# (model, decoupled, dataset, paper's accuracy, our target)
 CASES = [
-    ("gcn", "cora", 81.5, 80.5),
-    ("gcn", "citeseer", 70.3, 69.5),
-    ("gat", "cora", 83.0, 82.0),
-    ("sage", "cora", None, None),
-    ("gin", "cora", None, None),
-    ("decoupled", "cora", 83.3, None),  # APPNP's Cora figure uses another split; shown for reference
+    ("gcn", False, "cora", 81.5, 80.5),
+    ("gcn", False, "citeseer", 70.3, 69.5),
+    ("gat", False, "cora", 83.0, 82.0),
+    ("sage", False, "cora", None, None),
+    ("gin", False, "cora", None, None),
+    ("decoupled", False, "cora", 83.3, None),  # APPNP's Cora figure uses another split; shown for reference
+    # Decoupled forms (what tensor-decoupled trains): within 1.5 points of the coupled GCN.
+    ("gcn", True, "cora", None, None),
+    ("gcn", True, "citeseer", None, None),
+    ("gat", True, "cora", None, None),
+    ("gat", True, "citeseer", None, None),
 ]
+DECOUPLED_TOLERANCE = 1.5
 
 
 def main():
@@ -41,23 +47,36 @@ def main():
 
     print(f"| model | dataset | test accuracy (mean ± std, {args.seeds} seeds) | paper | target | s/run |")
     print("|---|---|---|---|---|---|")
-    failed = []
-    for model, name, paper, target in CASES:
+    failed, coupled_gcn = [], {}
+    for model, decoupled, name, paper, target in CASES:
         if model not in wanted:
             continue
         graph = datasets.load(name, root=args.data_root)
         accs, start = [], time.perf_counter()
         for seed in range(args.seeds):
-            summary = Trainer(Config(dataset=name, model=model, seed=seed, epochs=args.epochs), graph).fit()
-            accs.append(100 * summary.test_acc)
+            config = Config(dataset=name, model=model, decoupled=decoupled, seed=seed, epochs=args.epochs)
+            accs.append(100 * Trainer(config, graph).fit().test_acc)
         mean, std = statistics.mean(accs), statistics.pstdev(accs)
         per_run = (time.perf_counter() - start) / args.seeds
         ok = target is None or mean >= target
+        if model == "gcn" and not decoupled:
+            coupled_gcn[name] = mean
+        if decoupled and name in coupled_gcn:
+            target = f"GCN {coupled_gcn[name]:.1f} ± {DECOUPLED_TOLERANCE}"
+            ok = abs(mean - coupled_gcn[name]) <= DECOUPLED_TOLERANCE if model == "gcn" else True
+            target = target if model == "gcn" else None
+        model = f"{model} (decoupled)" if decoupled else model
         failed += [] if ok else [f"{model}/{name}"]
         print(f"| {model} | {name} | {mean:.1f} ± {std:.1f} | {paper if paper else '-'} | "
-              f"{'≥ ' + str(target) if target else '-'} | {per_run:.1f} |", flush=True)
+              f"{_target(target)} | {per_run:.1f} |", flush=True)
     if failed:
         print("below target:", ", ".join(failed))
+
+
+def _target(target) -> str:
+    if target is None:
+        return "-"
+    return target if isinstance(target, str) else f"≥ {target}"
 
 
 if __name__ == "__main__":
