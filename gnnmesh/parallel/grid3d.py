@@ -10,9 +10,16 @@ and sums partial results along grid axes (``grid_collectives``):
 Q is the next layer's input as it stands, so layers cycle through the three planes of
 the grid with no redistribution. Aggregation always comes first (Algorithm 1), whatever
 the widths; the single-process GCN may multiply by W first, the same map up to rounding.
-The input features stay cut along layer 0's rows axis as in §3.1 and are all-gathered
-by every forward. The last layer's output goes to the rows each rank scores (disjoint
-over ranks): the only all-to-all of an epoch.
+The last layer's output goes to the rows each rank scores (disjoint over ranks): the only
+all-to-all of an epoch.
+
+Input features (a departure from §3.1): Plexus cuts F^{L0} along layer 0's rows axis too
+and all-gathers it in every forward, with a reduce-scatter of its gradient in backward,
+because it treats the input as trainable. Ours is data: it has no gradient and never
+changes, so each rank keeps its whole layer-0 block (its X node block, its Y feature
+block, the same on every Z replica) from setup on, and only the epoch's dropout mask is
+applied to it locally. That trades a Z-fold copy of the input for one all-gather of the
+widest matrix per forward pass.
 
 Weights: the trainer keeps full replicated parameters and runs Adam on every rank; a
 rank multiplies with its block of W (so Algorithm 1's all-gather of W is not needed) and
@@ -39,7 +46,7 @@ from ..models.gcn import GCN
 from ..view import GraphView, _apply_mask, random_mask
 from .base import Shard
 from .distributed import DistributedStrategy, world_size
-from .grid_collectives import Aggregate, GatherRows, PartialSum, Replicated, ToLossRows
+from .grid_collectives import Aggregate, PartialSum, Replicated, ToLossRows
 from .grid_layout import AXES, GridLayout, bounds, cut, default_grid, output_plan, parse_grid, roles, sizes
 
 __all__ = ["Grid3D", "GridView", "default_grid"]
@@ -103,7 +110,7 @@ def _gcn_layers(model) -> list:
 
 class Grid3D(DistributedStrategy):
     name = "grid3d"
-    reported_phases = ("allgather", "aggregate_allreduce", "gemm_allreduce", "dh_allreduce", "df_allreduce",
+    reported_phases = ("aggregate_allreduce", "gemm_allreduce", "dh_allreduce", "df_allreduce",
                        "logits", "grad")
 
     def __init__(self, device, grid=None, permute: bool = True, blocks: int = 1, seed: int = 0,
@@ -134,9 +141,9 @@ class Grid3D(DistributedStrategy):
         self.layout = GridLayout(self.dims, graph.num_nodes, self.permute, self.seed)
         mine = torch.from_numpy(self.layout.loss_rows(self.rank, self.world_size))
         view = GridView(graph.adj, self.layout, self.coords, self.blocks, len(mine), seed, device)
-        rows = torch.from_numpy(self.layout.input_rows(self.coords))
-        features = x[rows][:, self.layout.width(x.shape[1], roles(0).feats, self.coords)]
-        self.take_counters()  # setup is not part of any epoch
+        r = roles(0)
+        rows = torch.from_numpy(self.layout.nodes(0, r.cols, self.coords))
+        features = x[rows][:, self.layout.width(x.shape[1], r.feats, self.coords)]
         pick = (lambda t: t[mine].to(device))
         return Shard(view, features.to(device), pick(graph.y), pick(graph.train_mask), pick(graph.val_mask),
                      pick(graph.test_mask))
@@ -151,7 +158,7 @@ class Grid3D(DistributedStrategy):
     def forward(self, model, view, x):
         layers = _gcn_layers(model)
         lay, me = self.layout, self.coords
-        h = GatherRows.apply(x, self.axis[roles(0).rows], lay.input_sizes(me))
+        h = x  # layer 0's input block as it stands: data, so nothing to gather
         for l, layer in enumerate(layers):
             r = roles(l)
             if l:

@@ -30,22 +30,6 @@ def _all_reduce(comm: Comm, tensor: torch.Tensor, name: str) -> torch.Tensor:
         return comm.all_reduce(tensor)
 
 
-class GatherRows(torch.autograd.Function):
-    """The input features, cut along the rows axis for memory, joined for the SpMM
-    (Algorithm 1 line 3); backward: reduce-scatter (Algorithm 2 line 8)."""
-
-    @staticmethod
-    def forward(ctx, piece, comm: Comm, sizes: list):
-        ctx.comm, ctx.sizes = comm, sizes
-        with comm.phase("allgather"):
-            return comm.all_gather(piece, sizes)
-
-    @staticmethod
-    def backward(ctx, grad):
-        with ctx.comm.phase("reduce_scatter"):
-            return ctx.comm.reduce_scatter(grad, ctx.sizes), None, None
-
-
 class Replicated(torch.autograd.Function):
     """A later layer's input, replicated along its rows axis: identity; backward sums the
     partial input gradients of the row blocks (§3.2: the reduce-scatter becomes an all-reduce)."""

@@ -104,18 +104,6 @@ class GridLayout:
         """The feature columns of a ``width``-wide matrix cut along grid ``axis``."""
         return cut(width, self.dims[axis], coords[axis])
 
-    def input_rows(self, coords: dict) -> np.ndarray:
-        """Rows of the input features: the layer-0 input block, cut again along the rows axis
-        (F^{L0} is not replicated, §3.1)."""
-        r = roles(0)
-        block = self.nodes(0, r.cols, coords)
-        return block[cut(len(block), self.dims[r.rows], coords[r.rows])]
-
-    def input_sizes(self, coords: dict) -> list:
-        """Row counts of the pieces the layer-0 all-gather joins, in rank order."""
-        r = roles(0)
-        return sizes(len(self.nodes(0, r.cols, coords)), self.dims[r.rows])
-
     def loss_rows(self, rank: int, world_size: int) -> np.ndarray:
         """Original ids whose logits world rank ``rank`` scores: a contiguous block, so that
         the rows every rank scores are disjoint and independent of the model's depth."""
