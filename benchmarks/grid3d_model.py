@@ -1,12 +1,16 @@
 """Does the 3D performance model rank grids right? Predicted vs measured grid3d epoch time.
 
-For every X x Y x Z grid of each rank count, one `gnnmesh train --strategy grid3d --grid
-X,Y,Z` run gives the measured epoch time (median over the epochs after the warm-up, the
-last one, which evaluates, left out); the model, with rates probed on this machine first,
-gives the predicted one. Reported: both times per grid, the Spearman rank correlation per
-rank count and over all runs, and the model's per-rank communication payload against the
-bytes the strategy counted (a check that the model moves the blocks the code moves).
-Ends with a planning example far beyond this machine.
+For every X x Y x Z grid of each rank count, `gnnmesh train --strategy grid3d --grid X,Y,Z`
+gives the measured epoch time: the median over the epochs after the warm-up (the last one,
+which evaluates, left out), and the smallest such median over ``--repeats`` runs, which go
+round all grids in turn so that a burst of other load on the machine hits every grid
+alike. The model, with rates probed on this machine first (all-reduce bandwidth with as
+many processes as the job has ranks, since they share the cores), gives the predicted time.
+
+Reported: both times per grid, the Spearman rank correlation per rank count and over all
+runs, and the model's per-rank communication payload against the bytes the strategy
+counted (a check that the model moves the blocks the code moves). Ends with a planning
+example far beyond this machine.
 
     python benchmarks/grid3d_model.py --dataset rmat:nodes=100000,edges=1000000 --threads 1
     python benchmarks/grid3d_model.py --nproc 4 --rates rates.json     # rates from 'gnnmesh plan --probe --save-rates'
@@ -30,8 +34,9 @@ from gnnmesh.grid import model as m
 from gnnmesh.grid.plan import graph_size
 
 
-def measure(args, grid: m.Grid, metrics: Path) -> tuple:
-    """(median epoch time, mean per-rank bytes per epoch) of one training run."""
+def measure(args, grid: m.Grid, metrics: Path) -> dict:
+    """Medians over the kept epochs of one training run: epoch time, rank 0's compute and
+    communication time, and the per-rank bytes."""
     cmd = [sys.executable, "-m", "gnnmesh", "train", "--strategy", "grid3d", "--grid", f"{grid.x},{grid.y},{grid.z}",
            "--nproc", str(grid.size), "--dataset", args.dataset, "--epochs", str(args.epochs),
            "--hidden", str(args.hidden), "--layers", str(args.layers), "--dropout", "0",
@@ -41,10 +46,12 @@ def measure(args, grid: m.Grid, metrics: Path) -> tuple:
     if args.data_root:
         cmd += ["--data-root", args.data_root]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    records = [json.loads(line) for line in metrics.read_text().splitlines()]
-    kept = records[args.warmup:-1]
-    return (statistics.median(r["epoch_time"] for r in kept),
-            statistics.mean(r.get("bytes_total", 0) for r in kept) / grid.size)
+    kept = [json.loads(line) for line in metrics.read_text().splitlines()][args.warmup:-1]
+
+    def median(field):
+        return statistics.median(r.get(field, 0.0) for r in kept)
+    return {"measured": median("epoch_time"), "compute": median("aggregate_time") + median("dense_time"),
+            "comm": median("comm_time"), "bytes": median("bytes_total") / grid.size}
 
 
 def counted_bytes(work: m.Workload, grid: m.Grid) -> float:
@@ -60,13 +67,72 @@ def counted_bytes(work: m.Workload, grid: m.Grid) -> float:
     return total
 
 
-def machine(args) -> tuple:
+def machine(args, worlds: list) -> tuple:
+    """(compute rates, {rank count: network})."""
     if args.rates:
         data = json.loads(Path(args.rates).read_text())
-        return m.ComputeRates(**data["compute"]), m.Network(**data["network"])
+        network = m.Network(**data["network"])
+        return m.ComputeRates(**data["compute"]), {world: network for world in worlds}
     from gnnmesh.grid.probe import probe_compute, probe_network
-    print("probing SpMM/GEMM rates and gloo all-reduce bandwidth ...", flush=True)
-    return probe_compute("cpu", args.threads), probe_network()
+    print("probing SpMM/GEMM/elementwise rates and gloo all-reduce bandwidth ...", flush=True)
+    return probe_compute("cpu", args.threads), {world: probe_network(world) for world in worlds}
+
+
+def collect_runs(args, worlds: list) -> dict:
+    """{grid: [measure() of each run]}, the repeats going round all grids in turn."""
+    runs: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for repeat in range(args.repeats):
+            for world in worlds:
+                for grid in m.factorizations(world):
+                    got = measure(args, grid, Path(tmp) / f"{grid}.jsonl")
+                    runs.setdefault(str(grid), []).append(got)
+                    print(f"  run {repeat + 1}, {grid}: {got['measured'] * 1e3:.1f} ms", flush=True)
+    return runs
+
+
+def compare(args, work: m.Workload, rates: m.ComputeRates, networks: dict, runs: dict) -> list:
+    """One row per grid: the prediction and the fastest run."""
+    results = []
+    for world, network in networks.items():
+        slowdown = max(1.0, world * args.threads / args.cores)   # ranks beyond the cores take turns
+        for grid in m.factorizations(world):
+            predicted = m.predict(work, grid, rates.scaled(slowdown), network)
+            best = min(runs[str(grid)], key=lambda r: r["measured"])
+            results.append({"ranks": world, "grid": str(grid), "predicted": predicted.total,
+                            "compute": predicted.compute, "comm": predicted.communication,
+                            "measured": best["measured"], "measured_compute": best["compute"],
+                            "measured_comm": best["comm"], "model_bytes": counted_bytes(work, grid),
+                            "measured_bytes": best["bytes"], "runs": [r["measured"] for r in runs[str(grid)]]})
+    return results
+
+
+def print_table(results: list) -> None:
+    print("\n| ranks | grid XxYxZ | predicted ms (compute + comm) | measured ms (rank 0: compute + comm) "
+          "| rank pred / meas | MB per rank model / counted |")
+    print("|---|---|---|---|---|---|")
+    for world in sorted({r["ranks"] for r in results}):
+        rows = [r for r in results if r["ranks"] == world]
+        pred_rank = {r["grid"]: i for i, r in enumerate(sorted(rows, key=lambda r: r["predicted"]), 1)}
+        meas_rank = {r["grid"]: i for i, r in enumerate(sorted(rows, key=lambda r: r["measured"]), 1)}
+        for r in sorted(rows, key=lambda r: r["measured"]):
+            print(f"| {world} | {r['grid']} | {r['predicted'] * 1e3:.0f} ({r['compute'] * 1e3:.0f} + "
+                  f"{r['comm'] * 1e3:.0f}) | {r['measured'] * 1e3:.0f} ({r['measured_compute'] * 1e3:.0f} + "
+                  f"{r['measured_comm'] * 1e3:.0f}) | {pred_rank[r['grid']]} / {meas_rank[r['grid']]} "
+                  f"| {r['model_bytes'] / 1e6:.2f} / {r['measured_bytes'] / 1e6:.2f} |")
+
+
+def print_correlations(results: list) -> None:
+    print()
+    worlds = sorted({r["ranks"] for r in results})
+    groups = [(f"{w} ranks", [r for r in results if r["ranks"] == w]) for w in worlds]
+    if len(worlds) > 1:
+        groups.append(("all runs", results))
+    for label, rows in groups:
+        if len(rows) < 3:
+            continue
+        rho, p = spearmanr([r["predicted"] for r in rows], [r["measured"] for r in rows])
+        print(f"Spearman rho, {label} ({len(rows)} grids): {rho:.3f} (p = {p:.3g})")
 
 
 def planning_example() -> None:
@@ -94,6 +160,7 @@ def main():
     parser.add_argument("--threads", type=int, default=1, help="compute threads per rank")
     parser.add_argument("--cores", type=int, default=os.cpu_count(),
                         help="cores the ranks share: compute slows by ranks x threads / cores beyond it")
+    parser.add_argument("--repeats", type=int, default=2, help="runs per grid; the fastest counts")
     parser.add_argument("--rates", help="rates JSON ('gnnmesh plan --probe --save-rates') instead of probing")
     parser.add_argument("--out", help="write the results to this JSON file")
     args = parser.parse_args()
@@ -102,47 +169,24 @@ def main():
 
     name, nodes, entries, features, classes = graph_size(args.dataset, args.data_root)
     work = m.Workload.gcn(nodes, entries, features, args.hidden, classes, args.layers)
-    rates, network = machine(args)
+    worlds = [int(n) for n in args.nproc.split(",")]
+    load = os.getloadavg()[0]
+    rates, networks = machine(args, worlds)
     print(f"{name}: {nodes:,} nodes, {work.nnz:,} entries with self-loops, GCN {'-'.join(map(str, work.widths))}; "
-          f"{args.epochs} epochs, median of {args.epochs - args.warmup - 1}")
-    print(f"rates: {rates}\nnetwork: {network}\n")
+          f"{args.epochs} epochs, median of {args.epochs - args.warmup - 1}, best of {args.repeats} runs")
+    print(f"rates: {rates}")
+    for world, network in networks.items():
+        print(f"network, {world} processes: {network.intra_bw / 1e9:.3f} GB/s, {network.intra_latency * 1e6:.0f} us")
 
-    results = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for world in (int(n) for n in args.nproc.split(",")):
-            slowdown = max(1.0, world * args.threads / args.cores)
-            for grid in m.factorizations(world):
-                predicted = m.predict(work, grid, rates.scaled(slowdown), network)
-                measured, measured_bytes = measure(args, grid, Path(tmp) / f"{grid}.jsonl")
-                results.append({"ranks": world, "grid": str(grid), "predicted": predicted.total,
-                                "compute": predicted.compute, "comm": predicted.communication,
-                                "measured": measured, "model_bytes": counted_bytes(work, grid),
-                                "measured_bytes": measured_bytes})
-                print(f"  {grid}: predicted {predicted.total * 1e3:.1f} ms, measured {measured * 1e3:.1f} ms",
-                      flush=True)
-
-    print("\n| ranks | grid XxYxZ | predicted (ms) | compute + comm (ms) | measured (ms) | rank pred / meas "
-          "| bytes per rank model / counted (MB) |")
-    print("|---|---|---|---|---|---|---|")
-    for world in sorted({r["ranks"] for r in results}):
-        rows = [r for r in results if r["ranks"] == world]
-        pred_rank = {r["grid"]: i for i, r in enumerate(sorted(rows, key=lambda r: r["predicted"]), 1)}
-        meas_rank = {r["grid"]: i for i, r in enumerate(sorted(rows, key=lambda r: r["measured"]), 1)}
-        for r in sorted(rows, key=lambda r: r["measured"]):
-            print(f"| {world} | {r['grid']} | {r['predicted'] * 1e3:.1f} | {r['compute'] * 1e3:.1f} + "
-                  f"{r['comm'] * 1e3:.1f} | {r['measured'] * 1e3:.1f} | {pred_rank[r['grid']]} / "
-                  f"{meas_rank[r['grid']]} | {r['model_bytes'] / 1e6:.2f} / {r['measured_bytes'] / 1e6:.2f} |")
-    print()
-    for world in sorted({r["ranks"] for r in results}):
-        rows = [r for r in results if r["ranks"] == world]
-        rho, p = spearmanr([r["predicted"] for r in rows], [r["measured"] for r in rows])
-        print(f"Spearman rho, {world} ranks ({len(rows)} grids): {rho:.3f} (p = {p:.3g})")
-    if len({r["ranks"] for r in results}) > 1:
-        rho, p = spearmanr([r["predicted"] for r in results], [r["measured"] for r in results])
-        print(f"Spearman rho, all {len(results)} runs: {rho:.3f} (p = {p:.3g})")
+    runs = collect_runs(args, worlds)
+    results = compare(args, work, rates, networks, runs)
+    print(f"\nload average (1 min) before: {load:.1f}, after: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print_table(results)
+    print_correlations(results)
     if args.out:
-        Path(args.out).write_text(json.dumps({"rates": asdict(rates), "network": asdict(network),
-                                              "results": results}, indent=2))
+        Path(args.out).write_text(json.dumps({"rates": asdict(rates), "results": results,
+                                              "networks": {w: asdict(n) for w, n in networks.items()}},
+                                             indent=2))
     planning_example()
 
 

@@ -58,24 +58,31 @@ def test_message_sizes_follow_block_shapes():
     # 12 nodes, widths 6 -> 4 -> 2 on X=2, Y=3, Z=1. Layer 0: rows z, cols x, feats y.
     work = m.Workload(nodes=12, nnz=48, widths=(6, 4, 2))
     grid = m.Grid(2, 3, 1)
-    assert m.layer_ops(work, grid, 0, backward=False) == [
-        m.Collective("all_gather", "z", 6 * 2 * 4),      # input block 6 x 2, joined along Z
+    forward = [
         m.SpMM(rows=12, common=6, nnz=24, width=2),      # A block 12 x 6 times F block 6 x 2
         m.Collective("all_reduce", "x", 12 * 2 * 4),     # H 12 x 2
         m.GEMM(12, 2, 2),                                # H times W block 2 x 2
+        m.Elementwise(2 * 12 * 2),
         m.Collective("all_reduce", "y", 12 * 2 * 4),     # Q 12 x 2
     ]
+    assert m.layer_ops(work, grid, 0, backward=False) == forward
+    # a learned input is cut along Z as well (Plexus): its 6 x 2 block is gathered first
+    learned = m.Workload(nodes=12, nnz=48, widths=(6, 4, 2), trainable_input=True)
+    assert m.layer_ops(learned, grid, 0, backward=False) == [m.Collective("all_gather", "z", 6 * 2 * 4)] + forward
+    assert m.layer_ops(learned, grid, 0, backward=True)[-1] == m.Collective("reduce_scatter", "z", 6 * 2 * 4)
     # layer 1: rows y, cols z, feats x; its input is layer 0's output block, 12 x 2
     assert m.layer_ops(work, grid, 1, backward=True) == [
+        m.Elementwise(4 * 2),
         m.GEMM(2, 4, 2),                                 # dW block 2 x 2 = H^T (2 x 4) dQ (4 x 2)
         m.Collective("reduce_scatter", "y", (2 * 2 + 2) * 4),   # and the bias block
         m.GEMM(4, 2, 2),                                 # dH 4 x 2
+        m.Elementwise(4 * 2 + 12 * 2),
         m.Collective("all_reduce", "z", 4 * 2 * 4),
         m.SpMM(rows=12, common=4, nnz=16, width=2),      # A^T block
         m.Collective("all_reduce", "y", 12 * 2 * 4),     # dF, replicated along Y
     ]
     # fixed input features: layer 0's backward stops at dW
-    assert [type(op) for op in m.layer_ops(work, grid, 0, backward=True)] == [m.GEMM, m.Collective]
+    assert [type(op) for op in m.layer_ops(work, grid, 0, backward=True)] == [m.Elementwise, m.GEMM, m.Collective]
 
 
 def test_spmm_flops_are_the_same_on_every_grid():
@@ -101,7 +108,7 @@ def test_tall_skinny_penalty_reproduces_plexus_u_and_v():
     work = m.Workload.gcn(2_449_029, 123_718_280, 100, 128, 47, 3)
     spmm = {}
     for name, grid in (("U", m.Grid(64, 1, 1)), ("V", m.Grid(1, 64, 1))):
-        op = m.layer_ops(work, grid, 0, backward=False)[1]
+        op = next(op for op in m.layer_ops(work, grid, 0, backward=False) if isinstance(op, m.SpMM))
         spmm[name] = m.GPU_RATES.spmm(op)
     assert 5 < spmm["V"] / spmm["U"] < 12
 
@@ -111,7 +118,7 @@ def test_prediction_adds_up_and_ranks():
     ranked = m.rank_grids(work, 8, m.GPU_RATES, NET)
     assert len(ranked) == 10 and [p.total for p in ranked] == sorted(p.total for p in ranked)
     best = ranked[0]
-    assert best.total == pytest.approx(best.spmm + best.gemm + sum(best.comm.values()))
+    assert best.total == pytest.approx(best.spmm + best.dense + sum(best.comm.values()))
     assert m.default_grid(8, 100_000, 1_100_000, (128, 16, 10), network=NET) == \
         {"x": best.grid.x, "y": best.grid.y, "z": best.grid.z}
 

@@ -7,7 +7,9 @@ nothing is assumed to overlap. Under a uniform spread of nonzeros (what the doub
 permutation is for) every rank does the same work, so one rank's time is the epoch's.
 
 The operations are those of the grid3d strategy, which follows Plexus Algorithms 1 and 2
-with two differences: every rank keeps the whole of W, so W is never gathered and the
+with three differences: the input features are data, so each rank keeps its layer-0 block
+and nothing is gathered or reduced for them (``trainable_input`` restores Plexus's learned,
+row-sharded input); every rank keeps the whole of W, so W is never gathered and the
 gradient blocks, reduce-scattered along a layer's rows axis, end in one all-gather over
 the world; and the last layer's output reaches the ranks that score it by an all-to-all.
 
@@ -111,6 +113,11 @@ class GEMM:
 
 
 @dataclass(frozen=True)
+class Elementwise:
+    elements: int   # bias, activation and gradient copies over dense blocks
+
+
+@dataclass(frozen=True)
 class Collective:
     kind: str       # "all_reduce", "all_gather", "reduce_scatter" or "all_to_all"
     axis: str       # grid axis whose process group runs it, or WORLD
@@ -147,20 +154,23 @@ def layer_ops(work: Workload, grid: Grid, layer: int, backward: bool) -> list:
     out_rows, in_rows = _split(work.nodes, grid[r.rows]), _split(work.nodes, grid[r.cols])
     f_in, f_out = _split(d_in, grid[r.feats]), _split(d_out, grid[r.cols])
     nnz = _split(work.nnz, grid[r.rows] * grid[r.cols])
+    learned_input = layer == 0 and work.trainable_input   # cut along rows too, like Plexus
     if not backward:
-        # the input is also cut along the rows axis (memory) and gathered for every pass
-        gather = [Collective("all_gather", r.rows, in_rows * f_in * b)] if layer == 0 else []
+        gather = [Collective("all_gather", r.rows, in_rows * f_in * b)] if learned_input else []
         return gather + [SpMM(out_rows, in_rows, nnz, f_in),
                          Collective("all_reduce", r.cols, out_rows * f_in * b),    # H, partial over cols
                          GEMM(out_rows, f_in, f_out),
+                         Elementwise(2 * out_rows * f_out),                        # bias, activation
                          Collective("all_reduce", r.feats, out_rows * f_out * b)]  # Q, partial over feats
-    ops = [GEMM(f_in, out_rows, f_out),                                            # dW = H^T dQ
+    ops = [Elementwise(out_rows * f_out),                                          # activation
+           GEMM(f_in, out_rows, f_out),                                            # dW = H^T dQ
            Collective("reduce_scatter", r.rows, (f_in * f_out + f_out) * b)]       # W and b blocks
     if layer > 0 or work.trainable_input:                                          # dF is wanted
         ops += [GEMM(out_rows, f_out, f_in),                                       # dH = dQ W^T
+                Elementwise(out_rows * f_in + in_rows * f_in),                     # summed in copies
                 Collective("all_reduce", r.cols, out_rows * f_in * b),
                 SpMM(in_rows, out_rows, nnz, f_in),                                # dF = A^T dH
-                Collective("reduce_scatter" if layer == 0 else "all_reduce", r.rows,
+                Collective("reduce_scatter" if learned_input else "all_reduce", r.rows,
                            in_rows * f_in * b)]
     return ops
 
@@ -209,6 +219,8 @@ class ComputeRates:
     spmm_per_in: float
     gemm_call: float
     gemm_flops: float        # flop/s
+    elementwise_call: float = 0.0
+    elementwise_per: float = 0.0   # per element of a dense block
     source: str = "given"
 
     def spmm(self, op: SpMM) -> float:
@@ -218,9 +230,13 @@ class ComputeRates:
     def gemm(self, op: GEMM) -> float:
         return self.gemm_call + 2.0 * op.m * op.k * op.n / self.gemm_flops
 
+    def elementwise(self, op: Elementwise) -> float:
+        return self.elementwise_call + op.elements * self.elementwise_per
+
     def scaled(self, factor: float) -> "ComputeRates":
         """Every cost times ``factor`` (e.g. ranks sharing a core run that much slower)."""
-        costs = ("spmm_call", "spmm_per_nnz", "spmm_per_nnz_col", "spmm_per_out", "spmm_per_in", "gemm_call")
+        costs = ("spmm_call", "spmm_per_nnz", "spmm_per_nnz_col", "spmm_per_out", "spmm_per_in", "gemm_call",
+                 "elementwise_call", "elementwise_per")
         return replace(self, gemm_flops=self.gemm_flops / factor,
                        **{name: getattr(self, name) * factor for name in costs})
 
@@ -230,7 +246,7 @@ class ComputeRates:
 # gap Plexus measured between two grids of equal flops (§4.1, configurations U and V).
 GPU_RATES = ComputeRates(spmm_call=10e-6, spmm_per_nnz=56e-12, spmm_per_nnz_col=2e-12,
                          spmm_per_out=2e-12, spmm_per_in=2e-12, gemm_call=10e-6, gemm_flops=40e12,
-                         source="nominal GPU")
+                         elementwise_call=5e-6, elementwise_per=4e-12, source="nominal GPU")
 
 
 @dataclass(frozen=True)
@@ -306,12 +322,12 @@ def _all_to_all_link(grid: Grid, ranks_per_node: int, network: Network, links: d
 class Prediction:
     grid: Grid
     spmm: float
-    gemm: float
+    dense: float        # GEMMs and elementwise work
     comm: dict          # seconds per process group: the grid axes and the world
 
     @property
     def compute(self) -> float:
-        return self.spmm + self.gemm
+        return self.spmm + self.dense
 
     @property
     def communication(self) -> float:
@@ -327,18 +343,20 @@ def predict(work: Workload, grid: Grid, rates: ComputeRates, network: Network,
     """Predicted epoch time of ``work`` on ``grid``; ``ranks_per_node`` defaults to one node."""
     per_node = ranks_per_node or grid.size
     links = group_links(grid, per_node, network, order)
-    spmm = gemm = 0.0
+    spmm = dense = 0.0
     comm = dict.fromkeys(AXES + (WORLD,), 0.0)
     for op in epoch_ops(work, grid):
         if isinstance(op, SpMM):
             spmm += rates.spmm(op)
         elif isinstance(op, GEMM):
-            gemm += rates.gemm(op)
+            dense += rates.gemm(op)
+        elif isinstance(op, Elementwise):
+            dense += rates.elementwise(op)
         else:
             link = (_all_to_all_link(grid, per_node, network, links) if op.kind == "all_to_all"
                     else links[op.axis])
             comm[op.axis] += ring_time(op.kind, op.nbytes, grid[op.axis], *link)
-    return Prediction(grid, spmm, gemm, comm)
+    return Prediction(grid, spmm, dense, comm)
 
 
 def rank_grids(work: Workload, world: int, rates: ComputeRates, network: Network,

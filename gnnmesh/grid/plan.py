@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 from dataclasses import asdict
 from typing import Optional
 
@@ -147,7 +148,13 @@ def machine(args) -> tuple:
         rates, network = _read_rates(args.rates)
     elif args.probe:
         from .probe import probe_compute, probe_network
-        rates, network = probe_compute(args.device, args.threads), probe_network()
+        if args.device == "cuda":
+            import torch
+            if not torch.cuda.is_available():
+                raise ConfigError("--device cuda: no GPU is visible to probe")
+        # one node's ranks, but no more processes than cores: the probe should see links, not queues
+        ranks = max(2, min(args.nproc, args.per_node or args.nproc, os.cpu_count() or 2))
+        rates, network = probe_compute(args.device, args.threads), probe_network(ranks)
     else:
         rates, network = GPU_RATES, GPU_NETWORK
     given = {"intra_bw": _si(args.intra_bw, 1e9), "inter_bw": _si(args.inter_bw, 1e9),

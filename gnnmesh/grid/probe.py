@@ -1,5 +1,5 @@
-"""Measure the performance model's rates on this machine: SpMM and GEMM costs on one device
-and all-reduce bandwidth and latency between local processes.
+"""Measure the performance model's rates on this machine: SpMM, GEMM and elementwise costs on
+one device and all-reduce bandwidth and latency between local processes.
 
 Each probe times a handful of shapes (a second or two in all) and fits the model's linear
 cost terms by non-negative least squares on relative error, so that small and large
@@ -27,6 +27,7 @@ SPMM_SHAPES = ((1 << 15, 1 << 15, 8), (1 << 12, 1 << 17, 16), (1 << 17, 1 << 13,
                (1 << 15, 1 << 15, 2), (64, 64, 4))
 SPMM_WIDTHS = (1, 4, 16, 64, 128)
 GEMM_SHAPES = ((1 << 15, 128, 16), (1 << 15, 16, 128), (128, 1 << 15, 16), (1024, 256, 256), (16, 16, 16))
+ELEMENTWISE_SIZES = tuple(1 << s for s in range(10, 25, 2))  # elements
 ALLREDUCE_BYTES = tuple(1 << s for s in range(10, 25, 2))   # 1 KiB to 16 MiB
 
 
@@ -63,7 +64,8 @@ def _random_adjacency(rows: int, common: int, per_row: int, seed: int):
 
 
 def probe_compute(device: str = "cpu", threads: Optional[int] = None) -> ComputeRates:
-    """SpMM and GEMM costs of one rank with ``threads`` compute threads (default: torch's)."""
+    """SpMM, GEMM and elementwise costs of one rank with ``threads`` compute threads (default:
+    torch's). SpMMs run both ways, as forward and backward passes do."""
     import torch
     from ..ops.spmm import multiply
 
@@ -78,9 +80,10 @@ def probe_compute(device: str = "cpu", threads: Optional[int] = None) -> Compute
             adj = _random_adjacency(rows, common, per_row, seed=i)
             values = adj.values.to(dev)
             for width in SPMM_WIDTHS:
-                x = torch.rand(common, width, device=dev)
-                times.append(_seconds(lambda: multiply(adj, values, x), sync))
-                cols.append([1.0, adj.nnz, adj.nnz * width, rows * width, common * width])
+                for transpose, (out, inner) in ((False, (rows, common)), (True, (common, rows))):
+                    x = torch.rand(inner, width, device=dev)
+                    times.append(_seconds(lambda: multiply(adj, values, x, transpose), sync))
+                    cols.append([1.0, adj.nnz, adj.nnz * width, out * width, inner * width])
         spmm = _fit(cols, times)
         cols, times = [], []
         for m, k, n in GEMM_SHAPES:
@@ -88,11 +91,18 @@ def probe_compute(device: str = "cpu", threads: Optional[int] = None) -> Compute
             times.append(_seconds(lambda: a @ b, sync))
             cols.append([1.0, 2.0 * m * k * n])
         gemm = _fit(cols, times)
+        cols, times = [], []
+        for n in ELEMENTWISE_SIZES:
+            a = torch.rand(n, device=dev)
+            times.append(_seconds(lambda: torch.relu(a), sync))
+            cols.append([1.0, n])
+        elementwise = _fit(cols, times)
     finally:
         torch.set_num_threads(before)
     label = f"probed ({device}, {threads or before} thread{'s' if (threads or before) > 1 else ''})"
     return ComputeRates(*(float(v) for v in spmm), gemm_call=float(gemm[0]),
-                        gemm_flops=1.0 / max(float(gemm[1]), 1e-18), source=label)
+                        gemm_flops=1.0 / max(float(gemm[1]), 1e-18), elementwise_call=float(elementwise[0]),
+                        elementwise_per=float(elementwise[1]), source=label)
 
 
 def _allreduce_worker(rank: int, world: int, store: str, out: str, sizes: list) -> None:
@@ -148,7 +158,9 @@ def probe_bandwidth(ranks: int = 2, sizes: tuple = ALLREDUCE_BYTES, timeout: flo
 
 
 def probe_network(ranks: int = 2) -> Network:
-    """Both link kinds from local processes: a one-machine job never leaves its node."""
+    """Both link kinds from ``ranks`` local processes: a one-machine job never leaves its node.
+    Probe with the job's rank count where cores are shared: waiting for descheduled peers is
+    then part of what is measured."""
     bandwidth, latency = probe_bandwidth(ranks)
     return Network(bandwidth, bandwidth, latency, latency,
                    source=f"probed (gloo all-reduce, {ranks} local processes)")
