@@ -61,7 +61,7 @@ def summarize(records: list) -> dict:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="rmat:nodes=1000000,edges=10000000,features=64,classes=8")
+    parser.add_argument("--dataset", default="rmat:nodes=1000000,edges=10000000,features=32")
     parser.add_argument("--data-root", default=os.environ.get("GNNMESH_DATA"))
     parser.add_argument("--nproc", type=int, default=4)
     parser.add_argument("--epochs", type=int, default=5)

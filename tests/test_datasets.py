@@ -500,3 +500,13 @@ def test_chunked_parsing_keeps_line_numbers(tmp_path, monkeypatch):
     path.write_text("\n".join(lines))
     with pytest.raises(GraphError, match=r"big.csv line 151: expected 2 columns \(as on line 2\)"):
         load(path, cache=False)
+
+
+def test_random_labels_make_an_unlabeled_graph_trainable(tmp_path):
+    path = tmp_path / "edges.txt"
+    path.write_text("0 1\n1 2\n2 3\n3 0\n4 5\n5 6\n6 7\n7 4\n")
+    graph = load(str(path), random_labels=3, cache=False)
+    assert graph.num_classes == 3 and graph.y.shape == (8,) and int(graph.y.max()) < 3
+    masks = graph.train_mask.int() + graph.val_mask.int() + graph.test_mask.int()
+    assert bool((masks == 1).all())
+    assert load(str(path), cache=False).y is None

@@ -92,6 +92,8 @@ COMMON = {
     "cache": Option(True, bool, "read/write the on-disk cache of processed graphs"),
     "cache_dir": Option(None, str, "cache directory (else $GNNMESH_CACHE, else ~/.cache/gnnmesh)",
                         optional=True),
+    "random_labels": Option(0, int, "for a graph without labels: this many random classes and a "
+                            "random 60/20/20 split (throughput runs on unlabeled graphs)"),
 }
 SPLIT = {
     "split_seed": Option(None, int, "seed of the random train/val/test split (default: seed)",

@@ -9,10 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Union
 
+import numpy as np
+import torch
+
 from ..errors import GraphError
 from ..graph import Graph
 from . import cache
 from ._io import file_stat
+from ._build import random_split
 from .files import EDGE_LIST_SUFFIXES, FILE_OPTIONS, graph_name, load_file, load_mtx
 from .generators import RMAT_OPTIONS, SBM_OPTIONS, rmat, sbm
 from .musae import load_musae
@@ -260,6 +264,7 @@ def load(name_or_path: Union[str, os.PathLike], root=None, **options) -> Graph:
     declared = dataset.options if dataset is not None else FILE_OPTIONS
     opts = resolve({**COMMON, **declared}, {**spec, **options}, where)
     use_cache, cache_dir = opts.pop("cache"), opts.pop("cache_dir")
+    random_labels = opts.pop("random_labels")
     if opts.get("split_seed", 0) is None:
         opts["split_seed"] = opts["seed"]
     if "seed" not in declared:  # unused here: keep it out of the call and the cache key
@@ -279,10 +284,22 @@ def load(name_or_path: Union[str, os.PathLike], root=None, **options) -> Graph:
             return dataset.build(paths, **opts)
 
     if not use_cache:
-        return build()
-    entry = cache.entry_dir(cache.default_dir(cache_dir), key_name, version, opts, sources)
-    graph = cache.load(entry)
-    if graph is None:
         graph = build()
-        cache.save(graph, entry)
-    return graph
+    else:
+        entry = cache.entry_dir(cache.default_dir(cache_dir), key_name, version, opts, sources)
+        graph = cache.load(entry)
+        if graph is None:
+            graph = build()
+            cache.save(graph, entry)
+    return _with_random_labels(graph, random_labels) if random_labels else graph
+
+
+def _with_random_labels(graph: Graph, classes: int) -> Graph:
+    if classes < 1:
+        raise GraphError(f"{graph.name}: option 'random_labels' must be >= 1, got {classes}")
+    if graph.y is not None:
+        return graph
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, classes, graph.num_nodes)
+    masks, _ = random_split(graph.num_nodes, y, 0.6, 0.2, seed=0)
+    return graph.replace(y=torch.from_numpy(y), num_classes=classes, **masks)
