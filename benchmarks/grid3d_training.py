@@ -1,0 +1,159 @@
+"""3D tensor parallelism (grid3d) against 1D partitioning and tensor parallelism, side by side.
+
+For each rank count N, every configuration is one ``gnnmesh train --nproc N`` run:
+
+1. grid3d on every X x Y x Z grid of N ranks (double permutation on, one row block);
+2. on the fastest of those grids, the double permutation off and blocked aggregation
+   (``--blocks B``) on, in the four combinations;
+3. ``--strategy partition --partitioner hp`` and ``--strategy tensor``.
+
+Every epoch trains and evaluates (``--eval-every 1``), so epochs do the same work; the first
+``--warmup`` ones are left out and the table shows the medians of the rest: epoch time and
+bytes moved per epoch, both also relative to partition-hp at the same N (measured in the
+same invocation), and compute time max/min over ranks. It also names the grid the
+performance model ranks first (``gnnmesh plan``: with its nominal GPU rates, and with
+``--probe`` also with rates measured here) and the grid3d default when no ``--grid`` is given.
+
+    python benchmarks/grid3d_training.py                     # R-MAT 10M edges, 4 and 8 ranks
+    python benchmarks/grid3d_training.py --nproc 8 --epochs 5 --dataset products --data-root DIR
+
+The hp partitions are cached; ``gnnmesh partition --dataset D --parts N --method hp``
+computes them ahead of time, so that a run's setup does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from gnnmesh.grid import plan
+from gnnmesh.grid.model import GPU_NETWORK, GPU_RATES, Workload, factorizations, rank_grids
+from gnnmesh.parallel.grid_layout import default_grid
+
+
+def grid_name(grid) -> str:
+    return "x".join(str(grid[a]) for a in "xyz")
+
+
+def grid3d_flags(grid, permute: bool, blocks: int) -> list:
+    return ["--strategy", "grid3d", "--grid", ",".join(str(grid[a]) for a in "xyz"),
+            "--permute" if permute else "--no-permute", "--blocks", str(blocks)]
+
+
+BASELINES = [("partition hp", ["--strategy", "partition", "--partitioner", "hp"]),
+             ("tensor", ["--strategy", "tensor"])]
+
+
+def train(args, nproc: int, flags: list, metrics: Path) -> dict:
+    """Medians of one run's measured epochs, or ``{"error": why}``."""
+    cmd = [sys.executable, "-m", "gnnmesh", "train", "--dataset", args.dataset, "--nproc", str(nproc),
+           "--model", "gcn", "--hidden", str(args.hidden), "--epochs", str(args.epochs), "--eval-every", "1",
+           "--threads", "1", "--metrics", str(metrics), "--quiet"] + flags
+    if args.data_root:
+        cmd += ["--data-root", args.data_root]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"over {args.timeout} s"}
+    if done.returncode:
+        lines = done.stderr.strip().splitlines()
+        return {"error": lines[-1] if lines else f"exit status {done.returncode}"}
+    records = [json.loads(line) for line in metrics.read_text().splitlines()][args.warmup:]
+    median = (lambda f: statistics.median(f(r) for r in records))
+    return {"epoch": median(lambda r: r["epoch_time"]), "mib": median(lambda r: r["bytes_total"]) / 2**20,
+            "balance": median(lambda r: r["compute_time_max"] / max(r["compute_time_min"], 1e-9))}
+
+
+def model_pick(args, nproc: int, machine) -> str:
+    """The grid ``gnnmesh plan`` ranks first for this graph and model."""
+    _, nodes, entries, features, classes = plan.graph_size(args.dataset, args.data_root)
+    work = Workload.gcn(nodes, entries, features, args.hidden, classes, 2, evaluate=True)
+    best = rank_grids(work, nproc, *machine)[0].grid
+    return grid_name({"x": best.x, "y": best.y, "z": best.z})
+
+
+def measure(args, nproc: int, tmp: Path) -> list:
+    """[(name, grid or "", result)] for one rank count, in the order run."""
+    rows = []
+
+    def run(name, grid, flags):
+        start = time.perf_counter()
+        result = train(args, nproc, flags, tmp / f"{nproc}-{len(rows)}.jsonl")
+        rows.append((name, grid, result))
+        took = f"{result['epoch']:.2f} s/epoch" if "error" not in result else result["error"]
+        print(f"  {nproc} ranks, {name} {grid}".rstrip() + f": {took} ({time.perf_counter() - start:.0f} s in all)",
+              file=sys.stderr, flush=True)
+        return result
+
+    for name, flags in BASELINES:
+        run(name, "", flags)
+    grids = [{"x": g.x, "y": g.y, "z": g.z} for g in factorizations(nproc)]
+    swept = {grid_name(g): run("grid3d", grid_name(g), grid3d_flags(g, True, 1)) for g in grids}
+    timed = [g for g in grids if "error" not in swept[grid_name(g)]]
+    if timed:
+        best = min(timed, key=lambda g: swept[grid_name(g)]["epoch"])
+        for permute, blocks in ((False, 1), (True, args.blocks), (False, args.blocks)):
+            label = f"grid3d{'' if permute else ', no permutation'}{f', {blocks} blocks' if blocks > 1 else ''}"
+            run(label, grid_name(best), grid3d_flags(best, permute, blocks))
+    return rows
+
+
+def table(nproc: int, rows: list, picks: dict) -> list:
+    base = next((r for name, _, r in rows if name == "partition hp" and "error" not in r), None)
+    ratio = (lambda r, key: f"{r[key] / base[key]:.2f}x" if base else "-")
+    out = []
+    for name, grid, r in rows:
+        notes = ", ".join(who for who, g in picks.items() if g == grid and name == "grid3d")
+        label = f"{name} {grid}".rstrip() + (f" ({notes})" if notes else "")
+        if "error" in r:
+            out.append(f"| {nproc} | {label} | failed: {r['error']} | | | | |")
+            continue
+        out.append(f"| {nproc} | {label} | {r['epoch']:.2f} | {ratio(r, 'epoch')} | {r['mib']:.1f} | "
+                   f"{ratio(r, 'mib')} | {r['balance']:.2f} |")
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="rmat:nodes=1000000,edges=10000000,features=32")
+    parser.add_argument("--data-root", default=os.environ.get("GNNMESH_DATA"))
+    parser.add_argument("--nproc", default="4,8", help="comma-separated rank counts")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1, help="first epochs left out of the medians")
+    parser.add_argument("--hidden", type=int, default=16)
+    parser.add_argument("--blocks", type=int, default=4, help="row blocks for the blocked-aggregation runs")
+    parser.add_argument("--timeout", type=float, default=1200, help="seconds allowed to one training run")
+    parser.add_argument("--probe", action="store_true",
+                        help="rank the model's grids with rates measured on this machine")
+    args = parser.parse_args()
+    if args.epochs <= args.warmup:
+        parser.error("--epochs must exceed --warmup")
+
+    machines = {"model's pick": (GPU_RATES, GPU_NETWORK)}
+    if args.probe:
+        from gnnmesh.grid.probe import probe_compute, probe_network
+        machines["model's pick, probed"] = (probe_compute("cpu", 1), probe_network())
+    lines = []
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        for nproc in map(int, args.nproc.split(",")):
+            picks = {who: model_pick(args, nproc, machine) for who, machine in machines.items()}
+            picks["default"] = grid_name(default_grid(nproc))
+            lines += table(nproc, measure(args, nproc, Path(tmp)), picks)
+    print(f"{args.dataset}: GCN, hidden {args.hidden}, {args.epochs} epochs ({args.warmup} warm-up), "
+          f"1 thread per rank; grids X x Y x Z; {time.perf_counter() - start:.0f} s in all\n")
+    print("| ranks | configuration | epoch (s) | vs. partition hp | MiB per epoch | vs. partition hp | "
+          "compute max/min |")
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
