@@ -20,7 +20,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                           "hp: hypergraph partitioning, exact volume (default). gp and hp need "
                           "pip install 'gnnmesh[partitioners]'. permute2: nonzero balance of the "
                           "--grid R,C blocks of the adjacency in the original order, with one "
-                          "permutation and with the double permutation (--seed)")
+                          "permutation, with the double permutation (--seed) and with a balanced "
+                          "pair of permutations")
     cmd.add_argument("--grid", help="permute2: row and column block counts R,C (e.g. 8,8)")
     cmd.add_argument("--self-loops", dest="self_loops", action="store_true",
                      help="permute2: count A + I, the pattern GCN multiplies with")
@@ -77,23 +78,26 @@ def run_grid(args) -> int:
     """``--method permute2``: block balance report, and the shard files if asked."""
     from .. import datasets
     from ..errors import ConfigError
-    from ..grid.permute import balance, check_grid, max_over_mean
+    from ..grid.permute import balance, check_grid, max_over_mean, peak_bound
+    from ..transforms import add_self_loops
 
     if args.parts is not None:
         raise ConfigError("--parts does not apply to --method permute2; give --grid R,C")
     grid = parse_grid(args.grid)
     graph = datasets.load(args.dataset, root=args.data_root)
     grid = check_grid(grid, graph.adj.shape, what="--grid")
-    counts = balance(graph.adj, grid, seed=args.seed, self_loops=args.self_loops)
+    counts = balance(graph.adj, grid, seed=args.seed, self_loops=args.self_loops, balanced=True)
     total = int(counts["original"].sum())
     print(f"graph:         {graph.name}, {graph.num_nodes:,} nodes, {graph.num_edges:,} entries")
     print(f"blocks:        {grid[0]} x {grid[1]} of {'A + I' if args.self_loops else 'A'}, "
           f"{total / (grid[0] * grid[1]):,.1f} nonzeros each on average; permutation seed {args.seed}")
     print("max/mean nonzeros per block:")
     for key, label in (("original", "original"), ("one", "one permutation"),
-                       ("two", "two permutations")):
+                       ("two", "two permutations"), ("balanced", "balanced pair")):
         print(f"  {label + ':':<19}{max_over_mean(counts[key]):.3f} "
               f"(max {int(counts[key].max()):,})")
+    least = peak_bound(add_self_loops(graph.adj) if args.self_loops else graph.adj, grid)
+    print(f"  {'no pair below:':<19}{least / (total / (grid[0] * grid[1])):.3f} (max {least:,})")
     if args.write_shards:
         from ..grid.shards import write_shards
         path = write_shards(graph, args.write_shards, grid, seed=args.seed)
