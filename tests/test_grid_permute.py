@@ -1,5 +1,7 @@
-"""Nonzeros per 2D block of the adjacency under the double permutation, and its command."""
+"""Nonzeros per 2D block of the adjacency under the double permutation (random and
+balanced), and its command."""
 
+import itertools
 import subprocess
 import sys
 
@@ -11,8 +13,10 @@ from gnnmesh import cli
 from gnnmesh.errors import ConfigError
 from gnnmesh.graph import Adjacency
 from gnnmesh.grid import permute
-from gnnmesh.grid.permute import (balance, block_bounds, block_nnz, check_grid, max_over_mean,
-                                  permutations, permute_adjacency)
+from gnnmesh.grid.permute import (balance, balanced_permutations, block_bounds, block_nnz,
+                                  check_grid, max_over_mean, peak_bound, permutations,
+                                  permute_adjacency)
+from gnnmesh.transforms import add_self_loops
 
 from helpers import random_graph
 
@@ -136,6 +140,12 @@ def test_command_reports_the_three_orders(capsys):
         line = next(line for line in out.splitlines() if line.strip().startswith(label))
         assert float(line.split(":")[1].split()[0]) == pytest.approx(max_over_mean(expect[key]), abs=1e-3)
     assert "4 x 4 of A," in out
+    pair = balanced_permutations(datasets.load(RMAT).adj, (4, 4), seed=3, self_loops=False)
+    balanced = max_over_mean(block_nnz(datasets.load(RMAT).adj, (4, 4), *pair))
+    line = next(line for line in out.splitlines() if line.strip().startswith("balanced pair:"))
+    assert float(line.split(":")[1].split()[0]) == pytest.approx(balanced, abs=1e-3)
+    line = next(line for line in out.splitlines() if line.strip().startswith("no pair below:"))
+    assert int(line.split("(max")[1].strip(" )").replace(",", "")) == peak_bound(datasets.load(RMAT).adj, (4, 4))
 
 
 @pytest.mark.parametrize("args, fragment", [
@@ -161,3 +171,109 @@ def test_command_as_a_subprocess():
                           "--method", "permute2", "--grid", "8,x"], capture_output=True, text=True,
                          timeout=120)
     assert run.returncode == 2 and run.stderr.count("\n") == 1 and "--grid" in run.stderr
+
+
+# -- balanced pair ------------------------------------------------------------------------
+
+def communities_and_hubs(n=8000, size=1000, degree=12, hubs=6, seed=0):
+    """Dense diagonal communities (every entry starts in a diagonal block of 8 x 8), hub rows
+    and hub columns hundreds of entries long, and self-loops."""
+    rng = np.random.default_rng(seed)
+    src = rng.integers(0, n, degree * n)
+    dst = src // size * size + rng.integers(0, size, src.shape[0])
+    hub = rng.choice(n, hubs, replace=False)
+    spokes = rng.integers(0, n, (hubs, n // 12))
+    rows = np.concatenate([dst, np.repeat(hub, spokes.shape[1]), spokes.ravel(), np.arange(n)])
+    cols = np.concatenate([src, spokes.ravel(), np.repeat(hub, spokes.shape[1]), np.arange(n)])
+    return Adjacency.from_coo(rows, cols, (n, n), reduce="max")
+
+
+def is_permutation(perm, size):
+    return perm.shape == (size,) and np.array_equal(np.sort(perm), np.arange(size))
+
+
+def test_balanced_pair_is_a_pair_of_permutations_and_deterministic():
+    adj = random_graph(n=300, e=2000).adj
+    row_perm, col_perm = balanced_permutations(adj, (4, 3), seed=1)
+    assert is_permutation(row_perm, 300) and is_permutation(col_perm, 300)
+    again = balanced_permutations(adj, (4, 3), seed=1)
+    assert np.array_equal(again[0], row_perm) and np.array_equal(again[1], col_perm)
+    # self_loops counts A + I, as if the loops were stored.
+    stored = balanced_permutations(add_self_loops(adj), (4, 3), seed=1, self_loops=False)
+    assert np.array_equal(stored[0], row_perm) and np.array_equal(stored[1], col_perm)
+
+
+def test_balanced_pair_on_a_rectangular_matrix():
+    mat = sp.random(90, 140, density=0.05, random_state=4, format="csr")
+    adj = Adjacency.from_scipy(mat)
+    row_perm, col_perm = balanced_permutations(adj, (3, 5), self_loops=False)
+    assert is_permutation(row_perm, 90) and is_permutation(col_perm, 140)
+    assert block_nnz(adj, (3, 5), row_perm, col_perm).sum() == adj.nnz
+
+
+def test_balanced_beats_random_with_hubs_and_dense_diagonal_blocks():
+    adj = communities_and_hubs()
+    counts = balance(adj, (8, 8), seed=0, balanced=True)
+    assert counts["balanced"].sum() == adj.nnz
+    assert max_over_mean(counts["balanced"]) <= max_over_mean(counts["two"])
+    assert counts["balanced"].max() >= peak_bound(adj, (8, 8))
+    assert max_over_mean(counts["balanced"]) < 1.01 < max_over_mean(counts["two"])
+
+
+@pytest.mark.parametrize("small", [False, True])
+def test_balanced_reaches_one_percent_on_a_graph_with_enough_nonzeros(small, monkeypatch):
+    if small:  # few items placed one by one, few swap candidates: the bulk paths do the work
+        monkeypatch.setattr(permute, "_EXACT", 64)
+        monkeypatch.setattr(permute, "_SAMPLE", 2000)
+        monkeypatch.setattr(permute, "_KINDS", 32)
+    from gnnmesh import datasets
+    adj = add_self_loops(datasets.load("rmat:nodes=20000,edges=200000,features=0").adj)
+    assert adj.nnz > 200_000
+    row_perm, col_perm = balanced_permutations(adj, (8, 8), seed=0, self_loops=False)
+    counts = block_nnz(adj, (8, 8), row_perm, col_perm)
+    # Random pairs stay above 1.1 here (hubs); about 3,400 nonzeros per block.
+    assert max_over_mean(balance(adj, (8, 8), seed=0)["two"]) > 1.1
+    assert peak_bound(adj, (8, 8)) <= counts.max()
+    assert max_over_mean(counts) <= 1.01
+
+
+def test_balanced_for_several_block_shapes_balances_each():
+    # The planes of a 2 x 4 x 8 grid: the cut points of 2, 4 and 8 parts do not nest.
+    adj = communities_and_hubs(n=6000, size=750, degree=8, hubs=4, seed=2)
+    x, y, z = 2, 4, 8
+    pair = balanced_permutations(adj, [(z, x), (x, y), (y, z)], seed=0)
+    adj = add_self_loops(adj)
+    random_pair = permutations(6000, 0)
+    for shape in [(z, x), (z, y), (x, y), (x, z), (y, z), (y, x)]:
+        balanced = max_over_mean(block_nnz(adj, shape, *pair))
+        assert balanced < 1.01
+        assert balanced < max_over_mean(block_nnz(adj, shape, *random_pair))
+
+
+def test_peak_bound_never_beats_the_best_pair():
+    # Every split of 6 rows (and columns) into blocks of 3 and 3, for small random patterns.
+    splits = [np.isin(np.arange(6), c).astype(int) ^ 1 for c in itertools.combinations(range(6), 3)]
+    for seed in range(5):
+        mat = sp.random(6, 6, density=0.45, random_state=seed, format="csr") + sp.eye(6, format="csr")
+        adj = Adjacency.from_scipy(mat.tocsr())
+        dense_pattern = mat.toarray() != 0
+        best = min(max(dense_pattern[np.ix_(r == i, c == j)].sum() for i in (0, 1) for j in (0, 1))
+                   for r in splits for c in splits)
+        assert peak_bound(adj, (2, 2)) <= best <= block_nnz(adj, (2, 2), *balanced_permutations(
+            adj, (2, 2), self_loops=False)).max()
+
+
+def test_peak_bound_of_a_star():
+    # Row 0 holds 40 entries; its stripe has 4 rows, the other 3 at least one entry each.
+    n = 40
+    rows = np.concatenate([np.zeros(n, int), np.arange(1, n)])
+    cols = np.concatenate([np.arange(n), np.arange(1, n)])
+    adj = Adjacency.from_coo(rows, cols, (n, n))
+    assert peak_bound(adj, (10, 4)) == -(-(40 + 3) // 4)
+    assert peak_bound(adj, (1, 1)) == adj.nnz
+
+
+@pytest.mark.parametrize("grid", [(0, 2), (2, 61), [(2, 2), (3,)]])
+def test_balanced_rejects_bad_grids(grid):
+    with pytest.raises(ConfigError, match="grid"):
+        balanced_permutations(random_graph(n=60, e=200).adj, grid)
