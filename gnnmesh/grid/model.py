@@ -1,7 +1,7 @@
 """Performance model of 3D-parallel GCN training (Plexus §4): predicted epoch time per grid.
 
-An epoch is a list of operations on one rank: local SpMMs and GEMMs on block shapes and
-collectives over the process group of one grid axis (or of the whole world). Each is timed
+An epoch is a list of operations on one rank: local SpMMs, GEMMs and elementwise work on
+block shapes, and collectives over the process group of one grid axis (or of the world). Each is timed
 from a few rates, measured by ``gnnmesh.grid.probe`` or given, and the times add up:
 nothing is assumed to overlap. Under a uniform spread of nonzeros (what the double
 permutation is for) every rank does the same work, so one rank's time is the epoch's.
