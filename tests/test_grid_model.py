@@ -54,6 +54,17 @@ def test_ring_costs_closed_form():
         m.ring_time("broadcast", mb, 2, 1e9, 0)
 
 
+def test_small_buffers_take_the_tree():
+    # 4 bytes over 1024 ranks: 2 x 10 latency steps instead of 2 x 1023
+    assert m.tree_time("all_reduce", 4, 1024, 1e9, 1e-6) == pytest.approx(20e-6 + 20 * 4 / 1e9)
+    assert m.collective_time("all_reduce", 4, 1024, 1e9, 1e-6) == m.tree_time("all_reduce", 4, 1024, 1e9, 1e-6)
+    # a large buffer keeps the ring's (p-1)/p bandwidth term
+    big = 1e9
+    assert m.collective_time("all_reduce", big, 1024, 1e9, 1e-6) == m.ring_time("all_reduce", big, 1024, 1e9, 1e-6)
+    for kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+        assert m.collective_time(kind, 1e6, 1, 1e9, 1e-3) == 0.0
+
+
 def test_message_sizes_follow_block_shapes():
     # 12 nodes, widths 6 -> 4 -> 2 on X=2, Y=3, Z=1. Layer 0: rows z, cols x, feats y.
     work = m.Workload(nodes=12, nnz=48, widths=(6, 4, 2))

@@ -266,9 +266,9 @@ GPU_NETWORK = Network(intra_bw=200e9, inter_bw=50e9, source="nominal GPU cluster
 
 
 def ring_time(kind: str, nbytes: float, ranks: int, bandwidth: float, latency: float) -> float:
-    """Collective time on ``ranks`` ranks (ring algorithms, Thakur et al.): all-gather and
-    reduce-scatter move (p-1)/p of the whole buffer in p-1 steps, all-reduce is one of each;
-    an all-to-all sends (p-1)/p of a rank's bytes in p-1 messages."""
+    """Ring algorithms (Thakur et al.): all-gather and reduce-scatter move (p-1)/p of the
+    whole buffer in p-1 steps, an all-reduce is one of each; an all-to-all sends (p-1)/p of
+    a rank's bytes in p-1 messages."""
     if ranks <= 1:
         return 0.0
     steps = ranks - 1
@@ -278,6 +278,25 @@ def ring_time(kind: str, nbytes: float, ranks: int, bandwidth: float, latency: f
     if kind in ("all_gather", "reduce_scatter", "all_to_all"):
         return once
     raise ValueError(f"unknown collective {kind!r}")
+
+
+def tree_time(kind: str, nbytes: float, ranks: int, bandwidth: float, latency: float) -> float:
+    """Logarithmic algorithms (binomial tree, recursive doubling, Bruck): ceil(log2 p) steps
+    per phase, each moving up to the whole buffer (half of it for an all-to-all)."""
+    if ranks <= 1:
+        return 0.0
+    steps = (ranks - 1).bit_length()
+    share = 0.5 if kind == "all_to_all" else 1.0
+    once = steps * (latency + share * nbytes / bandwidth)
+    return 2.0 * once if kind == "all_reduce" else once
+
+
+def collective_time(kind: str, nbytes: float, ranks: int, bandwidth: float, latency: float) -> float:
+    """The faster of the two, as NCCL picks: rings for large buffers, where bandwidth rules,
+    trees for small ones, where the latency of p-1 ring steps would (a loss all-reduce over
+    1024 ranks)."""
+    return min(ring_time(kind, nbytes, ranks, bandwidth, latency),
+               tree_time(kind, nbytes, ranks, bandwidth, latency))
 
 
 # ---------------------------------------------------------------------------- placement
@@ -355,7 +374,7 @@ def predict(work: Workload, grid: Grid, rates: ComputeRates, network: Network,
         else:
             link = (_all_to_all_link(grid, per_node, network, links) if op.kind == "all_to_all"
                     else links[op.axis])
-            comm[op.axis] += ring_time(op.kind, op.nbytes, grid[op.axis], *link)
+            comm[op.axis] += collective_time(op.kind, op.nbytes, grid[op.axis], *link)
     return Prediction(grid, spmm, dense, comm)
 
 
