@@ -14,6 +14,7 @@ example far beyond this machine.
 
     python benchmarks/grid3d_model.py --dataset rmat:nodes=100000,edges=1000000 --threads 1
     python benchmarks/grid3d_model.py --nproc 4 --rates rates.json     # rates from 'gnnmesh plan --probe --save-rates'
+    python benchmarks/grid3d_model.py --replay out.json   # the runs and rates of an --out file, predicted anew
 """
 
 from __future__ import annotations
@@ -76,6 +77,15 @@ def machine(args, worlds: list) -> tuple:
     from gnnmesh.grid.probe import probe_compute, probe_network
     print("probing SpMM/GEMM/elementwise rates and gloo all-reduce bandwidth ...", flush=True)
     return probe_compute("cpu", args.threads), {world: probe_network(world) for world in worlds}
+
+
+def replay(path: Path) -> tuple:
+    """(rates, networks, runs) of an --out file; each grid's kept run stands for all of them."""
+    data = json.loads(path.read_text())
+    networks = {int(world): m.Network(**n) for world, n in data["networks"].items()}
+    runs = {r["grid"]: [{"measured": r["measured"], "compute": r["measured_compute"], "comm": r["measured_comm"],
+                         "bytes": r["measured_bytes"]}] for r in data["results"]}
+    return m.ComputeRates(**data["rates"]), networks, runs
 
 
 def collect_runs(args, worlds: list) -> dict:
@@ -163,6 +173,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=2, help="runs per grid; the fastest counts")
     parser.add_argument("--rates", help="rates JSON ('gnnmesh plan --probe --save-rates') instead of probing")
     parser.add_argument("--out", help="write the results to this JSON file")
+    parser.add_argument("--replay", help="take rates and measurements from an --out file instead of "
+                                         "probing and training (to re-predict after a model change)")
     args = parser.parse_args()
     if args.epochs < args.warmup + 2:
         parser.error("--epochs must leave at least one epoch after the warm-up and before the last")
@@ -171,16 +183,22 @@ def main():
     work = m.Workload.gcn(nodes, entries, features, args.hidden, classes, args.layers)
     worlds = [int(n) for n in args.nproc.split(",")]
     load = os.getloadavg()[0]
-    rates, networks = machine(args, worlds)
+    if args.replay:
+        rates, networks, runs = replay(Path(args.replay))
+        worlds = list(networks)
+    else:
+        rates, networks = machine(args, worlds)
     print(f"{name}: {nodes:,} nodes, {work.nnz:,} entries with self-loops, GCN {'-'.join(map(str, work.widths))}; "
           f"{args.epochs} epochs, median of {args.epochs - args.warmup - 1}, best of {args.repeats} runs")
     print(f"rates: {rates}")
     for world, network in networks.items():
         print(f"network, {world} processes: {network.intra_bw / 1e9:.3f} GB/s, {network.intra_latency * 1e6:.0f} us")
 
-    runs = collect_runs(args, worlds)
+    if not args.replay:
+        runs = collect_runs(args, worlds)
+        print(f"\nload average (1 min) before: {load:.1f}, after: {os.getloadavg()[0]:.1f} "
+              f"on {os.cpu_count()} cores")
     results = compare(args, work, rates, networks, runs)
-    print(f"\nload average (1 min) before: {load:.1f}, after: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print_table(results)
     print_correlations(results)
     if args.out:
