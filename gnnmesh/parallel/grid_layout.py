@@ -25,7 +25,8 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from ..grid.permute import permutations
+# The cut rule of the 2D shard files, so that a rank's blocks are whole shards where the grids agree.
+from ..grid.permute import block_bounds as bounds, permutations
 
 AXES = ("x", "y", "z")
 _CYCLE = (("z", "x", "y"), ("y", "z", "x"), ("x", "y", "z"))
@@ -40,12 +41,6 @@ class Roles:
 
 def roles(layer: int) -> Roles:
     return Roles(*_CYCLE[layer % 3])
-
-
-def bounds(size: int, parts: int) -> np.ndarray:
-    """``parts + 1`` cut points of ``range(size)`` into near-equal contiguous ranges."""
-    base, extra = divmod(int(size), int(parts))
-    return np.concatenate([[0], np.cumsum([base + (i < extra) for i in range(int(parts))])]).astype(np.int64)
 
 
 def sizes(size: int, parts: int) -> list:
