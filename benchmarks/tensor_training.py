@@ -34,9 +34,9 @@ def configurations(chunks: int, nodes: int) -> list:
         ("partition rp", ["--strategy", "partition", "--partitioner", "rp"]),
         ("partition hp", ["--strategy", "partition", "--partitioner", "hp"]),
         ("tensor", ["--strategy", "tensor", "--no-pipeline"] + tensor),
-        ("tensor, pipelined", ["--strategy", "tensor", "--pipeline"] + tensor),
+        ("tensor pipelined", ["--strategy", "tensor", "--pipeline"] + tensor),
         ("tensor-decoupled", ["--strategy", "tensor-decoupled", "--k", "2", "--no-pipeline"] + tensor),
-        ("tensor-decoupled, pipelined", ["--strategy", "tensor-decoupled", "--k", "2", "--pipeline"] + tensor),
+        ("tensor-decoupled pipelined", ["--strategy", "tensor-decoupled", "--k", "2", "--pipeline"] + tensor),
     ]
 
 
@@ -89,8 +89,8 @@ def main():
     print("|---|---|---|---|---|---|---|---|")
     for name, r in rows.items():
         hidden = "-"
-        if name.endswith(", pipelined") and name[:-len(", pipelined")] in rows:
-            serial = rows[name[:-len(", pipelined")]]["blocked"]
+        if name.endswith(" pipelined") and name[:-len(" pipelined")] in rows:
+            serial = rows[name[:-len(" pipelined")]]["blocked"]
             hidden = f"{100 * (1 - r['blocked'] / serial):.0f}%" if serial > 0 else "-"
         rounds = f"{r['rounds']:.0f}" if r["rounds"] else "-"
         print(f"| {name} | {r['epoch']:.2f} | {r['epoch'] / base:.2f}x | {r['mib']:.1f} | {rounds} | "
