@@ -44,8 +44,8 @@ HELP = {
     "chunk_size": "tensor strategies: destination rows per aggregation chunk (default: the "
                   "whole graph in one chunk)",
     "pipeline": "tensor strategies: overlap per-chunk split/gather with aggregation",
-    "grid": "grid3d: process grid X,Y,Z (product = number of ranks; default: chosen by the "
-            "performance model)",
+    "grid": "grid3d: process grid X,Y,Z (product = number of ranks; default: the most cubic "
+            "grid; 'gnnmesh plan' ranks every grid by predicted epoch time)",
     "permute": "grid3d: balance the 2D adjacency shards with the double permutation",
     "blocks": "grid3d: row blocks per aggregation, each block's all-reduce overlapping the next "
               "block's SpMM",
