@@ -46,7 +46,7 @@ HELP = {
     "pipeline": "tensor strategies: overlap per-chunk split/gather with aggregation",
     "grid": "grid3d: process grid X,Y,Z (product = number of ranks; default: the most cubic "
             "grid; 'gnnmesh plan' ranks every grid by predicted epoch time)",
-    "permute": "grid3d: balance the 2D adjacency shards with the double permutation",
+    "permute": "grid3d: balance the 2D adjacency blocks with a row and a column permutation",
     "blocks": "grid3d: row blocks per aggregation, each block's all-reduce overlapping the next "
               "block's SpMM",
     "device": "compute device",

@@ -72,6 +72,26 @@ def test_models_other_than_gcn_are_refused():
 
 
 # -- layout ----------------------------------------------------------------------------------------
+def test_balanced_layout_evens_the_blocks_of_every_layer():
+    """Given the graph, the layout's permutation pair balances the adjacency blocks of all
+    three planes; the random pair cannot on a graph this size."""
+    graph = random_graph(n=400, e=6000, features=2, classes=2, directed=False)
+    op = GraphView(graph.adj).operator("gcn").to_scipy()
+    dims = {"x": 2, "y": 2, "z": 2}
+
+    def worst(layout):
+        ratios = []
+        for layer in range(3):
+            r = roles(layer)
+            counts = [op[layout.nodes(layer + 1, r.rows, c)][:, layout.nodes(layer, r.cols, c)].nnz
+                      for c in every_coords(dims)]
+            ratios.append(max(counts) / np.mean(counts))
+        return max(ratios)
+
+    balanced = worst(GridLayout(dims, graph.num_nodes, True, seed=0, adj=graph.adj))
+    assert balanced <= 1.01 and balanced < worst(GridLayout(dims, graph.num_nodes, True, seed=0))
+
+
 @pytest.mark.parametrize("grid,permute", [((2, 2, 2), True), ((1, 2, 4), False), ((4, 1, 2), True),
                                           ((2, 3, 1), True), ((1, 1, 5), False)])
 def test_layout_tiles_every_matrix(grid, permute):
@@ -79,7 +99,7 @@ def test_layout_tiles_every_matrix(grid, permute):
     rows, the logits exchange and the gradient pieces each cover their matrix exactly once."""
     graph = make_graph()
     n, dims = graph.num_nodes, dict(zip(AXES, grid))
-    layout = GridLayout(dims, n, permute, seed=3)
+    layout = GridLayout(dims, n, permute, seed=3, adj=graph.adj if permute else None)
     coords = every_coords(dims)
     want = dense(GraphView(graph.adj).operator("gcn"))
     for layer in range(6):

@@ -138,7 +138,7 @@ class Grid3D(DistributedStrategy):
 
     # -- data ----------------------------------------------------------------------------------
     def shard(self, graph, x, seed, device):
-        self.layout = GridLayout(self.dims, graph.num_nodes, self.permute, self.seed)
+        self.layout = GridLayout(self.dims, graph.num_nodes, self.permute, self.seed, adj=graph.adj)
         mine = torch.from_numpy(self.layout.loss_rows(self.rank, self.world_size))
         view = GridView(graph.adj, self.layout, self.coords, self.blocks, len(mine), seed, device)
         r = roles(0)

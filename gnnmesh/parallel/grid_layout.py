@@ -26,7 +26,7 @@ import torch
 
 from ..errors import ConfigError
 # The cut rule of the 2D shard files, so that a rank's blocks are whole shards where the grids agree.
-from ..grid.permute import block_bounds as bounds, permutations
+from ..grid.permute import balanced_permutations, block_bounds as bounds, permutations
 
 AXES = ("x", "y", "z")
 _CYCLE = (("z", "x", "y"), ("y", "z", "x"), ("x", "y", "z"))
@@ -81,14 +81,20 @@ class GridLayout:
     """Block bookkeeping of one grid shape; every method takes the coordinates of the rank
     asked about, so a rank can also work out what its peers hold."""
 
-    def __init__(self, dims: dict, num_nodes: int, permute: bool = True, seed: int = 0):
+    def __init__(self, dims: dict, num_nodes: int, permute: bool = True, seed: int = 0, adj=None):
+        """With ``adj``, the pair is chosen to balance its blocks on every plane of the grid
+        (``balanced_permutations``); without, it is Plexus's random pair."""
         self.dims, self.num_nodes = dict(dims), int(num_nodes)
-        if permute:
-            row_perm, col_perm = permutations(self.num_nodes, seed)
-            self._orders = (np.argsort(col_perm), np.argsort(row_perm))  # new id -> old id
-        else:
+        if not permute:
             ids = np.arange(self.num_nodes)
             self._orders = (ids, ids)
+            return
+        if adj is not None:  # the planes' row and column cuts: Z x X, X x Y, Y x Z
+            x, y, z = (self.dims[a] for a in AXES)
+            row_perm, col_perm = balanced_permutations(adj, [(z, x), (x, y), (y, z)], seed)
+        else:
+            row_perm, col_perm = permutations(self.num_nodes, seed)
+        self._orders = (np.argsort(col_perm), np.argsort(row_perm))  # new id -> old id
 
     def nodes(self, axis_k: int, axis: str, coords: dict) -> np.ndarray:
         """Original ids of the block of node axis ``axis_k`` cut along grid ``axis``."""
