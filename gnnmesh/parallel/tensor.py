@@ -16,7 +16,6 @@ whatever the graph looks like. ``layout.py`` switches between the two layouts,
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch
@@ -39,22 +38,13 @@ class ShareRows(torch.autograd.Function):
     @staticmethod
     def forward(ctx, rows: torch.Tensor, comm, counts: list):
         ctx.comm, ctx.counts = comm, counts
-        width = math.prod(rows.shape[1:])
-        ctx.width = width
         with comm.phase("share"):
-            flat = comm.all_to_all(rows.reshape(-1).repeat(comm.world_size),
-                                   [rows.shape[0] * width] * comm.world_size, [c * width for c in counts])
-        return flat.view((sum(counts),) + tuple(rows.shape[1:]))
+            return comm.all_gather(rows, counts)
 
     @staticmethod
     def backward(ctx, grad):
-        comm, counts, width = ctx.comm, ctx.counts, ctx.width
-        mine = counts[comm.rank]
-        with comm.phase("share"):
-            flat = comm.all_to_all(grad.contiguous().reshape(-1), [c * width for c in counts],
-                                   [mine * width] * comm.world_size)
-        parts = flat.view((comm.world_size, mine) + tuple(grad.shape[1:]))
-        return parts.sum(0), None, None
+        with ctx.comm.phase("share"):
+            return ctx.comm.reduce_scatter(grad.contiguous(), ctx.counts), None, None
 
 
 class TensorView(GraphView):
@@ -99,8 +89,8 @@ class TensorView(GraphView):
         return self.engine(self.plan(op), x, full, x.shape[-1], split_input=True, gather_output=True)
 
     def sddmm(self, dst, src, op="loop", kind="add"):
-        counts = [b - a for a, b in zip(self.layout.row_bounds[:-1], self.layout.row_bounds[1:])]
-        return ops.sddmm(self.block(op), dst, ShareRows.apply(src, self.layout.comm, counts), kind)
+        src_all = ShareRows.apply(src, self.layout.comm, self.layout.row_counts)
+        return ops.sddmm(self.block(op), dst, src_all, kind)
 
     def edge_softmax(self, scores, op="loop"):
         return ops.edge_softmax(self.block(op), scores)
