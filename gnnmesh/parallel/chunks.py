@@ -46,14 +46,12 @@ class ChunkPlan:
             self.compact, self.sources = [op], [None]
         else:
             self.compact, self.sources = [], []
-            for block in self.blocks:
+            for j, block in enumerate(self.blocks):
                 uniq, inverse = np.unique(block.indices.numpy(), return_inverse=True)
                 self.compact.append(Adjacency(block.indptr, torch.from_numpy(inverse.astype(np.int64)),
                                               block.values, (block.shape[0], len(uniq))))
                 self.sources.append(torch.from_numpy(uniq).to(self.device))
-            for j, uniq in enumerate(self.sources):
-                rows = uniq.cpu().numpy()
-                first[rows] = np.minimum(first[rows], j)
+                first[uniq] = np.minimum(first[uniq], j)
         # Rows grouped by the first chunk that needs them, ascending ids within a chunk.
         order = np.argsort(first, kind="stable")
         starts = np.searchsorted(first[order], np.arange(self.num_chunks + 1))

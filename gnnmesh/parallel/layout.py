@@ -20,15 +20,13 @@ from typing import Optional
 import torch
 
 from ..comm import Comm
+from ..grid.permute import block_bounds
 
 
 def even_bounds(total: int, parts: int) -> list:
-    """``parts + 1`` boundaries cutting ``range(total)`` into near-equal contiguous ranges."""
-    base, extra = divmod(total, parts)
-    bounds = [0]
-    for r in range(parts):
-        bounds.append(bounds[-1] + base + (1 if r < extra else 0))
-    return bounds
+    """``parts + 1`` boundaries cutting ``range(total)`` into near-equal contiguous ranges
+    (the rule grid blocks and shard files use), as Python ints."""
+    return block_bounds(total, parts).tolist()
 
 
 class Layout:
@@ -42,6 +40,11 @@ class Layout:
     @property
     def num_owned(self) -> int:
         return self.stop - self.start
+
+    @property
+    def row_counts(self) -> list:
+        """Rows each rank owns."""
+        return [b - a for a, b in zip(self.row_bounds[:-1], self.row_bounds[1:])]
 
     def col_bounds(self, width: int) -> list:
         return even_bounds(width, self.world)
@@ -62,7 +65,7 @@ class Layout:
     def switch_bytes(self, width: int, mid: int = 1, element_size: int = 4) -> int:
         """Bytes all ranks together send for one split or one gather of a ``[V, mid, width]``
         tensor: every row leaves its owner once for every other rank's columns."""
-        rows = [b - a for a, b in zip(self.row_bounds[:-1], self.row_bounds[1:])]
+        rows = self.row_counts
         cols = [self.col_width(width, r) for r in range(self.world)]
         return element_size * mid * sum(rows[r] * (width - cols[r]) for r in range(self.world))
 
