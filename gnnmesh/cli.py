@@ -21,6 +21,8 @@ HELP = {
                "'rmat:nodes=100000,edges=1000000' or a graph file",
     "data_root": "directory holding the datasets (default: $GNNMESH_DATA)",
     "reorder": "renumber nodes for locality before training",
+    "parts": "train from a partitioned dataset written by 'gnnmesh partition --write-parts DIR': "
+             "every rank reads only its own folder, never the whole graph",
     "model": "GNN model",
     "hidden": "hidden width (per head for GAT); default: the model's",
     "layers": "number of GNN layers (MLP layers for 'decoupled')",

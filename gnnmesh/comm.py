@@ -59,6 +59,22 @@ def setup_comm() -> "Comm":
     return _setup["comm"]
 
 
+def agreed(fn):
+    """``fn()`` on every rank, where bad input may be found on some ranks only (a rank's own
+    files): if it raised a GraphError or ConfigError anywhere, every rank raises the lowest
+    such rank's error, so that all stop alike and rank 0 can report it."""
+    from .errors import ConfigError, GraphError
+    result = error = None
+    try:
+        result = fn()
+    except (GraphError, ConfigError) as err:
+        error = err
+    first = next((e for e in setup_comm().all_gather_object(error) if e is not None), None)
+    if first is not None:
+        raise first
+    return result
+
+
 def shutdown(clean: bool = False) -> None:
     """Leave the process group. ``clean``: every rank got here normally, so wait for all of
     them first (a rank tearing down while a peer still talks to it can abort that peer)."""

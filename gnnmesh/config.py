@@ -49,6 +49,7 @@ class Config:
     dataset: str = field(default="cora", metadata=_section("data"))
     data_root: Optional[str] = field(default=None, metadata=_section("data"))
     reorder: str = field(default="none", metadata=_section("data"))
+    parts: Optional[str] = field(default=None, metadata=_section("data"))
     # [model]
     model: str = field(default="gcn", metadata=_section("model"))
     hidden: Optional[int] = field(default=None, metadata=_section("model"))
@@ -122,6 +123,9 @@ class Config:
         if (self.decoupled or self.strategy == "tensor-decoupled") and self.model == "gin":
             raise ConfigError("config field 'model': gin has no decoupled form; choose gcn, sage, gat "
                               "or decoupled")
+        if self.parts and self.reorder != "none":
+            raise ConfigError("config field 'reorder': parts are written in their final order; "
+                              "reorder applies only when loading a dataset")
         if self.resume and not self.checkpoint:
             raise ConfigError("config field 'resume' needs 'checkpoint' (a file path)")
         return self

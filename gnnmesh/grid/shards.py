@@ -20,9 +20,6 @@ sees either the old complete set or the new one.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -30,6 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from ..atomic import staged_directory
 from ..datasets._build import sparse_csr
 from ..errors import ConfigError, GraphError
 from ..graph import Adjacency, Graph
@@ -59,11 +57,7 @@ def write_shards(graph: Graph, directory, grid, seed: Optional[int] = None, *,
         if swap:
             row_perm, col_perm = col_perm, row_perm
     row_bounds, col_bounds = block_bounds(adj.shape[0], rows), block_bounds(adj.shape[1], cols)
-    directory = Path(directory)
-    _check_replaceable(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
-    try:
+    with staged_directory(directory, MANIFEST, "shard directory") as tmp:
         mat = permute_adjacency(adj, row_perm, col_perm).to_scipy()
         nnz = _write_blocks(mat, tmp, row_bounds, col_bounds, adj.values is not None)
         del mat
@@ -76,28 +70,7 @@ def write_shards(graph: Graph, directory, grid, seed: Optional[int] = None, *,
                     "col_bounds": col_bounds.tolist(), "nnz": nnz.tolist(), "fields": fields}
         with open(tmp / MANIFEST, "w") as fh:
             json.dump(manifest, fh)
-        _move_into_place(tmp, directory)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return directory
-
-
-def _check_replaceable(directory: Path) -> None:
-    """Only an absent or empty directory, or an earlier shard set, may be replaced."""
-    if directory.exists() and not (directory / MANIFEST).is_file() and \
-            (not directory.is_dir() or any(directory.iterdir())):
-        raise ConfigError(f"{directory}: exists and is not a shard directory; refusing to "
-                          "overwrite it")
-
-
-def _move_into_place(tmp: Path, directory: Path) -> None:
-    old = None
-    if directory.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{directory.name}.old-", dir=directory.parent))
-        os.rename(directory, old / "set")
-    os.rename(tmp, directory)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    return Path(directory)
 
 
 def _write_blocks(mat: sp.csr_matrix, out: Path, row_bounds, col_bounds, weighted: bool):

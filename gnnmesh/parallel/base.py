@@ -7,6 +7,7 @@ from typing import Optional
 
 import torch
 
+from ..errors import ConfigError
 from ..graph import Graph
 from ..view import GraphView
 
@@ -34,6 +35,11 @@ class Strategy:
 
     def shard(self, graph: Graph, x: torch.Tensor, seed: int, device) -> Shard:
         raise NotImplementedError
+
+    def shard_parts(self, parts, seed: int, device) -> Shard:
+        """The same as ``shard``, read from this rank's folder of a parts directory
+        (``gnnmesh.parts``) without ever holding the whole graph."""
+        raise ConfigError(f"strategy '{self.name}' cannot train from --parts")
 
     def forward(self, model: torch.nn.Module, view: GraphView, x: torch.Tensor) -> torch.Tensor:
         """The model's output for this rank's rows. Strategies that change the data layout

@@ -159,19 +159,28 @@ class HaloGather(torch.autograd.Function):
 def build_local_operator(op: Adjacency, assignment: torch.Tensor, comm: Comm, device) -> LocalOperator:
     """This rank's rows of ``op`` (columns [owned, halo]) and the exchange that fills the halo."""
     plan = rank_plan(op, assignment.numpy(), comm.world_size, comm.rank)
-    block = plan.block
+    return local_operator(plan.block, plan.entry_ids, plan.send_index, plan.recv_counts, comm, device)
+
+
+def local_operator(block: Adjacency, entry_ids, send_index: list, recv_counts, comm: Comm,
+                   device) -> LocalOperator:
+    """A LocalOperator from one rank's block (owned rows x [owned, halo] columns), the global
+    entry id of each of its entries, and who sends what: ``send_index[peer]`` (positions
+    among the owned rows) and ``recv_counts[peer]`` (halo rows from it, grouped by owner)."""
+    num_owned = block.shape[0]
+    num_halo = block.shape[1] - num_owned
     if block.values is not None:
         block = block.with_values(block.values.to(device))
     rows, cols = block.row(), block.indices
-    inner_mask = cols < plan.num_owned
-    exchange = HaloPlan({n: torch.from_numpy(idx) for n, idx in enumerate(plan.send_index) if idx.size},
-                        {n: int(c) for n, c in enumerate(plan.recv_counts) if c}, plan.num_owned)
+    inner_mask = cols < num_owned
+    exchange = HaloPlan({n: torch.as_tensor(idx, dtype=torch.int64) for n, idx in enumerate(send_index) if len(idx)},
+                        {n: int(c) for n, c in enumerate(recv_counts) if c}, num_owned)
     return LocalOperator(
         block,
-        _sub_block(rows, cols, block.values, inner_mask, (plan.num_owned, plan.num_owned), 0),
-        _sub_block(rows, cols, block.values, ~inner_mask, (plan.num_owned, plan.num_halo), plan.num_owned),
+        _sub_block(rows, cols, block.values, inner_mask, (num_owned, num_owned), 0),
+        _sub_block(rows, cols, block.values, ~inner_mask, (num_owned, num_halo), num_owned),
         torch.nonzero(inner_mask).flatten().to(device), torch.nonzero(~inner_mask).flatten().to(device),
-        torch.from_numpy(plan.entry_ids), Exchange(exchange.to(device), comm))
+        torch.as_tensor(entry_ids, dtype=torch.int64), Exchange(exchange.to(device), comm))
 
 
 def _sub_block(rows, cols, values, mask, shape, col_offset) -> Adjacency:

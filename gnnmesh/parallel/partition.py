@@ -13,23 +13,26 @@ import numpy as np
 import torch
 
 from .. import ops
-from ..comm import Mesh, setup_comm
-from ..errors import ConfigError
+from ..comm import Mesh, agreed, setup_comm
+from ..errors import ConfigError, GraphError
+from ..graph import Adjacency
 from ..view import GraphView, random_mask
 from .base import Shard
 from .distributed import DistributedStrategy, world_size
-from .halo import HaloGather, HaloSpMM, build_local_operator
+from .halo import HaloGather, HaloSpMM, build_local_operator, local_operator
 
 
 class PartitionView(GraphView):
-    """The rows one rank owns; primitives fetch the halo rows they reference."""
+    """The rows one rank owns; primitives fetch the halo rows they reference. Its blocks of
+    the graph operators are cut from the whole graph (``adj`` and ``assignment``) or read
+    from this rank's folder of a parts directory (``part``)."""
 
     operators_on_device = False
 
-    def __init__(self, adj, assignment: torch.Tensor, comm, seed: int, device):
+    def __init__(self, adj, owned: torch.Tensor, comm, seed: int, device, assignment=None, part=None):
         super().__init__(adj, seed=seed, device=device)
-        self.assignment, self.comm = assignment, comm
-        self.owned = torch.nonzero(assignment == comm.rank).flatten()
+        self.owned, self.comm = owned, comm
+        self.assignment, self.part = assignment, part
         self._local: dict = {}
 
     @property
@@ -38,8 +41,11 @@ class PartitionView(GraphView):
 
     def local(self, name: str):
         if name not in self._local:
-            op = self.operator(name)
-            self._local[name] = build_local_operator(op, self.assignment, self.comm, self.device)
+            if self.part is not None:
+                self._local[name] = part_operator(self.part, name, self.comm, self.device)
+            else:
+                op = self.operator(name)
+                self._local[name] = build_local_operator(op, self.assignment, self.comm, self.device)
         return self._local[name]
 
     # -- primitives ------------------------------------------------------------------------
@@ -85,12 +91,20 @@ class PartitionParallel(DistributedStrategy):
 
     def shard(self, graph, x, seed, device):
         assignment = self._assignment(graph)
-        view = PartitionView(graph.adj, assignment, self.comm, seed, device)
-        rows = view.owned
-        pick = (lambda t: t[rows].to(device))
+        owned = torch.nonzero(assignment == self.rank).flatten()
+        view = PartitionView(graph.adj, owned, self.comm, seed, device, assignment=assignment)
+        pick = (lambda t: t[owned].to(device))
         self.comm.take()  # setup traffic (partition broadcast) is not part of any epoch
         return Shard(view, pick(x), pick(graph.y), pick(graph.train_mask), pick(graph.val_mask),
                      pick(graph.test_mask))
+
+    def shard_parts(self, parts, seed, device):
+        part = agreed(lambda: parts.rank(self.rank))
+        self.method = parts.manifest["method"]
+        view = PartitionView(None, part.tensor("owned"), self.comm, seed, device, part=part)
+        pick = (lambda name: part.tensor(name).to(device))
+        return Shard(view, pick("x").float(), pick("y"), pick("train_mask"), pick("val_mask"),
+                     pick("test_mask"))
 
     def _assignment(self, graph) -> torch.Tensor:
         """Rank 0 computes (or loads) the partition; everyone receives the same one."""
@@ -117,3 +131,21 @@ class PartitionParallel(DistributedStrategy):
                                           seed=self.seed)
         except Exception as err:  # shipped to the other ranks so that all stop with the same error
             return err
+
+
+def part_operator(part, name: str, comm, device):
+    """Operator ``name``'s LocalOperator as written in this rank's folder of a parts
+    directory (``gnnmesh.parts.partition``)."""
+    manifest = part.parts.manifest
+    info = manifest["operators"].get(name)
+    if info is None:
+        raise GraphError(f"{part.parts.directory}: the parts hold no operator {name!r}")
+    structure = info["structure"]
+    counts = np.asarray(manifest["structures"][structure]["send_counts"], dtype=np.int64)
+    send = np.split(part.array(f"{structure}.send"), np.cumsum(counts[comm.rank])[:-1])
+    recv = counts[:, comm.rank]
+    owned = int(part.info["owned"])
+    values = part.tensor(f"{name}.values") if info["values"] else None
+    block = Adjacency(part.tensor(f"{structure}.indptr"), part.tensor(f"{structure}.indices"), values,
+                      (owned, owned + int(recv.sum())))
+    return local_operator(block, part.array(f"{structure}.entries"), send, recv, comm, device)

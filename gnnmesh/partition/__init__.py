@@ -11,10 +11,10 @@ hypergraph with Mt-KaHyPar (``gp`` and ``hp`` need ``pip install 'gnnmesh[partit
 
 from .api import partition
 from .base import METHODS, MissingExtraError, Partition, graph_key
-from .plan import RankPlan, comm_plan, rank_plan
+from .plan import RankPlan, comm_plan, rank_plan, rank_plans
 from .quality import connectivity_minus_one, quality
 from .store import load_partition, save_partition, store_dir
 
 __all__ = ["partition", "Partition", "METHODS", "MissingExtraError", "graph_key",
-           "RankPlan", "comm_plan", "rank_plan", "quality", "connectivity_minus_one",
+           "RankPlan", "comm_plan", "rank_plan", "rank_plans", "quality", "connectivity_minus_one",
            "load_partition", "save_partition", "store_dir"]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import time
+from pathlib import Path
 
 from .base import GRID_METHODS, METHODS
 
@@ -28,6 +30,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     cmd.add_argument("--write-shards", dest="write_shards", metavar="DIR",
                      help="permute2: also write the double-permuted adjacency and vertex data "
                           "as R x C shard files into DIR, for parallel loading")
+    cmd.add_argument("--write-parts", dest="write_parts", metavar="DIR",
+                     help="also write the partitioned dataset into DIR, one folder per rank "
+                          "with everything that rank trains on, for 'gnnmesh train --parts DIR'")
     cmd.add_argument("--epsilon", type=float, default=0.01, help="allowed load imbalance (default 0.01)")
     cmd.add_argument("--seed", type=int, default=0, help="partitioner seed (default 0)")
     cmd.add_argument("--feature-bytes", "--features-bytes", dest="feature_bytes", type=int,
@@ -59,7 +64,21 @@ def run(args) -> int:
     q = quality(graph.adj, part, feature_bytes=args.feature_bytes)
     for line in report_lines(graph, part, q):
         print(line)
+    if args.write_parts:
+        from ..parts import write_partition_parts
+        start = time.perf_counter()
+        path = write_partition_parts(graph, part, args.write_parts, args.dataset,
+                                     progress=lambda text: print(f"  {text}", flush=True))
+        print(written_line(path, time.perf_counter() - start))
     return 0
+
+
+def written_line(path, seconds: float) -> str:
+    """What a --write-parts run wrote, how long it took and this process's peak memory."""
+    from ..memory import peak_rss_bytes
+    files = [f for f in Path(path).rglob("*") if f.is_file()]
+    return (f"parts:         {path} ({len(files)} files, {_size(sum(f.stat().st_size for f in files))}) "
+            f"written in {seconds:.1f} s; peak memory of this command {_size(peak_rss_bytes())}")
 
 
 def parse_grid(text) -> tuple:

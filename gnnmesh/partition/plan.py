@@ -83,12 +83,17 @@ def rank_plan(adj: Adjacency, assignment, parts: Optional[int], rank: int) -> Ra
 
 def comm_plan(adj: Adjacency, assignment, parts: Optional[int] = None) -> list:
     """``[rank_plan(adj, assignment, parts, m) for m in range(parts)]``, sharing the work."""
+    return list(rank_plans(adj, assignment, parts))
+
+
+def rank_plans(adj: Adjacency, assignment, parts: Optional[int] = None):
+    """The plans of ranks 0, 1, ... one at a time (sharing the work, holding one at once)."""
     assignment, parts = check_assignment(assignment, parts, adj.shape[0])
     arrays = _Arrays(adj)
     order = np.argsort(assignment, kind="stable")  # vertices grouped by part, ascending ids
     bounds = np.concatenate([[0], np.cumsum(np.bincount(assignment, minlength=parts))])
-    return [_rank_plan(arrays, assignment, parts, m, order[bounds[m]:bounds[m + 1]])
-            for m in range(parts)]
+    for m in range(parts):
+        yield _rank_plan(arrays, assignment, parts, m, order[bounds[m]:bounds[m + 1]])
 
 
 def check_assignment(assignment, parts: Optional[int], num_nodes: int) -> tuple[np.ndarray, int]:

@@ -15,10 +15,14 @@ from .. import comm, datasets
 from ..config import Config
 from ..errors import ConfigError, GraphError
 from ..graph import Graph
+from ..parts import open_parts
 from ..launch import ranks_share_cores
 from ..parallel import build_strategy
 from ..transforms import reorder
 from .trainer import EpochResult, Summary, Trainer, resolve_device
+
+
+DEFAULT_DATASET = Config().dataset
 
 
 def load_graph(config: Config) -> Graph:
@@ -58,11 +62,16 @@ def _train(config, quiet, rank, world_size, device) -> Summary:
                                              else torch.get_num_threads()))
     say = (lambda *a: None) if quiet or rank != 0 else print
     t0 = time.perf_counter()
-    graph = _load_once_per_host(config, rank, world_size)
+    if config.parts:
+        data = open_parts(config.parts)
+        data.check_run(config.strategy, world_size, None if config.dataset == DEFAULT_DATASET else config.dataset)
+        config = config.updated(dataset=data.dataset)  # what checkpoints and metrics record
+    else:
+        data = _load_once_per_host(config, rank, world_size)
     strategy = build_strategy(config, device)
-    trainer = Trainer(config, graph, strategy)
+    trainer = Trainer(config, data, strategy)
     cfg = trainer.config
-    say(f"{graph!r} loaded in {time.perf_counter() - t0:.2f}s")
+    say(f"{data.describe() if config.parts else repr(data)} loaded in {time.perf_counter() - t0:.2f}s")
     say(f"model {cfg.model}: {sum(p.numel() for p in trainer.model.parameters()):,} parameters, "
         f"strategy {strategy.describe()}, device {device}, {torch.get_num_threads()} threads per rank")
 

@@ -79,22 +79,23 @@ def resolve_device(name: str) -> torch.device:
 
 
 class Trainer:
-    def __init__(self, config: Config, graph: Graph, strategy: Optional[Strategy] = None):
+    def __init__(self, config: Config, data, strategy: Optional[Strategy] = None):
+        """``data``: a Graph, or a parts directory opened with ``gnnmesh.parts.open_parts``
+        (each rank then reads only its own folder)."""
         self.config = config.resolved()
-        self.graph = graph
         self.device = resolve_device(self.config.device)
         self.strategy = strategy or build_strategy(self.config, self.device)
         profile.sync_cuda["on"] = self.device.type == "cuda"
-        if graph.y is None:
-            raise ConfigError(f"dataset '{graph.name}' has no labels; node classification needs them")
-        if graph.train_mask is None or graph.val_mask is None or graph.test_mask is None:
-            raise ConfigError(f"dataset '{graph.name}' has no train/val/test split")
-        x = graph.x if graph.x is not None else structural_features(graph, "degree")
-        if x.layout != torch.strided:  # sparse bag-of-words features: the models take dense
-            x = x.to_dense()
-        self.shard = self.strategy.shard(graph, x.float(), self.config.seed, self.device)
+        if isinstance(data, Graph):
+            x = _features(data)
+            self.shard = self.strategy.shard(data, x, self.config.seed, self.device)
+            num_features = x.shape[1]
+        else:  # its writer checked labels and split, and stored the features as _features does
+            self.shard = self.strategy.shard_parts(data, self.config.seed, self.device)
+            num_features = data.num_features
+        self.name, self.num_classes = data.name, data.num_classes
         torch.manual_seed(self.config.seed)
-        self.model = build_model(self.config.model, x.shape[1], graph.num_classes,
+        self.model = build_model(self.config.model, num_features, self.num_classes,
                                  decoupled=self.config.decoupled,
                                  **model_options(self.config)).to(self.device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.config.lr,
@@ -103,7 +104,7 @@ class Trainer:
                                (self.shard.train_mask, self.shard.val_mask, self.shard.test_mask)])
         self.split_sizes = self.strategy.all_reduce(counts).tolist()
         if self.split_sizes[0] == 0:
-            raise ConfigError(f"dataset '{graph.name}': the train mask selects no nodes")
+            raise ConfigError(f"dataset '{self.name}': the train mask selects no nodes")
         self.strategy.reset_counters()  # setup traffic and waits belong to no epoch
         self.epoch = 0
         self.best = {"epoch": 0, "val_acc": -1.0, "test_acc": 0.0, "state": None}
@@ -207,6 +208,18 @@ class Trainer:
                        sum(times) / max(len(times), 1), self.history)
 
 
+def _features(graph: Graph) -> torch.Tensor:
+    """The dense float input features of a labelled, split graph (degree features if it has none)."""
+    if graph.y is None:
+        raise ConfigError(f"dataset '{graph.name}' has no labels; node classification needs them")
+    if graph.train_mask is None or graph.val_mask is None or graph.test_mask is None:
+        raise ConfigError(f"dataset '{graph.name}' has no train/val/test split")
+    x = graph.x if graph.x is not None else structural_features(graph, "degree")
+    if x.layout != torch.strided:  # sparse bag-of-words features: the models take dense
+        x = x.to_dense()
+    return x.float()
+
+
 # Settings that change the numbers a run produces; a checkpoint resumes only under the same ones.
 _RESULT_FIELDS = ("dataset", "reorder", "model", "decoupled", "hidden", "layers", "dropout", "heads", "attn_dropout",
                   "k", "alpha", "lr", "weight_decay", "seed")
@@ -238,5 +251,5 @@ class _MetricsFile:
         self.fh.close()
 
 
-def train(config: Config, graph: Graph, **kwargs) -> Summary:
-    return Trainer(config, graph, **kwargs).fit()
+def train(config: Config, data, **kwargs) -> Summary:
+    return Trainer(config, data, **kwargs).fit()

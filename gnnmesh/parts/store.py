@@ -1,0 +1,147 @@
+"""The on-disk layout of a partitioned dataset and its reader.
+
+A parts directory holds one folder per rank with everything that rank trains on and
+nothing else, plus a manifest that says how it was made:
+
+    manifest.json       format, kind (the strategy it serves), the graph's fingerprint and
+                        sizes, how it was cut, per-rank counts and every file's checksum
+    rank-00000/         rank 0's arrays as plain .npy files (see the writer of each kind)
+    rank-00001/ ...
+
+A rank opens the manifest and its own folder only, so a host may hold just the folders of
+the ranks it runs. Files are verified against the manifest's checksums before use: a
+missing, truncated or altered file is a GraphError naming it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError, GraphError
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+WRITE_HINT = "write them with 'gnnmesh partition --write-parts DIR'"
+
+
+def rank_folder(rank: int) -> str:
+    return f"rank-{rank:05d}"
+
+
+def checksum(path: Path) -> str:
+    """blake2b-128 of a file's bytes, read in pieces (nothing large stays in memory)."""
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as fh:
+        for piece in iter(lambda: fh.read(1 << 22), b""):
+            h.update(piece)
+    return h.hexdigest()
+
+
+def save_array(folder: Path, name: str, array, files: dict) -> None:
+    """Write ``array`` as ``folder/name.npy`` and record its checksum in ``files``."""
+    path = folder / f"{name}.npy"
+    np.save(path, np.ascontiguousarray(array), allow_pickle=False)
+    files[name] = checksum(path)
+
+
+def open_parts(directory) -> "Parts":
+    """The parts written into ``directory``; a missing or unreadable manifest is a GraphError."""
+    path = Path(directory) / MANIFEST
+    try:
+        with open(path) as fh:
+            manifest = json.load(fh)
+        if manifest.get("format") != FORMAT_VERSION:
+            raise ValueError(f"format {manifest.get('format')!r}, expected {FORMAT_VERSION}")
+        return Parts(Path(directory), manifest)
+    except FileNotFoundError:
+        if not Path(directory).is_dir():
+            raise ConfigError(f"{directory}: no such parts directory ({WRITE_HINT})") from None
+        raise GraphError(f"{path}: missing; not a parts directory ({WRITE_HINT})") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise GraphError(f"{path}: unreadable parts manifest: {exc}") from None
+
+
+class Parts:
+    """An opened parts directory: the manifest's facts, and each rank's folder on demand."""
+
+    def __init__(self, directory: Path, manifest: dict):
+        self.directory, self.manifest = directory, manifest
+        self.kind = str(manifest["kind"])
+        self.parts = int(manifest["parts"])
+        self.name = str(manifest["name"])
+        self.dataset = str(manifest["dataset"])
+        self.num_nodes = int(manifest["num_nodes"])
+        self.num_features = int(manifest["num_features"])
+        self.num_classes = int(manifest["num_classes"])
+        if len(manifest["ranks"]) != self.parts:
+            raise ValueError(f"{len(manifest['ranks'])} rank entries for {self.parts} parts")
+
+    def describe(self) -> str:
+        return f"{self.kind} parts of {self.name} ({self.manifest['how']}, {self.parts} ranks)"
+
+    def check_run(self, strategy: str, world_size: int, dataset: Optional[str] = None) -> None:
+        """A ConfigError naming the manifest when these parts cannot serve this run."""
+        where = self.directory / MANIFEST
+        if strategy != self.kind:
+            raise ConfigError(f"{where}: these are {self.describe()}; they train with "
+                              f"--strategy {self.kind}, not {strategy}")
+        if world_size != self.parts:
+            raise ConfigError(f"{where}: these are {self.describe()}; this job has {world_size} "
+                              f"rank{'s' if world_size != 1 else ''}")
+        if dataset is not None and dataset != self.dataset:
+            raise ConfigError(f"{where}: these parts hold dataset {self.dataset!r}, not {dataset!r}")
+
+    def rank(self, rank: int) -> "RankPart":
+        """Rank ``rank``'s folder, every file verified against the manifest."""
+        if not 0 <= rank < self.parts:
+            raise ConfigError(f"rank {rank} out of range for {self.parts} parts")
+        part = RankPart(self, rank)
+        part.verify()
+        return part
+
+
+class RankPart:
+    """One rank's folder: arrays by name, each checked against the manifest when read."""
+
+    def __init__(self, parts: Parts, rank: int):
+        self.parts, self.rank = parts, rank
+        self.folder = parts.directory / rank_folder(rank)
+        self.info = parts.manifest["ranks"][rank]
+        self.files: dict = self.info["files"]
+
+    def verify(self) -> None:
+        if not self.folder.is_dir():
+            raise GraphError(f"{self.folder}: missing; this host has no folder for rank {self.rank} "
+                             f"({WRITE_HINT}, or copy the folder here)")
+        for name, expected in self.files.items():
+            path = self.folder / f"{name}.npy"
+            try:
+                actual = checksum(path)
+            except FileNotFoundError:
+                raise GraphError(f"{path}: missing part file ({WRITE_HINT})") from None
+            except OSError as exc:
+                raise GraphError(f"{path}: unreadable part file: {exc.strerror or exc}") from None
+            if actual != expected:
+                raise GraphError(f"{path}: corrupt part file (checksum {actual}, the manifest "
+                                 f"says {expected}); {WRITE_HINT}")
+
+    def has(self, name: str) -> bool:
+        return name in self.files
+
+    def array(self, name: str) -> np.ndarray:
+        if name not in self.files:
+            raise GraphError(f"{self.parts.directory / MANIFEST}: rank {self.rank} has no array {name!r}")
+        path = self.folder / f"{name}.npy"
+        try:
+            return np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise GraphError(f"{path}: unreadable part file: {exc}") from None
+
+    def tensor(self, name: str) -> torch.Tensor:
+        return torch.from_numpy(self.array(name))
