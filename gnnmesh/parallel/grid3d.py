@@ -37,9 +37,10 @@ second one multiplies Q's column block, so it needs one more partial sum per lay
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 
-from ..comm import Mesh
+from ..comm import Mesh, agreed
 from ..errors import ConfigError
 from ..graph import Adjacency
 from ..models.gcn import GCN
@@ -47,7 +48,8 @@ from ..view import GraphView, _apply_mask, random_mask
 from .base import Shard
 from .distributed import DistributedStrategy, world_size
 from .grid_collectives import Aggregate, PartialSum, Replicated, ToLossRows
-from .grid_layout import AXES, GridLayout, bounds, cut, default_grid, output_plan, parse_grid, roles, sizes
+from .grid_layout import (AXES, GridLayout, bounds, coordinates, cut, default_grid, output_plan, parse_grid, roles,
+                          sizes)
 
 __all__ = ["Grid3D", "GridView", "default_grid"]
 
@@ -59,9 +61,13 @@ class GridView(GraphView):
 
     operators_on_device = False
 
-    def __init__(self, adj, layout: GridLayout, coords: dict, blocks: int, num_rows: int, seed, device):
+    def __init__(self, adj, layout: GridLayout, coords: dict, blocks: int, num_rows: int, seed, device,
+                 part=None):
+        """``adj``: the whole graph, from which blocks are cut; or ``part``: this rank's folder
+        of grid3d parts, from which they are read (``gnnmesh.parts.grid``)."""
         super().__init__(adj, seed=seed, device=device)
         self.layout, self.coords, self.blocks = layout, coords, blocks
+        self.part = part
         self._num_rows = num_rows
         self._scipy: dict = {}
         self._blocks: dict = {}
@@ -75,14 +81,29 @@ class GridView(GraphView):
         Six distinct blocks at most: three planes x two permutations."""
         key = (op, layer % 6)
         if key not in self._blocks:
-            if op not in self._scipy:
-                self._scipy[op] = self.operator(op).to_scipy()
-            r = roles(layer)
-            rows = self.layout.nodes(layer + 1, r.rows, self.coords)
-            mat = self._scipy[op][rows][:, self.layout.nodes(layer, r.cols, self.coords)]
-            cuts = bounds(len(rows), self.blocks)
+            mat = self._read_block(layer, op) if self.part is not None else self._cut_block(layer, op)
+            cuts = bounds(mat.shape[0], self.blocks)
             self._blocks[key] = (self._on_device(mat), [self._on_device(mat[a:b]) for a, b in zip(cuts[:-1], cuts[1:])])
         return self._blocks[key]
+
+    def _cut_block(self, layer: int, op: str):
+        if op not in self._scipy:
+            self._scipy[op] = self.operator(op).to_scipy()
+        r = roles(layer)
+        rows = self.layout.nodes(layer + 1, r.rows, self.coords)
+        return self._scipy[op][rows][:, self.layout.nodes(layer, r.cols, self.coords)]
+
+    def _read_block(self, layer: int, op: str):
+        k = layer % 6
+        if op != "gcn" or not self.part.has(f"adj-{k}.indptr"):
+            raise ConfigError(f"{self.part.parts.directory}: these parts hold the gcn operator for "
+                              f"{self.part.parts.manifest['layers']} layers; layer {layer + 1} needs "
+                              "more (write them with a larger --layers)")
+        r = roles(layer)
+        shape = (len(self.layout.nodes(layer + 1, r.rows, self.coords)),
+                 len(self.layout.nodes(layer, r.cols, self.coords)))
+        return sp.csr_matrix((self.part.array(f"adj-{k}.values"), self.part.array(f"adj-{k}.indices"),
+                              self.part.array(f"adj-{k}.indptr")), shape=shape)
 
     def _on_device(self, mat) -> Adjacency:
         adj = Adjacency.from_scipy(mat)
@@ -147,6 +168,24 @@ class Grid3D(DistributedStrategy):
         pick = (lambda t: t[mine].to(device))
         return Shard(view, features.to(device), pick(graph.y), pick(graph.train_mask), pick(graph.val_mask),
                      pick(graph.test_mask))
+
+    def shard_parts(self, parts, seed, device):
+        part = agreed(lambda: self._my_part(parts))
+        self.layout = GridLayout.from_orders(self.dims, part.array("orders"))
+        mine = self.layout.loss_rows(self.rank, self.world_size)
+        view = GridView(None, self.layout, self.coords, self.blocks, len(mine), seed, device, part=part)
+        pick = (lambda name: part.tensor(name).to(device))
+        return Shard(view, pick("x"), pick("y"), pick("train_mask"), pick("val_mask"), pick("test_mask"))
+
+    def _my_part(self, parts):
+        written = dict(zip(AXES, parts.manifest["grid"]))
+        if written != self.dims:
+            shape = (lambda d: "x".join(str(d[a]) for a in AXES))
+            raise ConfigError(f"{parts.directory}: these parts are for grid {shape(written)}, "
+                              f"this run asks for {shape(self.dims)}")
+        if coordinates(self.dims, self.rank) != self.coords:  # the mesh's rank order changed
+            raise RuntimeError(f"rank {self.rank} sits at {self.coords} of the grid, not where the parts put it")
+        return parts.rank(self.rank)
 
     def _plan(self, layers: int, classes: int):
         if (layers, classes) not in self._plans:

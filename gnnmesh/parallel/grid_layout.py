@@ -77,6 +77,13 @@ def parse_grid(text, world_size: int) -> dict:
     return dict(zip(AXES, dims))
 
 
+def coordinates(dims: dict, rank: int) -> dict:
+    """Grid coordinates of world rank ``rank``: Y varies fastest, then X, then Z (the order
+    of Grid3D's mesh)."""
+    y, rest = rank % dims["y"], rank // dims["y"]
+    return {"x": rest % dims["x"], "y": y, "z": rest // dims["x"]}
+
+
 class GridLayout:
     """Block bookkeeping of one grid shape; every method takes the coordinates of the rank
     asked about, so a rank can also work out what its peers hold."""
@@ -95,6 +102,19 @@ class GridLayout:
         else:
             row_perm, col_perm = permutations(self.num_nodes, seed)
         self._orders = (np.argsort(col_perm), np.argsort(row_perm))  # new id -> old id
+
+    @classmethod
+    def from_orders(cls, dims: dict, orders) -> "GridLayout":
+        """The layout whose node orders (``orders``) were chosen earlier, e.g. by a parts writer."""
+        layout = cls.__new__(cls)
+        layout.dims, layout.num_nodes = dict(dims), int(len(orders[0]))
+        layout._orders = (np.asarray(orders[0]), np.asarray(orders[1]))
+        return layout
+
+    @property
+    def orders(self) -> tuple:
+        """(order of even node axes, order of odd ones): new id -> original id."""
+        return self._orders
 
     def nodes(self, axis_k: int, axis: str, coords: dict) -> np.ndarray:
         """Original ids of the block of node axis ``axis_k`` cut along grid ``axis``."""

@@ -24,7 +24,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                           "--grid R,C blocks of the adjacency in the original order, with one "
                           "permutation, with the double permutation (--seed) and with a balanced "
                           "pair of permutations")
-    cmd.add_argument("--grid", help="permute2: row and column block counts R,C (e.g. 8,8)")
+    cmd.add_argument("--grid", help="permute2: row and column block counts R,C (e.g. 8,8); with "
+                     "--write-parts, the grid3d process grid X,Y,Z")
+    cmd.add_argument("--layers", type=int, default=2,
+                     help="permute2 with --write-parts: write the adjacency blocks of models up to "
+                          "this deep (default 2; 6 or more covers every depth)")
     cmd.add_argument("--self-loops", dest="self_loops", action="store_true",
                      help="permute2: count A + I, the pattern GCN multiplies with")
     cmd.add_argument("--write-shards", dest="write_shards", metavar="DIR",
@@ -102,6 +106,8 @@ def run_grid(args) -> int:
 
     if args.parts is not None:
         raise ConfigError("--parts does not apply to --method permute2; give --grid R,C")
+    if args.write_parts:
+        return write_grid(args)
     grid = parse_grid(args.grid)
     graph = datasets.load(args.dataset, root=args.data_root)
     grid = check_grid(grid, graph.adj.shape, what="--grid")
@@ -123,6 +129,36 @@ def run_grid(args) -> int:
         files = [f for f in path.iterdir() if f.is_file()]
         print(f"shards:        {grid[0]} x {grid[1]} blocks of P_r A P_c^T written to {path} "
               f"({len(files)} files, {_size(sum(f.stat().st_size for f in files))})")
+    return 0
+
+
+def write_grid(args) -> int:
+    """``--method permute2 --grid X,Y,Z --write-parts DIR``: grid3d parts."""
+    from .. import datasets
+    from ..errors import ConfigError
+    from ..parallel.grid_layout import parse_grid as parse_grid3
+    from ..parts.grid import write_grid_parts
+
+    if args.write_shards:
+        raise ConfigError("--write-parts and --write-shards write different things; give one")
+    if args.layers < 1:
+        raise ConfigError(f"--layers must be at least 1, got {args.layers}")
+    pieces = str(args.grid or "").split(",")
+    if len(pieces) != 3:
+        raise ConfigError(f"--write-parts with --method permute2 needs the process grid as --grid X,Y,Z, "
+                          f"got {args.grid!r}")
+    total = 1
+    for p in pieces:
+        total *= int(p) if p.strip().isdigit() else 1
+    dims = parse_grid3(args.grid, total)
+    graph = datasets.load(args.dataset, root=args.data_root)
+    if total > graph.num_nodes:
+        raise ConfigError(f"--grid {args.grid}: {total} ranks for a graph of {graph.num_nodes} nodes")
+    print(f"graph:         {graph.name}, {graph.num_nodes:,} nodes, {graph.num_edges:,} entries")
+    start = time.perf_counter()
+    path = write_grid_parts(graph, dims, args.write_parts, args.dataset, layers=args.layers, seed=args.seed,
+                            progress=lambda text: print(f"  {text}", flush=True))
+    print(written_line(path, time.perf_counter() - start))
     return 0
 
 

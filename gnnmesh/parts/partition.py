@@ -18,7 +18,6 @@ from parts computes exactly what training from the dataset does.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from ..atomic import staged_directory
 from ..graph import Graph
 from ..partition import Partition, graph_key, rank_plans
 from ..view import OPERATORS
-from .store import FORMAT_VERSION, MANIFEST, rank_folder, save_array
+from .store import MANIFEST, graph_facts, rank_folder, save_array, write_manifest
 from .vertex import VertexData
 
 
@@ -49,7 +48,8 @@ def write_partition_parts(graph: Graph, partition: Partition, directory, dataset
             folder.mkdir()
             owned = order[bounds[r]:bounds[r + 1]]
             save_array(folder, "owned", owned, files[r])
-            for name, array in vertex.rows(owned).items():
+            save_array(folder, "x", vertex.features(owned), files[r])
+            for name, array in vertex.labels(owned).items():
                 save_array(folder, name, array, files[r])
         say(f"vertex data written ({time.perf_counter() - start:.1f} s)")
         structures, operators = {}, {}
@@ -69,19 +69,14 @@ def write_partition_parts(graph: Graph, partition: Partition, directory, dataset
             say(f"operator {name} written ({time.perf_counter() - start:.1f} s)")
         sizes = np.diff(bounds)
         manifest = {
-            "format": FORMAT_VERSION, "kind": "partition", "dataset": dataset, "name": graph.name,
-            "fingerprint": graph_key(graph.adj), "num_nodes": graph.num_nodes,
-            "num_edges": graph.num_edges, "num_features": vertex.num_features,
-            "num_classes": int(graph.num_classes), "directed": bool(graph.directed),
-            "weighted": graph.adj.values is not None, "parts": parts,
+            **graph_facts(graph, vertex.num_features, dataset), "kind": "partition", "parts": parts,
             "how": f"{partition.method}, epsilon {partition.epsilon:g}, seed {partition.seed}",
             "method": partition.method, "epsilon": partition.epsilon, "seed": partition.seed,
             "partition_seconds": partition.seconds, "operators": operators,
             "structures": {s["name"]: {k: v for k, v in s.items() if k != "name"} for s in structures.values()},
-            "ranks": [{"owned": int(sizes[r]), "files": files[r]} for r in range(parts)],
+            "ranks": [{"owned": int(n), "files": files[r]} for r, n in enumerate(np.diff(bounds))],
         }
-        with open(tmp / MANIFEST, "w") as fh:
-            json.dump(manifest, fh)
+        write_manifest(tmp, manifest)
     return Path(directory)
 
 

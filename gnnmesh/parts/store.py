@@ -50,6 +50,21 @@ def save_array(folder: Path, name: str, array, files: dict) -> None:
     files[name] = checksum(path)
 
 
+def graph_facts(graph, num_features: int, dataset: str) -> dict:
+    """The manifest fields every kind shares: which graph, and the sizes a model needs."""
+    from ..partition import graph_key
+    return {"format": FORMAT_VERSION, "dataset": dataset, "name": graph.name,
+            "fingerprint": graph_key(graph.adj), "num_nodes": graph.num_nodes,
+            "num_edges": graph.num_edges, "num_features": int(num_features),
+            "num_classes": int(graph.num_classes), "directed": bool(graph.directed),
+            "weighted": graph.adj.values is not None}
+
+
+def write_manifest(folder: Path, manifest: dict) -> None:
+    with open(folder / MANIFEST, "w") as fh:
+        json.dump(manifest, fh)
+
+
 def open_parts(directory) -> "Parts":
     """The parts written into ``directory``; a missing or unreadable manifest is a GraphError."""
     path = Path(directory) / MANIFEST

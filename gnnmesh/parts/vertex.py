@@ -31,11 +31,14 @@ class VertexData:
         self.graph = graph
         self.num_features = int(x.shape[1])
 
-    def rows(self, ids: np.ndarray) -> dict:
-        """``{"x", "y", masks}`` of rows ``ids`` (original ids), x dense float32."""
+    def features(self, ids: np.ndarray) -> np.ndarray:
+        """Dense float32 features of rows ``ids`` (original ids)."""
         x = self._x[ids]
-        x = x.toarray() if sp.issparse(x) else x
-        out = {"x": np.asarray(x, dtype=np.float32), "y": self.graph.y.numpy()[ids]}
+        return np.asarray(x.toarray() if sp.issparse(x) else x, dtype=np.float32)
+
+    def labels(self, ids: np.ndarray) -> dict:
+        """``{"y", "train_mask", "val_mask", "test_mask"}`` of rows ``ids``."""
+        out = {"y": self.graph.y.numpy()[ids]}
         for m in SPLITS:
             out[m] = getattr(self.graph, m).numpy()[ids]
         return out

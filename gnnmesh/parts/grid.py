@@ -1,0 +1,78 @@
+"""Parts for 3D (grid3d) training: each rank's blocks of the normalized adjacency under the
+balanced permutation pair training uses, its block of the input features, and the labels
+of the rows it scores.
+
+Folder of the rank at grid coordinates (x, y, z) (``store.py`` for the directory around it):
+
+    orders.npy          the two node orders (new id -> original id), [2, V]: every rank
+                        needs them to know which rows its peers hold
+    adj-<k>.indptr / .indices / .values
+                        layer k's block of D^-1/2 (A + I) D^-1/2 (k < min(layers, 6): the
+                        blocks repeat with period six, three planes times two permutations)
+    x.npy               its layer-0 block of the input features
+    y, train_mask, ...  labels and splits of the rows it scores (``GridLayout.loss_rows``)
+
+The blocks are cut exactly as ``GridView.adjacency`` cuts them from the whole graph, so
+training from parts computes what training from the dataset does.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..atomic import staged_directory
+from ..graph import Graph
+from ..parallel.grid_layout import AXES, GridLayout, coordinates, roles
+from ..view import OPERATORS
+from .store import MANIFEST, graph_facts, rank_folder, save_array, write_manifest
+from .vertex import VertexData
+
+PERIOD = 6  # three planes x two permutations
+
+
+def write_grid_parts(graph: Graph, dims: dict, directory, dataset: str, *, layers: int = 2,
+                     seed: int = 0, permute: bool = True, progress=None) -> Path:
+    """Write ``graph`` for an X x Y x Z grid (``dims``) and models of up to ``layers`` layers
+    (every depth when ``layers >= 6``) into ``directory``, replacing earlier parts."""
+    say = progress or (lambda text: None)
+    start = time.perf_counter()
+    vertex = VertexData(graph)
+    world = int(np.prod([dims[a] for a in AXES]))
+    layout = GridLayout(dims, graph.num_nodes, permute, seed, adj=graph.adj)
+    say(f"permutations chosen ({time.perf_counter() - start:.1f} s)")
+    op = OPERATORS["gcn"](graph.adj).to_scipy()
+    blocks = min(int(layers), PERIOD)
+    orders = np.stack(layout.orders)
+    with staged_directory(directory, MANIFEST, "parts directory") as tmp:
+        files = []
+        for rank in range(world):
+            me = coordinates(dims, rank)
+            folder = tmp / rank_folder(rank)
+            folder.mkdir()
+            mine: dict = {}
+            save_array(folder, "orders", orders, mine)
+            for k in range(blocks):
+                r = roles(k)
+                block = op[layout.nodes(k + 1, r.rows, me)][:, layout.nodes(k, r.cols, me)]
+                block.sort_indices()
+                save_array(folder, f"adj-{k}.indptr", block.indptr.astype(np.int64), mine)
+                save_array(folder, f"adj-{k}.indices", block.indices.astype(np.int64), mine)
+                save_array(folder, f"adj-{k}.values", block.data.astype(np.float32), mine)
+            r = roles(0)
+            features = vertex.features(layout.nodes(0, r.cols, me))
+            save_array(folder, "x", features[:, layout.width(vertex.num_features, r.feats, me)], mine)
+            for name, array in vertex.labels(layout.loss_rows(rank, world)).items():
+                save_array(folder, name, array, mine)
+            files.append({"coords": me, "files": mine})
+            say(f"rank {rank} written ({time.perf_counter() - start:.1f} s)")
+        shape = "x".join(str(dims[a]) for a in AXES)
+        write_manifest(tmp, {
+            **graph_facts(graph, vertex.num_features, dataset), "kind": "grid3d", "parts": world,
+            "how": f"grid {shape}, {'balanced permutation pair' if permute else 'no permutation'}, "
+                   f"seed {seed}, {blocks} adjacency block{'s' if blocks > 1 else ''}",
+            "grid": [dims[a] for a in AXES], "permute": bool(permute), "seed": int(seed),
+            "layers": blocks if blocks < PERIOD else None, "ranks": files})
+    return Path(directory)
