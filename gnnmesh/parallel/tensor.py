@@ -21,8 +21,9 @@ from typing import Optional
 import torch
 
 from .. import ops
-from ..comm import Mesh
+from ..comm import Mesh, agreed
 from ..errors import ConfigError
+from ..graph import Adjacency
 from ..transforms import row_range
 from ..view import GraphView, random_mask
 from .base import Shard
@@ -132,6 +133,17 @@ class TensorParallel(DistributedStrategy):
         pick = (lambda t: t[rows].to(device))
         return Shard(view, pick(x), pick(graph.y), pick(graph.train_mask), pick(graph.val_mask),
                      pick(graph.test_mask))
+
+    def shard_parts(self, parts, seed, device):
+        part = agreed(lambda: parts.rank(self.rank))
+        n = parts.num_nodes
+        adj = Adjacency(part.tensor("adj.indptr"), part.tensor("adj.indices"),
+                        part.tensor("adj.values") if part.has("adj.values") else None, (n, n))
+        self.layout = Layout(self.comm, n)
+        self.engine = ChunkedAggregation(self.layout, self.pipeline)
+        view = TensorView(adj, self.layout, self.engine, self.chunk_size, seed, device)
+        pick = (lambda name: part.tensor(name).to(device))
+        return Shard(view, pick("x"), pick("y"), pick("train_mask"), pick("val_mask"), pick("test_mask"))
 
     def forward(self, model, view, x):
         if not self.decoupled:

@@ -14,6 +14,8 @@ from ..graph import Adjacency
 METHODS = ("rp", "contiguous", "gp", "hp")
 # Not vertex partitioners: 2D block layouts of the adjacency, reported by 'gnnmesh partition'.
 GRID_METHODS = ("permute2",)
+# Not partitioners either: the row blocks of the tensor strategies, for --write-parts only.
+LAYOUT_METHODS = ("tensor",)
 # Bumped when a method's output changes, so that stored partitions are recomputed.
 METHOD_VERSIONS = {"rp": 1, "contiguous": 1, "gp": 1, "hp": 2}
 EXTRA_HINT = "pip install 'gnnmesh[partitioners]'"

@@ -6,7 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
-from .base import GRID_METHODS, METHODS
+from .base import GRID_METHODS, LAYOUT_METHODS, METHODS
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -17,13 +17,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      "(default: $GNNMESH_DATA)")
     cmd.add_argument("--parts", type=int, help="number of parts (ranks); required except with "
                      "--method permute2")
-    cmd.add_argument("--method", choices=METHODS + GRID_METHODS, default="hp",
+    cmd.add_argument("--method", choices=METHODS + GRID_METHODS + LAYOUT_METHODS, default="hp",
                      help="rp: random; contiguous: id ranges; gp: METIS graph partitioning; "
                           "hp: hypergraph partitioning, exact volume (default). gp and hp need "
                           "pip install 'gnnmesh[partitioners]'. permute2: nonzero balance of the "
                           "--grid R,C blocks of the adjacency in the original order, with one "
                           "permutation, with the double permutation (--seed) and with a balanced "
-                          "pair of permutations")
+                          "pair of permutations (with --write-parts and --grid X,Y,Z: grid3d "
+                          "parts). tensor: with --write-parts, parts for the tensor strategies "
+                          "(the whole topology, near-equal row blocks of the vertex data)")
     cmd.add_argument("--grid", help="permute2: row and column block counts R,C (e.g. 8,8); with "
                      "--write-parts, the grid3d process grid X,Y,Z")
     cmd.add_argument("--layers", type=int, default=2,
@@ -54,6 +56,8 @@ def run(args) -> int:
 
     if args.method in GRID_METHODS:
         return run_grid(args)
+    if args.method in LAYOUT_METHODS:
+        return write_tensor(args)
     for flag, value in (("--grid", args.grid), ("--write-shards", args.write_shards),
                         ("--self-loops", args.self_loops or None)):
         if value is not None:
@@ -80,8 +84,8 @@ def run(args) -> int:
 def written_line(path, seconds: float) -> str:
     """What a --write-parts run wrote, how long it took and this process's peak memory."""
     from ..memory import peak_rss_bytes
-    files = [f for f in Path(path).rglob("*") if f.is_file()]
-    return (f"parts:         {path} ({len(files)} files, {_size(sum(f.stat().st_size for f in files))}) "
+    files = {(s.st_dev, s.st_ino): s.st_size for s in (f.stat() for f in Path(path).rglob("*") if f.is_file())}
+    return (f"parts:         {path} ({len(files)} files, {_size(sum(files.values()))}) "
             f"written in {seconds:.1f} s; peak memory of this command {_size(peak_rss_bytes())}")
 
 
@@ -129,6 +133,26 @@ def run_grid(args) -> int:
         files = [f for f in path.iterdir() if f.is_file()]
         print(f"shards:        {grid[0]} x {grid[1]} blocks of P_r A P_c^T written to {path} "
               f"({len(files)} files, {_size(sum(f.stat().st_size for f in files))})")
+    return 0
+
+
+def write_tensor(args) -> int:
+    """``--method tensor --parts P --write-parts DIR``: parts for the tensor strategies."""
+    from .. import datasets
+    from ..errors import ConfigError
+    from ..parts.tensor import write_tensor_parts
+    from .base import check_parts
+
+    if not args.write_parts or args.parts is None:
+        raise ConfigError("--method tensor writes parts for the tensor strategies: give --parts P "
+                          "and --write-parts DIR")
+    graph = datasets.load(args.dataset, root=args.data_root)
+    parts = check_parts(args.parts, graph.num_nodes)
+    print(f"graph:         {graph.name}, {graph.num_nodes:,} nodes, {graph.num_edges:,} entries")
+    start = time.perf_counter()
+    path = write_tensor_parts(graph, parts, args.write_parts, args.dataset,
+                              progress=lambda text: print(f"  {text}", flush=True))
+    print(written_line(path, time.perf_counter() - start))
     return 0
 
 

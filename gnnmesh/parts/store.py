@@ -28,6 +28,8 @@ from ..errors import ConfigError, GraphError
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 WRITE_HINT = "write them with 'gnnmesh partition --write-parts DIR'"
+# The strategies each kind of parts serves.
+STRATEGIES = {"partition": ("partition",), "tensor": ("tensor", "tensor-decoupled"), "grid3d": ("grid3d",)}
 
 
 def rank_folder(rank: int) -> str:
@@ -103,7 +105,7 @@ class Parts:
     def check_run(self, strategy: str, world_size: int, dataset: Optional[str] = None) -> None:
         """A ConfigError naming the manifest when these parts cannot serve this run."""
         where = self.directory / MANIFEST
-        if strategy != self.kind:
+        if strategy not in STRATEGIES.get(self.kind, ()):
             raise ConfigError(f"{where}: these are {self.describe()}; they train with "
                               f"--strategy {self.kind}, not {strategy}")
         if world_size != self.parts:

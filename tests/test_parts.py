@@ -1,0 +1,228 @@
+"""Partitioned datasets on disk: written once, each rank reads only its own folder, and
+training from them equals training from the dataset (real gloo ranks)."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from gnnmesh.config import Config
+from gnnmesh.errors import ConfigError, GraphError
+from gnnmesh.parallel.grid3d import Grid3D
+from gnnmesh.parallel.partition import PartitionParallel
+from gnnmesh.parallel.tensor import TensorParallel
+from gnnmesh.partition import partition, rank_plan
+from gnnmesh.parts import MANIFEST, open_parts, write_partition_parts
+from gnnmesh.parts.grid import write_grid_parts
+from gnnmesh.parts.tensor import write_tensor_parts
+from gnnmesh.view import OPERATORS
+
+from dist import run_ranks
+from helpers import random_graph
+from parity import assert_same_run, train
+
+EPOCHS = 12
+
+
+def make_graph(weighted=False):
+    # 37 nodes (divisible by none of 2, 3, 4), directed, self-loops, two isolated nodes
+    return random_graph(n=37, e=150, features=6, classes=3, directed=True, isolated=2, weighted=weighted)
+
+
+def config(model, layers=2):
+    return Config(model=model, epochs=EPOCHS, seed=1, hidden=8, layers=layers)
+
+
+def one_host_per_rank(directory, tmp_path, parts):
+    """A copy of ``directory`` per rank holding the manifest and that rank's folder only."""
+    hosts = []
+    for rank in range(parts):
+        host = tmp_path / f"host{rank}"
+        host.mkdir()
+        shutil.copy(directory / MANIFEST, host / MANIFEST)
+        shutil.copytree(directory / f"rank-{rank:05d}", host / f"rank-{rank:05d}")
+        hosts.append(str(host))
+    return hosts
+
+
+# -- partition parts -------------------------------------------------------------------------
+
+def test_partition_parts_hold_each_ranks_plan(tmp_path):
+    graph = make_graph(weighted=True)
+    part = partition(graph, 3, "rp", cache=False)
+    write_partition_parts(graph, part, tmp_path / "p", "random")
+    parts = open_parts(tmp_path / "p")
+    assert (parts.kind, parts.parts, parts.num_nodes, parts.num_features) == ("partition", 3, 37, 6)
+    for rank in range(3):
+        mine = parts.rank(rank)
+        owned = mine.array("owned")
+        assert np.array_equal(owned, np.flatnonzero(part.assignment == rank))
+        assert np.array_equal(mine.array("x"), graph.x.numpy()[owned])
+        assert np.array_equal(mine.array("y"), graph.y.numpy()[owned])
+        for name, build in OPERATORS.items():
+            op = build(graph.adj)
+            plan = rank_plan(op, part.assignment, 3, rank)
+            structure = parts.manifest["operators"][name]["structure"]
+            assert np.array_equal(mine.array(f"{structure}.indices"), plan.block.indices.numpy())
+            assert np.array_equal(mine.array(f"{structure}.entries"), plan.entry_ids)
+            assert np.array_equal(mine.array(f"{structure}.halo"), plan.halo)
+            if op.values is not None:
+                assert np.array_equal(mine.array(f"{name}.values"), op.values.numpy()[plan.entry_ids])
+    # gcn and loop share A + I; sum and mean share A: each structure is stored once
+    assert len(parts.manifest["structures"]) == 2
+
+
+def _partition_rank(rank, world, hosts, models):
+    parts = open_parts(hosts[rank])
+    return {model: train(parts, config(model), PartitionParallel("cpu")) for model in models}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("world,method", [(2, "gp"), (3, "rp")])
+def test_training_from_partition_parts_equals_the_single_process_run(tmp_path, world, method):
+    """Every model; each rank sees only the manifest and its own folder, as on its own host."""
+    models = ["gcn", "sage", "gin", "gat", "decoupled"]
+    graph = make_graph()
+    reference = {m: train(graph, config(m)) for m in models}
+    write_partition_parts(graph, partition(graph, world, method, cache=False), tmp_path / "p", "random")
+    hosts = one_host_per_rank(tmp_path / "p", tmp_path, world)
+    for rank, got in enumerate(run_ranks(_partition_rank, world, hosts, models, timeout=240)):
+        for model, run in got.items():
+            try:
+                assert_same_run(run, reference[model])
+            except AssertionError as err:
+                raise AssertionError(f"{model}, rank {rank} of {world}: {err}") from None
+
+
+# -- grid3d parts ----------------------------------------------------------------------------
+
+def _grid_rank(rank, world, directory, grid, layers):
+    return train(open_parts(directory), config("gcn", layers), Grid3D("cpu", grid=grid))
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("grid,layers", [("1,2,2", 2), ("2,1,2", 3), ("2,1,1", 7)])
+def test_training_from_grid_parts_equals_the_single_process_run(tmp_path, grid, layers):
+    graph = make_graph()
+    dims = dict(zip("xyz", map(int, grid.split(","))))
+    write_grid_parts(graph, dims, tmp_path / "g", "random", layers=layers, seed=1)
+    reference = train(graph, config("gcn", layers))
+    world = int(np.prod(list(dims.values())))
+    for rank, got in enumerate(run_ranks(_grid_rank, world, str(tmp_path / "g"), grid, layers, timeout=240)):
+        assert_same_run(got, reference)
+
+
+def test_grid_parts_use_the_training_permutations(tmp_path):
+    from gnnmesh.parallel.grid_layout import GridLayout
+
+    graph = make_graph()
+    dims = {"x": 2, "y": 1, "z": 2}
+    write_grid_parts(graph, dims, tmp_path / "g", "random", seed=5)
+    orders = open_parts(tmp_path / "g").rank(3).array("orders")
+    layout = GridLayout(dims, graph.num_nodes, True, 5, adj=graph.adj)
+    assert np.array_equal(orders[0], layout.orders[0]) and np.array_equal(orders[1], layout.orders[1])
+
+
+# -- tensor parts ----------------------------------------------------------------------------
+
+def _tensor_rank(rank, world, hosts, runs):
+    parts = open_parts(hosts[rank])
+    return {(strategy, model): train(parts, config(model), TensorParallel(
+                "cpu", decoupled=strategy == "tensor-decoupled", chunk_size=9))
+            for strategy, model in runs}
+
+
+@pytest.mark.timeout(300)
+def test_training_from_tensor_parts_equals_the_single_process_run(tmp_path):
+    runs = [("tensor", "gat"), ("tensor", "gin"), ("tensor-decoupled", "gcn")]
+    graph = make_graph(weighted=True)
+    reference = {run: train(graph, config(run[1]).updated(strategy=run[0]) if run[0] == "tensor-decoupled"
+                            else config(run[1])) for run in runs}
+    write_tensor_parts(graph, 3, tmp_path / "t", "random")
+    hosts = one_host_per_rank(tmp_path / "t", tmp_path, 3)
+    for rank, got in enumerate(run_ranks(_tensor_rank, 3, hosts, runs, timeout=240)):
+        for run, result in got.items():
+            assert_same_run(result, reference[run])
+
+
+# -- what does not match the run -------------------------------------------------------------
+
+@pytest.fixture
+def written(tmp_path):
+    graph = make_graph()
+    path = tmp_path / "p"
+    write_partition_parts(graph, partition(graph, 2, "rp", cache=False), path, "random")
+    return path
+
+
+def test_a_run_the_parts_do_not_fit_is_refused(written):
+    parts = open_parts(written)
+    parts.check_run("partition", 2, "random")
+    with pytest.raises(ConfigError, match=r"manifest.json: .*2 ranks\); this job has 3 ranks"):
+        parts.check_run("partition", 3)
+    with pytest.raises(ConfigError, match=r"manifest.json: .*--strategy partition, not tensor"):
+        parts.check_run("tensor", 2)
+    with pytest.raises(ConfigError, match=r"manifest.json: these parts hold dataset 'random', not 'cora'"):
+        parts.check_run("partition", 2, "cora")
+
+
+def test_missing_or_damaged_files_are_named(written):
+    victim = written / "rank-00001" / "gcn.indices.npy"
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    open_parts(written).rank(0)  # another rank's damage is not this rank's business
+    with pytest.raises(GraphError, match=r"rank-00001/gcn.indices.npy: corrupt part file"):
+        open_parts(written).rank(1)
+    victim.unlink()
+    with pytest.raises(GraphError, match=r"rank-00001/gcn.indices.npy: missing part file"):
+        open_parts(written).rank(1)
+    shutil.rmtree(written / "rank-00001")
+    with pytest.raises(GraphError, match=r"rank-00001: missing; this host has no folder for rank 1"):
+        open_parts(written).rank(1)
+    (written / MANIFEST).write_text("{")
+    with pytest.raises(GraphError, match=r"manifest.json: unreadable parts manifest"):
+        open_parts(written)
+
+
+def test_writing_never_replaces_what_is_not_parts(tmp_path):
+    graph = make_graph()
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    (keep / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="exists and is not a parts directory"):
+        write_partition_parts(graph, partition(graph, 2, "rp", cache=False), keep, "random")
+    assert (keep / "notes.txt").read_text() == "mine"
+
+
+def gnnmesh(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "gnnmesh", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.timeout(200)
+def test_cli_writes_parts_and_refuses_mismatched_runs_in_one_line(tmp_path):
+    spec = "sbm:nodes=300,classes=3,features=8"
+    out = gnnmesh("partition", "--dataset", spec, "--parts", "2", "--method", "contiguous",
+                  "--write-parts", str(tmp_path / "p"))
+    assert out.returncode == 0, out.stderr
+    assert "peak memory of this command" in out.stdout
+    manifest = json.loads((tmp_path / "p" / MANIFEST).read_text())
+    assert manifest["dataset"] == spec and manifest["parts"] == 2
+    bad = gnnmesh("train", "--parts", str(tmp_path / "p"), "--nproc", "3", "--strategy", "partition",
+                  "--epochs", "1")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "this job has 3 ranks" in bad.stderr
+    # damage on rank 1 only: every rank stops, and rank 0 names rank 1's file
+    victim = tmp_path / "p" / "rank-00001" / "x.npy"
+    victim.write_bytes(victim.read_bytes()[:-4])
+    bad = gnnmesh("train", "--parts", str(tmp_path / "p"), "--nproc", "2", "--strategy", "partition",
+                  "--epochs", "1")
+    assert bad.returncode == 2, bad.stderr
+    assert "rank-00001/x.npy: corrupt part file" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    out = gnnmesh("partition", "--dataset", spec, "--method", "permute2", "--grid", "2,2",
+                  "--write-parts", str(tmp_path / "g"))
+    assert out.returncode == 2 and "--grid X,Y,Z" in out.stderr
