@@ -1,0 +1,46 @@
+"""Per-rank memory falls with the number of ranks when every rank reads only its own part:
+measured as the peak resident set (VmHWM) of real rank processes, not inferred from code."""
+
+import pytest
+import torch
+
+from gnnmesh import datasets
+from gnnmesh.config import Config
+from gnnmesh.memory import peak_rss_bytes
+from gnnmesh.parallel import build_strategy
+from gnnmesh.partition import partition
+from gnnmesh.parts import open_parts, write_partition_parts
+from gnnmesh.train import Trainer
+
+from dist import run_ranks
+
+GRAPH = "rmat:nodes=100000,edges=1000000,features=64,classes=8"
+CONFIG = Config(epochs=2, hidden=16, strategy="partition", dropout=0.0)
+
+
+def _peak_above_startup(rank, world, parts_dir):
+    """Peak resident memory of a training run above what the process held once started
+    and connected: the interpreter, torch and its optimizer code (about 70 MiB, loaded on
+    first use), the process group."""
+    config = CONFIG.updated(strategy="partition" if parts_dir else "single")
+    strategy = build_strategy(config, "cpu")
+    torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])
+    base = peak_rss_bytes()
+    data = open_parts(parts_dir) if parts_dir else datasets.load(GRAPH)
+    Trainer(config, data, strategy).fit()
+    return peak_rss_bytes() - base
+
+
+@pytest.mark.timeout(600)
+def test_largest_rank_peak_falls_with_the_number_of_ranks(tmp_path):
+    graph = datasets.load(GRAPH)  # generated once and cached for the processes below
+    for parts in (2, 4):
+        write_partition_parts(graph, partition(graph, parts, "contiguous", cache=False),
+                              tmp_path / f"p{parts}", GRAPH)
+    del graph
+    single = run_ranks(_peak_above_startup, 1, None, timeout=300)[0]
+    largest = {p: max(run_ranks(_peak_above_startup, p, str(tmp_path / f"p{p}"), timeout=300))
+               for p in (2, 4)}
+    mib = {k: v / 2**20 for k, v in [("single", single), *largest.items()]}
+    assert largest[4] < largest[2] < single, mib
+    assert largest[4] <= 0.4 * single, mib
