@@ -61,7 +61,7 @@ class RankPlan:
 
 
 class _Arrays:
-    """Numpy views of an operator's CSR arrays and of its (cached) transpose structure."""
+    """Numpy views of an operator's CSR arrays and, on first use, of its (cached) transpose."""
 
     def __init__(self, adj: Adjacency):
         if adj.shape[0] != adj.shape[1]:
@@ -69,8 +69,11 @@ class _Arrays:
         self.adj = adj
         self.indptr, self.indices = csr_arrays(adj)
         self.values = None if adj.values is None else adj.values.detach().cpu().numpy()
-        indptr_t, indices_t, _ = adj.transpose_structure()
-        self.indptr_t, self.indices_t = indptr_t.numpy(), indices_t.numpy()
+
+    @property
+    def transpose(self) -> tuple[np.ndarray, np.ndarray]:
+        indptr_t, indices_t, _ = self.adj.transpose_structure()
+        return indptr_t.numpy(), indices_t.numpy()
 
 
 def rank_plan(adj: Adjacency, assignment, parts: Optional[int], rank: int) -> RankPlan:
@@ -87,13 +90,31 @@ def comm_plan(adj: Adjacency, assignment, parts: Optional[int] = None) -> list:
 
 
 def rank_plans(adj: Adjacency, assignment, parts: Optional[int] = None):
-    """The plans of ranks 0, 1, ... one at a time (sharing the work, holding one at once)."""
+    """The plans of ranks 0, 1, ... one at a time, holding one at once. Needs no transpose
+    of ``adj``: what rank m sends rank n is m's slice of n's halo, so a first pass collects
+    every rank's halo (the communication volume, not the graph) from its own rows."""
     assignment, parts = check_assignment(assignment, parts, adj.shape[0])
     arrays = _Arrays(adj)
     order = np.argsort(assignment, kind="stable")  # vertices grouped by part, ascending ids
     bounds = np.concatenate([[0], np.cumsum(np.bincount(assignment, minlength=parts))])
+    owned = [order[bounds[m]:bounds[m + 1]] for m in range(parts)]
+    halos = []
     for m in range(parts):
-        yield _rank_plan(arrays, assignment, parts, m, order[bounds[m]:bounds[m + 1]])
+        cols = np.unique(arrays.indices[_ranges(arrays.indptr[owned[m]], np.diff(arrays.indptr)[owned[m]])])
+        _, _, halo, counts = _halo(cols, assignment, parts, m)
+        halos.append(np.split(halo, np.cumsum(counts)[:-1]))
+    for m in range(parts):
+        send_index = [np.searchsorted(owned[m], halos[n][m]) for n in range(parts)]
+        yield _rank_plan(arrays, assignment, parts, m, owned[m], send_index)
+
+
+def _halo(cols: np.ndarray, assignment: np.ndarray, parts: int, rank: int):
+    """Of ascending column ids ``cols``: which are foreign, the order that groups those by
+    owner (ascending ids within an owner), the halo in that order, and rows per owner."""
+    owner = assignment[cols]
+    foreign = owner != rank
+    by_owner = np.argsort(owner[foreign], kind="stable")
+    return foreign, by_owner, cols[foreign][by_owner], np.bincount(owner[foreign], minlength=parts)
 
 
 def check_assignment(assignment, parts: Optional[int], num_nodes: int) -> tuple[np.ndarray, int]:
@@ -117,18 +138,16 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.repeat(starts - (ends - counts), counts) + np.arange(int(ends[-1]) if len(ends) else 0)
 
 
-def _rank_plan(a: _Arrays, assignment: np.ndarray, parts: int, rank: int, owned: np.ndarray) -> RankPlan:
+def _rank_plan(a: _Arrays, assignment: np.ndarray, parts: int, rank: int, owned: np.ndarray,
+               send_index: Optional[list] = None) -> RankPlan:
+    """``send_index``: what this rank sends, when the caller knows; else from the transpose."""
     num_owned = owned.shape[0]
 
     # my rows' entries and the distinct columns they reference
     row_counts = a.indptr[owned + 1] - a.indptr[owned]
     entries = _ranges(a.indptr[owned], row_counts)
     cols, col_of_entry = np.unique(a.indices[entries], return_inverse=True)
-    col_owner = assignment[cols]
-    foreign = col_owner != rank
-    by_owner = np.argsort(col_owner[foreign], kind="stable")  # cols ascend, so: (owner, id)
-    halo = cols[foreign][by_owner]
-    recv_counts = np.bincount(col_owner[foreign], minlength=parts)
+    foreign, by_owner, halo, recv_counts = _halo(cols, assignment, parts, rank)
 
     # local column ids: owned by position among owned rows, halo after them in halo order
     local = np.empty(cols.shape[0], dtype=np.int64)
@@ -138,16 +157,22 @@ def _rank_plan(a: _Arrays, assignment: np.ndarray, parts: int, rank: int, owned:
     local[foreign] = halo_pos
     block, entry_ids = _block(a, entries, row_counts, local[col_of_entry.ravel()], num_owned + halo.shape[0])
 
-    # what I send: for each of my columns, the parts of the rows that reference it
-    col_counts = a.indptr_t[owned + 1] - a.indptr_t[owned]
-    readers = assignment[a.indices_t[_ranges(a.indptr_t[owned], col_counts)]]
+    if send_index is None:
+        send_index = _send_index(a, assignment, parts, rank, owned)
+    return RankPlan(rank, parts, owned, halo, recv_counts, send_index, block, entry_ids)
+
+
+def _send_index(a: _Arrays, assignment, parts: int, rank: int, owned: np.ndarray) -> list:
+    """For each of my columns, the parts of the rows that reference it (from the transpose)."""
+    num_owned = owned.shape[0]
+    indptr_t, indices_t = a.transpose
+    col_counts = indptr_t[owned + 1] - indptr_t[owned]
+    readers = assignment[indices_t[_ranges(indptr_t[owned], col_counts)]]
     local_col = np.repeat(np.arange(num_owned, dtype=np.int64), col_counts)
     out = readers != rank
     pairs = np.unique(readers[out] * max(num_owned, 1) + local_col[out])  # sorted by (peer, id)
     peer = pairs // max(num_owned, 1)
-    send_index = np.split(pairs - peer * max(num_owned, 1),
-                          np.cumsum(np.bincount(peer, minlength=parts))[:-1])
-    return RankPlan(rank, parts, owned, halo, recv_counts, send_index, block, entry_ids)
+    return np.split(pairs - peer * max(num_owned, 1), np.cumsum(np.bincount(peer, minlength=parts))[:-1])
 
 
 def _block(a: _Arrays, entries, row_counts, local_cols, width) -> tuple[Adjacency, np.ndarray]:

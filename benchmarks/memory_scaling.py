@@ -1,0 +1,133 @@
+"""Peak memory per rank when every rank reads only its own part of the graph.
+
+For each configuration: `gnnmesh partition ... --write-parts DIR` once (its time and peak
+resident memory, measured by the kernel for that process), then `gnnmesh train --parts DIR
+--nproc P` (each rank's peak resident memory from the per-epoch JSON lines). The single
+process trains from the dataset. Each line shows the largest rank's peak, the sum over
+ranks, both relative to the single process, the median epoch time, and the goal for 1D and
+3D layouts: largest rank <= 1.25 x single / P + the halo rows it receives.
+
+    python benchmarks/memory_scaling.py                                  # R-MAT 1M / 10M, 128 features
+    python benchmarks/memory_scaling.py --ranks 4 --configs partition-gp,grid3d
+    python benchmarks/memory_scaling.py --dataset rmat:nodes=100000,edges=1000000,features=64
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CONFIGS = ("partition-rp", "partition-gp", "partition-hp", "tensor", "grid3d")
+
+
+def measured(cmd: list) -> tuple:
+    """Run ``cmd``; its wall time and its own peak resident memory in MiB (from wait4)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise SystemExit(f"failed (exit {proc.returncode}): {' '.join(cmd)}")
+    return time.perf_counter() - start, usage.ru_maxrss / 1024  # ru_maxrss: KiB on Linux
+
+
+def write_parts(args, config: str, ranks: int, out: Path) -> tuple:
+    cmd = [sys.executable, "-m", "gnnmesh", "partition", "--dataset", args.dataset, "--write-parts", str(out)]
+    if config == "grid3d":
+        cmd += ["--method", "permute2", "--grid", grid(ranks)]
+    elif config == "tensor":
+        cmd += ["--method", "tensor", "--parts", str(ranks)]
+    else:
+        cmd += ["--method", config.split("-")[1], "--parts", str(ranks)]
+    return measured(cmd + data_root(args))
+
+
+def grid(ranks: int) -> str:
+    """The grid3d default: the most cubic grid."""
+    from gnnmesh.parallel.grid_layout import default_grid
+    dims = default_grid(ranks)
+    return ",".join(str(dims[a]) for a in "xyz")
+
+
+def data_root(args) -> list:
+    return ["--data-root", args.data_root] if args.data_root else []
+
+
+def train(args, metrics: Path, parts=None, strategy="single", ranks=1) -> list:
+    cmd = [sys.executable, "-m", "gnnmesh", "train", "--epochs", str(args.epochs), "--hidden", str(args.hidden),
+           "--eval-every", str(args.epochs), "--metrics", str(metrics), "--quiet"]
+    if parts is None:
+        cmd += ["--dataset", args.dataset] + data_root(args)
+    else:
+        cmd += ["--parts", str(parts), "--strategy", strategy, "--nproc", str(ranks)]
+        if strategy == "grid3d":
+            cmd += ["--grid", grid(ranks)]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    return [json.loads(line) for line in metrics.read_text().splitlines()]
+
+
+def halo_rows(parts: Path) -> int:
+    """The most halo rows any rank of 1D parts receives per exchange (0 for other kinds)."""
+    manifest = json.loads((parts / "manifest.json").read_text())
+    if manifest["kind"] != "partition":
+        return 0
+    counts = manifest["structures"][manifest["operators"]["gcn"]["structure"]]["send_counts"]
+    return max(sum(row[m] for row in counts) for m in range(len(counts)))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="rmat:nodes=1000000,edges=10000000,features=128")
+    parser.add_argument("--data-root", default=os.environ.get("GNNMESH_DATA"))
+    parser.add_argument("--ranks", default="2,4,8")
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--hidden", type=int, default=128)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        records = train(args, tmp / "single.jsonl")
+        single = records[-1]["peak_rss_mib_max"]
+        rows = [("single", 1, single, single, median_epoch(records), None, None, None)]
+        features = None
+        for ranks in map(int, args.ranks.split(",")):
+            for config in args.configs.split(","):
+                parts = tmp / f"{config}-{ranks}"
+                seconds, prep_peak = write_parts(args, config, ranks, parts)
+                strategy = config.split("-")[0]
+                records = train(args, tmp / f"{config}-{ranks}.jsonl", parts, strategy, ranks)
+                features = features or json.loads((parts / "manifest.json").read_text())["num_features"]
+                # each layer keeps the halo rows it received (input width, then hidden) for backward
+                halo_mib = halo_rows(parts) * 4 * (features + args.hidden) / 2**20
+                bound = 1.25 * single / ranks + halo_mib if strategy in ("partition", "grid3d") else None
+                rows.append((config, ranks, records[-1]["peak_rss_mib_max"], records[-1]["peak_rss_mib_sum"],
+                             median_epoch(records), seconds, prep_peak, bound))
+                print(f"  done: {config} at {ranks} ranks", file=sys.stderr, flush=True)
+    print(f"{args.dataset}, gcn hidden {args.hidden}, {args.epochs} epochs (epoch time: median of all "
+          f"but the first); peaks are resident memory (VmHWM)\n")
+    print("| run | ranks | largest rank (MiB) | vs. single | all ranks (MiB) | vs. single | "
+          "epoch (s) | preprocessing (s) | preprocessing peak (MiB) | goal (MiB) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for config, ranks, peak, total, epoch, seconds, prep, bound in rows:
+        goal = "-" if bound is None else f"{bound:,.0f} ({'met' if peak <= bound else 'missed'})"
+        prep_text = "-" if seconds is None else f"{seconds:.1f}"
+        prep_peak = "-" if prep is None else f"{prep:,.0f}"
+        print(f"| {config} | {ranks} | {peak:,.0f} | {peak / single:.2f}x | {total:,.0f} | {total / single:.2f}x | "
+              f"{epoch:.2f} | {prep_text} | {prep_peak} | {goal} |")
+
+
+def median_epoch(records: list) -> float:
+    times = [r["epoch_time"] for r in records[1:]] or [records[0]["epoch_time"]]
+    return statistics.median(times)
+
+
+if __name__ == "__main__":
+    main()
