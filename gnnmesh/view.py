@@ -28,14 +28,72 @@ OPERATORS = {
 }
 
 
-def random_mask(shape, p: float, seed: int, device) -> torch.Tensor:
-    """A keep-mask (probability ``1 - p``, resolution 2^-16) that depends only on ``seed`` and
-    ``shape``, so every process can draw the same global mask and a resumed run draws what
-    the original would. Raw PCG64 bytes are several times faster than torch.rand here."""
-    count = int(np.prod(shape))
-    draws = np.frombuffer(np.random.default_rng(seed).bytes(2 * count), dtype=np.uint16)
-    keep = torch.from_numpy(draws.reshape(shape) >= round(p * 65536))
-    return keep.to(device)
+# Masks are drawn in fixed blocks of global rows (or of operator entries, in CSR order), each
+# from its own generator keyed by (draw, block): a process draws only the blocks its own ids
+# touch, never a mask over all rows, and the mask of any id set is the same however the ids
+# are split among processes. Sizes measured with benchmarks/masks.py: from 1024 rows of 16 or
+# more values up, seeding a generator per block (~10 us) costs little (the time is flat up
+# to 16384 rows), and smaller blocks waste less on scattered ids (a partition's rows).
+ROW_BLOCK = 1024
+EDGE_BLOCK = 65536
+
+
+def rows_mask(ids, row_shape, p: float, key: int, device, columns: slice = slice(None)) -> torch.Tensor:
+    """Keep-mask (probability ``1 - p``, resolution 2^-16) of the global rows ``ids`` (a
+    LongTensor or array in any order, or a ``range``) of a matrix with rows of ``row_shape``,
+    for the draw ``key``: ``[len(ids), *row_shape]``, or only ``columns`` of the last axis."""
+    return _block_mask(ids, ROW_BLOCK, tuple(row_shape), p, key, device, columns)
+
+
+def entries_mask(entry_ids, edge_shape, p: float, key: int, device) -> torch.Tensor:
+    """``rows_mask`` over global entry ids of an operator (per-edge values of ``edge_shape``)."""
+    return _block_mask(entry_ids, EDGE_BLOCK, tuple(edge_shape), p, key, device, slice(None))
+
+
+def _draw(key: int, block: int, count: int) -> np.ndarray:
+    """``count`` uniform uint16 of ``block``: raw PCG64 words, several times faster than
+    Generator.bytes or torch.rand. Little-endian, so every platform draws the same mask."""
+    words = np.random.PCG64([key, block]).random_raw(-(-count // 4))
+    return words.astype("<u8", copy=False).view("<u2")[:count]
+
+
+def _block_mask(ids, size: int, shape: tuple, p: float, key: int, device, columns: slice) -> torch.Tensor:
+    if not isinstance(ids, range):
+        ids = _as_range(np.asarray(ids.cpu() if torch.is_tensor(ids) else ids, dtype=np.int64))
+    threshold = round(p * 65536)
+    out_shape = shape[:-1] + (len(range(shape[-1])[columns]),) if shape else ()
+    out = np.empty((len(ids),) + out_shape, dtype=bool)
+    for block, rows, dest in _segments(ids, size):
+        draws = _draw(key, block, size * int(np.prod(shape))).reshape((size,) + shape)
+        out[dest] = (draws[..., columns] if shape else draws)[rows] >= threshold
+    return torch.from_numpy(out).to(device)
+
+
+def _as_range(ids: np.ndarray):
+    """``ids`` as a ``range`` when they are one ascending run (the fast path), else as given."""
+    if not len(ids):
+        return range(0)
+    if ids[-1] - ids[0] == len(ids) - 1 and np.all(ids[1:] > ids[:-1]):
+        return range(int(ids[0]), int(ids[-1]) + 1)
+    return ids
+
+
+def _segments(ids, size: int):
+    """For every block of ``size`` ids that ``ids`` touch: (the block, the rows of it wanted,
+    where they go in the output), slices for a range, index arrays otherwise."""
+    if isinstance(ids, range):
+        for block in range(ids.start // size, -(-ids.stop // size)):
+            lo, hi = max(ids.start, block * size), min(ids.stop, (block + 1) * size)
+            yield block, slice(lo - block * size, hi - block * size), slice(lo - ids.start, hi - ids.start)
+        return
+    ascending = bool(np.all(ids[1:] >= ids[:-1]))
+    order = None if ascending else np.argsort(ids, kind="stable")
+    ids = ids if ascending else ids[order]
+    blocks = ids // size
+    cuts = np.concatenate(([0], np.flatnonzero(blocks[1:] != blocks[:-1]) + 1, [len(ids)]))
+    for a, z in zip(cuts[:-1], cuts[1:]):
+        block = int(blocks[a])
+        yield block, ids[a:z] - block * size, slice(a, z) if ascending else order[a:z]
 
 
 class GraphView:
@@ -88,7 +146,7 @@ class GraphView:
         return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
 
     def dropout(self, x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-        """Dropout on vertex rows; the mask is drawn over the global rows."""
+        """Dropout on vertex rows; each row's mask depends only on its global id."""
         if not training or p == 0.0:
             return x
         return _apply_mask(x, self.vertex_mask(tuple(x.shape[1:]), p), p)
@@ -99,12 +157,12 @@ class GraphView:
             return values
         return _apply_mask(values, self.edge_mask(op, tuple(values.shape[1:]), p), p)
 
-    # A parallel view overrides these two to draw the global mask and keep its own part.
+    # A parallel view overrides these two to draw the masks of its own global rows / entries.
     def vertex_mask(self, row_shape: tuple, p: float) -> torch.Tensor:
-        return random_mask((self.num_nodes,) + row_shape, p, self._next_seed(), self.device)
+        return rows_mask(range(self.num_nodes), row_shape, p, self._next_seed(), self.device)
 
     def edge_mask(self, op: str, edge_shape: tuple, p: float) -> torch.Tensor:
-        return random_mask((self.operator(op).nnz,) + edge_shape, p, self._next_seed(), self.device)
+        return entries_mask(range(self.operator(op).nnz), edge_shape, p, self._next_seed(), self.device)
 
 
 def _apply_mask(x: torch.Tensor, keep: torch.Tensor, p: float) -> torch.Tensor:

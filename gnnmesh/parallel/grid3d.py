@@ -44,7 +44,7 @@ from ..comm import Mesh, agreed
 from ..errors import ConfigError
 from ..graph import Adjacency
 from ..models.gcn import GCN
-from ..view import GraphView, _apply_mask, random_mask
+from ..view import GraphView, _apply_mask, rows_mask
 from .base import Shard
 from .distributed import DistributedStrategy, world_size
 from .grid_collectives import Aggregate, PartialSum, Replicated, ToLossRows
@@ -111,11 +111,10 @@ class GridView(GraphView):
 
     def block_dropout(self, h, p: float, training: bool, rows, columns: slice, width: int):
         """Dropout on a block (original node ids ``rows``, feature ``columns``) of a
-        ``width``-wide vertex matrix: the global mask, cut to the block."""
+        ``width``-wide vertex matrix: the mask of those rows, cut to those columns."""
         if not training or p == 0.0:
             return h
-        keep = random_mask((self.adj.shape[0], width), p, self._next_seed(), "cpu")
-        return _apply_mask(h, keep[torch.from_numpy(rows)][:, columns], p)
+        return _apply_mask(h, rows_mask(rows, (width,), p, self._next_seed(), self.device, columns), p)
 
     def spmm(self, x, op="gcn", values=None):
         raise NotImplementedError("the grid3d layout runs its layers in Grid3D.forward")

@@ -16,7 +16,7 @@ from .. import ops
 from ..comm import Mesh, agreed, setup_comm
 from ..errors import ConfigError, GraphError
 from ..graph import Adjacency
-from ..view import GraphView, random_mask
+from ..view import GraphView, entries_mask, rows_mask
 from .base import Shard
 from .distributed import DistributedStrategy, world_size
 from .halo import HaloGather, HaloSpMM, build_local_operator, local_operator
@@ -64,12 +64,10 @@ class PartitionView(GraphView):
         return ops.edge_softmax(self.local(op).block, scores)  # in-edges of my rows are all mine
 
     def vertex_mask(self, row_shape, p):
-        mask = random_mask((self.adj.shape[0],) + row_shape, p, self._next_seed(), "cpu")
-        return mask[self.owned]
+        return rows_mask(self.owned, row_shape, p, self._next_seed(), self.device)
 
     def edge_mask(self, op, edge_shape, p):
-        mask = random_mask((self.operator(op).nnz,) + edge_shape, p, self._next_seed(), "cpu")
-        return mask[self.local(op).edge_ids]
+        return entries_mask(self.local(op).edge_ids, edge_shape, p, self._next_seed(), self.device)
 
 
 class PartitionParallel(DistributedStrategy):

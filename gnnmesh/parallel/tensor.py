@@ -25,7 +25,7 @@ from ..comm import Mesh, agreed
 from ..errors import ConfigError
 from ..graph import Adjacency
 from ..transforms import row_range
-from ..view import GraphView, random_mask
+from ..view import GraphView, entries_mask, rows_mask
 from .base import Shard
 from .chunks import ChunkedAggregation, ChunkPlan
 from .distributed import DistributedStrategy, world_size
@@ -97,12 +97,11 @@ class TensorView(GraphView):
         return ops.edge_softmax(self.block(op), scores)
 
     def vertex_mask(self, row_shape, p):
-        mask = random_mask((self.adj.shape[0],) + row_shape, p, self._next_seed(), "cpu")
-        return mask[self.layout.start:self.layout.stop].to(self.device)
+        rows = range(self.layout.start, self.layout.stop)
+        return rows_mask(rows, row_shape, p, self._next_seed(), self.device)
 
     def edge_mask(self, op, edge_shape, p):
-        mask = random_mask((self.operator(op).nnz,) + edge_shape, p, self._next_seed(), "cpu")
-        return mask[slice(*self._entry_range(op))].to(self.device)
+        return entries_mask(range(*self._entry_range(op)), edge_shape, p, self._next_seed(), self.device)
 
 
 class TensorParallel(DistributedStrategy):

@@ -1,0 +1,104 @@
+"""Dropout mask cost: the global draw every rank used to make (one PCG64 stream over all V
+rows, then keep its own) against the block-keyed draw of only a rank's own rows.
+
+    python benchmarks/masks.py [--rows 1000000] [--width 128] [--ranks 4] [--repeats 5]
+                               [--row-blocks 256,1024,4096]
+
+Time and peak resident memory above the memory held before the call (the process
+high-water mark, reset before every call), median of the repeats and their min-max. Ids:
+all rows (one process), one rank's contiguous quarter, one rank's scattered quarter (a
+random partition: the worst case, every block is touched).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+
+from gnnmesh import view as masks
+
+
+def old_mask(ids, rows: int, shape: tuple, p: float, seed: int) -> torch.Tensor:
+    """The former scheme: the global mask from one stream, then this rank's rows."""
+    count = rows * int(np.prod(shape))
+    draws = np.frombuffer(np.random.default_rng(seed).bytes(2 * count), dtype=np.uint16)
+    keep = torch.from_numpy(draws.reshape((rows,) + shape) >= round(p * 65536))
+    return keep[ids.start:ids.stop] if isinstance(ids, range) else keep[ids]
+
+
+def new_mask(ids, rows, shape, p, seed):
+    return masks.rows_mask(ids, shape, p, seed, "cpu")
+
+
+def _kib(field: str) -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field):
+                return int(line.split()[1])
+    raise RuntimeError(field)
+
+
+def measure(fn, ids, rows, shape, repeats):
+    times, peaks = [], []
+    for r in range(repeats):
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")  # the high-water mark restarts from the current resident size
+        before = _kib("VmRSS")
+        start = time.perf_counter()
+        out = fn(ids, rows, shape, 0.5, 1234 + r)
+        times.append(time.perf_counter() - start)
+        peaks.append((_kib("VmHWM") - before) / 1024)
+        del out
+    return times, peaks
+
+
+def cases(rows: int, ranks: int):
+    quarter = rows // ranks
+    owner = np.random.default_rng(0).integers(0, ranks, rows)
+    return {"all rows": range(rows),
+            f"1/{ranks} contiguous": range(quarter, 2 * quarter),
+            f"1/{ranks} scattered": torch.from_numpy(np.flatnonzero(owner == 1))}
+
+
+def fmt(values, unit, digits):
+    return f"{statistics.median(values):.{digits}f} {unit} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--width", type=int, default=128)
+    parser.add_argument("--ranks", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--row-blocks", default=str(masks.ROW_BLOCK), help="ROW_BLOCK values to compare")
+    args = parser.parse_args()
+    if os.environ.get("MALLOC_MMAP_THRESHOLD_") is None:  # large buffers straight from mmap, so
+        env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")  # freed memory leaves the process
+        sys.exit(subprocess.call([sys.executable] + sys.argv, env=env))
+    torch.set_num_threads(1)
+    shape = (args.width,)
+    print(f"mask of {args.rows:,} x {args.width} rows, p = 0.5, {args.repeats} repeats: "
+          f"median (min-max); peak = resident memory above the memory held before the call")
+    print("| ids | scheme | time | peak above start |")
+    print("|---|---|---|---|")
+    for name, ids in cases(args.rows, args.ranks).items():
+        schemes = [("global draw (old)", old_mask, None)]
+        schemes += [(f"row blocks of {b} (new)", new_mask, int(b)) for b in args.row_blocks.split(",")]
+        for label, fn, block in schemes:
+            if block:
+                masks.ROW_BLOCK = block
+            times, peaks = measure(fn, ids, args.rows, shape, args.repeats)
+            print(f"| {name} ({len(ids):,}) | {label} | {fmt(times, 's', 3)} | {fmt(peaks, 'MiB', 1)} |", flush=True)
+    output = args.rows * args.width / 2**20
+    print(f"(the output alone: {output:.1f} MiB for all rows, {output / args.ranks:.1f} MiB for 1/{args.ranks})")
+
+
+if __name__ == "__main__":
+    main()
