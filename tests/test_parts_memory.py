@@ -15,7 +15,7 @@ from gnnmesh.train import Trainer
 from dist import run_ranks
 
 GRAPH = "rmat:nodes=100000,edges=1000000,features=64,classes=8"
-CONFIG = Config(epochs=2, hidden=16, strategy="partition", dropout=0.0)
+CONFIG = Config(epochs=2, hidden=16, strategy="partition")
 
 
 def _peak_above_startup(rank, world, parts_dir):
