@@ -90,8 +90,15 @@ class LocalOperator:
     outer: Adjacency      # owned x halo
     inner_pos: torch.Tensor  # positions of inner / outer entries among block's entries
     outer_pos: torch.Tensor
-    edge_ids: torch.Tensor   # global entry id of each block entry (for edge dropout)
+    entry_ids: object        # global entry id of each block entry, or a function reading them
     exchange: Exchange
+
+    @property
+    def edge_ids(self) -> torch.Tensor:
+        """Global entry id of each block entry (only edge dropout needs them: read on first use)."""
+        if callable(self.entry_ids):
+            self.entry_ids = self.entry_ids()
+        return torch.as_tensor(self.entry_ids, dtype=torch.int64)
 
     def split_values(self, values):
         return values[self.inner_pos], values[self.outer_pos]
@@ -165,8 +172,9 @@ def build_local_operator(op: Adjacency, assignment: torch.Tensor, comm: Comm, de
 def local_operator(block: Adjacency, entry_ids, send_index: list, recv_counts, comm: Comm,
                    device) -> LocalOperator:
     """A LocalOperator from one rank's block (owned rows x [owned, halo] columns), the global
-    entry id of each of its entries, and who sends what: ``send_index[peer]`` (positions
-    among the owned rows) and ``recv_counts[peer]`` (halo rows from it, grouped by owner)."""
+    entry id of each of its entries (or a function returning them), and who sends what:
+    ``send_index[peer]`` (positions among the owned rows) and ``recv_counts[peer]`` (halo
+    rows from it, grouped by owner)."""
     num_owned = block.shape[0]
     num_halo = block.shape[1] - num_owned
     if block.values is not None:
@@ -180,7 +188,7 @@ def local_operator(block: Adjacency, entry_ids, send_index: list, recv_counts, c
         _sub_block(rows, cols, block.values, inner_mask, (num_owned, num_owned), 0),
         _sub_block(rows, cols, block.values, ~inner_mask, (num_owned, num_halo), num_owned),
         torch.nonzero(inner_mask).flatten().to(device), torch.nonzero(~inner_mask).flatten().to(device),
-        torch.as_tensor(entry_ids, dtype=torch.int64), Exchange(exchange.to(device), comm))
+        entry_ids, Exchange(exchange.to(device), comm))
 
 
 def _sub_block(rows, cols, values, mask, shape, col_offset) -> Adjacency:

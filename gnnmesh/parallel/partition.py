@@ -146,4 +146,4 @@ def part_operator(part, name: str, comm, device):
     values = part.tensor(f"{name}.values") if info["values"] else None
     block = Adjacency(part.tensor(f"{structure}.indptr"), part.tensor(f"{structure}.indices"), values,
                       (owned, owned + int(recv.sum())))
-    return local_operator(block, part.array(f"{structure}.entries"), send, recv, comm, device)
+    return local_operator(block, lambda: part.array(f"{structure}.entries"), send, recv, comm, device)
