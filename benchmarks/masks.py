@@ -5,9 +5,10 @@ rows, then keep its own) against the block-keyed draw of only a rank's own rows.
                                [--row-blocks 256,1024,4096]
 
 Time and peak resident memory above the memory held before the call (the process
-high-water mark, reset before every call), median of the repeats and their min-max. Ids:
-all rows (one process), one rank's contiguous quarter, one rank's scattered quarter (a
-random partition: the worst case, every block is touched).
+high-water mark, reset before every call), median of the repeats and their min-max; the
+schemes alternate within each repeat. Ids: all rows (one process), one rank's contiguous
+quarter, one rank's scattered quarter (a random partition: the worst case, every block is
+touched).
 """
 
 from __future__ import annotations
@@ -45,18 +46,16 @@ def _kib(field: str) -> int:
     raise RuntimeError(field)
 
 
-def measure(fn, ids, rows, shape, repeats):
-    times, peaks = [], []
-    for r in range(repeats):
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")  # the high-water mark restarts from the current resident size
-        before = _kib("VmRSS")
-        start = time.perf_counter()
-        out = fn(ids, rows, shape, 0.5, 1234 + r)
-        times.append(time.perf_counter() - start)
-        peaks.append((_kib("VmHWM") - before) / 1024)
-        del out
-    return times, peaks
+def measure_once(fn, ids, rows, shape, seed):
+    """(seconds, MiB of resident memory above the start) of one call."""
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")  # the high-water mark restarts from the current resident size
+    before = _kib("VmRSS")
+    start = time.perf_counter()
+    out = fn(ids, rows, shape, 0.5, seed)
+    seconds = time.perf_counter() - start
+    del out
+    return seconds, (_kib("VmHWM") - before) / 1024
 
 
 def cases(rows: int, ranks: int):
@@ -88,13 +87,17 @@ def main():
           f"median (min-max); peak = resident memory above the memory held before the call")
     print("| ids | scheme | time | peak above start |")
     print("|---|---|---|---|")
+    schemes = [("global draw (old)", old_mask, None)]
+    schemes += [(f"row blocks of {b} (new)", new_mask, int(b)) for b in args.row_blocks.split(",")]
     for name, ids in cases(args.rows, args.ranks).items():
-        schemes = [("global draw (old)", old_mask, None)]
-        schemes += [(f"row blocks of {b} (new)", new_mask, int(b)) for b in args.row_blocks.split(",")]
-        for label, fn, block in schemes:
-            if block:
-                masks.ROW_BLOCK = block
-            times, peaks = measure(fn, ids, args.rows, shape, args.repeats)
+        runs = {label: [] for label, _, _ in schemes}
+        for r in range(args.repeats):  # schemes alternate, so that load from elsewhere hits all alike
+            for label, fn, block in schemes:
+                if block:
+                    masks.ROW_BLOCK = block
+                runs[label].append(measure_once(fn, ids, args.rows, shape, 1234 + r))
+        for label, got in runs.items():
+            times, peaks = zip(*got)
             print(f"| {name} ({len(ids):,}) | {label} | {fmt(times, 's', 3)} | {fmt(peaks, 'MiB', 1)} |", flush=True)
     output = args.rows * args.width / 2**20
     print(f"(the output alone: {output:.1f} MiB for all rows, {output / args.ranks:.1f} MiB for 1/{args.ranks})")

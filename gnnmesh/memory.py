@@ -1,19 +1,73 @@
-"""This process's memory high-water mark."""
+"""Peak memory of each rank, as reported with every epoch.
+
+A rank's figure is its process high-water mark (so an epoch's figure covers the run so far,
+setup included), and on CUDA the peak of ``torch.cuda.max_memory_allocated``. The
+per-rank figures travel in the gather an epoch report already makes; ``fields`` turns them
+into the report's entries.
+"""
 
 from __future__ import annotations
 
-import resource
 import sys
 
+import torch
 
-def peak_rss_bytes() -> int:
-    """Peak resident set size of this process so far (VmHWM), in bytes."""
+_STATUS = "/proc/self/status"
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory (VmHWM), in MiB."""
     try:
-        with open("/proc/self/status") as fh:
+        with open(_STATUS) as fh:
             for line in fh:
                 if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
+                    return int(line.split()[1]) / 1024  # kB
     except OSError:
         pass
+    import resource
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB elsewhere
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB elsewhere
+
+
+def rank_peaks(device) -> dict:
+    """This rank's peaks: ``rss`` and, on CUDA, ``device`` (MiB)."""
+    peaks = {"rss": peak_rss_mib()}
+    device = torch.device(device)
+    if device.type == "cuda":
+        peaks["device"] = torch.cuda.max_memory_allocated(device) / 2**20
+    return peaks
+
+
+def fields(per_rank: list) -> dict:
+    """Report entries from every rank's ``rank_peaks`` (in rank order): the per-rank list,
+    and its max, min and sum."""
+    out = {}
+    for name in ("rss", "device"):
+        if name not in per_rank[0]:
+            continue
+        values = [round(r[name], 1) for r in per_rank]
+        out[f"rank_peak_{name}_mib"] = values
+        out[f"peak_{name}_mib_max"] = max(values)
+        out[f"peak_{name}_mib_min"] = min(values)
+        out[f"peak_{name}_mib_sum"] = round(sum(values), 1)
+    return out
+
+
+def of(extra: dict) -> dict:
+    """The memory entries of an epoch report."""
+    return {k: v for k, v in extra.items() if k.startswith(("rank_peak_", "peak_"))}
+
+
+def describe(extra: dict) -> str:
+    """``memory: peak 812-840 MiB per rank, 3,301 MiB in all`` (and the device's, on CUDA)."""
+    text = "memory: peak " + _span(extra, "rss")
+    if "peak_device_mib_max" in extra:
+        text += "; device peak " + _span(extra, "device")
+    return text
+
+
+def _span(extra: dict, name: str) -> str:
+    low, high, total = (extra[f"peak_{name}_mib_{k}"] for k in ("min", "max", "sum"))
+    if len(extra[f"rank_peak_{name}_mib"]) == 1:
+        return f"{high:,.0f} MiB"
+    return f"{low:,.0f}-{high:,.0f} MiB per rank, {total:,.0f} MiB in all"

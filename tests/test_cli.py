@@ -29,10 +29,11 @@ def test_train_cora_reaches_accuracy(data_root, tmp_path):
                      "--metrics", str(metrics), data_root=data_root)
     assert result.returncode == 0, result.stderr
     assert "epoch  200" in result.stdout and "done:" in result.stdout
+    assert "memory: peak" in result.stdout and "; peak memory" in result.stdout.split("done:")[1]
     records = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [r["epoch"] for r in records] == list(range(1, 201))
     assert {"loss", "train_acc", "val_acc", "test_acc", "epoch_time", "aggregate_time",
-            "dense_time", "other_time"} <= set(records[0])
+            "dense_time", "other_time", "rank_peak_rss_mib", "peak_rss_mib_max"} <= set(records[0])
     test_acc = float(result.stdout.split("test ")[-1].split(",")[0])
     assert test_acc >= 0.80
 
@@ -88,7 +89,8 @@ def test_resume_from_cli(tmp_path):
     full = gnnmesh(*common, "--epochs", "8")
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.split("epochs in")[0] == full.stdout.split("epochs in")[0]
-    assert resumed.stdout.split("/epoch); ")[1] == full.stdout.split("/epoch); ")[1]
+    results = [r.stdout.split("/epoch); ")[1].split("; peak memory")[0] for r in (resumed, full)]
+    assert results[0] == results[1]  # peak memory is the process's own, not a result
     assert "final loss" in full.stdout
 
 

@@ -6,7 +6,7 @@ import torch
 
 from gnnmesh import datasets
 from gnnmesh.config import Config
-from gnnmesh.memory import peak_rss_bytes
+from gnnmesh.memory import peak_rss_mib
 from gnnmesh.parallel import build_strategy
 from gnnmesh.partition import partition
 from gnnmesh.parts import open_parts, write_partition_parts
@@ -25,10 +25,10 @@ def _peak_above_startup(rank, world, parts_dir):
     config = CONFIG.updated(strategy="partition" if parts_dir else "single")
     strategy = build_strategy(config, "cpu")
     torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])
-    base = peak_rss_bytes()
+    base = peak_rss_mib()
     data = open_parts(parts_dir) if parts_dir else datasets.load(GRAPH)
     Trainer(config, data, strategy).fit()
-    return peak_rss_bytes() - base
+    return peak_rss_mib() - base
 
 
 @pytest.mark.timeout(600)
@@ -41,6 +41,6 @@ def test_largest_rank_peak_falls_with_the_number_of_ranks(tmp_path):
     single = run_ranks(_peak_above_startup, 1, None, timeout=300)[0]
     largest = {p: max(run_ranks(_peak_above_startup, p, str(tmp_path / f"p{p}"), timeout=300))
                for p in (2, 4)}
-    mib = {k: v / 2**20 for k, v in [("single", single), *largest.items()]}
+    mib = {"single": single, **largest}
     assert largest[4] < largest[2] < single, mib
     assert largest[4] <= 0.4 * single, mib

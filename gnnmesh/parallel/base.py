@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 
+from .. import memory
 from ..errors import ConfigError
 from ..graph import Graph
 from ..view import GraphView
@@ -56,10 +56,11 @@ class Strategy:
     def reset_counters(self) -> None:
         """Forget traffic so far (setup); the next ``report`` covers only what follows."""
 
-    def report(self, epoch_time: float) -> Optional[dict]:
-        """Per-epoch extra figures (communication, per-rank times); None when there are none.
-        Called once per epoch on every rank (it may communicate) with this rank's epoch time."""
-        return None
+    def report(self, epoch_time: float, peaks: dict) -> dict:
+        """Per-epoch extra figures (every rank's peak memory; communication, per-rank times).
+        Called once per epoch on every rank (it may communicate) with this rank's epoch time
+        and ``memory.rank_peaks``."""
+        return memory.fields([peaks])
 
     def report_lines(self, extra: dict) -> list:
         """Human-readable lines for an epoch's ``report()``."""

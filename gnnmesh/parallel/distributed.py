@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import memory
 from ..comm import Comm
 from .base import Strategy
 
@@ -61,13 +62,13 @@ class DistributedStrategy(Strategy):
         """Extra per-rank numbers for the report; summed over ranks."""
         return {}
 
-    def report(self, epoch_time: float) -> dict:
+    def report(self, epoch_time: float, peaks: dict) -> dict:
         stats = self.take_counters()
         phases = stats["phases"]
         mine = {"comm_time": stats["wait_seconds"], "compute_time": epoch_time - stats["wait_seconds"],
                 "bytes": sum(p["bytes"] for p in phases.values()),
                 "phases": {k: (v["bytes"], v["messages"], v["wait"]) for k, v in phases.items()},
-                "figures": self.rank_figures()}
+                "figures": self.rank_figures(), "memory": peaks}
         everyone = self.comm.all_gather_object(mine)
         self.take_counters()  # the report's own gather is not part of the epoch's traffic
         comm_times = [r["comm_time"] for r in everyone]
@@ -85,6 +86,7 @@ class DistributedStrategy(Strategy):
             out[f"rank_{phase}_bytes"] = [p[0] for p in per_rank]
         for key in mine["figures"]:
             out[key] = sum(r["figures"][key] for r in everyone)
+        out.update(memory.fields([r["memory"] for r in everyone]))
         return out
 
     def report_lines(self, extra: dict) -> list:

@@ -178,8 +178,8 @@ class TensorParallel(DistributedStrategy):
         backward = 2 * sum(size(w) for w in (widths if backward_widths is None else backward_widths))
         return forward + backward
 
-    def report(self, epoch_time: float) -> dict:
-        out = super().report(epoch_time)
+    def report(self, epoch_time: float, peaks: dict) -> dict:
+        out = super().report(epoch_time, peaks)
         out["layout_rounds"] = self.engine.rounds if self.engine else 0
         if self.engine:
             self.engine.rounds = 0

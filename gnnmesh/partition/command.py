@@ -83,10 +83,10 @@ def run(args) -> int:
 
 def written_line(path, seconds: float) -> str:
     """What a --write-parts run wrote, how long it took and this process's peak memory."""
-    from ..memory import peak_rss_bytes
+    from ..memory import peak_rss_mib
     files = {(s.st_dev, s.st_ino): s.st_size for s in (f.stat() for f in Path(path).rglob("*") if f.is_file())}
     return (f"parts:         {path} ({len(files)} files, {_size(sum(files.values()))}) "
-            f"written in {seconds:.1f} s; peak memory of this command {_size(peak_rss_bytes())}")
+            f"written in {seconds:.1f} s; peak memory of this command {_size(int(peak_rss_mib() * 2**20))}")
 
 
 def parse_grid(text) -> tuple:

@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from .. import comm, datasets
+from .. import comm, datasets, memory
 from ..config import Config
 from ..errors import ConfigError, GraphError
 from ..graph import Graph
@@ -80,15 +80,22 @@ def _train(config, quiet, rank, world_size, device) -> Summary:
             say(f"epoch {r.epoch:4d} | loss {r.loss:.4f} | acc train {r.train_acc:.3f} val {r.val_acc:.3f} "
                 f"test {r.test_acc:.3f} | {1e3 * r.epoch_time:7.1f} ms (aggregate {1e3 * r.aggregate_time:.1f}, "
                 f"dense {1e3 * r.dense_time:.1f}, other {1e3 * r.other_time:.1f})")
-            for line in strategy.report_lines(r.extra):
+            for line in strategy.report_lines(r.extra) + [memory.describe(r.extra)]:
                 say("           " + line)
 
     summary = trainer.fit(progress)
     if rank == 0:  # --quiet keeps the summary
         print(f"done: {summary.epochs} epochs in {summary.total_time:.2f}s ({1e3 * summary.mean_epoch_time:.1f} ms/epoch); "
         f"best val {summary.val_acc:.4f} at epoch {summary.best_epoch}, test {summary.test_acc:.4f}, "
-        f"final loss {summary.final_loss:.4f}")
+        f"final loss {summary.final_loss:.4f}{_peak(summary, world_size)}")
     return summary
+
+
+def _peak(summary: Summary, world_size: int) -> str:
+    peak = summary.memory.get("peak_rss_mib_max")  # absent from histories recorded before it was
+    if peak is None:
+        return ""
+    return f"; peak memory {peak:,.0f} MiB" + (" (largest rank)" if world_size > 1 else "")
 
 
 def _load_once_per_host(config: Config, rank: int, world_size: int) -> Graph:

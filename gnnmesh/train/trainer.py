@@ -17,6 +17,7 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
+from .. import memory
 from ..config import Config
 from ..datasets import structural_features
 from ..errors import ConfigError
@@ -58,6 +59,7 @@ class Summary:
     total_time: float
     mean_epoch_time: float
     history: list = field(default_factory=list)
+    memory: dict = field(default_factory=dict)  # the last epoch's peaks (high-water marks: the whole run's)
 
 
 def model_options(config: Config) -> dict:
@@ -149,7 +151,7 @@ class Trainer:
             accs = [float("nan")] * 3
         epoch_time = time.perf_counter() - start
         aggregate = profile.take().get("aggregate", 0.0)
-        extra = self.strategy.report(epoch_time) or {}
+        extra = self.strategy.report(epoch_time, memory.rank_peaks(self.device))
         # waiting for other ranks is neither aggregation nor dense compute: it counts as "other"
         dense = compute - aggregate - extra.get("comm_time", 0.0)
         result = EpochResult(self.epoch, loss, *accs, epoch_time, aggregate, dense,
@@ -205,7 +207,8 @@ class Trainer:
         times = [r.epoch_time for r in self.history]
         return Summary(self.epoch, self.best["epoch"], self.best["val_acc"], self.best["test_acc"],
                        self.history[-1].loss if self.history else float("nan"), sum(times),
-                       sum(times) / max(len(times), 1), self.history)
+                       sum(times) / max(len(times), 1), self.history,
+                       memory.of(self.history[-1].extra) if self.history else {})
 
 
 def _features(graph: Graph) -> torch.Tensor:
