@@ -226,3 +226,19 @@ def test_cli_writes_parts_and_refuses_mismatched_runs_in_one_line(tmp_path):
     out = gnnmesh("partition", "--dataset", spec, "--method", "permute2", "--grid", "2,2",
                   "--write-parts", str(tmp_path / "g"))
     assert out.returncode == 2 and "--grid X,Y,Z" in out.stderr
+
+
+def test_page_out_drops_only_unmodified_file_pages(tmp_path):
+    from gnnmesh.parts.vertex import page_out
+
+    np.save(tmp_path / "a.npy", np.arange(1 << 20, dtype=np.float32))
+    mapped = np.load(tmp_path / "a.npy", mmap_mode="c")
+    assert float(mapped.sum()) == float(np.arange(1 << 20, dtype=np.float64).sum())
+    page_out(mapped)  # clean file pages: dropped, and read again on the next access
+    assert np.array_equal(mapped, np.arange(1 << 20, dtype=np.float32))
+    mapped[5] = -1.0  # a private write: that page is no longer the file's
+    page_out(mapped)
+    assert mapped[5] == -1.0 and mapped[6] == 6.0
+    anonymous = np.arange(1 << 20, dtype=np.float32)
+    page_out(anonymous)
+    assert np.array_equal(anonymous, np.arange(1 << 20, dtype=np.float32))
