@@ -22,7 +22,8 @@ HELP = {
     "data_root": "directory holding the datasets (default: $GNNMESH_DATA)",
     "reorder": "renumber nodes for locality before training",
     "parts": "train from a partitioned dataset written by 'gnnmesh partition --write-parts DIR': "
-             "every rank reads only its own folder, never the whole graph",
+             "every rank reads only its own folder, never the whole graph (without --strategy: "
+             "the strategy the parts were written for)",
     "model": "GNN model",
     "hidden": "hidden width (per head for GAT); default: the model's",
     "layers": "number of GNN layers (MLP layers for 'decoupled')",

@@ -117,7 +117,7 @@ class Config:
                 raise ConfigError(f"config field '{name}': must be >= 0, got {value}")
         if self.checkpoint_every and not self.checkpoint:
             raise ConfigError("config field 'checkpoint_every' needs 'checkpoint' (a file path)")
-        if self.strategy == "single" and self.nproc > 1:
+        if self.strategy == "single" and self.nproc > 1 and not self.parts:
             raise ConfigError("config field 'nproc': the 'single' strategy runs one process; "
                               "choose a parallel --strategy (e.g. partition)")
         if (self.decoupled or self.strategy == "tensor-decoupled") and self.model == "gin":

@@ -100,7 +100,8 @@ class Parts:
             raise ValueError(f"{len(manifest['ranks'])} rank entries for {self.parts} parts")
 
     def describe(self) -> str:
-        return f"{self.kind} parts of {self.name} ({self.manifest['how']}, {self.parts} ranks)"
+        return (f"{self.kind} parts of {self.name} ({self.manifest['how']}, {self.parts} "
+                f"rank{'s' if self.parts != 1 else ''})")
 
     def check_run(self, strategy: str, world_size: int, dataset: Optional[str] = None) -> None:
         """A ConfigError naming the manifest when these parts cannot serve this run."""

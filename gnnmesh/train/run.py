@@ -42,13 +42,19 @@ def _rank_device(config: Config) -> torch.device:
 def run_training(config: Config, quiet: bool = False) -> Summary:
     world = comm.world_from_env()
     rank, world_size = world or (0, 1)
+    parts = open_parts(config.parts) if config.parts else None
+    if parts is not None:  # what the run leaves unsaid, the parts decide
+        if config.strategy == "single":
+            config = config.updated(strategy=parts.kind)
+        if parts.kind == "grid3d" and config.grid is None:
+            config = config.updated(grid=",".join(map(str, parts.manifest["grid"])))
     if world and config.strategy == "single" and world_size > 1:
         raise ConfigError(f"this job has {world_size} ranks; choose a parallel --strategy (e.g. partition)")
     device = _rank_device(config)
     if world:
         comm.init(device)
     try:
-        summary = _train(config, quiet, rank, world_size, device)
+        summary = _train(config, parts, quiet, rank, world_size, device)
     except BaseException:
         comm.shutdown()
         raise
@@ -56,14 +62,14 @@ def run_training(config: Config, quiet: bool = False) -> Summary:
     return summary
 
 
-def _train(config, quiet, rank, world_size, device) -> Summary:
+def _train(config, parts, quiet, rank, world_size, device) -> Summary:
     local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     torch.set_num_threads(config.threads or (ranks_share_cores(local_ranks) if world_size > 1
                                              else torch.get_num_threads()))
     say = (lambda *a: None) if quiet or rank != 0 else print
     t0 = time.perf_counter()
-    if config.parts:
-        data = open_parts(config.parts)
+    if parts is not None:
+        data = parts
         data.check_run(config.strategy, world_size, None if config.dataset == DEFAULT_DATASET else config.dataset)
         config = config.updated(dataset=data.dataset)  # what checkpoints and metrics record
     else:
@@ -71,7 +77,7 @@ def _train(config, quiet, rank, world_size, device) -> Summary:
     strategy = build_strategy(config, device)
     trainer = Trainer(config, data, strategy)
     cfg = trainer.config
-    say(f"{data.describe() if config.parts else repr(data)} loaded in {time.perf_counter() - t0:.2f}s")
+    say(f"{data.describe() if parts is not None else repr(data)} loaded in {time.perf_counter() - t0:.2f}s")
     say(f"model {cfg.model}: {sum(p.numel() for p in trainer.model.parameters()):,} parameters, "
         f"strategy {strategy.describe()}, device {device}, {torch.get_num_threads()} threads per rank")
 
