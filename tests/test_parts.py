@@ -212,6 +212,8 @@ def test_cli_writes_parts_and_refuses_mismatched_runs_in_one_line(tmp_path):
     assert "peak memory of this command" in out.stdout
     manifest = json.loads((tmp_path / "p" / MANIFEST).read_text())
     assert manifest["dataset"] == spec and manifest["parts"] == 2
+    ok = gnnmesh("train", "--parts", str(tmp_path / "p"), "--nproc", "2", "--epochs", "1")  # strategy from the parts
+    assert ok.returncode == 0 and "partition parts of" in ok.stdout, ok.stderr
     bad = gnnmesh("train", "--parts", str(tmp_path / "p"), "--nproc", "3", "--strategy", "partition",
                   "--epochs", "1")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
