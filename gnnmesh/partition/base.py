@@ -15,7 +15,7 @@ METHODS = ("rp", "contiguous", "gp", "hp")
 # Not vertex partitioners: 2D block layouts of the adjacency, reported by 'gnnmesh partition'.
 GRID_METHODS = ("permute2",)
 # Bumped when a method's output changes, so that stored partitions are recomputed.
-METHOD_VERSIONS = {"rp": 1, "contiguous": 1, "gp": 1, "hp": 2}
+METHOD_VERSIONS = {"rp": 1, "contiguous": 1, "gp": 1, "hp": 3}
 EXTRA_HINT = "pip install 'gnnmesh[partitioners]'"
 
 
@@ -31,6 +31,7 @@ class Partition:
     ``graph_key`` identifies the adjacency structure it was computed for (see ``graph_key``);
     ``path`` is where it is stored on disk, if it is; ``from_cache`` tells whether
     ``partition()`` reused a stored result (``seconds`` is then the original time).
+    ``preset`` is the Mt-KaHyPar preset that made an ``hp`` partition (None for the others).
     """
 
     assignment: np.ndarray
@@ -42,6 +43,7 @@ class Partition:
     graph_key: str
     path: Optional[str] = None
     from_cache: bool = False
+    preset: Optional[str] = None
 
     @property
     def num_nodes(self) -> int:
