@@ -131,6 +131,90 @@ def test_refinement_lowers_max_send_within_budget(medium, start, parts):
     assert (np.bincount(after, minlength=parts) > 0).all()
 
 
+# -- hp: large nets, preset, progress -----------------------------------------------------------
+def test_column_nets_leave_out_single_pin_and_large_nets(medium):
+    n = medium.shape[0]
+    sizes = np.bincount(medium.indices.numpy(), minlength=n) + 1  # + the self pin (no self-loops here)
+    starts, pins, dropped = methods.column_nets(medium, max_pins=4)
+    kept = np.diff(starts)
+    assert ((kept > 1) & (kept <= 4)).all() and dropped == int((sizes > 4).sum()) > 0
+    assert kept.shape[0] == int(((sizes > 1) & (sizes <= 4)).sum()) and pins.max() < n
+    everything = methods.column_nets(medium)
+    assert everything[2] == 0 and everything[1].shape[0] == int(sizes[sizes > 1].sum())
+
+
+def test_hp_without_large_nets_is_valid_and_its_volume_counts_every_net(medium, monkeypatch):
+    monkeypatch.setattr(methods, "MAX_NET_PINS", 3)  # most nets of the grid have 4-5 pins
+    eps = 0.03
+    part = partition(medium, 4, "hp", epsilon=eps, cache=False)
+    assert (part.sizes() > 0).all()
+    assert imbalance(part.assignment, 4, vertex_weights(medium)) <= eps + 1e-9
+    q = quality(medium, part)
+    assert q["volume_total"] == connectivity_minus_one(medium, part.assignment) \
+        == _brute_force_volume(medium, part.assignment)
+    starts, pins, _ = methods.column_nets(medium, max_pins=3)  # what mt-KaHyPar saw
+    a = part.assignment[pins]
+    seen = sum(len(set(a[starts[k]:starts[k + 1]].tolist())) - 1 for k in range(starts.shape[0] - 1))
+    assert q["volume_total"] > seen  # the left-out nets are cut, and counted
+
+
+def test_hp_reports_progress_on_stderr(monkeypatch, capsys):
+    monkeypatch.delenv("GNNMESH_HP_PRESET", raising=False)
+    monkeypatch.delenv("GNNMESH_PARTITION_THREADS", raising=False)
+    monkeypatch.setattr(methods, "PROGRESS_MIN_PINS", 0)
+    monkeypatch.setattr(methods, "HEARTBEAT_SECONDS", 0.001)
+    partition(graphs()["directed"], 3, "hp", cache=False)
+    err = capsys.readouterr().err
+    for phase in ("building the column-net hypergraph", "mt-KaHyPar, default preset, 1 thread:",
+                  "mt-KaHyPar still running", "refining the largest send volume", "done"):
+        assert phase in err, (phase, err)
+    assert all(line.startswith("hp: ") and " s  " in line for line in err.splitlines())
+    monkeypatch.setattr(methods, "PROGRESS_MIN_PINS", 10 ** 9)  # small graphs stay quiet
+    partition(graphs()["directed"], 3, "hp", cache=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_hp_preset_is_recorded_and_keys_the_store(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("GNNMESH_HP_PRESET", raising=False)
+    argv = ["--dataset", "rmat:nodes=300,edges=2000,features=0", "--parts", "4", "--method", "hp",
+            "--cache-dir", str(tmp_path)]
+    assert _run_command(argv) == 0
+    out = capsys.readouterr().out
+    assert "partition:     hp (mt-KaHyPar, default preset), 4 parts" in out and "(computed)" in out
+    stored = next((tmp_path / "partitions").glob("*-hp-*.npy"))
+    assert json.loads(stored.with_suffix(".json").read_text())["preset"] == "default"
+    assert load_partition(stored, _rmat300()).preset == "default"
+    monkeypatch.setenv("GNNMESH_HP_PRESET", "LARGE_K")  # names are case-insensitive
+    assert _run_command(argv) == 0
+    out = capsys.readouterr().out
+    assert "large_k preset" in out and "(computed)" in out  # not the default preset's entry
+    assert _run_command(argv) == 0
+    assert "(reused)" in capsys.readouterr().out
+
+
+def test_bad_hp_preset_is_a_one_line_error(monkeypatch, tmp_path, capsys):
+    from gnnmesh import cli
+    monkeypatch.setenv("GNNMESH_HP_PRESET", "fastest")
+    argv = ["partition", "--dataset", "rmat:nodes=300,edges=2000,features=0", "--parts", "2",
+            "--method", "hp", "--cache-dir", str(tmp_path)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "GNNMESH_HP_PRESET must be one of default" in err and "'fastest'" in err
+
+
+def test_mtkahypar_failure_names_the_cause(monkeypatch, tmp_path):
+    worker = tmp_path / "worker.py"
+    worker.write_text("import sys\nsys.exit('out of memory, say')\n")
+    monkeypatch.setattr(methods, "WORKER", worker)
+    with pytest.raises(RuntimeError, match="mt-KaHyPar failed .*out of memory, say"):
+        partition(graphs()["directed"], 2, "hp", cache=False)
+
+
+def _rmat300():
+    from gnnmesh import datasets
+    return datasets.load("rmat:nodes=300,edges=2000,features=0")
+
+
 # -- errors ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("parts", [0, -1, 38, 1000])
 def test_bad_part_counts(parts):

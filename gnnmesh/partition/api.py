@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import ConfigError, GraphError
 from .base import Partition, as_adjacency, check_method, check_parts, fill_empty_parts, graph_key
-from .methods import PARTITIONERS
+from .methods import PARTITIONERS, hp_preset
 from .store import entry_path, is_current, load_partition, save_partition, store_dir
 
 
@@ -22,7 +22,8 @@ def partition(graph, parts: int, method: str = "hp", *, epsilon: float = 0.01, s
     column-net hypergraph: the exact halo volume; then a greedy pass lowers the largest
     per-rank send volume, see ``refine.py``). ``gp``/``hp`` balance nonzeros + 1 per
     vertex within ``epsilon`` where the graph allows it (a hub heavier than a part's share
-    cannot be split). Every part is non-empty; results are deterministic per ``seed``.
+    cannot be split). Every part is non-empty; results are deterministic per ``seed`` (for
+    ``hp``, see ``methods.hypergraph`` for the presets and thread counts where they are).
 
     With ``cache`` the result is stored under ``store_dir(cache_dir)`` and reused by later
     calls with the same graph structure and arguments.
@@ -33,9 +34,10 @@ def partition(graph, parts: int, method: str = "hp", *, epsilon: float = 0.01, s
     epsilon, seed = float(epsilon), int(seed)
     if not epsilon >= 0:
         raise ConfigError(f"epsilon must be a non-negative number, got {epsilon}")
+    preset = hp_preset() if method == "hp" else None
     key = graph_key(adj)
     path = entry_path(store_dir(cache_dir), key, method, parts, epsilon, seed) if cache else None
-    if path is not None and is_current(path, method):  # else absent, or by an older version
+    if path is not None and is_current(path, method, preset):  # else absent, older or another preset
         try:
             stored = load_partition(path, adj, parts=parts)
             stored.from_cache = True
@@ -48,7 +50,7 @@ def partition(graph, parts: int, method: str = "hp", *, epsilon: float = 0.01, s
     assignment = fill_empty_parts(np.asarray(assignment, dtype=np.int64), parts)
     seconds = time.perf_counter() - start
     result = Partition(assignment=assignment, parts=parts, method=method, epsilon=epsilon,
-                       seed=seed, seconds=seconds, graph_key=key)
+                       seed=seed, seconds=seconds, graph_key=key, preset=preset)
     if path is not None and save_partition(result, path):
         result.path = str(path)
     return result

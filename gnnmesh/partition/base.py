@@ -17,7 +17,7 @@ GRID_METHODS = ("permute2",)
 # Not partitioners either: the row blocks of the tensor strategies, for --write-parts only.
 LAYOUT_METHODS = ("tensor",)
 # Bumped when a method's output changes, so that stored partitions are recomputed.
-METHOD_VERSIONS = {"rp": 1, "contiguous": 1, "gp": 1, "hp": 2}
+METHOD_VERSIONS = {"rp": 1, "contiguous": 1, "gp": 1, "hp": 3}
 EXTRA_HINT = "pip install 'gnnmesh[partitioners]'"
 
 
@@ -33,6 +33,7 @@ class Partition:
     ``graph_key`` identifies the adjacency structure it was computed for (see ``graph_key``);
     ``path`` is where it is stored on disk, if it is; ``from_cache`` tells whether
     ``partition()`` reused a stored result (``seconds`` is then the original time).
+    ``preset`` is the Mt-KaHyPar preset that made an ``hp`` partition (None for the others).
     """
 
     assignment: np.ndarray
@@ -44,6 +45,7 @@ class Partition:
     graph_key: str
     path: Optional[str] = None
     from_cache: bool = False
+    preset: Optional[str] = None
 
     @property
     def num_nodes(self) -> int:

@@ -190,9 +190,11 @@ def report_lines(graph, part, q: dict) -> list:
     """A readable report: one line per metric."""
     where = part.path or "not stored (cache unwritable)"
     how = "reused" if part.from_cache else "computed"
+    preset = f" (mt-KaHyPar, {part.preset} preset)" if part.preset else ""
     lines = [
         f"graph:         {graph.name}, {graph.num_nodes:,} nodes, {graph.num_edges:,} entries",
-        f"partition:     {part.method}, {part.parts} parts, epsilon {part.epsilon:g}, seed {part.seed}",
+        f"partition:     {part.method}{preset}, {part.parts} parts, epsilon {part.epsilon:g}, "
+        f"seed {part.seed}",
         f"stored at:     {where}",
         f"time:          {part.seconds:.2f} s ({how})",
         f"volume:        {q['volume_total']:,} rows per layer and direction "

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import importlib
 import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
@@ -18,9 +23,18 @@ from ..errors import ConfigError
 from .base import EXTRA_HINT, MissingExtraError, csr_arrays, vertex_weights
 from .refine import reduce_max_send
 
-# Mt-KaHyPar preset for 'hp'. The deterministic one gives the same partition for any thread
-# count; its quality matched 'default' on our graphs (benchmarks/partition_quality.py).
-HP_PRESET = "DETERMINISTIC"
+# Mt-KaHyPar preset for 'hp' unless GNNMESH_HP_PRESET names another; measurements behind
+# the choice: benchmarks/hp_speed.py and the README.
+HP_PRESET = "default"
+HP_PRESETS = ("default", "quality", "highest_quality", "deterministic", "deterministic_quality",
+              "large_k")
+# Nets (columns) with more pins are left out of what mt-KaHyPar sees: a hub's net is cut in
+# any balanced partition anyway, and big nets dominate its run time (coarsening cannot shrink
+# them, so initial partitioning works on most of the pins).
+MAX_NET_PINS = 50
+PROGRESS_MIN_PINS = 1_000_000  # report progress on stderr from this hypergraph size on
+HEARTBEAT_SECONDS = 30.0
+WORKER = Path(__file__).with_name("mtkahypar_worker.py")
 
 
 def random(adj: Adjacency, parts: int, epsilon: float, seed: int) -> np.ndarray:
@@ -89,57 +103,121 @@ def hypergraph(adj: Adjacency, parts: int, epsilon: float, seed: int) -> np.ndar
     ``refine.reduce_max_send`` lowers the largest per-rank send volume (total volume may
     grow by at most 1%), which connectivity - 1 alone leaves unbalanced.
 
-    Uses the deterministic preset: the result does not depend on the thread count (default
-    min(2, cores), override with GNNMESH_PARTITION_THREADS). That preset fixes its own
-    random seed (``set_seed`` does not reach it), so ``seed`` != 0 also relabels the vertices
-    with a seeded permutation before partitioning; seed 0 keeps the graph's own order.
+    Nets with more than MAX_NET_PINS pins are left out of the hypergraph mt-KaHyPar sees
+    (they still count in the volume ``quality`` reports, and ``reduce_max_send`` works on
+    the full graph). The preset is ``hp_preset()``, the threads ``partition_threads()``.
+    Each call runs in a fresh child process (see ``mtkahypar_worker.py``): a given seed then
+    gives the same partition on one thread under every preset, and on any number of threads
+    under 'deterministic' and 'deterministic_quality'; the other presets on several threads
+    vary from run to run.
+    'deterministic' ignores the seed, so ``seed`` != 0 also relabels the vertices with a
+    seeded permutation before partitioning (for every preset, alike); seed 0 keeps the
+    graph's own order.
     """
-    mtkahypar = _import_extra("mtkahypar", "hp")
+    _import_extra("mtkahypar", "hp")  # fail here, naming the extra, not in the child process
     n = adj.shape[0]
     if parts == 1:
         return np.zeros(n, dtype=np.int64)
+    preset, threads = hp_preset(), partition_threads()
+    progress = _Progress(adj.nnz + n >= PROGRESS_MIN_PINS)
+    progress("building the column-net hypergraph")
     order = np.random.default_rng(seed).permutation(n) if seed else np.arange(n)
-    nets = column_nets(adj, order)
-    init = _mtkahypar_initializer(mtkahypar)
-    context = init.context_from_preset(getattr(mtkahypar.PresetType, HP_PRESET))
-    context.set_partitioning_parameters(parts, float(epsilon), mtkahypar.Objective.KM1)
-    context.logging = False
-    mtkahypar.set_seed(int(seed))
-    weights = vertex_weights(adj)[order].tolist()
-    hg = init.create_hypergraph(context, n, len(nets), nets, weights, [1] * len(nets))
+    starts, pins, dropped = column_nets(adj, order, max_pins=MAX_NET_PINS)
+    weights = vertex_weights(adj)
+    progress(f"mt-KaHyPar, {preset} preset, {threads} thread{'s' * (threads > 1)}: "
+             f"{starts.shape[0] - 1:,} nets, {pins.shape[0]:,} pins "
+             f"({dropped:,} nets over {MAX_NET_PINS} pins left out)")
     assignment = np.empty(n, dtype=np.int64)
-    assignment[order] = hg.partition(context).get_partition()
-    return reduce_max_send(adj, assignment, parts, vertex_weights(adj), epsilon)
+    assignment[order] = run_mtkahypar(n, starts, pins, weights[order], parts, epsilon, preset,
+                                      threads, seed, progress)
+    progress("refining the largest send volume")
+    assignment = reduce_max_send(adj, assignment, parts, weights, epsilon)
+    progress("done")
+    return assignment
 
 
-def column_nets(adj: Adjacency, order=None) -> list:
-    """Pins of every net of the column-net hypergraph, as lists of vertex ids. Nets with a
-    single pin can never be cut and are left out (fewer nets, same objective). With
-    ``order``, vertex ``order[k]`` is called k and the nets come in that order."""
+def hp_preset() -> str:
+    """The Mt-KaHyPar preset 'hp' uses: $GNNMESH_HP_PRESET, else HP_PRESET."""
+    text = os.environ.get("GNNMESH_HP_PRESET") or HP_PRESET
+    if text.strip().lower() not in HP_PRESETS:
+        raise ConfigError(f"GNNMESH_HP_PRESET must be one of {', '.join(HP_PRESETS)}, got {text!r}")
+    return text.strip().lower()
+
+
+def partition_threads() -> int:
+    """Mt-KaHyPar's threads: $GNNMESH_PARTITION_THREADS, else 1 (deterministic under every
+    preset; on a busy 2-core machine more threads were slower, see the README)."""
+    text = os.environ.get("GNNMESH_PARTITION_THREADS") or "1"
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigError(f"GNNMESH_PARTITION_THREADS must be a positive integer, got {text!r}")
+    return int(text)
+
+
+def column_nets(adj: Adjacency, order=None, max_pins=None) -> tuple:
+    """The column-net hypergraph as ``(starts, pins, dropped)``: the pins of net k are
+    ``pins[starts[k]:starts[k + 1]]``. Nets with a single pin can never be cut and are left
+    out (fewer nets, same objective); so are the ``dropped`` nets with more than ``max_pins``
+    pins. With ``order``, vertex ``order[k]`` is called k and the nets come in that order."""
     n = adj.shape[0]
     cols = (_pattern(adj) + sp.identity(n, dtype=np.int8, format="csr")).tocsc()
     cols.sort_indices()
-    pins = cols.indices
+    sizes = np.diff(cols.indptr)
+    nets = np.arange(n) if order is None else np.asarray(order, dtype=np.int64)
+    keep = sizes[nets] > 1
+    dropped = 0
+    if max_pins is not None:
+        dropped = int((sizes[nets] > max_pins).sum())
+        keep &= sizes[nets] <= max_pins
+    nets = nets[keep]
+    counts = sizes[nets]
+    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    pins = cols.indices[np.repeat(cols.indptr[nets] - starts[:-1], counts) + np.arange(starts[-1])]
     if order is not None:
         new_id = np.empty(n, dtype=np.int64)
         new_id[order] = np.arange(n)
         pins = new_id[pins]
-    pins, starts = pins.tolist(), cols.indptr.tolist()  # Python ints convert fastest
-    nets = range(n) if order is None else order.tolist()
-    return [pins[starts[j]:starts[j + 1]] for j in nets if starts[j + 1] - starts[j] > 1]
+    return starts, pins.astype(np.int64), dropped
 
 
-_MTKAHYPAR = {}
+def run_mtkahypar(n: int, starts: np.ndarray, pins: np.ndarray, weights: np.ndarray, parts: int,
+                  epsilon: float, preset: str, threads: int, seed: int, progress=None) -> np.ndarray:
+    """Mt-KaHyPar's partition (connectivity - 1) of the hypergraph given as CSR arrays, run
+    in a child process; ``progress`` hears from the parent every HEARTBEAT_SECONDS."""
+    with tempfile.TemporaryDirectory(prefix="gnnmesh-hp-") as folder:
+        folder = Path(folder)
+        np.savez(folder / "input.npz", n=n, parts=parts, epsilon=epsilon, preset=preset,
+                 threads=threads, seed=seed, net_starts=starts, pins=pins, weights=weights)
+        with open(folder / "stderr.txt", "wb") as err:
+            child = subprocess.Popen([sys.executable, str(WORKER), str(folder)], cwd=folder,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+            try:
+                while True:
+                    try:
+                        code = child.wait(timeout=HEARTBEAT_SECONDS)
+                        break
+                    except subprocess.TimeoutExpired:
+                        if progress is not None:
+                            progress("mt-KaHyPar still running")
+            finally:  # interrupted: the child must not outlive us
+                if child.poll() is None:
+                    child.kill()
+                    child.wait()
+        if code != 0:
+            lines = (folder / "stderr.txt").read_text(errors="replace").strip().splitlines()
+            raise RuntimeError(f"mt-KaHyPar failed (exit status {code}): "
+                               f"{lines[-1] if lines else 'no message'}")
+        return np.load(folder / "output.npy")
 
 
-def _mtkahypar_initializer(mtkahypar):
-    """Mt-KaHyPar's thread pool is process-wide and may be initialized only once."""
-    if "init" not in _MTKAHYPAR:
-        text = os.environ.get("GNNMESH_PARTITION_THREADS") or str(min(2, os.cpu_count() or 1))
-        if not text.isdigit() or int(text) < 1:
-            raise ConfigError(f"GNNMESH_PARTITION_THREADS must be a positive integer, got {text!r}")
-        _MTKAHYPAR["init"] = mtkahypar.initialize(int(text), False)
-    return _MTKAHYPAR["init"]
+class _Progress:
+    """Elapsed time and phase on stderr, when enabled."""
+
+    def __init__(self, enabled: bool):
+        self.enabled, self.start = enabled, time.perf_counter()
+
+    def __call__(self, phase: str) -> None:
+        if self.enabled:
+            print(f"hp: {time.perf_counter() - self.start:7.1f} s  {phase}", file=sys.stderr, flush=True)
 
 
 def _pattern(adj: Adjacency) -> sp.csr_matrix:

@@ -24,7 +24,7 @@ from .base import csr_arrays
 VOLUME_BUDGET = 0.01        # allowed growth of the total volume, as a fraction
 MAX_TABLE_ENTRIES = 1 << 26  # pin-count table nets x parts (uint16): at most 128 MiB
 MAX_MOVES = 60000           # also keeps saturated uint16 counts from ever reaching 1
-TRIES_PER_ROUND = 256
+TRIES_PER_ROUND = 256       # moves tried per ranking of a part's candidates
 
 
 def reduce_max_send(adj: Adjacency, assignment: np.ndarray, parts: int, weights: np.ndarray,
@@ -67,24 +67,39 @@ class _State:
         self.cap = max((1.0 + epsilon) * self.weights.sum() / parts, float(self.load.max()))
         self.total = int((self.lam - 1).sum())
         self.limit = self.total + int(budget * self.total)
+        self.rankings = {}  # part -> [candidates, ranked moves, next to try]
 
     def round(self, max_moves: int) -> int:
-        """Score all moves out of the top sender, then apply the best that still pass an
-        exact check, while that part remains the top sender."""
+        """Apply the best moves out of the top sender that still pass an exact check, while
+        that part remains the top sender.
+
+        Scoring a part's moves is the costly step, and with many parts the top sender changes
+        after almost every move, so each part's ranking is kept and resumed when the part is
+        on top again (``_try`` re-checks every move against the current state). A ranking is
+        recomputed once its TRIES_PER_ROUND moves are used up; a fresh one that yields no
+        move ends the pass."""
         a = int(np.argmax(self.send))
-        cand = np.flatnonzero(self.part == a)
-        cand = cand[self.lam[cand] > 1]  # a vertex whose net stays inside a costs a nothing
-        if cand.shape[0] == 0:
-            return 0
-        order = self._ranked(a, cand)
-        made = 0
-        for flat in order[:TRIES_PER_ROUND]:
-            v, b = int(cand[flat // self.parts]), int(flat % self.parts)
-            if self.part[v] == a and self._try(v, a, b):
-                made += 1
-                if made >= max_moves or self.send[a] < self.send.max():
-                    break
-        return made
+        while True:
+            fresh = a not in self.rankings
+            if fresh:
+                cand = np.flatnonzero(self.part == a)
+                cand = cand[self.lam[cand] > 1]  # a vertex whose net stays inside a costs a nothing
+                order = self._ranked(a, cand) if cand.shape[0] else np.zeros(0, np.int64)
+                self.rankings[a] = [cand, order[:TRIES_PER_ROUND], 0]
+            entry = self.rankings[a]
+            cand, order = entry[0], entry[1]
+            made = 0
+            while entry[2] < order.shape[0]:
+                flat = int(order[entry[2]])
+                entry[2] += 1
+                v, b = int(cand[flat // self.parts]), flat % self.parts
+                if self.part[v] == a and self._try(v, a, b):
+                    made += 1
+                    if made >= max_moves or self.send[a] < self.send.max():
+                        return made
+            del self.rankings[a]  # used up
+            if made or fresh:
+                return made
 
     def _ranked(self, a: int, cand: np.ndarray) -> np.ndarray:
         """Flat (candidate, target) indices of plausible moves, best first, scored from this

@@ -43,6 +43,8 @@ def save_partition(part: Partition, path) -> bool:
             "parts": part.parts, "method": part.method,
             "method_version": METHOD_VERSIONS.get(part.method, 1), "epsilon": part.epsilon,
             "seed": part.seed, "seconds": part.seconds}
+    if part.preset is not None:
+        meta["preset"] = part.preset
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         _atomic_write(path, lambda fh: np.save(fh, np.asarray(part.assignment), allow_pickle=False))
@@ -65,15 +67,18 @@ def _atomic_write(path: Path, write) -> None:
         raise
 
 
-def is_current(path, method: str) -> bool:
-    """Whether a complete entry made by the current version of ``method`` is at ``path``."""
+def is_current(path, method: str, preset: Optional[str] = None) -> bool:
+    """Whether a complete entry made by the current version of ``method`` (with ``preset``,
+    for ``hp``) is at ``path``."""
     path = Path(path)
     if not (path.is_file() and path.with_suffix(".json").is_file()):
         return False
     try:
-        return read_meta(path).get("method_version", 1) == METHOD_VERSIONS.get(method, 1)
+        meta = read_meta(path)
     except GraphError:
         return False
+    return (meta.get("method_version", 1) == METHOD_VERSIONS.get(method, 1)
+            and meta.get("preset") == preset)
 
 
 def load_partition(path, graph, parts: Optional[int] = None) -> Partition:
@@ -121,7 +126,7 @@ def load_partition(path, graph, parts: Optional[int] = None) -> Partition:
     return Partition(assignment=assignment.astype(np.int64, copy=False), parts=stored_parts,
                      method=str(meta.get("method", "file")), epsilon=float(meta.get("epsilon", 0.0)),
                      seed=int(meta.get("seed", 0)), seconds=float(meta.get("seconds", 0.0)),
-                     graph_key=key, path=str(path))
+                     graph_key=key, path=str(path), preset=meta.get("preset"))
 
 
 def read_meta(path) -> dict:
