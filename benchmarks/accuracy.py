@@ -25,7 +25,7 @@ CASES = [
     ("sage", False, "cora", None, None),
     ("gin", False, "cora", None, None),
     ("decoupled", False, "cora", 83.3, None),  # APPNP's Cora figure uses another split; shown for reference
-    # Decoupled forms (what tensor-decoupled trains): within 1.5 points of the coupled GCN.
+    # Decoupled forms (what tensor-decoupled trains): at most 1.5 points below the coupled GCN.
     ("gcn", True, "cora", None, None),
     ("gcn", True, "citeseer", None, None),
     ("gat", True, "cora", None, None),
@@ -63,8 +63,8 @@ def main():
         if model == "gcn" and not decoupled:
             coupled_gcn[name] = mean
         if decoupled and name in coupled_gcn:
-            target = f"GCN {coupled_gcn[name]:.1f} ± {DECOUPLED_TOLERANCE}"
-            ok = abs(mean - coupled_gcn[name]) <= DECOUPLED_TOLERANCE if model == "gcn" else True
+            target = f"≥ GCN {coupled_gcn[name]:.1f} − {DECOUPLED_TOLERANCE}"
+            ok = mean >= coupled_gcn[name] - DECOUPLED_TOLERANCE if model == "gcn" else True
             target = target if model == "gcn" else None
         model = f"{model} (decoupled)" if decoupled else model
         failed += [] if ok else [f"{model}/{name}"]
