@@ -28,9 +28,9 @@ from .refine import reduce_max_send
 HP_PRESET = "default"
 HP_PRESETS = ("default", "quality", "highest_quality", "deterministic", "deterministic_quality",
               "large_k")
-# Nets (columns) with more pins are left out of what mt-KaHyPar sees: a hub's net is cut in
-# any balanced partition anyway, and big nets dominate its run time (coarsening cannot shrink
-# them, so initial partitioning works on most of the pins).
+# Nets (columns) with more pins are left out of what mt-KaHyPar sees: a hub's net is nearly
+# always cut anyway, and big nets dominate its run time (coarsening cannot shrink them, so
+# initial partitioning works on most of the pins). Volume still counts them (README).
 MAX_NET_PINS = 50
 PROGRESS_MIN_PINS = 1_000_000  # report progress on stderr from this hypergraph size on
 HEARTBEAT_SECONDS = 30.0
