@@ -93,6 +93,32 @@ def test_gp_and_hp_balance_within_epsilon(method, medium):
     assert actual <= eps + slack + 1e-9, f"{method} imbalance {actual:.4f} > epsilon {eps}"
 
 
+@pytest.fixture(scope="module")
+def skewed():
+    """Power-law degrees: balancing nonzeros alone leaves vertex counts far apart here."""
+    from gnnmesh.datasets import load
+    return load("rmat:nodes=20000,edges=200000,features=1,seed=5", cache=False).adj
+
+
+def test_gp_balances_vertex_counts_too(skewed):
+    """A rank's memory follows its vertex count: gp keeps both counts and loads within
+    epsilon (balancing loads alone gave one of 8 parts 3x the average count here)."""
+    eps, parts = 0.03, 8
+    part = partition(skewed, parts, "gp", epsilon=eps, cache=False)
+    q = quality(skewed, part)
+    print(f"gp: node imbalance {q['node_imbalance']:.4f}, load imbalance {q['compute_imbalance']:.4f}")
+    assert q["node_imbalance"] <= eps + 0.02 and q["compute_imbalance"] <= eps + 0.02
+    assert q["node_imbalance"] == pytest.approx(imbalance(part.assignment, parts, np.ones(part.num_nodes)))
+
+
+def test_gp_without_exported_metis_balances_load_and_warns(skewed, monkeypatch):
+    from gnnmesh.partition import metis_kway
+    monkeypatch.setattr(metis_kway, "available", lambda: False)
+    with pytest.warns(UserWarning, match="balances nonzeros only"):
+        a = partition(skewed, 4, "gp", epsilon=0.03, cache=False).assignment
+    assert imbalance(a, 4, vertex_weights(skewed)) <= 0.05
+
+
 def test_gp_and_hp_cut_far_less_than_random(medium):
     rp = quality(medium, partition(medium, 4, "rp", cache=False))["volume_total"]
     for method in ("gp", "hp"):

@@ -17,7 +17,7 @@ GRID_METHODS = ("permute2",)
 # Not partitioners either: the row blocks of the tensor strategies, for --write-parts only.
 LAYOUT_METHODS = ("tensor",)
 # Bumped when a method's output changes, so that stored partitions are recomputed.
-METHOD_VERSIONS = {"rp": 1, "contiguous": 1, "gp": 1, "hp": 3}
+METHOD_VERSIONS = {"rp": 1, "contiguous": 1, "gp": 2, "hp": 3}
 EXTRA_HINT = "pip install 'gnnmesh[partitioners]'"
 
 

@@ -205,7 +205,8 @@ def report_lines(graph, part, q: dict) -> list:
         f"({q['messages_avg']:.1f} per rank on average, at most {q['messages_max']} sent by one)",
         f"compute load:  max {q['compute_load_max']:,} / mean {q['compute_load_mean']:,.1f} "
         f"nonzeros+rows (imbalance {100 * q['compute_imbalance']:.1f}%)",
-        f"part sizes:    {q['nodes_min']:,} to {q['nodes_max']:,} nodes",
+        f"part sizes:    {q['nodes_min']:,} to {q['nodes_max']:,} nodes "
+        f"(imbalance {100 * q['node_imbalance']:.1f}%: vertex data, and so memory, per rank)",
     ]
     if "bytes_per_layer" in q:
         lines.append(f"bytes:         {_size(q['bytes_per_layer'])} per layer and direction, "

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ import scipy.sparse as sp
 
 from ..graph import Adjacency
 from ..errors import ConfigError
+from . import metis_kway
 from .base import EXTRA_HINT, MissingExtraError, csr_arrays, vertex_weights
 from .refine import reduce_max_send
 
@@ -73,7 +75,10 @@ def _import_extra(module: str, method: str):
 
 def metis(adj: Adjacency, parts: int, epsilon: float, seed: int) -> np.ndarray:
     """METIS k-way on the symmetrized graph (pattern of A + A^T, no self-loops): minimizes
-    edge cut, which only approximates communication volume."""
+    edge cut, which only approximates communication volume. Two constraints are balanced
+    within ``epsilon``: compute load (nonzeros + 1) and vertex count, which sets a rank's
+    memory (see ``metis_kway``). Where the installed pymetis does not export METIS itself,
+    only the load is balanced, with a warning."""
     pymetis = _import_extra("pymetis", "gp")
     n = adj.shape[0]
     if parts == 1:
@@ -82,12 +87,17 @@ def metis(adj: Adjacency, parts: int, epsilon: float, seed: int) -> np.ndarray:
     sym = (pattern + pattern.T).tocoo()
     off = sym.row != sym.col
     sym = sp.csr_matrix((sym.data[off], (sym.row[off], sym.col[off])), shape=sym.shape)
+    xadj, adjncy = sym.indptr.astype(np.int64), sym.indices.astype(np.int64)
+    if metis_kway.available():
+        return metis_kway.part_graph_kway(xadj, adjncy, [vertex_weights(adj), np.ones(n, np.int64)],
+                                          parts, epsilon, seed)
+    warnings.warn("gnnmesh: this pymetis does not export METIS_PartGraphKway; 'gp' balances "
+                  "nonzeros only, and vertex counts per part may differ widely", stacklevel=2)
     options = pymetis.Options(ufactor=max(1, int(round(1000 * epsilon))))  # ufactor: permille
     try:
         options.seed = int(seed)
     except (AttributeError, TypeError, ValueError):  # an old pymetis without the option
         pass
-    xadj, adjncy = sym.indptr.astype(np.int64), sym.indices.astype(np.int64)
     if hasattr(pymetis, "CSRAdjacency"):  # pymetis >= 2025.2; older ones take xadj/adjncy
         graph = {"adjacency": pymetis.CSRAdjacency(xadj, adjncy)}
     else:

@@ -60,6 +60,7 @@ def quality(adj, partition, feature_bytes: Optional[int] = None) -> dict:
         "compute_imbalance": float(load.max() / load.mean() - 1.0),
         "nodes_min": int(sizes.min()),
         "nodes_max": int(sizes.max()),
+        "node_imbalance": float(sizes.max() / sizes.mean() - 1.0),
         "seconds": getattr(partition, "seconds", None),
     }
     if feature_bytes is not None:
