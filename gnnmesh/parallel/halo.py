@@ -47,19 +47,22 @@ class Exchange:
         self.plan, self.comm = plan, comm
 
     def start_forward(self, x: torch.Tensor):
-        """Send owned rows to the peers that need them; post receives for the halo."""
+        """Send owned rows to the peers that need them; post receives for the halo, straight
+        into its rows (ordered by owner rank), so the halo is never copied once more."""
         tail = tuple(x.shape[1:])
         sends = [self.comm.isend(x[idx], peer) for peer, idx in self.plan.send_index.items()]
-        bufs = {peer: x.new_empty((n,) + tail) for peer, n in self.plan.recv_counts.items()}
-        recvs = [self.comm.irecv(buf, peer) for peer, buf in bufs.items()]
-        return sends + recvs, bufs
+        halo = x.new_empty((self.plan.num_halo,) + tail)
+        recvs, start = [], 0
+        for peer in sorted(self.plan.recv_counts):
+            n = self.plan.recv_counts[peer]
+            recvs.append(self.comm.irecv(halo[start:start + n], peer))
+            start += n
+        return sends + recvs, halo
 
-    def finish_forward(self, pending, tail, like: torch.Tensor) -> torch.Tensor:
-        handles, bufs = pending
+    def finish_forward(self, pending) -> torch.Tensor:
+        handles, halo = pending
         self.comm.wait(handles)
-        if not bufs:
-            return like.new_empty((0,) + tail)
-        return torch.cat([bufs[p] for p in sorted(bufs)])  # halo is ordered by owner rank
+        return halo
 
     def start_backward(self, grad_halo: torch.Tensor):
         """Return halo-row gradients to their owners; post receives for our rows' partials."""
@@ -115,7 +118,7 @@ class HaloSpMM(torch.autograd.Function):
             v_in, v_out = op.split_values(values)
             with profile.phase("aggregate"):
                 y = multiply(op.inner, v_in, x)
-            halo = ex.finish_forward(pending, tuple(x.shape[1:]), x)
+            halo = ex.finish_forward(pending)
             with profile.phase("aggregate"):
                 if halo.shape[0]:
                     y = y + multiply(op.outer, v_out, halo)
@@ -152,7 +155,7 @@ class HaloGather(torch.autograd.Function):
     def forward(ctx, x, exchange: Exchange):
         ctx.exchange = exchange
         with exchange.comm.phase("halo"):
-            return exchange.finish_forward(exchange.start_forward(x), tuple(x.shape[1:]), x)
+            return exchange.finish_forward(exchange.start_forward(x))
 
     @staticmethod
     def backward(ctx, grad_halo):
