@@ -43,6 +43,7 @@ def hp_once(adj, parts, preset, threads, max_pins, epsilon, seed) -> dict:
             "total": (built - start) + (solved - built) + (end - refined_at),
             "volume_before": before["volume_total"], "volume": q["volume_total"],
             "max_send": q["send_volume_max"], "imbalance": q["compute_imbalance"],
+            "nodes": q["node_imbalance"],
             "load": os.getloadavg()[0]}
 
 
@@ -78,8 +79,8 @@ def main():
          f"{args.epsilon}, seed {args.seed}, {args.repeat} run(s) per row: median (min-max)")
     emit()
     emit("| P | method | preset | threads | max pins | nets kept (left out) | build s | "
-         "mt-KaHyPar s | refine s | total s | volume | max send | vs GP | load |")
-    emit("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+         "mt-KaHyPar s | refine s | total s | volume | max send | vs GP | nodes max/avg | load |")
+    emit("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for parts in (int(p) for p in args.parts.split(",")):
         gp_volume = None
         if args.gp:
@@ -89,7 +90,8 @@ def main():
                 runs.append((part.seconds, quality(adj, part), os.getloadavg()[0]))
             gp_volume = runs[0][1]["volume_total"]  # METIS is deterministic per seed
             emit(f"| {parts} | gp | | | | | | | | {spread([r[0] for r in runs])} | {gp_volume:,} | "
-                 f"{runs[0][1]['send_volume_max']:,} | 1.000 | {spread([r[2] for r in runs], '{:.1f}')} |")
+                 f"{runs[0][1]['send_volume_max']:,} | 1.000 | {1 + runs[0][1]['node_imbalance']:.2f} | "
+                 f"{spread([r[2] for r in runs], '{:.1f}')} |")
         for preset in args.presets.split(","):
             for threads in (int(t) for t in args.threads.split(",")):
                 for max_pins in (int(m) for m in args.max_pins.split(",")):
@@ -101,7 +103,8 @@ def main():
                          f"{runs[0]['nets']:,} ({runs[0]['dropped']:,}) | "
                          + " | ".join(spread([r[k] for r in runs]) for k in ("build", "mtkahypar", "refine", "total"))
                          + f" | {spread(vols, '{:,.0f}')} | {spread([r['max_send'] for r in runs], '{:,.0f}')} | "
-                         f"{vs} | {spread([r['load'] for r in runs])} |")
+                         f"{vs} | {spread([1 + r['nodes'] for r in runs], '{:.2f}')} | "
+                         f"{spread([r['load'] for r in runs])} |")
     if args.output:
         Path(args.output).write_text("\n".join(out) + "\n")
 

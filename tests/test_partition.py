@@ -494,3 +494,15 @@ def test_command_bad_part_count_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="300 nodes into 301 parts"):
         _run_command(["--dataset", "rmat:nodes=300,edges=2000,features=0", "--parts", "301",
                       "--cache-dir", str(tmp_path)])
+
+
+def test_report_says_when_parts_differ_in_vertex_count(skewed):
+    from gnnmesh.partition.base import Partition as P
+    graph = type("G", (), {"name": "skewed", "num_nodes": skewed.shape[0], "num_edges": skewed.nnz})()
+    n = skewed.shape[0]
+    lopsided = np.where(np.arange(n) < n // 2, 0, np.arange(n) % 3 + 1)  # half the vertices in part 0
+    for method, noted in (("hp", True), ("gp", False)):
+        part = P(lopsided, 4, method, 0.01, 0, 0.0, "key")
+        lines = command.report_lines(graph, part, quality(skewed, part))
+        assert any("part sizes:" in line and "imbalance 100.0%" in line for line in lines)
+        assert any(line.startswith("note:") and "gp balances vertex counts" in line for line in lines) == noted

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from .base import GRID_METHODS, LAYOUT_METHODS, METHODS
 
+NODE_IMBALANCE_HINT = 0.25  # above this, the report says which methods balance vertex counts
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     cmd = subparsers.add_parser("partition", help="partition a graph's vertices for row-parallel "
@@ -208,6 +210,10 @@ def report_lines(graph, part, q: dict) -> list:
         f"part sizes:    {q['nodes_min']:,} to {q['nodes_max']:,} nodes "
         f"(imbalance {100 * q['node_imbalance']:.1f}%: vertex data, and so memory, per rank)",
     ]
+    if part.method in ("hp", "contiguous") and q["node_imbalance"] > NODE_IMBALANCE_HINT:
+        lines.append(f"note:          {part.method} balances nonzeros only; the largest part holds "
+                     f"{1 + q['node_imbalance']:.1f}x the average vertex data. gp balances vertex "
+                     "counts and nonzeros together; rp balances vertex counts")
     if "bytes_per_layer" in q:
         lines.append(f"bytes:         {_size(q['bytes_per_layer'])} per layer and direction, "
                      f"at most {_size(q['send_bytes_max'])} sent by one rank")

@@ -2,7 +2,9 @@
 with the part of every vertex; ``partition()`` in ``api.py`` validates, times and caches.
 
 Vertex weight everywhere is a row's nonzeros + 1: the compute load of that row in SpMM
-(Demirci et al. §4.3.2), with the +1 so that isolated vertices still count.
+(Demirci et al. §4.3.2), with the +1 so that isolated vertices still count. ``gp`` balances
+vertex counts as a second constraint (a rank's memory); mt-KaHyPar takes one weight, so
+``hp`` balances the load only.
 """
 
 from __future__ import annotations
