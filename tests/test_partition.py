@@ -506,3 +506,13 @@ def test_report_says_when_parts_differ_in_vertex_count(skewed):
         lines = command.report_lines(graph, part, quality(skewed, part))
         assert any("part sizes:" in line and "imbalance 100.0%" in line for line in lines)
         assert any(line.startswith("note:") and "gp balances vertex counts" in line for line in lines) == noted
+
+
+def test_quality_does_not_depend_on_its_block_size(skewed, monkeypatch):
+    import importlib
+    module = importlib.import_module("gnnmesh.partition.quality")
+    a = np.random.default_rng(0).integers(0, 7, skewed.shape[0])
+    whole = quality(skewed, a)
+    monkeypatch.setattr(module, "BLOCK_ENTRIES", 997)
+    assert quality(skewed, a) == whole
+    assert whole["volume_total"] == connectivity_minus_one(skewed, a)
