@@ -14,32 +14,72 @@ import torch
 from .graph import Adjacency, Graph
 
 
+ENTRY_BLOCK = 1 << 20  # entries per block of rows: bounds the temporaries of the transforms
+
+
+def row_blocks(indptr: np.ndarray, block: int = None) -> list:
+    """``[(lo, hi), ...]`` row ranges covering every row, each holding about ``block``
+    entries (a row with more stands alone), so whole-graph work can run block by block."""
+    block = ENTRY_BLOCK if block is None else block
+    n = indptr.shape[0] - 1
+    starts = np.searchsorted(indptr, np.arange(0, int(indptr[-1]), block), side="right") - 1
+    bounds = np.unique(np.concatenate([[0], starts, [n]])).tolist()
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def _block(indptr, lo, hi):
+    """Entry range and row id of every entry of rows [lo, hi)."""
+    counts = np.diff(indptr[lo:hi + 1])
+    return slice(int(indptr[lo]), int(indptr[hi])), np.repeat(np.arange(lo, hi, dtype=np.int64), counts)
+
+
 def add_self_loops(adj: Adjacency, fill: float = 1.0) -> Adjacency:
-    """Add a loop ``A[i, i] = fill`` to every row that has none (existing loops keep their weight)."""
-    row = adj.row().numpy()
-    has_loop = np.zeros(adj.shape[0], dtype=bool)
-    has_loop[row[row == adj.indices.numpy()]] = True
-    missing = np.flatnonzero(~has_loop[:min(adj.shape)])
-    loops = sp.csr_matrix((np.full(missing.size, fill, dtype=np.float32), (missing, missing)),
-                          shape=adj.shape)
-    return Adjacency.from_scipy(adj.to_scipy() + loops, weighted=True)
+    """Add a loop ``A[i, i] = fill`` to every row that has none (existing loops keep their
+    weight). Built block by block of rows, so its temporaries stay a block's size."""
+    indptr, indices = adj.indptr.numpy(), adj.indices.numpy()
+    values = None if adj.values is None else adj.values.detach().numpy()
+    n = adj.shape[0]
+    missing = np.zeros(n, dtype=bool)
+    missing[:min(adj.shape)] = True
+    blocks = row_blocks(indptr)
+    for lo, hi in blocks:
+        entries, rows = _block(indptr, lo, hi)
+        missing[rows[rows == indices[entries]]] = False
+    new_indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.diff(indptr) + missing, out=new_indptr[1:])
+    new_indices = np.empty(int(new_indptr[-1]), dtype=np.int64)
+    new_values = np.empty(int(new_indptr[-1]), dtype=np.float32)
+    for lo, hi in blocks:
+        entries, rows = _block(indptr, lo, hi)
+        cols = indices[entries]
+        # indices are sorted in each row: a row's loop goes after its columns below the row id
+        within = np.arange(cols.shape[0]) - (indptr[rows] - indptr[lo])
+        at = new_indptr[rows] + within + (missing[rows] & (cols > rows))
+        new_indices[at] = cols
+        new_values[at] = 1.0 if values is None else values[entries]
+        loops = lo + np.flatnonzero(missing[lo:hi])
+        below = np.bincount(rows[cols < rows] - lo, minlength=hi - lo)
+        at = new_indptr[loops] + below[loops - lo]
+        new_indices[at] = loops
+        new_values[at] = fill
+    return Adjacency(torch.from_numpy(new_indptr), torch.from_numpy(new_indices),
+                     torch.from_numpy(new_values), adj.shape)
 
 
 def gcn_norm(adj: Adjacency, self_loops: bool = True) -> Adjacency:
     """``D^-1/2 (A + I) D^-1/2`` with ``D`` the row sums (weighted in-degree), as Kipf & Welling."""
     a = add_self_loops(adj) if self_loops else _weighted(adj)
-    deg = _row_sums(a)
-    inv_sqrt = torch.where(deg > 0, deg.pow(-0.5), torch.zeros_like(deg))
-    values = inv_sqrt[a.row()] * a.values * inv_sqrt[a.indices]
-    return a.with_values(values)
+    deg = torch.from_numpy(_row_sums(a))
+    inv_sqrt = torch.where(deg > 0, deg.pow(-0.5), torch.zeros_like(deg)).numpy()
+    return _scaled(a, lambda rows, cols, v: inv_sqrt[rows] * v * inv_sqrt[cols])
 
 
 def mean_norm(adj: Adjacency) -> Adjacency:
     """``D^-1 A``: every row averages its in-neighbours (rows with none stay zero)."""
     a = _weighted(adj)
-    deg = _row_sums(a)
-    inv = torch.where(deg > 0, 1.0 / deg, torch.zeros_like(deg))
-    return a.with_values(inv[a.row()] * a.values)
+    deg = torch.from_numpy(_row_sums(a))
+    inv = torch.where(deg > 0, 1.0 / deg, torch.zeros_like(deg)).numpy()
+    return _scaled(a, lambda rows, cols, v: inv[rows] * v)
 
 
 def _weighted(adj: Adjacency) -> Adjacency:
@@ -48,9 +88,24 @@ def _weighted(adj: Adjacency) -> Adjacency:
     return adj.with_values(torch.ones(adj.nnz, dtype=torch.float32))
 
 
-def _row_sums(adj: Adjacency) -> torch.Tensor:
-    return torch.zeros(adj.shape[0], dtype=torch.float64).index_add_(
-        0, adj.row(), adj.values.double()).float()
+def _row_sums(adj: Adjacency) -> np.ndarray:
+    """Row sums, accumulated in float64 and rounded to float32."""
+    indptr, values = adj.indptr.numpy(), adj.values.detach().numpy()
+    sums = np.zeros(adj.shape[0], dtype=np.float64)
+    for lo, hi in row_blocks(indptr):
+        entries, rows = _block(indptr, lo, hi)
+        sums[lo:hi] = np.bincount(rows - lo, weights=values[entries], minlength=hi - lo)
+    return sums.astype(np.float32)
+
+
+def _scaled(adj: Adjacency, scale) -> Adjacency:
+    """``adj`` with values ``scale(rows, cols, values)``, computed block by block of rows."""
+    indptr, indices, values = adj.indptr.numpy(), adj.indices.numpy(), adj.values.detach().numpy()
+    out = np.empty(values.shape[0], dtype=np.float32)
+    for lo, hi in row_blocks(indptr):
+        entries, rows = _block(indptr, lo, hi)
+        out[entries] = scale(rows, indices[entries], values[entries])
+    return adj.with_values(torch.from_numpy(out))
 
 
 def to_undirected(graph: Graph) -> Graph:

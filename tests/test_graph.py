@@ -3,7 +3,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from gnnmesh import Graph, GraphError
+from gnnmesh import Adjacency, Graph, GraphError
 from gnnmesh.models import build_model
 from gnnmesh.transforms import (add_self_loops, gcn_norm, induced_subgraph, mean_norm, permute,
                                 rcm_order, remove_self_loops, reorder, row_block, to_undirected)
@@ -160,3 +160,30 @@ def test_empty_graph():
         Graph.from_edge_index(np.zeros((2, 0), dtype=np.int64), 0)
     with pytest.raises(GraphError, match="must be square"):
         Graph.from_scipy(sp.csr_matrix((2, 3)))
+
+
+@pytest.mark.parametrize("shape", [(40, 40), (30, 45), (45, 30)])
+@pytest.mark.parametrize("block", [1, 7, 1 << 20])
+def test_self_loops_and_norms_match_scipy_at_any_block_size(shape, block, monkeypatch):
+    """Built block by block of rows: the same sorted CSR as scipy's A + (missing loops),
+    whatever the block size, on rectangular shapes, empty rows and existing loops."""
+    from gnnmesh import transforms
+    rng = np.random.default_rng(sum(shape) + block)
+    mat = sp.random(*shape, density=0.15, random_state=rng, format="csr", dtype=np.float32)
+    mat[3, :] = 0  # an empty row
+    mat[5, 5] = 2.5  # an existing loop keeps its weight
+    mat.eliminate_zeros()
+    adj = Adjacency.from_scipy(mat)
+    monkeypatch.setattr(transforms, "ENTRY_BLOCK", block)
+    got = add_self_loops(adj, fill=1.5)
+    diag = np.zeros(min(shape), dtype=np.float32)
+    diag[mat.diagonal() == 0] = 1.5
+    want = (mat + sp.eye(*shape, dtype=np.float32, format="csr").multiply(np.pad(diag, (0, shape[0] - min(shape)))[:, None])).tocsr()
+    want.sort_indices()
+    assert np.array_equal(got.indptr.numpy(), want.indptr) and np.array_equal(got.indices.numpy(), want.indices)
+    assert np.array_equal(got.values.numpy(), want.data.astype(np.float32))
+    if shape[0] == shape[1]:
+        monkeypatch.setattr(transforms, "ENTRY_BLOCK", 1 << 20)
+        whole = gcn_norm(adj).values, mean_norm(adj).values
+        monkeypatch.setattr(transforms, "ENTRY_BLOCK", block)
+        assert torch.equal(gcn_norm(adj).values, whole[0]) and torch.equal(mean_norm(adj).values, whole[1])
