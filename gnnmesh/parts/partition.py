@@ -92,4 +92,5 @@ def _write_structure(name, op, assignment, parts, folders, files) -> dict:
         save_array(folder, f"{name}.send", np.concatenate(plan.send_index), mine)
         send_counts.append(plan.send_counts.tolist())
         nnz.append(block.nnz)
+        del plan, block  # before the next rank's plan is built, not after
     return {"name": name, "send_counts": send_counts, "nnz": nnz}
