@@ -9,12 +9,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from dataclasses import fields
 from typing import Optional
 
 from . import __version__
 from .config import CHOICES, Config
 from .errors import ConfigError, GraphError
+from .launch import PIPE_CLOSED, die_with_launcher, launched_rank, stop_on_signals
 
 HELP = {
     "dataset": "dataset name (see 'gnnmesh datasets'), generator spec such as "
@@ -166,10 +168,17 @@ def _num(value) -> str:
 
 def main(argv: Optional[list] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    die_with_launcher()
+    stop_on_signals()
+    warnings.formatwarning = _one_line_warning
     if _world_from_env() is not None:  # a rank of a distributed job: record failures for the launcher
         from torch.distributed.elastic.multiprocessing.errors import record
         return record(_main)(argv)
     return _main(argv)
+
+
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    return f"gnnmesh: warning: {message}\n"
 
 
 def _main(argv: list) -> int:
@@ -184,14 +193,30 @@ def _main(argv: list) -> int:
         if speak:
             print(f"gnnmesh: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # stdout closed by its reader (e.g. '| head'): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush there
+        return PIPE_CLOSED
     except OSError as err:  # e.g. an unwritable --metrics or --checkpoint path
         where = f"{err.filename}: " if err.filename else ""
         if speak:
             print(f"gnnmesh: error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("gnnmesh: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM/SIGHUP (see gnnmesh.launch)
+        if speak and not launched_rank():  # the launcher speaks for its ranks
+            print("gnnmesh: interrupted", file=sys.stderr)
+        return getattr(err, "exit_status", 130)
+    except Exception as err:
+        if launched_rank() and _peer_lost(err):  # the launcher names the rank that failed first
+            return 1
+        raise
+
+
+def _peer_lost(err: Exception) -> bool:
+    """Whether ``err`` is a collective failing because another rank went away."""
+    text = str(err).lower()
+    return type(err).__name__ in ("DistBackendError", "DistNetworkError", "RuntimeError") and any(
+        phrase in text for phrase in ("connection closed by peer", "connection reset by peer",
+                                      "broken pipe", "socket closed", "timed out"))
 
 
 if __name__ == "__main__":
