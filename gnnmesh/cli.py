@@ -178,7 +178,8 @@ def main(argv: Optional[list] = None) -> int:
 
 
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:
-    return f"gnnmesh: warning: {message}\n"
+    text = str(message)
+    return f"gnnmesh: warning: {text[len('gnnmesh: '):] if text.startswith('gnnmesh: ') else text}\n"
 
 
 def _main(argv: list) -> int:

@@ -10,6 +10,7 @@ import os
 from dataclasses import asdict
 from typing import Optional
 
+from ..atomic import write_file
 from ..errors import ConfigError
 from .model import (AXES, GPU_NETWORK, GPU_RATES, RANK_ORDER, WORLD, ComputeRates, Network, SpMM,
                     Workload, rank_grids, rank_orders)
@@ -72,8 +73,7 @@ def run(args) -> int:
     name, work = workload(args)
     rates, network = machine(args)
     if args.save_rates:
-        with open(args.save_rates, "w") as f:
-            json.dump({"compute": asdict(rates), "network": asdict(network)}, f, indent=2)
+        write_file(args.save_rates, json.dumps({"compute": asdict(rates), "network": asdict(network)}, indent=2))
     per_node = min(args.per_node or args.nproc, args.nproc)
     ranked = rank_grids(work, args.nproc, rates, network, per_node, args.order)
     for line in header(name, work, args.nproc, per_node, args.order, rates, network):

@@ -13,12 +13,8 @@ from ..errors import ConfigError
 
 
 def save(path, state: dict) -> None:
-    path = Path(path)
-    try:
-        with atomic_file(path) as fh:
-            torch.save(state, fh)
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot write the checkpoint ({err.strerror or err})") from None
+    with atomic_file(path) as fh:  # an OSError (disk full) reaches the CLI, which names the file
+        torch.save(state, fh)
 
 
 def check_writable(path, what: str = "checkpoint") -> None:
