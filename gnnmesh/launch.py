@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import select
 import signal
 import sys
 import threading
@@ -123,16 +124,26 @@ def launch(argv: list, nproc: int) -> int:
         _ignore_stop_signals()
         raise Interrupted(err.sigval) from None
     except ChildFailedError as err:
-        codes = {f.exitcode for f in err.failures.values()}
-        for quiet in (2, PIPE_CLOSED):  # bad input (rank 0 printed it), or stdout closed
-            if quiet in codes:
-                return quiet
+        if any(f.exitcode == 2 for f in err.failures.values()):
+            return 2  # bad input: rank 0 has printed the one-line error
+        if _stdout_closed():  # rank 0 stopped on it; a peer may have failed first, on rank 0's exit
+            return PIPE_CLOSED
         rank, first = err.get_first_failure()
         detail = _failure_text(first)
         print(f"gnnmesh: error: rank {rank} failed (exit code {first.exitcode}){': ' + detail if detail else ''}",
               file=sys.stderr)
         return 1
     return 0
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (poll reports an error on it)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no poll, or no real stdout
+        return False
 
 
 def _silence_elastic_logs() -> None:
