@@ -397,3 +397,28 @@ def test_non_utf8_config_is_one_line(tmp_path):
     path = tmp_path / "c.toml"
     path.write_bytes(b"epochs = 3\n\xff\xfe\n")
     one_error_line(gnnmesh("train", "--config", str(path)), "c.toml", "UTF-8")
+
+
+# -- row 7: Ctrl-C during hypergraph partitioning -------------------------------------------------
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kill", ["SIGINT", "SIGKILL"])
+def test_partitioning_stops_at_once_and_leaves_no_worker(stopped, tmp_path, kill):
+    pytest.importorskip("mtkahypar")
+    proc = subprocess.Popen([sys.executable, "-m", "gnnmesh", "partition", "--dataset",
+                             "rmat:nodes=100000,edges=1000000", "--parts", "4", "--method", "hp",
+                             "--cache-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stopped.append(proc)
+    for line in proc.stderr:
+        if "mt-KaHyPar" in line:
+            break
+    time.sleep(0.5)
+    workers = psutil.Process(proc.pid).children(recursive=True)
+    assert workers, "mt-KaHyPar finished too soon for this test"
+    sent = time.monotonic()
+    proc.send_signal(getattr(signal, kill))
+    proc.communicate(timeout=30)
+    assert time.monotonic() - sent < 5
+    assert proc.returncode == (130 if kill == "SIGINT" else -signal.SIGKILL)
+    _, alive = psutil.wait_procs(workers, timeout=5)
+    assert alive == []
