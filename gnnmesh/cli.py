@@ -16,7 +16,8 @@ from typing import Optional
 from . import __version__
 from .config import CHOICES, Config
 from .errors import ConfigError, GraphError
-from .launch import PIPE_CLOSED, die_with_launcher, launched_rank, stop_on_signals
+from .launch import (PIPE_CLOSED, die_with_launcher, ignore_stop_signals, launched_rank, stop_on_signals,
+                     stop_signal)
 
 HELP = {
     "dataset": "dataset name (see 'gnnmesh datasets'), generator spec such as "
@@ -171,10 +172,25 @@ def main(argv: Optional[list] = None) -> int:
     die_with_launcher()
     stop_on_signals()
     warnings.formatwarning = _one_line_warning
-    if _world_from_env() is not None:  # a rank of a distributed job: record failures for the launcher
-        from torch.distributed.elastic.multiprocessing.errors import record
-        return record(_main)(argv)
-    return _main(argv)
+    try:
+        if _world_from_env() is not None:  # a rank of a distributed job: record failures for the launcher
+            from torch.distributed.elastic.multiprocessing.errors import record
+            return record(_main)(argv)
+        return _main(argv)
+    except BaseException:
+        signum = stop_signal()
+        if signum is None:
+            raise
+        return _interrupted(128 + signum)
+    finally:
+        ignore_stop_signals()
+
+
+def _interrupted(status: int) -> int:
+    world = _world_from_env()
+    if (world is None or world[0] == 0) and not launched_rank():  # the launcher speaks for its ranks
+        print("gnnmesh: interrupted", file=sys.stderr)
+    return status
 
 
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:
@@ -183,12 +199,12 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:
 
 
 def _main(argv: list) -> int:
-    args = build_parser().parse_args(argv)
     commands = {"train": cmd_train, "datasets": cmd_datasets, "partition": cmd_partition,
                 "plan": cmd_plan}
     world = _world_from_env()
     speak = world is None or world[0] == 0  # in a job, rank 0 alone reports bad input
     try:
+        args = build_parser().parse_args(argv)  # imports torch: seconds in which to be interrupted
         return commands[args.command](args, argv)
     except (GraphError, ConfigError) as err:
         if speak:
@@ -203,9 +219,7 @@ def _main(argv: list) -> int:
             print(f"gnnmesh: error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM/SIGHUP (see gnnmesh.launch)
-        if speak and not launched_rank():  # the launcher speaks for its ranks
-            print("gnnmesh: interrupted", file=sys.stderr)
-        return getattr(err, "exit_status", 130)
+        return _interrupted(getattr(err, "exit_status", 130))
     except Exception as err:
         if launched_rank() and _peer_lost(err):  # the launcher names the rank that failed first
             return 1

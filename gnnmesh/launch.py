@@ -10,7 +10,8 @@ The policy:
 
 * SIGINT, SIGTERM and SIGHUP raise ``Interrupted`` where the program is, so cleanup runs
   (temporary files are removed) and the process exits 128 + the signal number after one
-  line, ``gnnmesh: interrupted``. Later signals during that cleanup are ignored.
+  line, ``gnnmesh: interrupted``, whatever the cleanup raised. Later signals during that
+  cleanup are ignored.
 * The launcher passes the signal on to its ranks and waits for them; the ranks exit
   quietly and the launcher alone prints the line.
 * A rank dies with its launcher, however the launcher dies (kill -9 included): the kernel
@@ -48,12 +49,24 @@ class Interrupted(KeyboardInterrupt):
         return 128 + self.signum
 
 
+_received: list = []
+
+
 def _raise_interrupted(signum, frame):
-    _ignore_stop_signals()  # the cleanup the exception starts is not interrupted in turn
+    ignore_stop_signals()  # the cleanup the exception starts is not interrupted in turn
+    _received.append(signum)
     raise Interrupted(signum)
 
 
-def _ignore_stop_signals() -> None:
+def stop_signal():
+    """The stop signal this process received, if any: whatever fails after it (an import
+    cut short, say) is part of stopping, not an error to report."""
+    return _received[0] if _received else None
+
+
+def ignore_stop_signals() -> None:
+    """Also once the work is done: Python restores the default action (death by the signal)
+    while it shuts down, which would turn a finished run's status into a signal's."""
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
 
@@ -121,7 +134,7 @@ def launch(argv: list, nproc: int) -> int:
     try:
         elastic_launch(config, sys.executable)("-m", "gnnmesh", *argv)
     except SignalException as err:  # torch's handler, while the ranks run: they have stopped
-        _ignore_stop_signals()
+        ignore_stop_signals()
         raise Interrupted(err.sigval) from None
     except ChildFailedError as err:
         if any(f.exitcode == 2 for f in err.failures.values()):

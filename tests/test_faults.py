@@ -1,0 +1,143 @@
+"""Fault injection: runs killed (SIGKILL, SIGTERM, SIGINT) at random instants, then resumed.
+
+Each trial starts a run with a fresh cache (so a kill can land in the cache fill, loading,
+partitioning, training, a checkpoint or a metrics write), kills it, sometimes kills the
+resumed run as well, then resumes it to the end. After every kill: no process of the run
+is left, and every metrics line up to the checkpoint is there and parses. At the end: no
+temporary file anywhere, metrics for every epoch, and losses and parameters identical to
+an uninterrupted run.
+
+Trials per process count: ``GNNMESH_FAULT_TRIALS`` (default: a few, to fit CI's time);
+``GNNMESH_FAULT_SEED`` picks the random instants (default 0, so CI repeats itself).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+import torch
+
+from gnnmesh.atomic import is_temporary
+
+pytestmark = pytest.mark.slow
+
+DATA = "sbm:nodes=600,classes=3,features=16"
+EPOCHS = 25
+DEFAULT_TRIALS = {1: 5, 2: 3}
+TRIALS = int(os.environ.get("GNNMESH_FAULT_TRIALS", "0"))
+SEED = int(os.environ.get("GNNMESH_FAULT_SEED", "0"))
+# Kill instants are drawn from [EARLIEST, WINDOW) seconds after the start: about one run's
+# length (cache fill, loading, training), so that every phase gets hit. Before EARLIEST the
+# interpreter may not have reached gnnmesh (~0.05 s), and signals have their default effect.
+EARLIEST = 0.3
+WINDOW = {1: 4.0, 2: 7.0}
+SIGNALS = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT)
+
+
+def command(nproc: int, folder, resume: bool) -> list:
+    args = [sys.executable, "-m", "gnnmesh", "train", "--dataset", DATA, "--epochs", str(EPOCHS),
+            "--hidden", "32", "--threads", "1", "--checkpoint", str(folder / "c.pt"),
+            "--checkpoint-every", "1", "--metrics", str(folder / "m.jsonl"), "--quiet"]
+    if nproc > 1:
+        args += ["--nproc", str(nproc), "--strategy", "partition", "--partitioner", "rp"]
+    return args + (["--resume"] if resume else [])
+
+
+def run(nproc: int, folder, resume: bool = False) -> subprocess.CompletedProcess:
+    env = dict(os.environ, GNNMESH_CACHE=str(folder / "cache"))
+    return subprocess.run(command(nproc, folder, resume), capture_output=True, text=True, timeout=180, env=env)
+
+
+def outcome(folder) -> tuple:
+    losses = [json.loads(line)["loss"] for line in (folder / "m.jsonl").read_text().splitlines()]
+    state = torch.load(folder / "c.pt", weights_only=False)
+    return losses, state["model"]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    results = {}
+    for nproc in DEFAULT_TRIALS:
+        folder = tmp_path_factory.mktemp(f"reference{nproc}")
+        done = run(nproc, folder)
+        assert done.returncode == 0, done.stderr
+        results[nproc] = outcome(folder)
+    return results
+
+
+def kill_at_random(nproc: int, folder, resume: bool, rng: random.Random) -> str:
+    """Start a run, kill it at a random instant; return what happened (for messages)."""
+    env = dict(os.environ, GNNMESH_CACHE=str(folder / "cache"))
+    proc = subprocess.Popen(command(nproc, folder, resume), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    delay, sig = rng.uniform(EARLIEST, WINDOW[nproc]), rng.choice(SIGNALS)
+    family = {}
+    try:
+        end = time.monotonic() + delay
+        while time.monotonic() < end and proc.poll() is None:
+            try:  # every process of the run, to check afterwards that none is left
+                family.update({p.pid: p for p in psutil.Process(proc.pid).children(recursive=True)})
+            except psutil.NoSuchProcess:
+                pass
+            time.sleep(0.05)
+        finished = proc.poll() is not None
+        if not finished:
+            proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    what = f"{signal.Signals(sig).name} at {delay:.2f}s{' (resumed run)' if resume else ''}"
+    if finished:
+        assert proc.returncode == 0, f"{what}: finished with {proc.returncode}: {err}"
+        return what + ": had finished"
+    allowed = {-signal.SIGKILL} if sig == signal.SIGKILL else {128 + sig, 0}  # 0: it had just finished
+    assert proc.returncode in allowed, f"{what}: exit status {proc.returncode}: {err}"
+    if sig != signal.SIGKILL:
+        assert err.strip() in ("", "gnnmesh: interrupted"), f"{what}: {err}"
+    _, alive = psutil.wait_procs(list(family.values()), timeout=15)
+    assert alive == [], f"{what}: processes left running: {alive}"
+    check_metrics_up_to_checkpoint(folder, what)
+    return what
+
+
+def check_metrics_up_to_checkpoint(folder, what: str) -> None:
+    checkpoint, metrics = folder / "c.pt", folder / "m.jsonl"
+    if not checkpoint.exists():
+        return
+    epoch = torch.load(checkpoint, weights_only=False)["epoch"]
+    lines = metrics.read_text().split("\n")
+    complete = lines[:-1]  # the last is empty, or an append cut short by the kill
+    epochs = [json.loads(line)["epoch"] for line in complete]
+    assert epochs[:epoch] == list(range(1, epoch + 1)), f"{what}: metrics {epochs}, checkpoint at {epoch}"
+
+
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("nproc", sorted(DEFAULT_TRIALS))
+def test_kills_at_random_instants_then_resume(tmp_path, reference, nproc):
+    rng = random.Random(SEED * 10 + nproc)
+    trials = TRIALS or DEFAULT_TRIALS[nproc]
+    for trial in range(trials):
+        folder = tmp_path / f"trial{trial}"
+        folder.mkdir()
+        history = []
+        for kill in range(rng.choice((1, 2))):  # the second kill hits the resumed run
+            history.append(kill_at_random(nproc, folder, (folder / "c.pt").exists(), rng))
+        done = run(nproc, folder, resume=(folder / "c.pt").exists())
+        context = f"trial {trial} ({'; '.join(history)})"
+        assert done.returncode == 0, f"{context}: {done.stderr}"
+        losses, params = outcome(folder)
+        want_losses, want_params = reference[nproc]
+        assert losses == want_losses, context
+        assert all(torch.equal(params[k], want_params[k]) for k in want_params), context
+        left = [p for p in folder.rglob("*") if is_temporary(p.name)]
+        assert left == [], f"{context}: temporaries left: {left}"
