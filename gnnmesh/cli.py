@@ -120,7 +120,7 @@ def config_from_args(args) -> Config:
 def cmd_train(args, argv) -> int:
     config = config_from_args(args)
     if args.print_config:
-        print(config.resolved().to_toml(), end="")
+        print(config.resolved().to_toml(defaults=config.model_defaults_used()), end="")
         return 0
     world = _world_from_env()
     if world is None and config.nproc > 1:
@@ -142,6 +142,8 @@ def _world_from_env():
 def cmd_datasets(args, argv) -> int:
     from . import datasets
     root = args.data_root or os.environ.get("GNNMESH_DATA")
+    if args.data_root and not os.path.isdir(args.data_root):
+        raise ConfigError(f"--data-root {args.data_root}: no such directory")
     rows = datasets.available(root)
     print(f"{'name':<16} {'nodes':>10} {'edges':>11} {'features':>9} {'classes':>8}  {'here':<5} description")
     for row in rows:
@@ -150,6 +152,8 @@ def cmd_datasets(args, argv) -> int:
               f"{_num(row.classes):>8}  {here:<5} {row.description}")
     if root is None:
         print("(no data root: pass --data-root or set GNNMESH_DATA to see which files are present)")
+    elif not os.path.isdir(root):
+        print(f"(the data root {root} from GNNMESH_DATA does not exist: no files are present)")
     return 0
 
 

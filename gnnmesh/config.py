@@ -171,8 +171,7 @@ class Config:
     def resolved(self) -> "Config":
         """A copy with the model's defaults filled in for every unset hyper-parameter."""
         decoupled = self.decoupled or self.strategy == "tensor-decoupled"
-        defaults = MODEL_DEFAULTS["decoupled" if decoupled else self.model]
-        changes = {k: v for k, v in defaults.items() if getattr(self, k) is None}
+        changes = {k: v for k, v in self._model_defaults().items() if getattr(self, k) is None}
         if decoupled:  # tensor-decoupled trains the decoupled form of the model
             changes["decoupled"] = True
         return dataclasses.replace(self, **changes)
@@ -183,7 +182,17 @@ class Config:
             raise ConfigError(f"unknown config field(s): {', '.join(sorted(unknown))}")
         return dataclasses.replace(self, **changes)
 
-    def to_toml(self) -> str:
+    def model_defaults_used(self) -> set:
+        """The hyper-parameters left unset here, which ``resolved()`` takes from the model."""
+        return {name for name in self._model_defaults() if getattr(self, name) is None}
+
+    def _model_defaults(self) -> dict:
+        decoupled = self.decoupled or self.strategy == "tensor-decoupled"
+        return MODEL_DEFAULTS["decoupled" if decoupled else self.model]
+
+    def to_toml(self, defaults=()) -> str:
+        """TOML for this config. Fields named in ``defaults`` are written as comments: model
+        defaults, which a saved config must not pin (another --model takes its own)."""
         lines, section = [], None
         for f in fields(self):
             if f.metadata["section"] != section:
@@ -192,6 +201,8 @@ class Config:
             value = getattr(self, f.name)
             if value is None:
                 lines.append(f"# {f.name} = (unset)")
+            elif f.name in defaults:
+                lines.append(f"# {f.name} = {_toml_value(value)}  (the model's default)")
             else:
                 lines.append(f"{f.name} = {_toml_value(value)}")
         return "\n".join(lines) + "\n"

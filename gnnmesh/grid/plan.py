@@ -83,6 +83,9 @@ def run(args) -> int:
     return 0
 
 
+MAX_RANKS = 1 << 20
+
+
 def _check(args) -> None:
     positive = {"--nproc": args.nproc, "--gpus-per-node": args.per_node, "--nodes": args.nodes,
                 "--features": args.features, "--hidden": args.hidden, "--classes": args.classes,
@@ -90,6 +93,8 @@ def _check(args) -> None:
     for flag, value in positive.items():
         if value is not None and value < 1:
             raise ConfigError(f"{flag} must be >= 1, got {value}")
+    if args.nproc > MAX_RANKS:  # ranking every grid of more would take minutes and gigabytes
+        raise ConfigError(f"--nproc must be at most {MAX_RANKS:,}, got {args.nproc:,}")
     for flag, value in {"--intra-bw": args.intra_bw, "--inter-bw": args.inter_bw}.items():
         if value is not None and not value > 0:
             raise ConfigError(f"{flag} must be > 0 GB/s, got {value}")
