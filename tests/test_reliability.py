@@ -422,3 +422,52 @@ def test_partitioning_stops_at_once_and_leaves_no_worker(stopped, tmp_path, kill
     assert proc.returncode == (130 if kill == "SIGINT" else -signal.SIGKILL)
     _, alive = psutil.wait_procs(workers, timeout=5)
     assert alive == []
+
+
+# -- the smaller rows ---------------------------------------------------------------------------
+
+def test_files_and_directories_follow_the_umask(graph, tmp_path, monkeypatch):
+    monkeypatch.setenv("GNNMESH_CACHE", str(tmp_path / "cache"))
+    old = os.umask(0o022)
+    try:
+        load(SBM)
+        Trainer(Config(dataset=SBM, epochs=1, checkpoint=str(tmp_path / "c.pt")), graph).fit()
+    finally:
+        os.umask(old)
+    (entry,) = [p for p in (tmp_path / "cache").iterdir() if p.is_dir()]
+    assert entry.stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "c.pt").stat().st_mode & 0o777 == 0o644
+
+
+def test_trainer_refuses_more_ranks_than_processes(graph):
+    with pytest.raises(ConfigError, match="gnnmesh train --nproc 2"):
+        Trainer(Config(dataset=SBM, strategy="partition", nproc=2, partitioner="rp"), graph)
+
+
+def test_resume_past_the_requested_epochs_says_so(graph, tmp_path):
+    config = Config(dataset=SBM, epochs=6, checkpoint=str(tmp_path / "c.pt"))
+    Trainer(config, graph).fit()
+    with pytest.warns(UserWarning, match="checkpoint is at epoch 6, past --epochs 3"):
+        Trainer(config.updated(epochs=3, resume=True), graph).fit()
+
+
+def test_saved_config_does_not_pin_model_defaults(tmp_path):
+    saved = tmp_path / "saved.toml"
+    saved.write_text(gnnmesh("train", "--epochs", "5", "--print-config").stdout)
+    gat = gnnmesh("train", "--config", str(saved), "--model", "gat", "--print-config").stdout
+    assert "# hidden = 8" in gat and "# lr = 0.005" in gat and "epochs = 5" in gat
+
+
+def test_file_path_with_a_colon_takes_options(tmp_path):
+    folder = tmp_path / "a:b"
+    folder.mkdir()
+    (folder / "g.txt").write_text("0 1\n1 2\n")
+    assert load(f"{folder}/g.txt:directed=false").directed is False
+
+
+def test_plan_refuses_absurd_rank_counts():
+    one_error_line(gnnmesh("plan", "--nproc", "100000000", "--nodes", "10", "--edges", "10"), "--nproc")
+
+
+def test_missing_data_root_is_named(tmp_path):
+    one_error_line(gnnmesh("datasets", "--data-root", str(tmp_path / "none")), "no such directory")
