@@ -8,7 +8,8 @@ temporary file anywhere, metrics for every epoch, and losses and parameters iden
 an uninterrupted run.
 
 Trials per process count: ``GNNMESH_FAULT_TRIALS`` (default: a few, to fit CI's time);
-``GNNMESH_FAULT_SEED`` picks the random instants (default 0, so CI repeats itself).
+``GNNMESH_FAULT_SEED`` picks the random instants (default 0, so CI repeats itself);
+``GNNMESH_FAULT_REPORT`` names a file to which each test appends a JSON summary of its kills.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import psutil
 import pytest
@@ -29,22 +31,22 @@ from gnnmesh.atomic import is_temporary
 
 pytestmark = pytest.mark.slow
 
-DATA = "sbm:nodes=600,classes=3,features=16"
-EPOCHS = 25
-DEFAULT_TRIALS = {1: 5, 2: 3}
+DATA = "sbm:nodes=2000,classes=3,features=32"
+EPOCHS = 100
+DEFAULT_TRIALS = {1: 4, 2: 2}
 TRIALS = int(os.environ.get("GNNMESH_FAULT_TRIALS", "0"))
 SEED = int(os.environ.get("GNNMESH_FAULT_SEED", "0"))
 # Kill instants are drawn from [EARLIEST, WINDOW) seconds after the start: about one run's
 # length (cache fill, loading, training), so that every phase gets hit. Before EARLIEST the
 # interpreter may not have reached gnnmesh (~0.05 s), and signals have their default effect.
 EARLIEST = 0.3
-WINDOW = {1: 4.0, 2: 7.0}
+WINDOW = {1: 5.0, 2: 10.0}
 SIGNALS = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT)
 
 
 def command(nproc: int, folder, resume: bool) -> list:
     args = [sys.executable, "-m", "gnnmesh", "train", "--dataset", DATA, "--epochs", str(EPOCHS),
-            "--hidden", "32", "--threads", "1", "--checkpoint", str(folder / "c.pt"),
+            "--hidden", "64", "--threads", "1", "--checkpoint", str(folder / "c.pt"),
             "--checkpoint-every", "1", "--metrics", str(folder / "m.jsonl"), "--quiet"]
     if nproc > 1:
         args += ["--nproc", str(nproc), "--strategy", "partition", "--partitioner", "rp"]
@@ -73,8 +75,9 @@ def reference(tmp_path_factory):
     return results
 
 
-def kill_at_random(nproc: int, folder, resume: bool, rng: random.Random) -> str:
-    """Start a run, kill it at a random instant; return what happened (for messages)."""
+def kill_at_random(nproc: int, folder, resume: bool, rng: random.Random) -> tuple:
+    """Start a run, kill it at a random instant; return what happened (for messages) and
+    the signal's name with the phase it hit."""
     env = dict(os.environ, GNNMESH_CACHE=str(folder / "cache"))
     proc = subprocess.Popen(command(nproc, folder, resume), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, env=env)
@@ -99,26 +102,27 @@ def kill_at_random(nproc: int, folder, resume: bool, rng: random.Random) -> str:
     what = f"{signal.Signals(sig).name} at {delay:.2f}s{' (resumed run)' if resume else ''}"
     if finished:
         assert proc.returncode == 0, f"{what}: finished with {proc.returncode}: {err}"
-        return what + ": had finished"
+        return what + ": had finished", (None, "finished")
     allowed = {-signal.SIGKILL} if sig == signal.SIGKILL else {128 + sig, 0}  # 0: it had just finished
     assert proc.returncode in allowed, f"{what}: exit status {proc.returncode}: {err}"
     if sig != signal.SIGKILL:
         assert err.strip() in ("", "gnnmesh: interrupted"), f"{what}: {err}"
     _, alive = psutil.wait_procs(list(family.values()), timeout=15)
     assert alive == [], f"{what}: processes left running: {alive}"
-    check_metrics_up_to_checkpoint(folder, what)
-    return what
+    return what, (signal.Signals(sig).name, check_metrics_up_to_checkpoint(folder, what))
 
 
-def check_metrics_up_to_checkpoint(folder, what: str) -> None:
+def check_metrics_up_to_checkpoint(folder, what: str) -> str:
+    """Check the metrics against the checkpoint; return the phase the kill hit."""
     checkpoint, metrics = folder / "c.pt", folder / "m.jsonl"
     if not checkpoint.exists():
-        return
+        return "startup"  # interpreter, cache fill, loading, partitioning, first epoch
     epoch = torch.load(checkpoint, weights_only=False)["epoch"]
     lines = metrics.read_text().split("\n")
     complete = lines[:-1]  # the last is empty, or an append cut short by the kill
     epochs = [json.loads(line)["epoch"] for line in complete]
     assert epochs[:epoch] == list(range(1, epoch + 1)), f"{what}: metrics {epochs}, checkpoint at {epoch}"
+    return "training" if epoch < EPOCHS else "finishing"
 
 
 @pytest.mark.timeout(1200)
@@ -126,12 +130,16 @@ def check_metrics_up_to_checkpoint(folder, what: str) -> None:
 def test_kills_at_random_instants_then_resume(tmp_path, reference, nproc):
     rng = random.Random(SEED * 10 + nproc)
     trials = TRIALS or DEFAULT_TRIALS[nproc]
+    tally = Counter()
     for trial in range(trials):
         folder = tmp_path / f"trial{trial}"
         folder.mkdir()
         history = []
         for kill in range(rng.choice((1, 2))):  # the second kill hits the resumed run
-            history.append(kill_at_random(nproc, folder, (folder / "c.pt").exists(), rng))
+            what, (sig, phase) = kill_at_random(nproc, folder, (folder / "c.pt").exists(), rng)
+            history.append(what)
+            tally[sig or "none"] += 1
+            tally[phase + (" (resumed run)" if kill else "")] += 1
         done = run(nproc, folder, resume=(folder / "c.pt").exists())
         context = f"trial {trial} ({'; '.join(history)})"
         assert done.returncode == 0, f"{context}: {done.stderr}"
@@ -141,3 +149,12 @@ def test_kills_at_random_instants_then_resume(tmp_path, reference, nproc):
         assert all(torch.equal(params[k], want_params[k]) for k in want_params), context
         left = [p for p in folder.rglob("*") if is_temporary(p.name)]
         assert left == [], f"{context}: temporaries left: {left}"
+    report(nproc, trials, tally)
+
+
+def report(nproc: int, trials: int, tally: Counter) -> None:
+    summary = {"nproc": nproc, "trials": trials, "seed": SEED, **dict(sorted(tally.items()))}
+    print(json.dumps(summary))
+    if os.environ.get("GNNMESH_FAULT_REPORT"):
+        with open(os.environ["GNNMESH_FAULT_REPORT"], "a") as fh:
+            fh.write(json.dumps(summary) + "\n")
