@@ -70,6 +70,24 @@ def sweep_stale(directory) -> int:
     return removed
 
 
+def check_writable(path, what: str) -> None:
+    """Fail before training, not after hours of it, when ``path`` cannot be written."""
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a directory; the {what} must be a file path")
+    for parent in path.parents:  # mkdir on a path through a file says only "File exists"
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(f"{path}: cannot write the {what} ({parent} is not a directory)")
+            break
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot write the {what} ({err.strerror or err})") from None
+    if not os.access(path.parent, os.W_OK):
+        raise ConfigError(f"{path}: cannot write the {what} (directory not writable)")
+
+
 def _fsync_directory(directory: Path) -> None:
     try:
         fd = os.open(directory, os.O_RDONLY)

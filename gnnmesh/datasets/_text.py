@@ -198,14 +198,14 @@ def _parse_chunk(chunk: bytes, lines_before: int, state: _State):
                 raise GraphError(f"{source} line {lines[row]}: {names[col]} too large (beyond 64-bit "
                                  f"integers) '{token}'")
     else:
-        for bad, problem in ((~np.isfinite(ints) | (ints != np.round(ints)), "non-integer"),
-                             # read as floats, integers are exact only up to 2**53
-                             (np.abs(ints) >= _EXACT_FLOAT_INT, "too large to read exactly (2**53 or more)")):
+        checks = ((~np.isfinite(ints) | (ints != np.round(ints)), "non-integer {}"),
+                  # read as floats, integers are exact only below 2**53
+                  (np.abs(ints) >= _EXACT_FLOAT_INT, "{} too large to read exactly (2**53 or more)"))
+        for bad, problem in checks:
             if bad.any():
                 row, col = (int(v) for v in np.argwhere(bad)[0])
                 token = line_tokens(int(data_lines[row]))[col].decode("utf-8", "replace")
-                what = f"non-integer {names[col]}" if problem == "non-integer" else f"{names[col]} {problem}"
-                raise GraphError(f"{source} line {lines[row]}: {what} '{token}'")
+                raise GraphError(f"{source} line {lines[row]}: {problem.format(names[col])} '{token}'")
         ints = ints.astype(np.int64)
     floats = None
     if ncols > k:

@@ -14,9 +14,8 @@ import math
 import warnings
 from pathlib import Path
 
-from ..atomic import write_file
+from ..atomic import check_writable, write_file
 from ..errors import ConfigError
-from . import checkpoint
 
 
 def to_json(record: dict) -> str:
@@ -69,7 +68,7 @@ class MetricsFile:
 
     def __init__(self, path, start_epoch: int):
         path = Path(path)
-        checkpoint.check_writable(path, "metrics file")
+        check_writable(path, "metrics file")
         kept = kept_lines(path, start_epoch) if start_epoch else []
         try:
             write_file(path, "".join(line + "\n" for line in kept))

@@ -11,7 +11,6 @@ import copy
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Callable, Optional
 
 import torch
@@ -25,6 +24,7 @@ from ..graph import Graph
 from ..models import build_model
 from ..ops import profile
 from ..parallel import Strategy, build_strategy
+from ..atomic import check_writable
 from . import checkpoint
 from .metrics import MetricsFile, to_json
 
@@ -215,12 +215,11 @@ class Trainer:
                        sum(times) / max(len(times), 1), self.history,
                        memory.of(self.history[-1].extra) if self.history else {})
 
-
     def _open_outputs(self) -> Optional[MetricsFile]:
         """Check the checkpoint path and open the metrics file (rank 0 writes both)."""
         cfg = self.config
         if cfg.checkpoint:
-            checkpoint.check_writable(cfg.checkpoint)
+            check_writable(cfg.checkpoint, "checkpoint")
         return MetricsFile(cfg.metrics, self.epoch) if cfg.metrics else None
 
     def _agreed_on_rank0(self, fn):
