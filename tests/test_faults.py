@@ -36,9 +36,11 @@ EPOCHS = 100
 DEFAULT_TRIALS = {1: 4, 2: 2}
 TRIALS = int(os.environ.get("GNNMESH_FAULT_TRIALS", "0"))
 SEED = int(os.environ.get("GNNMESH_FAULT_SEED", "0"))
-# Kill instants are drawn from [EARLIEST, WINDOW) seconds after the start: about one run's
-# length (cache fill, loading, training), so that every phase gets hit. Before EARLIEST the
-# interpreter may not have reached gnnmesh (~0.05 s), and signals have their default effect.
+# Half the kills come at an instant drawn from [EARLIEST, WINDOW) seconds after the start,
+# where startup (cache fill, loading, partitioning) takes most of the time; the other half
+# once the metrics file reaches a random epoch, plus up to a few milliseconds, which lands
+# in training, checkpoint and metrics writes. Before EARLIEST the interpreter may not have
+# reached gnnmesh (~0.05 s), and signals have their default effect.
 EARLIEST = 0.3
 WINDOW = {1: 5.0, 2: 10.0}
 SIGNALS = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT)
@@ -81,16 +83,24 @@ def kill_at_random(nproc: int, folder, resume: bool, rng: random.Random) -> tupl
     env = dict(os.environ, GNNMESH_CACHE=str(folder / "cache"))
     proc = subprocess.Popen(command(nproc, folder, resume), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, env=env)
-    delay, sig = rng.uniform(EARLIEST, WINDOW[nproc]), rng.choice(SIGNALS)
+    sig, first = rng.choice(SIGNALS), checkpoint_epoch(folder) + 1
+    if rng.random() < 0.5 or first >= EPOCHS:
+        delay = rng.uniform(EARLIEST, WINDOW[nproc])
+        when, reached = f"at {delay:.2f}s", lambda: time.monotonic() - start >= delay
+    else:
+        epoch = rng.randint(first, EPOCHS - 1)
+        when, reached = f"in epoch {epoch + 1}", lambda: epochs_written(folder) >= epoch
     family = {}
+    start = time.monotonic()
     try:
-        end = time.monotonic() + delay
-        while time.monotonic() < end and proc.poll() is None:
-            try:  # every process of the run, to check afterwards that none is left
-                family.update({p.pid: p for p in psutil.Process(proc.pid).children(recursive=True)})
-            except psutil.NoSuchProcess:
-                pass
-            time.sleep(0.05)
+        for polls in range(10**6):
+            if reached() or proc.poll() is not None or time.monotonic() - start > 120:
+                break
+            if polls % 20 == 0:
+                family.update(descendants(proc.pid))
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0, 0.005))
+        family.update(descendants(proc.pid))
         finished = proc.poll() is not None
         if not finished:
             proc.send_signal(sig)
@@ -99,7 +109,7 @@ def kill_at_random(nproc: int, folder, resume: bool, rng: random.Random) -> tupl
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
-    what = f"{signal.Signals(sig).name} at {delay:.2f}s{' (resumed run)' if resume else ''}"
+    what = f"{signal.Signals(sig).name} {when}{' (resumed run)' if resume else ''}"
     if finished:
         assert proc.returncode == 0, f"{what}: finished with {proc.returncode}: {err}"
         return what + ": had finished", (None, "finished")
@@ -110,6 +120,26 @@ def kill_at_random(nproc: int, folder, resume: bool, rng: random.Random) -> tupl
     _, alive = psutil.wait_procs(list(family.values()), timeout=15)
     assert alive == [], f"{what}: processes left running: {alive}"
     return what, (signal.Signals(sig).name, check_metrics_up_to_checkpoint(folder, what))
+
+
+def descendants(pid: int) -> dict:
+    """Every process of the run, to check afterwards that none is left."""
+    try:
+        return {p.pid: p for p in psutil.Process(pid).children(recursive=True)}
+    except psutil.NoSuchProcess:
+        return {}
+
+
+def checkpoint_epoch(folder) -> int:
+    path = folder / "c.pt"
+    return torch.load(path, weights_only=False)["epoch"] if path.exists() else 0
+
+
+def epochs_written(folder) -> int:
+    try:
+        return (folder / "m.jsonl").read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
 
 
 def check_metrics_up_to_checkpoint(folder, what: str) -> str:
