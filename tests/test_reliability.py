@@ -288,6 +288,8 @@ def test_a_live_process_temporaries_are_kept(tmp_path):
     ["train", "--dataset", SBM, "--strategy", "grid3d", "--nproc", "2", "--seed", "-1"],
     ["train", "--dataset", SBM, "--seed", "99999999999999999999"],
     ["partition", "--dataset", SBM, "--parts", "2", "--method", "rp", "--seed", "-3"],
+    ["train", "--dataset", "sbm:nodes=100,seed=-1"],
+    ["train", "--dataset", "rmat:nodes=100,edges=300,split_seed=4294967296"],
 ])
 def test_seeds_out_of_range_are_one_line(args):
     one_error_line(gnnmesh(*args), "seed", "4294967295")
