@@ -16,8 +16,8 @@ from typing import Optional
 from . import __version__
 from .config import CHOICES, Config
 from .errors import ConfigError, GraphError
-from .launch import (PIPE_CLOSED, die_with_launcher, ignore_stop_signals, launched_rank, stop_on_signals,
-                     stop_signal)
+from .launch import (PIPE_CLOSED, die_with_launcher, ignore_stop_signals, launched_rank, restore_signals,
+                     stop_on_signals, stop_signal)
 
 HELP = {
     "dataset": "dataset name (see 'gnnmesh datasets'), generator spec such as "
@@ -172,9 +172,11 @@ def _num(value) -> str:
 
 
 def main(argv: Optional[list] = None) -> int:
+    """The program (``argv=None``: the command line's), or one command run in-process."""
+    program = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     die_with_launcher()
-    stop_on_signals()
+    previous, formatwarning = stop_on_signals(), warnings.formatwarning
     warnings.formatwarning = _one_line_warning
     try:
         if _world_from_env() is not None:  # a rank of a distributed job: record failures for the launcher
@@ -187,7 +189,11 @@ def main(argv: Optional[list] = None) -> int:
             raise
         return _interrupted(128 + signum)
     finally:
-        ignore_stop_signals()
+        if program:
+            ignore_stop_signals()  # the process is ending: see ignore_stop_signals
+        else:
+            restore_signals(previous)
+            warnings.formatwarning = formatwarning
 
 
 def _interrupted(status: int) -> int:

@@ -71,11 +71,18 @@ def ignore_stop_signals() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
-def stop_on_signals() -> None:
-    """Make SIGINT, SIGTERM and SIGHUP raise ``Interrupted`` (main thread only)."""
-    if threading.current_thread() is threading.main_thread():
-        for sig in STOP_SIGNALS:
-            signal.signal(sig, _raise_interrupted)
+def stop_on_signals() -> dict:
+    """Make SIGINT, SIGTERM and SIGHUP raise ``Interrupted`` (main thread only); return the
+    handlers replaced, for ``restore_signals``."""
+    _received.clear()
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.signal(sig, _raise_interrupted) for sig in STOP_SIGNALS}
+
+
+def restore_signals(previous: dict) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
 
 
 def launched_rank() -> bool:

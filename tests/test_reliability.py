@@ -473,3 +473,10 @@ def test_plan_refuses_absurd_rank_counts():
 
 def test_missing_data_root_is_named(tmp_path):
     one_error_line(gnnmesh("datasets", "--data-root", str(tmp_path / "none")), "no such directory")
+
+
+def test_in_process_commands_leave_signal_handling_as_it_was():
+    from gnnmesh import cli
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    assert cli.main(["partition", "--dataset", SBM, "--parts", "2", "--method", "rp", "--seed", "-1"]) == 2
+    assert {sig: signal.getsignal(sig) for sig in before} == before
