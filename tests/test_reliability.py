@@ -480,3 +480,15 @@ def test_in_process_commands_leave_signal_handling_as_it_was():
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     assert cli.main(["partition", "--dataset", SBM, "--parts", "2", "--method", "rp", "--seed", "-1"]) == 2
     assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
+def test_loading_sweeps_temporaries_of_dead_writers(tmp_path, monkeypatch):
+    from gnnmesh.atomic import _HOST
+    monkeypatch.setenv("GNNMESH_CACHE", str(tmp_path))
+    load(SBM)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(30)
+    stale = tmp_path / f".sbm-entry.tmp-{_HOST}-{dead.pid}-abc"
+    stale.mkdir()
+    load(SBM)  # the entry is complete: nothing is written, but the leftover goes
+    assert not stale.exists()

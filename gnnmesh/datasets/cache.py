@@ -32,7 +32,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..atomic import temporary_directory
+from ..atomic import sweep_stale, temporary_directory
 from ..graph import Adjacency, Graph
 from ._build import sparse_csr
 
@@ -144,6 +144,7 @@ def load(path: Path) -> Optional[Graph]:
     A damaged entry (a file missing or corrupt, arrays that do not form a valid graph) is
     removed, so that the caller's rebuild can take its place."""
     path = Path(path)
+    sweep_stale(path.parent)  # a writer killed after another one completed the entry left these
     if not (path / "graph.json").is_file():  # graph.json is written last: no entry (yet)
         return None
     try:
