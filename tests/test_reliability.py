@@ -142,8 +142,10 @@ def test_signal_to_launcher_gives_one_line_and_128_plus_signal(stopped, sig):
     stopped.append(proc)
     wait_for_epoch(proc)
     ranks = ranks_of(proc)
+    sent = time.monotonic()
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - sent < 10  # about 1 s unloaded
     assert proc.returncode == 128 + sig
     assert err.strip() == "gnnmesh: interrupted", err
     _, alive = psutil.wait_procs(ranks, timeout=5)
