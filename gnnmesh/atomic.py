@@ -1,15 +1,145 @@
-"""Directories written atomically: built under a temporary name beside the target, then
-renamed into place, so a reader sees either the old complete set or the new one."""
+"""Every file and directory gnnmesh writes goes through here: it is built under a temporary
+name beside the target, flushed to disk, then renamed into place, so a reader (or a run
+resumed after a crash) sees either the old complete content or the new one, never a mix.
+
+Temporaries are named ``.<target>.tmp-<host>-<pid>-<random>``. An interrupted write removes
+its own (signals arrive as exceptions, see ``gnnmesh.launch``); one killed outright leaves
+it, and the next write into that directory sweeps temporaries whose process is gone.
+Files and directories get the permissions the umask allows, like any other file.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import socket
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import ConfigError
+
+_HOST = re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:32] or "host"
+_TEMPORARY = re.compile(r"^\..+\.tmp-(?P<host>[A-Za-z0-9]+)-(?P<pid>\d+)-[^.]*$")
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _prefix(name: str) -> str:
+    return f".{name}.tmp-{_HOST}-{os.getpid()}-"
+
+
+def is_temporary(name: str) -> bool:
+    """Whether ``name`` is one of our temporaries (of any process)."""
+    return _TEMPORARY.match(name) is not None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def sweep_stale(directory) -> int:
+    """Remove the temporaries in ``directory`` left by processes of this host that no longer
+    run (another host's cannot be checked, so they stay). Returns how many were removed."""
+    removed = 0
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    for name in names:
+        match = _TEMPORARY.match(name)
+        if not match or match["host"] != _HOST or _alive(int(match["pid"])):
+            continue
+        path = Path(directory) / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed += 1
+    return removed
+
+
+def check_writable(path, what: str) -> None:
+    """Fail before training, not after hours of it, when ``path`` cannot be written."""
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a directory; the {what} must be a file path")
+    for parent in path.parents:  # mkdir on a path through a file says only "File exists"
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(f"{path}: cannot write the {what} ({parent} is not a directory)")
+            break
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot write the {what} ({err.strerror or err})") from None
+    if not os.access(path.parent, os.W_OK):
+        raise ConfigError(f"{path}: cannot write the {what} (directory not writable)")
+
+
+def _fsync_directory(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems cannot sync a directory; the rename is still atomic
+        pass
+    finally:
+        os.close(fd)
+
+
+def temporary_directory(target) -> Path:
+    """A fresh temporary directory beside ``target`` (stale ones there swept first), with
+    the umask's permissions. The caller renames it into place or removes it."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    sweep_stale(target.parent)
+    tmp = Path(tempfile.mkdtemp(prefix=_prefix(target.name), dir=target.parent))
+    os.chmod(tmp, 0o777 & ~_umask())
+    return tmp
+
+
+@contextmanager
+def atomic_file(path, mode: str = "wb"):
+    """Yield a file open on a temporary beside ``path``; on normal exit it is flushed,
+    fsynced and renamed over ``path``. On any exception (a signal included) the temporary
+    is removed and ``path`` is untouched."""
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(21, "is a directory", str(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sweep_stale(path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_prefix(path.name), dir=path.parent)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())
+        with os.fdopen(fd, mode) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_directory(path.parent)
+
+
+def write_file(path, data) -> None:
+    """Replace ``path`` atomically with ``data`` (bytes or str)."""
+    with atomic_file(path, "wb") as fh:
+        fh.write(data.encode() if isinstance(data, str) else data)
 
 
 @contextmanager
@@ -23,8 +153,7 @@ def staged_directory(directory, marker: str, what: str):
     if directory.exists() and not (directory / marker).is_file() and \
             (not directory.is_dir() or any(directory.iterdir())):
         raise ConfigError(f"{directory}: exists and is not a {what}; refusing to overwrite it")
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
+    tmp = temporary_directory(directory)
     try:
         yield tmp
         _move_into_place(tmp, directory)
@@ -35,8 +164,9 @@ def staged_directory(directory, marker: str, what: str):
 def _move_into_place(tmp: Path, directory: Path) -> None:
     old = None
     if directory.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{directory.name}.old-", dir=directory.parent))
+        old = Path(tempfile.mkdtemp(prefix=_prefix(directory.name), dir=directory.parent))
         os.rename(directory, old / "set")
     os.rename(tmp, directory)
+    _fsync_directory(directory.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)

@@ -9,12 +9,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from dataclasses import fields
 from typing import Optional
 
 from . import __version__
 from .config import CHOICES, Config
 from .errors import ConfigError, GraphError
+from .launch import (PIPE_CLOSED, die_with_launcher, ignore_stop_signals, launched_rank, restore_signals,
+                     stop_on_signals, stop_signal)
 
 HELP = {
     "dataset": "dataset name (see 'gnnmesh datasets'), generator spec such as "
@@ -117,7 +120,7 @@ def config_from_args(args) -> Config:
 def cmd_train(args, argv) -> int:
     config = config_from_args(args)
     if args.print_config:
-        print(config.resolved().to_toml(), end="")
+        print(config.resolved().to_toml(defaults=config.model_defaults_used()), end="")
         return 0
     world = _world_from_env()
     if world is None and config.nproc > 1:
@@ -139,6 +142,8 @@ def _world_from_env():
 def cmd_datasets(args, argv) -> int:
     from . import datasets
     root = args.data_root or os.environ.get("GNNMESH_DATA")
+    if args.data_root and not os.path.isdir(args.data_root):
+        raise ConfigError(f"--data-root {args.data_root}: no such directory")
     rows = datasets.available(root)
     print(f"{'name':<16} {'nodes':>10} {'edges':>11} {'features':>9} {'classes':>8}  {'here':<5} description")
     for row in rows:
@@ -147,6 +152,8 @@ def cmd_datasets(args, argv) -> int:
               f"{_num(row.classes):>8}  {here:<5} {row.description}")
     if root is None:
         print("(no data root: pass --data-root or set GNNMESH_DATA to see which files are present)")
+    elif not os.path.isdir(root):
+        print(f"(the data root {root} from GNNMESH_DATA does not exist: no files are present)")
     return 0
 
 
@@ -165,33 +172,76 @@ def _num(value) -> str:
 
 
 def main(argv: Optional[list] = None) -> int:
+    """The program (``argv=None``: the command line's), or one command run in-process."""
+    program = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
-    if _world_from_env() is not None:  # a rank of a distributed job: record failures for the launcher
-        from torch.distributed.elastic.multiprocessing.errors import record
-        return record(_main)(argv)
-    return _main(argv)
+    die_with_launcher()
+    previous, formatwarning = stop_on_signals(), warnings.formatwarning
+    warnings.formatwarning = _one_line_warning
+    try:
+        if _world_from_env() is not None:  # a rank of a distributed job: record failures for the launcher
+            from torch.distributed.elastic.multiprocessing.errors import record
+            return record(_main)(argv)
+        return _main(argv)
+    except BaseException:
+        signum = stop_signal()
+        if signum is None:
+            raise
+        return _interrupted(128 + signum)
+    finally:
+        if program:
+            ignore_stop_signals()  # the process is ending: see ignore_stop_signals
+        else:
+            restore_signals(previous)
+            warnings.formatwarning = formatwarning
+
+
+def _interrupted(status: int) -> int:
+    world = _world_from_env()
+    if (world is None or world[0] == 0) and not launched_rank():  # the launcher speaks for its ranks
+        print("gnnmesh: interrupted", file=sys.stderr)
+    return status
+
+
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    text = str(message)
+    return f"gnnmesh: warning: {text[len('gnnmesh: '):] if text.startswith('gnnmesh: ') else text}\n"
 
 
 def _main(argv: list) -> int:
-    args = build_parser().parse_args(argv)
     commands = {"train": cmd_train, "datasets": cmd_datasets, "partition": cmd_partition,
                 "plan": cmd_plan}
     world = _world_from_env()
     speak = world is None or world[0] == 0  # in a job, rank 0 alone reports bad input
     try:
+        args = build_parser().parse_args(argv)  # imports torch: seconds in which to be interrupted
         return commands[args.command](args, argv)
     except (GraphError, ConfigError) as err:
         if speak:
             print(f"gnnmesh: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # stdout closed by its reader (e.g. '| head'): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush there
+        return PIPE_CLOSED
     except OSError as err:  # e.g. an unwritable --metrics or --checkpoint path
         where = f"{err.filename}: " if err.filename else ""
         if speak:
             print(f"gnnmesh: error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("gnnmesh: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM/SIGHUP (see gnnmesh.launch)
+        return _interrupted(getattr(err, "exit_status", 130))
+    except Exception as err:
+        if launched_rank() and _peer_lost(err):  # the launcher names the rank that failed first
+            return 1
+        raise
+
+
+def _peer_lost(err: Exception) -> bool:
+    """Whether ``err`` is a collective failing because another rank went away."""
+    text = str(err).lower()
+    return type(err).__name__ in ("DistBackendError", "DistNetworkError", "RuntimeError") and any(
+        phrase in text for phrase in ("connection closed by peer", "connection reset by peer",
+                                      "broken pipe", "socket closed", "timed out"))
 
 
 if __name__ == "__main__":

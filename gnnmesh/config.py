@@ -9,6 +9,7 @@ tables are only for reading, every key names one field.
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import typing
 from dataclasses import dataclass, field, fields
@@ -37,6 +38,53 @@ CHOICES = {
     "strategy": ("single", "partition", "tensor", "tensor-decoupled", "grid3d"),
     "partitioner": ("hp", "gp", "rp", "contiguous"),
 }
+
+
+# Seeds seed numpy as well as torch: numpy takes [0, 2**32).
+SEED_RANGE = (0, 2**32 - 1)
+
+
+class Range:
+    """The allowed values of a numeric field: ``low``/``high`` bounds (None: unbounded),
+    each inclusive unless named in ``open``. Every float must be finite as well."""
+
+    def __init__(self, low=None, high=None, open: str = ""):
+        self.low, self.high, self.open = low, high, open
+
+    def check(self, name: str, value) -> None:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"config field '{name}': must be a finite number, got {value}")
+        low_ok = self.low is None or (value > self.low if "low" in self.open else value >= self.low)
+        high_ok = self.high is None or (value < self.high if "high" in self.open else value <= self.high)
+        if not (low_ok and high_ok):
+            raise ConfigError(f"config field '{name}': must be {self}, got {value}")
+
+    def __str__(self) -> str:
+        if self.high is None:
+            return f"{'>' if 'low' in self.open else '>='} {self.low}"
+        left = "(" if "low" in self.open else "["
+        right = ")" if "high" in self.open else "]"
+        return f"in {left}{self.low}, {self.high}{right}"
+
+
+_COUNT, _NON_NEGATIVE, _FRACTION = Range(1), Range(0), Range(0.0, 1.0, open="high")
+RANGES = {
+    "hidden": _COUNT, "layers": _COUNT, "heads": _COUNT, "epochs": _COUNT, "nproc": _COUNT,
+    "eval_every": _COUNT, "log_every": _COUNT, "threads": _COUNT, "chunk_size": _COUNT, "blocks": _COUNT,
+    "dropout": _FRACTION, "attn_dropout": _FRACTION,
+    "k": _NON_NEGATIVE, "checkpoint_every": _NON_NEGATIVE, "lr": _NON_NEGATIVE,
+    "weight_decay": _NON_NEGATIVE, "epsilon": _NON_NEGATIVE,
+    "alpha": Range(0.0, 1.0),  # a teleport probability
+    "seed": Range(*SEED_RANGE),
+}
+
+
+def check_seed(seed, name: str = "seed") -> int:
+    """``seed`` if it is in SEED_RANGE, else a ConfigError naming ``name`` (a flag or field)."""
+    low, high = SEED_RANGE
+    if isinstance(seed, bool) or not isinstance(seed, int) or not low <= seed <= high:
+        raise ConfigError(f"{name} must be an integer in [{low}, {high}], got {seed!r}")
+    return seed
 
 
 def _section(name):
@@ -101,20 +149,10 @@ class Config:
                 raise ConfigError(f"config field '{f.name}': expected {base.__name__}, got {value!r}")
             if f.name in CHOICES and value not in CHOICES[f.name]:
                 raise ConfigError(f"config field '{f.name}': {value!r} is not one of {', '.join(CHOICES[f.name])}")
-        positive = ["layers", "heads", "epochs", "nproc", "eval_every", "log_every", "hidden", "threads",
-                    "chunk_size", "blocks"]
-        for name in positive:
+        for name, allowed in RANGES.items():
             value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ConfigError(f"config field '{name}': must be >= 1, got {value}")
-        for name in ("dropout", "attn_dropout"):
-            value = getattr(self, name)
-            if value is not None and not 0.0 <= value < 1.0:
-                raise ConfigError(f"config field '{name}': must be in [0, 1), got {value}")
-        for name in ("lr", "weight_decay", "alpha", "checkpoint_every", "k", "epsilon"):
-            value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ConfigError(f"config field '{name}': must be >= 0, got {value}")
+            if value is not None:
+                allowed.check(name, value)
         if self.checkpoint_every and not self.checkpoint:
             raise ConfigError("config field 'checkpoint_every' needs 'checkpoint' (a file path)")
         if self.strategy == "single" and self.nproc > 1 and not self.parts:
@@ -133,8 +171,7 @@ class Config:
     def resolved(self) -> "Config":
         """A copy with the model's defaults filled in for every unset hyper-parameter."""
         decoupled = self.decoupled or self.strategy == "tensor-decoupled"
-        defaults = MODEL_DEFAULTS["decoupled" if decoupled else self.model]
-        changes = {k: v for k, v in defaults.items() if getattr(self, k) is None}
+        changes = {k: v for k, v in self._model_defaults().items() if getattr(self, k) is None}
         if decoupled:  # tensor-decoupled trains the decoupled form of the model
             changes["decoupled"] = True
         return dataclasses.replace(self, **changes)
@@ -145,7 +182,17 @@ class Config:
             raise ConfigError(f"unknown config field(s): {', '.join(sorted(unknown))}")
         return dataclasses.replace(self, **changes)
 
-    def to_toml(self) -> str:
+    def model_defaults_used(self) -> set:
+        """The hyper-parameters left unset here, which ``resolved()`` takes from the model."""
+        return {name for name in self._model_defaults() if getattr(self, name) is None}
+
+    def _model_defaults(self) -> dict:
+        decoupled = self.decoupled or self.strategy == "tensor-decoupled"
+        return MODEL_DEFAULTS["decoupled" if decoupled else self.model]
+
+    def to_toml(self, defaults=()) -> str:
+        """TOML for this config. Fields named in ``defaults`` are written as comments: model
+        defaults, which a saved config must not pin (another --model takes its own)."""
         lines, section = [], None
         for f in fields(self):
             if f.metadata["section"] != section:
@@ -154,6 +201,8 @@ class Config:
             value = getattr(self, f.name)
             if value is None:
                 lines.append(f"# {f.name} = (unset)")
+            elif f.name in defaults:
+                lines.append(f"# {f.name} = {_toml_value(value)}  (the model's default)")
             else:
                 lines.append(f"{f.name} = {_toml_value(value)}")
         return "\n".join(lines) + "\n"
@@ -169,6 +218,8 @@ class Config:
                 raw = tomllib.load(fh)
         except FileNotFoundError:
             raise ConfigError(f"{path}: config file not found") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path}: not a TOML file (not UTF-8 text)") from None
         except tomllib.TOMLDecodeError as err:
             raise ConfigError(f"{path}: {err}") from None
         except OSError as err:

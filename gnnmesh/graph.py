@@ -64,6 +64,20 @@ class Adjacency:
         values = torch.from_numpy(mat.data.astype(np.float32)) if weighted else None
         return cls(indptr, indices, values, mat.shape)
 
+    # -- validation ----------------------------------------------------------------------
+    def check(self, where: str) -> "Adjacency":
+        """Raise GraphError (prefixed ``where``) unless this is a well-formed CSR matrix:
+        kernels index with these arrays unchecked, so a bad one would crash the process or
+        silently train on garbage. The structure's check is done once and shared."""
+        cache = self._structure_cache()
+        if not cache.get("checked"):
+            check_csr(self.indptr, self.indices, self.shape, where, canonical=True)
+            cache["checked"] = True
+        if self.values is not None and not self._cache.get("values_checked"):
+            check_weights(self.values, self.nnz, where, "values")
+            self._cache["values_checked"] = True
+        return self
+
     # -- views ---------------------------------------------------------------------------
     @property
     def nnz(self) -> int:
@@ -147,6 +161,7 @@ class Graph:
     VERTEX_FIELDS = ("x", "y", "train_mask", "val_mask", "test_mask")
 
     def __post_init__(self):
+        self.adj.check(self.name)  # every graph passes here, whatever its source
         if self.num_classes is None and self.y is not None and self.y.numel() \
                 and not self.y.is_floating_point():
             self.num_classes = int(self.y.max()) + 1
@@ -189,6 +204,8 @@ class Graph:
                 bad = np.argwhere(~np.isfinite(ei) | (ei != np.round(ei)))[0]
                 raise GraphError(f"{source}: edge {bad[1]} has a non-integer node id {ei[tuple(bad)]!r}")
             ei = ei.astype(np.int64)
+        if edge_weight is not None:
+            edge_weight = check_weights(edge_weight, ei.shape[1], source, "edge_weight")
         if num_nodes is None:
             num_nodes = int(ei.max()) + 1 if ei.size else 0
         if ei.size:
@@ -216,6 +233,7 @@ class Graph:
     def from_adjacency(cls, adj: Adjacency, *, directed: Optional[bool] = None, validate: bool = True,
                        source: str = "adjacency", **data) -> "Graph":
         """Wrap an Adjacency; ``directed=None`` infers it (a symmetric matrix is undirected)."""
+        adj.check(source)
         if directed is None:
             directed = not adj.is_symmetric()
         graph = cls(adj=adj, directed=bool(directed), **data)
@@ -228,8 +246,9 @@ class Graph:
         """Build from a ``torch_geometric.data.Data`` (edge_index, x, y, masks, edge_weight)."""
         fields = {k: getattr(data, k, None) for k in cls.VERTEX_FIELDS}
         weight = getattr(data, "edge_weight", None)
-        if weight is None and getattr(data, "edge_attr", None) is not None and data.edge_attr.dim() == 1:
-            weight = data.edge_attr
+        attr = getattr(data, "edge_attr", None)
+        if weight is None and attr is not None and (attr.dim() == 1 or tuple(attr.shape[1:]) == (1,)):
+            weight = attr  # one scalar per edge: a weight ([E] or [E, 1])
         return cls.from_edge_index(data.edge_index, data.num_nodes, edge_weight=weight,
                                    name=name, source=name, **fields, **kwargs)
 
@@ -301,6 +320,66 @@ class Graph:
         kind = "directed" if self.directed else "undirected"
         return (f"Graph({self.name!r}, nodes={self.num_nodes}, edges={self.num_edges}, {kind}, "
                 f"features={self.num_features}, classes={self.num_classes})")
+
+
+def check_csr(indptr, indices, shape, where: str, names=("indptr", "indices"),
+              canonical: bool = False) -> None:
+    """Raise GraphError (prefixed ``where``, naming the field) unless ``indptr``/``indices``
+    describe a CSR matrix of ``shape``: ``indptr`` starts at 0, never decreases and ends at
+    ``len(indices)``; every column id is in range. ``canonical``: also sorted and unique
+    within each row."""
+    where = where + ": " if where else ""
+    ptr, idx = _as_numpy(indptr), _as_numpy(indices)
+    rows, cols = int(shape[0]), int(shape[1])
+    for name, arr in zip(names, (ptr, idx)):
+        if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
+            raise GraphError(where + f"field '{name}' must be a 1-D integer array, got "
+                             f"{arr.dtype} of shape {list(arr.shape)}")
+    if ptr.shape[0] != rows + 1:
+        raise GraphError(where + f"field '{names[0]}' has {ptr.shape[0]} entries, expected {rows + 1} "
+                         f"(rows + 1)")
+    if ptr[0] != 0 or ptr[-1] != idx.shape[0]:
+        raise GraphError(where + f"field '{names[0]}' must run from 0 to {idx.shape[0]} (the number of "
+                         f"entries), got {ptr[0]} .. {ptr[-1]}")
+    drops = np.flatnonzero(ptr[1:] < ptr[:-1])
+    if drops.size:
+        row = int(drops[0])
+        raise GraphError(where + f"field '{names[0]}' decreases at row {row} ({ptr[row]} then "
+                         f"{ptr[row + 1]})")
+    if idx.size:
+        bad = np.flatnonzero((idx < 0) | (idx >= cols))
+        if bad.size:
+            e = int(bad[0])
+            raise GraphError(where + f"field '{names[1]}' has column id {idx[e]} at entry {e}, out of "
+                             f"range for {cols} columns")
+    if canonical and idx.size > 1:
+        row_start = np.zeros(idx.shape[0], dtype=bool)
+        row_start[ptr[:-1][ptr[:-1] < idx.shape[0]]] = True
+        bad = np.flatnonzero((idx[1:] <= idx[:-1]) & ~row_start[1:])
+        if bad.size:
+            e = int(bad[0]) + 1
+            row = int(np.searchsorted(ptr, e, side="right")) - 1
+            raise GraphError(where + f"field '{names[1]}' is not sorted and unique within row {row} "
+                             f"(entry {e})")
+
+
+def check_weights(weights, count: int, where: str, name: str = "edge_weight") -> np.ndarray:
+    """``weights`` as a 1-D float array of ``count`` finite values ([E, 1] is taken as [E]);
+    GraphError naming ``name`` otherwise."""
+    where = where + ": " if where else ""
+    w = _as_numpy(weights)
+    if w.ndim == 2 and w.shape[1] == 1:
+        w = w[:, 0]
+    if w.ndim != 1 or w.shape[0] != count:
+        raise GraphError(where + f"field '{name}' has shape {list(w.shape)}, expected [{count}] "
+                         f"(one weight per edge)")
+    if w.size and not (np.issubdtype(w.dtype, np.floating) or np.issubdtype(w.dtype, np.integer)):
+        raise GraphError(where + f"field '{name}' must hold numbers, got {w.dtype}")
+    if np.issubdtype(w.dtype, np.floating):
+        bad = np.flatnonzero(~np.isfinite(w))
+        if bad.size:
+            raise GraphError(where + f"field '{name}' has a non-finite value {w[bad[0]]} at edge {bad[0]}")
+    return w
 
 
 def _as_numpy(a) -> np.ndarray:

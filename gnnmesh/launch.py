@@ -1,17 +1,120 @@
-"""Start N local ranks through torch's elastic launcher (what ``torchrun`` uses).
+"""Start N local ranks through torch's elastic launcher (what ``torchrun`` uses), and the
+signal and child-process policy of every gnnmesh process.
 
 ``gnnmesh train --nproc 4 ...`` re-runs the same command line in 4 worker processes with
 the usual torchrun environment (RANK, WORLD_SIZE, MASTER_ADDR/PORT, ...), rendezvousing on
 a free localhost port. Under ``torchrun`` or Slurm (``srun torchrun ...``) that environment
 is already there and no launcher runs: the same code path trains as one rank.
+
+The policy:
+
+* SIGINT, SIGTERM and SIGHUP raise ``Interrupted`` where the program is, so cleanup runs
+  (temporary files are removed) and the process exits 128 + the signal number after one
+  line, ``gnnmesh: interrupted``, whatever the cleanup raised. Later signals during that
+  cleanup are ignored.
+* The launcher passes the signal on to its ranks and waits for them; the ranks exit
+  quietly and the launcher alone prints the line.
+* A rank dies with its launcher, however the launcher dies (kill -9 included): the kernel
+  sends it SIGKILL when its parent goes (Linux ``PR_SET_PDEATHSIG``; elsewhere a watcher
+  thread polls the parent). Ranks run in their own session, so nothing else would.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
+import select
+import signal
 import sys
+import threading
+import time
 import uuid
+
+LAUNCHER_ENV = "GNNMESH_LAUNCHER_PID"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+PIPE_CLOSED = 128 + signal.SIGPIPE  # stdout was closed (e.g. piped into 'head'): end quietly
+_PR_SET_PDEATHSIG = 1
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop signal arrived; ``signum`` says which."""
+
+    def __init__(self, signum: int = signal.SIGINT):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = int(signum)
+
+    @property
+    def exit_status(self) -> int:
+        return 128 + self.signum
+
+
+_received: list = []
+
+
+def _raise_interrupted(signum, frame):
+    ignore_stop_signals()  # the cleanup the exception starts is not interrupted in turn
+    _received.append(signum)
+    raise Interrupted(signum)
+
+
+def stop_signal():
+    """The stop signal this process received, if any: whatever fails after it (an import
+    cut short, say) is part of stopping, not an error to report."""
+    return _received[0] if _received else None
+
+
+def ignore_stop_signals() -> None:
+    """Also once the work is done: Python restores the default action (death by the signal)
+    while it shuts down, which would turn a finished run's status into a signal's."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def stop_on_signals() -> dict:
+    """Make SIGINT, SIGTERM and SIGHUP raise ``Interrupted`` (main thread only); return the
+    handlers replaced, for ``restore_signals``."""
+    _received.clear()
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.signal(sig, _raise_interrupted) for sig in STOP_SIGNALS}
+
+
+def restore_signals(previous: dict) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+
+
+def launched_rank() -> bool:
+    """Whether this process is a rank started by ``launch`` (which reports for it)."""
+    return LAUNCHER_ENV in os.environ and "RANK" in os.environ
+
+
+def die_with_launcher() -> None:
+    """In a rank started by ``launch``: make sure this process ends when the launcher does."""
+    if not launched_rank():
+        return
+    launcher = int(os.environ[LAUNCHER_ENV])
+    if not _parent_death_signal(signal.SIGKILL):
+        threading.Thread(target=_watch_parent, args=(launcher,), daemon=True).start()
+    if os.getppid() != launcher:  # the launcher died before the signal was armed
+        os._exit(128 + signal.SIGKILL)
+
+
+def _parent_death_signal(sig: int) -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_parent(launcher: int) -> None:
+    while os.getppid() == launcher:
+        time.sleep(0.5)
+    os._exit(128 + signal.SIGKILL)
 
 
 def ranks_share_cores(local_world_size: int) -> int:
@@ -23,26 +126,53 @@ def launch(argv: list, nproc: int) -> int:
     """Run ``python -m gnnmesh <argv>`` as ``nproc`` ranks; return the exit status.
 
     When a rank fails the launcher stops the others and reports which rank failed. Ranks
-    that stop on bad input (exit status 2) have already printed the one-line error."""
+    that stop on bad input (exit status 2) have already printed the one-line error. A stop
+    signal is passed on to the ranks and raised here as ``Interrupted``."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
+    _silence_elastic_logs()
     os.environ.setdefault("OMP_NUM_THREADS", str(ranks_share_cores(nproc)))
+    os.environ[LAUNCHER_ENV] = str(os.getpid())
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=uuid.uuid4().hex,
                           rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0,
                           monitor_interval=0.1)
     try:
         elastic_launch(config, sys.executable)("-m", "gnnmesh", *argv)
+    except SignalException as err:  # torch's handler, while the ranks run: they have stopped
+        ignore_stop_signals()
+        raise Interrupted(err.sigval) from None
     except ChildFailedError as err:
         if any(f.exitcode == 2 for f in err.failures.values()):
             return 2  # bad input: rank 0 has printed the one-line error
+        if _stdout_closed():  # rank 0 stopped on it; a peer may have failed first, on rank 0's exit
+            return PIPE_CLOSED
         rank, first = err.get_first_failure()
         detail = _failure_text(first)
         print(f"gnnmesh: error: rank {rank} failed (exit code {first.exitcode}){': ' + detail if detail else ''}",
               file=sys.stderr)
         return 1
     return 0
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (poll reports an error on it)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no poll, or no real stdout
+        return False
+
+
+def _silence_elastic_logs() -> None:
+    # torch gives each elastic module a logger with its own level, so the parent's is not enough
+    import torch.distributed.elastic.agent.server.api  # noqa: F401  (creates the loggers)
+    import torch.distributed.launcher.api  # noqa: F401
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith(("torch.distributed.elastic", "torch.distributed.launcher")):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def _failure_text(failure) -> str:

@@ -190,12 +190,22 @@ def _parse_chunk(chunk: bytes, lines_before: int, state: _State):
     lines = data_lines.astype(np.int64) + (lines_before + 1)
     k = min(int_columns, ncols)
     ints = values[:, :k]
-    if ints.dtype != np.int64:
-        bad = ~np.isfinite(ints) | (ints != np.round(ints))
-        if bad.any():
-            row, col = (int(v) for v in np.argwhere(bad)[0])
+    if ints.dtype == np.int64:  # the parser saturates an id beyond 64 bits to the extreme value
+        limit = np.iinfo(np.int64)
+        for row, col in np.argwhere((ints == limit.max) | (ints == limit.min)):
             token = line_tokens(int(data_lines[row]))[col].decode("utf-8", "replace")
-            raise GraphError(f"{source} line {lines[row]}: non-integer {names[col]} '{token}'")
+            if token.lstrip("+") != str(ints[row, col]):
+                raise GraphError(f"{source} line {lines[row]}: {names[col]} too large (beyond 64-bit "
+                                 f"integers) '{token}'")
+    else:
+        checks = ((~np.isfinite(ints) | (ints != np.round(ints)), "non-integer {}"),
+                  # read as floats, integers are exact only below 2**53
+                  (np.abs(ints) >= _EXACT_FLOAT_INT, "{} too large to read exactly (2**53 or more)"))
+        for bad, problem in checks:
+            if bad.any():
+                row, col = (int(v) for v in np.argwhere(bad)[0])
+                token = line_tokens(int(data_lines[row]))[col].decode("utf-8", "replace")
+                raise GraphError(f"{source} line {lines[row]}: {problem.format(names[col])} '{token}'")
         ints = ints.astype(np.int64)
     floats = None
     if ncols > k:
@@ -206,6 +216,9 @@ def _parse_chunk(chunk: bytes, lines_before: int, state: _State):
             token = line_tokens(int(data_lines[row]))[k + col].decode("utf-8", "replace")
             raise GraphError(f"{source} line {lines[row]}: non-finite {names[k + col]} '{token}'")
     return np.ascontiguousarray(ints), floats, lines
+
+
+_EXACT_FLOAT_INT = 2**53
 
 
 def _fast_numbers(text: bytes, expected: int) -> Optional[np.ndarray]:

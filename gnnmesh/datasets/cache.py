@@ -25,7 +25,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Optional
@@ -33,6 +32,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from ..atomic import sweep_stale, temporary_directory
 from ..graph import Adjacency, Graph
 from ._build import sparse_csr
 
@@ -76,8 +76,7 @@ def save(graph: Graph, path: Path) -> bool:
     path = Path(path)
     tmp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{path.name}-", dir=path.parent))
+        tmp = temporary_directory(path)
         info = _write_arrays(graph, tmp)
         with open(tmp / "graph.json", "w") as fh:
             json.dump(info, fh, default=_json_default)
@@ -141,18 +140,21 @@ def _write_arrays(graph: Graph, out: Path) -> dict:
 
 
 def load(path: Path) -> Optional[Graph]:
-    """The cached graph, or None when there is no complete, readable entry at ``path``."""
+    """The cached graph, or None when there is no complete, readable entry at ``path``.
+    A damaged entry (a file missing or corrupt, arrays that do not form a valid graph) is
+    removed, so that the caller's rebuild can take its place."""
     path = Path(path)
+    sweep_stale(path.parent)  # a writer killed after another one completed the entry left these
+    if not (path / "graph.json").is_file():  # graph.json is written last: no entry (yet)
+        return None
     try:
         with open(path / "graph.json") as fh:
             info = json.load(fh)
         if info.get("format") != FORMAT_VERSION:  # cannot happen via entry_dir's key
             raise ValueError(f"format {info.get('format')}, expected {FORMAT_VERSION}")
         return _read(path, info)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
     except (OSError, ValueError, KeyError, TypeError) as exc:  # damaged entry: rebuild it
-        warnings.warn(f"gnnmesh: ignoring unreadable cache entry {path}: {exc}", stacklevel=3)
+        warnings.warn(f"ignoring unreadable cache entry {path} (rebuilding it): {exc}", stacklevel=3)
         shutil.rmtree(path, ignore_errors=True)
         return None
 

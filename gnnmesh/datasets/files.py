@@ -24,7 +24,7 @@ import scipy.sparse as sp
 import torch
 
 from ..errors import GraphError
-from ..graph import Graph
+from ..graph import Graph, check_csr
 from ._build import MASKS, adjacency_from_edges, random_split
 from ._io import read_bytes, read_raw
 from ._text import parse_table
@@ -111,6 +111,24 @@ def _check_ids(table, ids: np.ndarray, n, base: int, names=("node id", "node id"
                            f"(ids {base}..{n - 1 + base})")
 
 
+# Ids are node numbers: a graph has max id + 1 nodes. Far more nodes than the edges could
+# touch means the ids are labels (hashes, user ids), which would allocate by the largest.
+_SPARSE_IDS_MIN_NODES = 1 << 20
+_SPARSE_IDS_FACTOR = 16
+
+
+def _node_count(table, ids: np.ndarray, base: int) -> int:
+    n = int(ids.max()) + 1
+    touched = 2 * len(table)  # at most this many distinct ids
+    if n > _SPARSE_IDS_MIN_NODES and n > _SPARSE_IDS_FACTOR * touched:
+        distinct = np.unique(ids).shape[0]
+        row = int(np.argwhere(ids == n - 1)[0][0])
+        raise table.error(row, f"node id {n - 1 + base} would make a graph of {n:,} nodes for "
+                               f"{distinct:,} distinct ids; renumber the nodes 0..{distinct - 1} "
+                               f"(or pass num_nodes)")
+    return n
+
+
 def load_edge_list(path: Path, *, directed=None, num_nodes=None, index_base=0, weighted=True,
                    remove_self_loops=False, one_based_note=None):
     """SNAP-style edge list: ``src dst [weight]`` per line, separated by whitespace or
@@ -123,7 +141,7 @@ def load_edge_list(path: Path, *, directed=None, num_nodes=None, index_base=0, w
         raise GraphError(f"{path}: no edges (only comments, headers or blank lines)")
     ids = table.ints - index_base
     _check_ids(table, ids, num_nodes, index_base)
-    n = int(num_nodes) if num_nodes is not None else int(ids.max()) + 1
+    n = int(num_nodes) if num_nodes is not None else _node_count(table, ids, index_base)
     weights = table.floats[:, 0] if (table.floats is not None and weighted) else None
     meta = {"source_file": str(path), "file_edges": len(table)}
     if one_based_note:
@@ -246,6 +264,12 @@ def _npz_field(z, key, path):
 def _npz_csr(z, prefix, path):
     keys = [f"{prefix}_{k}" for k in ("data", "indices", "indptr", "shape")]
     data, indices, indptr, shape = (_npz_field(z, k, path) for k in keys)
+    if shape.ndim != 1 or shape.shape[0] != 2 or not np.issubdtype(shape.dtype, np.integer) or shape.min() < 0:
+        raise GraphError(f"{path}: field '{prefix}_shape' must be two non-negative integers, got {shape.tolist()}")
+    check_csr(indptr, indices, shape, str(path), names=keys[2:0:-1])
+    if data.shape != indices.shape:
+        raise GraphError(f"{path}: field '{prefix}_data' has shape {list(data.shape)}, expected "
+                         f"[{indices.shape[0]}] (one value per entry)")
     try:
         return sp.csr_matrix((data, indices, indptr), shape=tuple(int(s) for s in shape))
     except (ValueError, TypeError) as exc:

@@ -36,7 +36,7 @@ SBM_OPTIONS = {
     "p_in_ratio": Option(10.0, float, "p_in / p_out: how much likelier an edge is inside a class"),
     "feature_noise": Option(4.0, float, "std of the gaussian noise added to the class means "
                                         "(means are standard normal vectors)"),
-    "seed": Option(0, int, "random seed"),
+    "seed": Option(0, int, "random seed", seed=True),
     **SPLIT,
 }
 
@@ -51,7 +51,7 @@ RMAT_OPTIONS = {
     "c": Option(0.19, float, "R-MAT quadrant probability c (d = 1 - a - b - c)"),
     "features": Option(128, int, "feature dimension (random float32)"),
     "classes": Option(10, int, "number of (random) classes"),
-    "seed": Option(0, int, "random seed"),
+    "seed": Option(0, int, "random seed", seed=True),
     "undirected": Option(False, bool, "store every edge in both directions"),
     "permute": Option(True, bool, "shuffle vertex ids, as Graph500 does, so ids carry no "
                                   "degree information"),

@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
+from ..config import check_seed
 from ..errors import GraphError
 
 _TRUE = {"true", "yes", "on", "1"}
@@ -23,6 +24,7 @@ class Option:
     help: str
     optional: bool = False           # None is allowed
     choices: Optional[Sequence] = None
+    seed: bool = False               # a random seed: in the one range seeds have everywhere
 
     def describe(self) -> str:
         kind = "|".join(map(str, self.choices)) if self.choices else self.type.__name__
@@ -46,6 +48,8 @@ class Option:
         if self.choices is not None and value not in self.choices:
             raise GraphError(f"{where}: option '{key}' must be one of "
                              f"{', '.join(map(str, self.choices))}; got {value!r}")
+        if self.seed:
+            check_seed(value, f"{where}: option '{key}'")
         return value
 
     def _from_text(self, text: str, bad: GraphError):
@@ -88,7 +92,7 @@ class Option:
 COMMON = {
     # Every dataset accepts 'seed' so a trainer can pass its seed blindly: it seeds the
     # generators and is the default split_seed; datasets with a fixed split ignore it.
-    "seed": Option(0, int, "random seed: generators' seed and the default split_seed"),
+    "seed": Option(0, int, "random seed: generators' seed and the default split_seed", seed=True),
     "cache": Option(True, bool, "read/write the on-disk cache of processed graphs"),
     "cache_dir": Option(None, str, "cache directory (else $GNNMESH_CACHE, else ~/.cache/gnnmesh)",
                         optional=True),
@@ -97,7 +101,7 @@ COMMON = {
 }
 SPLIT = {
     "split_seed": Option(None, int, "seed of the random train/val/test split (default: seed)",
-                         optional=True),
+                         optional=True, seed=True),
     "train_frac": Option(0.6, float, "fraction of (each class's) nodes for training"),
     "val_frac": Option(0.2, float, "fraction for validation; the rest is the test set"),
 }

@@ -198,6 +198,14 @@ def dataset_options(name: str) -> dict:
     return {k: o.describe() for k, o in {**COMMON, **declared}.items()}
 
 
+def _file_spec(text: str) -> tuple[str, dict]:
+    """A file path and its options, split at the last ':' (a path may contain ':' too)."""
+    path, _, options = text.rpartition(":")
+    if "=" in options and "/" not in options:
+        return path, parse_spec(":" + options)[1]
+    return parse_spec(text)
+
+
 def _resolve_target(text: str, root) -> tuple[Optional[Dataset], dict, Optional[Path]]:
     head, sep, _ = text.partition(":")
     dataset = _lookup(head)
@@ -206,7 +214,7 @@ def _resolve_target(text: str, root) -> tuple[Optional[Dataset], dict, Optional[
         return dataset, spec, None
     spec: dict = {}
     if sep and "=" in text and not Path(text).expanduser().exists():
-        text, spec = parse_spec(text)  # 'edges.txt:directed=false'
+        text, spec = _file_spec(text)  # 'edges.txt:directed=false'
     path = Path(text).expanduser()
     base = _data_root(root)
     candidates = [path] + ([base / path] if base is not None and not path.is_absolute() else [])

@@ -10,6 +10,7 @@ import os
 from dataclasses import asdict
 from typing import Optional
 
+from ..atomic import write_file
 from ..errors import ConfigError
 from .model import (AXES, GPU_NETWORK, GPU_RATES, RANK_ORDER, WORLD, ComputeRates, Network, SpMM,
                     Workload, rank_grids, rank_orders)
@@ -72,8 +73,7 @@ def run(args) -> int:
     name, work = workload(args)
     rates, network = machine(args)
     if args.save_rates:
-        with open(args.save_rates, "w") as f:
-            json.dump({"compute": asdict(rates), "network": asdict(network)}, f, indent=2)
+        write_file(args.save_rates, json.dumps({"compute": asdict(rates), "network": asdict(network)}, indent=2))
     per_node = min(args.per_node or args.nproc, args.nproc)
     ranked = rank_grids(work, args.nproc, rates, network, per_node, args.order)
     for line in header(name, work, args.nproc, per_node, args.order, rates, network):
@@ -83,6 +83,9 @@ def run(args) -> int:
     return 0
 
 
+MAX_RANKS = 1 << 20
+
+
 def _check(args) -> None:
     positive = {"--nproc": args.nproc, "--gpus-per-node": args.per_node, "--nodes": args.nodes,
                 "--features": args.features, "--hidden": args.hidden, "--classes": args.classes,
@@ -90,6 +93,8 @@ def _check(args) -> None:
     for flag, value in positive.items():
         if value is not None and value < 1:
             raise ConfigError(f"{flag} must be >= 1, got {value}")
+    if args.nproc > MAX_RANKS:  # ranking every grid of more would take minutes and gigabytes
+        raise ConfigError(f"--nproc must be at most {MAX_RANKS:,}, got {args.nproc:,}")
     for flag, value in {"--intra-bw": args.intra_bw, "--inter-bw": args.inter_bw}.items():
         if value is not None and not value > 0:
             raise ConfigError(f"{flag} must be > 0 GB/s, got {value}")

@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 
+from ..config import check_seed
 from ..errors import ConfigError, GraphError
 from .base import Partition, as_adjacency, check_method, check_parts, fill_empty_parts, graph_key
 from .methods import PARTITIONERS, hp_preset
@@ -31,7 +32,7 @@ def partition(graph, parts: int, method: str = "hp", *, epsilon: float = 0.01, s
     check_method(method)
     adj = as_adjacency(graph)
     parts = check_parts(parts, adj.shape[0])
-    epsilon, seed = float(epsilon), int(seed)
+    epsilon, seed = float(epsilon), check_seed(int(seed))
     if not epsilon >= 0:
         raise ConfigError(f"epsilon must be a non-negative number, got {epsilon}")
     preset = hp_preset() if method == "hp" else None

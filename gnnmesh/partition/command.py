@@ -52,10 +52,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     from .. import datasets
+    from ..config import check_seed
     from ..errors import ConfigError
     from .api import partition
     from .quality import quality
 
+    check_seed(args.seed, "--seed")
     if args.method in GRID_METHODS:
         return run_grid(args)
     if args.method in LAYOUT_METHODS:

@@ -32,6 +32,15 @@ def main(folder: str) -> None:
     np.save(f"{folder}/output.npy", np.asarray(hg.partition(context).get_partition(), dtype=np.int64))
 
 
+def die_with_parent() -> None:
+    """A killed parent (kill -9) cannot kill us: let Linux do it (PR_SET_PDEATHSIG = 1)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+        ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)
+
+
 if __name__ == "__main__":
+    die_with_parent()
     sys.path.pop(0)  # this file's folder: gnnmesh's module names must not shadow other imports
     main(sys.argv[1])

@@ -2,7 +2,7 @@
 holding the assignment, with a ``.json`` beside it describing it (graph key, parameters,
 partitioning time).
 
-Both files are written under a temporary name and renamed into place, the ``.json`` last:
+Both files are written atomically (``gnnmesh.atomic``), the ``.json`` last:
 an entry without its ``.json`` is incomplete and ignored by the cache, so readers never
 see a half-written partition and concurrent ranks writing the same entry cannot corrupt it.
 """
@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
+from ..atomic import atomic_file, write_file
 from ..datasets.cache import default_dir
 from ..errors import GraphError
 from .base import METHOD_VERSIONS, Partition, as_adjacency, graph_key
@@ -46,25 +46,13 @@ def save_partition(part: Partition, path) -> bool:
     if part.preset is not None:
         meta["preset"] = part.preset
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(path, lambda fh: np.save(fh, np.asarray(part.assignment), allow_pickle=False))
-        _atomic_write(path.with_suffix(".json"), lambda fh: fh.write(json.dumps(meta, indent=1).encode()))
+        with atomic_file(path) as fh:
+            np.save(fh, np.asarray(part.assignment), allow_pickle=False)
+        write_file(path.with_suffix(".json"), json.dumps(meta, indent=1))
         return True
     except OSError as exc:
         warnings.warn(f"gnnmesh: could not store the partition at {path}: {exc}", stacklevel=3)
         return False
-
-
-def _atomic_write(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def is_current(path, method: str, preset: Optional[str] = None) -> bool:

@@ -1,44 +1,19 @@
-"""Checkpoints written atomically: a temporary file in the same directory, then a rename,
-so a crash mid-write never leaves a truncated checkpoint behind."""
+"""Checkpoints, written atomically (see ``gnnmesh.atomic``): a crash or a signal mid-write
+never leaves a truncated checkpoint behind, nor (after the next run) a temporary file."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import torch
 
+from ..atomic import atomic_file
 from ..errors import ConfigError
 
 
 def save(path, state: dict) -> None:
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot write the checkpoint ({err.strerror or err})") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(state, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def check_writable(path) -> None:
-    """Fail before training, not after hours of it, when the checkpoint cannot be written."""
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot write the checkpoint ({err.strerror or err})") from None
-    if not os.access(path.parent, os.W_OK):
-        raise ConfigError(f"{path}: cannot write the checkpoint (directory not writable)")
+    with atomic_file(path) as fh:  # an OSError (disk full) reaches the CLI, which names the file
+        torch.save(state, fh)
 
 
 def load(path) -> dict:

@@ -8,16 +8,15 @@ local vertex rows), reduces counts across ranks and keeps gradients in sync.
 from __future__ import annotations
 
 import copy
-import json
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
 
-from .. import memory
+from .. import comm, memory
 from ..config import Config
 from ..datasets import structural_features
 from ..errors import ConfigError
@@ -25,7 +24,9 @@ from ..graph import Graph
 from ..models import build_model
 from ..ops import profile
 from ..parallel import Strategy, build_strategy
+from ..atomic import check_writable
 from . import checkpoint
+from .metrics import MetricsFile, to_json
 
 
 @dataclass
@@ -46,7 +47,7 @@ class EpochResult:
     def to_json(self) -> str:
         record = asdict(self)
         record.update(record.pop("extra"))
-        return json.dumps(record)
+        return to_json(record)
 
 
 @dataclass
@@ -87,6 +88,9 @@ class Trainer:
         self.config = config.resolved()
         self.device = resolve_device(self.config.device)
         self.strategy = strategy or build_strategy(self.config, self.device)
+        if self.config.nproc > self.strategy.world_size:
+            raise ConfigError(f"config field 'nproc': {self.config.nproc} ranks requested but this is one "
+                              f"process; start them with 'gnnmesh train --nproc {self.config.nproc}' or torchrun")
         profile.sync_cuda["on"] = self.device.type == "cuda"
         if isinstance(data, Graph):
             x = _features(data)
@@ -187,14 +191,15 @@ class Trainer:
         cfg = self.config
         if cfg.resume:
             self.restore(checkpoint.load(cfg.checkpoint))
-        if cfg.checkpoint and self.strategy.rank == 0:
-            checkpoint.check_writable(cfg.checkpoint)
-        metrics = _MetricsFile(cfg.metrics, self.epoch) if cfg.metrics and self.strategy.rank == 0 else None
+            if self.epoch > cfg.epochs:
+                warnings.warn(f"{cfg.checkpoint}: the checkpoint is at epoch {self.epoch}, past --epochs "
+                              f"{cfg.epochs}; nothing to train")
+        metrics = self._agreed_on_rank0(self._open_outputs)
         try:
             while self.epoch < cfg.epochs:
                 result = self.run_epoch()
                 if metrics:
-                    metrics.write(result)
+                    metrics.write(result.to_json())
                 if on_epoch:
                     on_epoch(result)
                 if cfg.checkpoint_every and self.epoch % cfg.checkpoint_every == 0 and self.strategy.rank == 0:
@@ -209,6 +214,20 @@ class Trainer:
                        self.history[-1].loss if self.history else float("nan"), sum(times),
                        sum(times) / max(len(times), 1), self.history,
                        memory.of(self.history[-1].extra) if self.history else {})
+
+    def _open_outputs(self) -> Optional[MetricsFile]:
+        """Check the checkpoint path and open the metrics file (rank 0 writes both)."""
+        cfg = self.config
+        if cfg.checkpoint:
+            check_writable(cfg.checkpoint, "checkpoint")
+        return MetricsFile(cfg.metrics, self.epoch) if cfg.metrics else None
+
+    def _agreed_on_rank0(self, fn):
+        """``fn()`` on rank 0; its bad-input error stops every rank alike, before training,
+        so that peers do not fail later on a vanished rank 0 with tracebacks of their own."""
+        if self.strategy.world_size == 1:
+            return fn()
+        return comm.agreed(fn if self.strategy.rank == 0 else (lambda: None))
 
 
 def _features(graph: Graph) -> torch.Tensor:
@@ -226,32 +245,6 @@ def _features(graph: Graph) -> torch.Tensor:
 # Settings that change the numbers a run produces; a checkpoint resumes only under the same ones.
 _RESULT_FIELDS = ("dataset", "reorder", "model", "decoupled", "hidden", "layers", "dropout", "heads", "attn_dropout",
                   "k", "alpha", "lr", "weight_decay", "seed")
-
-
-class _MetricsFile:
-    """One JSON object per line per epoch. On resume, lines past the checkpoint are dropped so
-    the file reads like one uninterrupted run."""
-
-    def __init__(self, path, start_epoch: int):
-        path = Path(path)
-        kept = []
-        try:
-            if start_epoch and path.exists():
-                kept = [line for line in path.read_text().splitlines()
-                        if line.strip() and json.loads(line)["epoch"] <= start_epoch]
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.fh = open(path, "w")
-        except OSError as err:
-            raise ConfigError(f"{path}: cannot write the metrics file ({err.strerror or err})") from None
-        for line in kept:
-            self.fh.write(line + "\n")
-
-    def write(self, result: EpochResult):
-        self.fh.write(result.to_json() + "\n")
-        self.fh.flush()
-
-    def close(self):
-        self.fh.close()
 
 
 def train(config: Config, data, **kwargs) -> Summary:

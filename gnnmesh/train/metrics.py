@@ -1,0 +1,84 @@
+"""The per-epoch metrics file: one strict-JSON object per line (non-finite numbers are
+written as ``null``).
+
+On resume the lines past the checkpoint are dropped so the file reads like one
+uninterrupted run. That rewrite is atomic (``gnnmesh.atomic``): a kill at any instant
+leaves every line up to the checkpoint. A torn last line, which is what a crash during
+an append leaves, is dropped with a warning; any other unreadable line is bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+
+from ..atomic import check_writable, write_file
+from ..errors import ConfigError
+
+
+def to_json(record: dict) -> str:
+    return json.dumps(_finite(record), allow_nan=False)
+
+
+def _finite(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def kept_lines(path: Path, last_epoch: int) -> list:
+    """The lines of ``path`` for epochs up to ``last_epoch``."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: cannot read the metrics file to resume it ({_reason(err)})") from None
+    lines = text.split("\n")
+    kept = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            if number == len(lines):  # no newline after it: an append cut short
+                warnings.warn(f"{path} line {number}: dropping a torn last line (an interrupted write)")
+                continue
+            raise ConfigError(f"{path} line {number}: not a JSON metrics record") from None
+        if not isinstance(record, dict) or not isinstance(record.get("epoch"), int):
+            raise ConfigError(f"{path} line {number}: not a metrics record (a JSON object with an 'epoch')")
+        if record["epoch"] <= last_epoch:
+            kept.append(line)
+    return kept
+
+
+def _reason(err) -> str:
+    return "not UTF-8 text" if isinstance(err, UnicodeDecodeError) else (err.strerror or str(err))
+
+
+class MetricsFile:
+    """Appends one line per epoch, flushed, after the lines kept from ``start_epoch``."""
+
+    def __init__(self, path, start_epoch: int):
+        path = Path(path)
+        check_writable(path, "metrics file")
+        kept = kept_lines(path, start_epoch) if start_epoch else []
+        try:
+            write_file(path, "".join(line + "\n" for line in kept))
+            self.fh = open(path, "a", encoding="utf-8")
+        except OSError as err:
+            raise ConfigError(f"{path}: cannot write the metrics file ({err.strerror or err})") from None
+
+    def write(self, line: str) -> None:
+        self.fh.write(line + "\n")
+        self.fh.flush()
+
+    def close(self) -> None:
+        self.fh.close()
