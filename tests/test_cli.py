@@ -25,8 +25,9 @@ def one_error_line(result, *fragments):
 
 def test_train_cora_reaches_accuracy(data_root, tmp_path):
     metrics = tmp_path / "m.jsonl"
+    # one thread: on a busy 2-core machine torch's two spin-waiting threads ran ~20x slower
     result = gnnmesh("train", "--dataset", "cora", "--model", "gcn", "--epochs", "200",
-                     "--metrics", str(metrics), data_root=data_root)
+                     "--threads", "1", "--metrics", str(metrics), data_root=data_root)
     assert result.returncode == 0, result.stderr
     assert "epoch  200" in result.stdout and "done:" in result.stdout
     assert "memory: peak" in result.stdout and "; peak memory" in result.stdout.split("done:")[1]

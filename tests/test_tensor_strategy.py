@@ -61,6 +61,11 @@ def test_every_model_and_schedule_matches_single_process(reference, world):
                                      f"rank {rank} of {world}: {err}") from None
 
 
+def _rank_traffic_all(rank, world, chunk):
+    return {(decoupled, k): _rank_traffic(rank, world, decoupled, k, chunk)
+            for decoupled, k in ((False, 3), (True, 2), (True, 5))}
+
+
 def _rank_traffic(rank, world, decoupled, k, chunk):
     graph = make_graph()
     # two epochs, the second one evaluated (eval_every > epochs: only the last one is)
@@ -80,11 +85,12 @@ def test_layout_bytes_and_rounds_equal_the_prediction(chunk):
     aggregates h W (width 3, forward and backward). Decoupled: the 3-wide MLP output is split
     once and gathered once per pass, whatever k is. Chunking moves the same bytes."""
     for world in (3, 4):
-        naive, predicted = run_ranks(_rank_traffic, world, False, 3, chunk, timeout=120)[0]
+        runs = run_ranks(_rank_traffic_all, world, chunk, timeout=180)[0]  # one launch per world
+        naive, predicted = runs[False, 3]
         assert [e["layout_bytes"] for e in naive] == [predicted["naive"], predicted["naive_eval"]]
         assert [e["layout_rounds"] for e in naive] == [2 + 2 + 2, 2 + 2 + 2 + 4]
         for k in (2, 5):
-            dec, predicted = run_ranks(_rank_traffic, world, True, k, chunk, timeout=120)[0]
+            dec, predicted = runs[True, k]
             assert [e["layout_bytes"] for e in dec] == [predicted["decoupled"], predicted["decoupled_eval"]]
             assert [e["layout_rounds"] for e in dec] == [4, 6]  # 4 per training step, whatever k
             if chunk:
