@@ -1,5 +1,5 @@
-"""The reproductions of issue 15, one test (or a few) per row: interrupts, kills and
-malformed input. Processes get real signals; every subprocess has a timeout."""
+"""Reproductions of failures found by interrupting, killing and misfeeding runs, one test
+(or a few) per case: interrupts, kills and malformed input. Processes get real signals; every subprocess has a timeout."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def epochs_in(path) -> list:
     return [json.loads(line)["epoch"] for line in path.read_text().splitlines()]
 
 
-# -- row 1: the metrics rewrite on resume is atomic ------------------------------------------------
+# -- the metrics rewrite on resume is atomic ------------------------------------------------
 
 RESUME_AND_DIE = """
     import os, signal, sys
@@ -120,7 +120,7 @@ def test_kill_during_resume_keeps_every_metrics_line(graph, tmp_path, point):
     assert temporaries(tmp_path) == []  # the dead process's temporary was swept
 
 
-# -- rows 2 and 6: the launcher's signal and child policy -------------------------------------------
+# -- the launcher's signal and child policy -------------------------------------------
 
 @pytest.mark.timeout(120)
 def test_ranks_die_with_a_killed_launcher(stopped):
@@ -163,7 +163,7 @@ def test_signal_to_single_process_gives_one_line(stopped, sig):
     assert proc.returncode == 128 + sig and err.strip() == "gnnmesh: interrupted", err
 
 
-# -- row 3: the Graph constructor is the gate -----------------------------------------------------
+# -- the Graph constructor is the gate -----------------------------------------------------
 
 BAD_ADJACENCY = [
     ([0, 1, 2, 3, 4], [1, 2, 3, 10**8], "column id 100000000"),
@@ -198,7 +198,7 @@ def test_damaged_cache_indices_are_detected_and_rebuilt(tmp_path, monkeypatch, v
     assert np.load(entry / "indices.npy")[3] == int(good.adj.indices[3])  # saved again
 
 
-# -- row 4: npz fields -------------------------------------------------------------------------
+# -- npz fields -------------------------------------------------------------------------
 
 def write_npz(path, indptr, indices):
     indptr, indices = np.asarray(indptr), np.asarray(indices)
@@ -219,7 +219,7 @@ def test_npz_with_a_bad_csr_is_one_line(tmp_path, indptr, indices, message):
     one_error_line(gnnmesh("train", "--dataset", str(path)), "g.npz", message)
 
 
-# -- row 5 and the smaller path rows: checkpoint paths refused before training ---------------------
+# -- checkpoint paths refused before training ---------------------
 
 @pytest.mark.parametrize("nproc", [1, 2])
 def test_checkpoint_that_is_a_directory_is_refused_before_training(tmp_path, nproc):
@@ -236,7 +236,7 @@ def test_checkpoint_below_a_file_names_it(tmp_path):
     one_error_line(result, "somefile is not a directory")
 
 
-# -- row 8: temporaries removed on signals, swept after kills --------------------------------------
+# -- temporaries removed on signals, swept after kills --------------------------------------
 
 DIE_IN_WRITE = """
     import os, signal, sys
@@ -283,7 +283,7 @@ def test_a_live_process_temporaries_are_kept(tmp_path):
     assert sweep_stale(tmp_path) == 0 and mine.exists()
 
 
-# -- row 9: one seed range everywhere ---------------------------------------------------------------
+# -- one seed range everywhere ---------------------------------------------------------------
 
 @pytest.mark.parametrize("args", [
     RANK_RUN + ["--seed", "-1"],
@@ -297,7 +297,7 @@ def test_seeds_out_of_range_are_one_line(args):
     one_error_line(gnnmesh(*args), "seed", "4294967295")
 
 
-# -- row 10: a torn metrics line on resume ----------------------------------------------------------
+# -- a torn metrics line on resume ----------------------------------------------------------
 
 def test_torn_last_metrics_line_is_dropped_and_other_damage_named(graph, tmp_path):
     ckpt, metrics = tmp_path / "c.pt", tmp_path / "m.jsonl"
@@ -321,7 +321,7 @@ def test_metrics_are_strict_json(graph, tmp_path):
     assert first["val_acc"] is None  # not evaluated that epoch
 
 
-# -- row 11: quiet on errors peers cannot see, and on a closed stdout -------------------------------
+# -- quiet on errors peers cannot see, and on a closed stdout -------------------------------
 
 @pytest.mark.timeout(120)
 def test_rank0_only_error_is_one_line(tmp_path):
@@ -343,7 +343,7 @@ def test_closed_stdout_ends_quietly(stopped, nproc):
     assert proc.returncode == 128 + signal.SIGPIPE and err == "", err
 
 
-# -- row 12: a damaged cache entry is repaired once ----------------------------------------------
+# -- a damaged cache entry is repaired once ----------------------------------------------
 
 def test_cache_entry_missing_a_file_is_rebuilt_once(tmp_path, monkeypatch):
     monkeypatch.setenv("GNNMESH_CACHE", str(tmp_path))
@@ -355,7 +355,7 @@ def test_cache_entry_missing_a_file_is_rebuilt_once(tmp_path, monkeypatch):
     assert (entry / "y.npy").is_file()
 
 
-# -- row 13: ids in edge lists ------------------------------------------------------------------
+# -- ids in edge lists ------------------------------------------------------------------
 
 @pytest.mark.parametrize("text, message", [
     ("0 1\n1 100000000000000000000\n", "line 2: node id too large"),
@@ -369,7 +369,7 @@ def test_huge_and_sparse_ids_are_one_line(tmp_path, text, message):
         load(str(path))
 
 
-# -- row 14: PyG weights ---------------------------------------------------------------------------
+# -- PyG weights ---------------------------------------------------------------------------
 
 def test_pyg_weights(graph):
     from torch_geometric.data import Data
@@ -383,7 +383,7 @@ def test_pyg_weights(graph):
         Graph.from_pyg(Data(edge_index=ei, edge_weight=w[:2], num_nodes=3))
 
 
-# -- row 15: every numeric config field --------------------------------------------------------
+# -- every numeric config field --------------------------------------------------------
 
 @pytest.mark.parametrize("flag, value, message", [
     ("--alpha", "nan", "'alpha': must be a finite number"),
@@ -403,7 +403,7 @@ def test_non_utf8_config_is_one_line(tmp_path):
     one_error_line(gnnmesh("train", "--config", str(path)), "c.toml", "UTF-8")
 
 
-# -- row 7: Ctrl-C during hypergraph partitioning -------------------------------------------------
+# -- Ctrl-C during hypergraph partitioning -------------------------------------------------
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("kill", ["SIGINT", "SIGKILL"])
@@ -428,7 +428,7 @@ def test_partitioning_stops_at_once_and_leaves_no_worker(stopped, tmp_path, kill
     assert alive == []
 
 
-# -- the smaller rows ---------------------------------------------------------------------------
+# -- smaller cases ---------------------------------------------------------------------------
 
 def test_files_and_directories_follow_the_umask(graph, tmp_path, monkeypatch):
     monkeypatch.setenv("GNNMESH_CACHE", str(tmp_path / "cache"))
