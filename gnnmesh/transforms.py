@@ -7,7 +7,6 @@ structural transforms return a new ``Graph`` with vertex data carried along.
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 import scipy.sparse.csgraph as csgraph
 import torch
 

@@ -14,6 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..graph import Adjacency
+from ..transforms import row_blocks
 from .base import as_adjacency, csr_arrays
 from .plan import check_assignment
 
@@ -72,11 +73,8 @@ def _transfers(indptr, indices, assignment, parts) -> np.ndarray:
     """Sorted distinct keys ``column * parts + reader`` over entries whose column another
     part owns, gathered block of rows by block of rows so that temporaries stay a block's
     size (the whole-graph version peaked at ~6x the index array)."""
-    n = indptr.shape[0] - 1
-    bounds = np.searchsorted(indptr, np.arange(0, int(indptr[-1]), BLOCK_ENTRIES), side="right") - 1
-    bounds = np.unique(np.concatenate([bounds, [n]]))
     keys = []
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
+    for lo, hi in row_blocks(indptr, BLOCK_ENTRIES):
         cols = indices[indptr[lo]:indptr[hi]]
         reader = np.repeat(assignment[lo:hi], np.diff(indptr[lo:hi + 1]))
         cut = assignment[cols] != reader
