@@ -13,7 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from .errors import GraphError
+from .errors import ConfigError, GraphError
 
 
 class Adjacency:
@@ -263,6 +263,19 @@ class Graph:
         return replace(self, **changes)
 
     # -- validation ----------------------------------------------------------------------
+    def require_node_classification(self) -> "Graph":
+        """Node classification needs labels and a train/val/test split: ConfigError saying
+        how to train anyway when one is missing."""
+        if self.y is None:
+            raise ConfigError(f"dataset '{self.name}' has no labels; node classification needs "
+                              "them: append ':random_labels=K' to the --dataset spec to train on K "
+                              "random classes, or give labels in an .npz file (field 'labels')")
+        if self.train_mask is None or self.val_mask is None or self.test_mask is None:
+            raise ConfigError(f"dataset '{self.name}' has no train/val/test split: give "
+                              "'train_mask', 'val_mask' and 'test_mask' in an .npz file, or "
+                              "':random_labels=K', which draws a split as well")
+        return self
+
     def validate(self, source: Optional[str] = None) -> "Graph":
         """Check every field; raise GraphError naming the source and field on the first problem."""
         where = f"{source or self.name}: "

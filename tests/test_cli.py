@@ -115,3 +115,12 @@ def test_unwritable_checkpoint_fails_before_training(tmp_path):
                      "--checkpoint", str(blocker / "c.pt"))
     one_error_line(result, "c.pt", "checkpoint")
     assert "epoch" not in result.stdout
+
+
+def test_unlabeled_edge_list_says_how_to_train_on_it(tmp_path):
+    edges = tmp_path / "edges.txt"
+    edges.write_text("".join(f"{i} {(i * 7 + 3) % 40}\n" for i in range(40)))
+    one_error_line(gnnmesh("train", "--dataset", str(edges), "--epochs", "1"),
+                   "has no labels", ":random_labels=K", "field 'labels'")
+    result = gnnmesh("train", "--dataset", f"{edges}:random_labels=3", "--epochs", "2", "--threads", "1")
+    assert result.returncode == 0 and "done:" in result.stdout, result.stderr

@@ -13,7 +13,6 @@ import scipy.sparse as sp
 import torch
 
 from ..datasets import structural_features
-from ..errors import ConfigError
 from ..graph import Graph
 
 SPLITS = ("train_mask", "val_mask", "test_mask")
@@ -72,10 +71,7 @@ class VertexData:
     """Rows of a graph's training data. Checks, once, what the trainer would check."""
 
     def __init__(self, graph: Graph):
-        if graph.y is None:
-            raise ConfigError(f"dataset '{graph.name}' has no labels; node classification needs them")
-        if any(getattr(graph, m) is None for m in SPLITS):
-            raise ConfigError(f"dataset '{graph.name}' has no train/val/test split")
+        graph.require_node_classification()
         x = graph.x if graph.x is not None else structural_features(graph, "degree")
         if x.layout == torch.sparse_csr:  # kept sparse: only the rows written are densified
             self._x = sp.csr_matrix((x.values().numpy(), x.col_indices().numpy(),

@@ -232,10 +232,7 @@ class Trainer:
 
 def _features(graph: Graph) -> torch.Tensor:
     """The dense float input features of a labelled, split graph (degree features if it has none)."""
-    if graph.y is None:
-        raise ConfigError(f"dataset '{graph.name}' has no labels; node classification needs them")
-    if graph.train_mask is None or graph.val_mask is None or graph.test_mask is None:
-        raise ConfigError(f"dataset '{graph.name}' has no train/val/test split")
+    graph.require_node_classification()
     x = graph.x if graph.x is not None else structural_features(graph, "degree")
     if x.layout != torch.strided:  # sparse bag-of-words features: the models take dense
         x = x.to_dense()
