@@ -13,15 +13,14 @@ import torch
 from .graph import Adjacency, Graph
 
 
-ENTRY_BLOCK = 1 << 20  # entries per block of rows: bounds the temporaries of the transforms
+ENTRY_BLOCK = 1 << 20  # entries per block of rows: bounds the temporaries of whole-graph passes
 
 
-def row_blocks(indptr: np.ndarray, block: int = None) -> list:
-    """``[(lo, hi), ...]`` row ranges covering every row, each holding about ``block``
+def row_blocks(indptr: np.ndarray) -> list:
+    """``[(lo, hi), ...]`` row ranges covering every row, each holding about ENTRY_BLOCK
     entries (a row with more stands alone), so whole-graph work can run block by block."""
-    block = ENTRY_BLOCK if block is None else block
     n = indptr.shape[0] - 1
-    starts = np.searchsorted(indptr, np.arange(0, int(indptr[-1]), block), side="right") - 1
+    starts = np.searchsorted(indptr, np.arange(0, int(indptr[-1]), ENTRY_BLOCK), side="right") - 1
     bounds = np.unique(np.concatenate([[0], starts, [n]])).tolist()
     return list(zip(bounds[:-1], bounds[1:]))
 

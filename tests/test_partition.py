@@ -509,10 +509,9 @@ def test_report_says_when_parts_differ_in_vertex_count(skewed):
 
 
 def test_quality_does_not_depend_on_its_block_size(skewed, monkeypatch):
-    import importlib
-    module = importlib.import_module("gnnmesh.partition.quality")
+    from gnnmesh import transforms
     a = np.random.default_rng(0).integers(0, 7, skewed.shape[0])
     whole = quality(skewed, a)
-    monkeypatch.setattr(module, "BLOCK_ENTRIES", 997)
+    monkeypatch.setattr(transforms, "ENTRY_BLOCK", 997)
     assert quality(skewed, a) == whole
     assert whole["volume_total"] == connectivity_minus_one(skewed, a)

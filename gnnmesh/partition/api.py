@@ -23,8 +23,9 @@ def partition(graph, parts: int, method: str = "hp", *, epsilon: float = 0.01, s
     column-net hypergraph: the exact halo volume; then a greedy pass lowers the largest
     per-rank send volume, see ``refine.py``). ``gp``/``hp`` balance nonzeros + 1 per
     vertex within ``epsilon`` where the graph allows it (a hub heavier than a part's share
-    cannot be split); ``gp`` also balances vertex counts, which set a rank's memory. Every part is non-empty; results are deterministic per ``seed`` (for
-    ``hp``, see ``methods.hypergraph`` for the presets and thread counts where they are).
+    cannot be split); ``gp`` also balances vertex counts, which set a rank's memory. Every
+    part is non-empty; results are deterministic per ``seed`` (for ``hp``, see
+    ``methods.hypergraph`` for the presets and thread counts where they are).
 
     With ``cache`` the result is stored under ``store_dir(cache_dir)`` and reused by later
     calls with the same graph structure and arguments.

@@ -18,8 +18,6 @@ from ..transforms import row_blocks
 from .base import as_adjacency, csr_arrays
 from .plan import check_assignment
 
-BLOCK_ENTRIES = 1 << 20  # adjacency entries per block of rows in quality()
-
 
 def quality(adj, partition, feature_bytes: Optional[int] = None) -> dict:
     """Metrics of ``partition`` (a Partition, or an assignment array) on operator ``adj``.
@@ -74,7 +72,7 @@ def _transfers(indptr, indices, assignment, parts) -> np.ndarray:
     part owns, gathered block of rows by block of rows so that temporaries stay a block's
     size (the whole-graph version peaked at ~6x the index array)."""
     keys = []
-    for lo, hi in row_blocks(indptr, BLOCK_ENTRIES):
+    for lo, hi in row_blocks(indptr):
         cols = indices[indptr[lo]:indptr[hi]]
         reader = np.repeat(assignment[lo:hi], np.diff(indptr[lo:hi + 1]))
         cut = assignment[cols] != reader
