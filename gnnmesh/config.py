@@ -29,13 +29,14 @@ MODEL_DEFAULTS = {
     "sage": {"hidden": 16, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4},
     "gat": {"hidden": 8, "dropout": 0.6, "lr": 0.005, "weight_decay": 5e-4},
     "gin": {"hidden": 64, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4},
-    "decoupled": {"hidden": 64, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4},
 }
+# Every model's decoupled form (``decoupled = true``) takes APPNP's.
+DECOUPLED_DEFAULTS = {"hidden": 64, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4}
 CHOICES = {
     "model": tuple(MODEL_DEFAULTS),
     "reorder": ("none", "rcm", "degree"),
     "device": ("cpu", "cuda", "auto"),
-    "strategy": ("single", "partition", "tensor", "tensor-decoupled", "grid3d"),
+    "strategy": ("single", "partition", "tensor", "grid3d"),
     "partitioner": ("hp", "gp", "rp", "contiguous"),
 }
 
@@ -137,6 +138,7 @@ class Config:
         self.validate()
 
     def validate(self) -> "Config":
+        _refuse_retired_names(self)
         for f in fields(self):
             value = getattr(self, f.name)
             if value is None:
@@ -158,9 +160,8 @@ class Config:
         if self.strategy == "single" and self.nproc > 1 and not self.parts:
             raise ConfigError("config field 'nproc': the 'single' strategy runs one process; "
                               "choose a parallel --strategy (e.g. partition)")
-        if (self.decoupled or self.strategy == "tensor-decoupled") and self.model == "gin":
-            raise ConfigError("config field 'model': gin has no decoupled form; choose gcn, sage, gat "
-                              "or decoupled")
+        if self.decoupled and self.model == "gin":
+            raise ConfigError("config field 'model': gin has no decoupled form; choose gcn, sage or gat")
         if self.parts and self.reorder != "none":
             raise ConfigError("config field 'reorder': parts are written in their final order; "
                               "reorder applies only when loading a dataset")
@@ -170,10 +171,7 @@ class Config:
 
     def resolved(self) -> "Config":
         """A copy with the model's defaults filled in for every unset hyper-parameter."""
-        decoupled = self.decoupled or self.strategy == "tensor-decoupled"
         changes = {k: v for k, v in self._model_defaults().items() if getattr(self, k) is None}
-        if decoupled:  # tensor-decoupled trains the decoupled form of the model
-            changes["decoupled"] = True
         return dataclasses.replace(self, **changes)
 
     def updated(self, **changes) -> "Config":
@@ -187,8 +185,7 @@ class Config:
         return {name for name in self._model_defaults() if getattr(self, name) is None}
 
     def _model_defaults(self) -> dict:
-        decoupled = self.decoupled or self.strategy == "tensor-decoupled"
-        return MODEL_DEFAULTS["decoupled" if decoupled else self.model]
+        return DECOUPLED_DEFAULTS if self.decoupled else MODEL_DEFAULTS[self.model]
 
     def to_toml(self, defaults=()) -> str:
         """TOML for this config. Fields named in ``defaults`` are written as comments: model
@@ -235,6 +232,18 @@ class Config:
             return cls().updated(**flat)
         except ConfigError as err:
             raise ConfigError(f"{path}: {err}") from None
+
+
+# A decoupled model is asked for one way only: the model's name with ``decoupled``.
+_RETIRED = {("model", "decoupled"): "the decoupled GCN is model 'gcn' with decoupled = true (--decoupled)",
+            ("strategy", "tensor-decoupled"): "use strategy 'tensor' with decoupled = true "
+                                              "(--strategy tensor --decoupled)"}
+
+
+def _refuse_retired_names(config: Config) -> None:
+    for (name, value), hint in _RETIRED.items():
+        if getattr(config, name) == value:
+            raise ConfigError(f"config field '{name}': {value!r} is not a {name}; {hint}")
 
 
 def _base_type(annotation):

@@ -33,3 +33,10 @@ def dense(adj, values=None) -> torch.Tensor:
     out = torch.zeros(adj.shape + tuple(values.shape[1:]), dtype=values.dtype)
     out[adj.row(), adj.indices] = values
     return out
+
+
+def model_fields(name: str) -> dict:
+    """Config fields of a model named in a test's list: ``"gat"``, or ``"decoupled-gcn"`` for
+    the decoupled form of gcn."""
+    decoupled = name.startswith("decoupled-")
+    return {"model": name[len("decoupled-"):] if decoupled else name, "decoupled": decoupled}

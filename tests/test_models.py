@@ -70,7 +70,7 @@ def test_gin_matches_pyg(graph):
 
 
 def test_decoupled_propagation_matches_appnp(graph):
-    model = build_model("decoupled", 6, 3, k=5, alpha=0.2).eval()
+    model = build_model("gcn", 6, 3, decoupled=True, k=5, alpha=0.2).eval()
     view = GraphView(graph.adj)
     h0 = model.transform(view, graph.x)
     ref = pyg.APPNP(K=5, alpha=0.2)

@@ -6,10 +6,10 @@ from gnnmesh.config import Config
 from gnnmesh.parallel.partition import PartitionParallel
 
 from dist import run_ranks
-from helpers import random_graph
+from helpers import model_fields, random_graph
 from parity import assert_same_run, train
 
-MODELS = ["gcn", "sage", "gin", "gat", "decoupled"]
+MODELS = ["gcn", "sage", "gin", "gat", "decoupled-gcn"]
 EPOCHS = 20
 
 
@@ -19,7 +19,7 @@ def make_graph():
 
 
 def config(model):
-    return Config(model=model, epochs=EPOCHS, seed=1, hidden=8, layers=2)
+    return Config(**model_fields(model), epochs=EPOCHS, seed=1, hidden=8, layers=2)
 
 
 PARTITIONERS = ["rp", "contiguous", "gp", "hp"]

@@ -21,7 +21,7 @@ from gnnmesh.parts.tensor import write_tensor_parts
 from gnnmesh.view import OPERATORS
 
 from dist import run_ranks
-from helpers import random_graph
+from helpers import model_fields, random_graph
 from parity import assert_same_run, train
 
 EPOCHS = 12
@@ -33,7 +33,7 @@ def make_graph(weighted=False):
 
 
 def config(model, layers=2):
-    return Config(model=model, epochs=EPOCHS, seed=1, hidden=8, layers=layers)
+    return Config(**model_fields(model), epochs=EPOCHS, seed=1, hidden=8, layers=layers)
 
 
 def one_host_per_rank(directory, tmp_path, parts):
@@ -84,7 +84,7 @@ def _partition_rank(rank, world, hosts, models):
 @pytest.mark.parametrize("world,method", [(3, "rp")])
 def test_training_from_partition_parts_equals_the_single_process_run(tmp_path, world, method):
     """Every model; each rank sees only the manifest and its own folder, as on its own host."""
-    models = ["gcn", "sage", "gin", "gat", "decoupled"]
+    models = ["gcn", "sage", "gin", "gat", "decoupled-gcn"]
     graph = make_graph()
     reference = {m: train(graph, config(m)) for m in models}
     write_partition_parts(graph, partition(graph, world, method, cache=False), tmp_path / "p", "random")
@@ -130,17 +130,15 @@ def test_grid_parts_use_the_training_permutations(tmp_path):
 
 def _tensor_rank(rank, world, hosts, runs):
     parts = open_parts(hosts[rank])
-    return {(strategy, model): train(parts, config(model).updated(strategy=strategy), TensorParallel(
-                "cpu", decoupled=strategy == "tensor-decoupled", chunk_size=9))
-            for strategy, model in runs}
+    return {model: train(parts, config(model).updated(strategy="tensor"), TensorParallel("cpu", chunk_size=9))
+            for model in runs}
 
 
 @pytest.mark.timeout(300)
 def test_training_from_tensor_parts_equals_the_single_process_run(tmp_path):
-    runs = [("tensor", "gat"), ("tensor", "gin"), ("tensor-decoupled", "gcn")]
+    runs = ["gat", "gin", "decoupled-gcn"]
     graph = make_graph(weighted=True)
-    reference = {run: train(graph, config(run[1]).updated(decoupled=run[0] == "tensor-decoupled"))
-                 for run in runs}
+    reference = {run: train(graph, config(run)) for run in runs}
     write_tensor_parts(graph, 3, tmp_path / "t", "random")
     hosts = one_host_per_rank(tmp_path / "t", tmp_path, 3)
     for rank, got in enumerate(run_ranks(_tensor_rank, 3, hosts, runs, timeout=240)):

@@ -394,7 +394,7 @@ def test_pyg_weights(graph):
 ])
 def test_numeric_fields_are_checked(flag, value, message):
     flags = [flag] if value is None else [flag, value]
-    one_error_line(gnnmesh("train", "--model", "decoupled", *flags), message)
+    one_error_line(gnnmesh("train", "--model", "gcn", "--decoupled", *flags), message)
 
 
 def test_non_utf8_config_is_one_line(tmp_path):

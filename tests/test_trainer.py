@@ -7,7 +7,7 @@ from gnnmesh import ConfigError
 from gnnmesh.config import Config
 from gnnmesh.train import Trainer
 
-from helpers import random_graph
+from helpers import model_fields, random_graph
 
 
 @pytest.fixture(scope="module")
@@ -43,16 +43,17 @@ def test_loss_decreases_and_metrics_are_complete(graph):
     assert summary.best_epoch == min(r.epoch for r in h if r.val_acc == best.val_acc)
 
 
-@pytest.mark.parametrize("model", ["gcn", "gat", "decoupled"])
-def test_resume_matches_uninterrupted_run(graph, tmp_path, model):
-    full = Trainer(Config(model=model, epochs=12, seed=1), graph)
+@pytest.mark.parametrize("name", ["gcn", "gat", "decoupled-gcn"])
+def test_resume_matches_uninterrupted_run(graph, tmp_path, name):
+    model = model_fields(name)
+    full = Trainer(Config(**model, epochs=12, seed=1), graph)
     full.fit()
     ckpt = str(tmp_path / "run.pt")
     metrics = tmp_path / "m.jsonl"
-    first = Trainer(Config(model=model, epochs=7, seed=1, checkpoint=ckpt, checkpoint_every=5,
+    first = Trainer(Config(**model, epochs=7, seed=1, checkpoint=ckpt, checkpoint_every=5,
                            metrics=str(metrics)), graph)
     first.fit()  # writes epochs 1..7 to the metrics file; the checkpoint holds epoch 7
-    resumed = Trainer(Config(model=model, epochs=12, seed=1, checkpoint=ckpt, resume=True,
+    resumed = Trainer(Config(**model, epochs=12, seed=1, checkpoint=ckpt, resume=True,
                              metrics=str(metrics)), graph)
     summary = resumed.fit()
     assert [r.loss for r in summary.history] == [r.loss for r in full.history]

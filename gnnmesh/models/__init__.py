@@ -8,11 +8,11 @@ from .gcn import GCN
 from .gin import GIN
 from .sage import SAGE
 
-MODELS = {"gcn": GCN, "sage": SAGE, "gat": GAT, "gin": GIN, "decoupled": Decoupled}
+MODELS = {"gcn": GCN, "sage": SAGE, "gat": GAT, "gin": GIN}
 
 
 # The decoupled form of each model that has one (Decoupled's keyword arguments).
-DECOUPLED = {"gcn": {}, "decoupled": {}, "sage": {"op": "mean"}, "gat": {"attention": True}}
+DECOUPLED = {"gcn": {}, "sage": {"op": "mean"}, "gat": {"attention": True}}
 
 
 def build_model(name: str, in_dim: int, num_classes: int, decoupled: bool = False, **options):
@@ -21,7 +21,7 @@ def build_model(name: str, in_dim: int, num_classes: int, decoupled: bool = Fals
     key = name.lower()
     if key not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
-    if decoupled or key == "decoupled":
+    if decoupled:
         if key not in DECOUPLED:
             raise ValueError(f"model {name!r} has no decoupled form; choose from gcn, sage, gat")
         return Decoupled(in_dim, num_classes, **DECOUPLED[key], **options)

@@ -7,8 +7,8 @@ in-edges plus a self-loop, averaged over heads, before any propagation.
 
 All dense work happens before any graph work, which is what tensor-parallel training
 exploits: the MLP (and the attention) run on vertex rows, the propagation on feature
-columns. A strategy may run the pieces itself: ``transform``, ``edge_weights``, then ``k``
-steps of ``combine(view.spmm(h, op, weights), h0)``.
+columns. A strategy may run the pieces itself: ``transform``, ``edge_weights``, then
+``propagate`` with its own aggregation.
 """
 
 from __future__ import annotations
@@ -59,12 +59,17 @@ class Decoupled(nn.Module):
         """One propagation step given ``Â H_k`` (row-wise, so any row or column layout works)."""
         return (1 - self.alpha) * aggregated + self.alpha * h0
 
-    def propagate(self, view, h0: torch.Tensor, weights=None) -> torch.Tensor:
+    def propagate(self, h0: torch.Tensor, aggregate) -> torch.Tensor:
+        """The k propagation steps. ``aggregate(h, step)`` returns ``Â h`` and ``H_0`` in the
+        layout of ``Â h``: on one process both are plain rows; a strategy that runs the steps
+        on another layout (tensor parallelism: column slices) switches in the first and last
+        steps."""
         h = h0
-        for _ in range(self.k):
-            h = self.combine(view.spmm(h, self.op, weights), h0)
+        for step in range(self.k):
+            h = self.combine(*aggregate(h, step))
         return h
 
     def forward(self, view, x):
         h0 = self.transform(view, x)
-        return self.propagate(view, h0, self.edge_weights(view, h0))
+        weights = self.edge_weights(view, h0)
+        return self.propagate(h0, lambda h, step: (view.spmm(h, self.op, weights), h0))

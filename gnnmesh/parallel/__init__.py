@@ -15,10 +15,9 @@ def build_strategy(config, device) -> Strategy:
         from .partition import PartitionParallel
         return PartitionParallel(device, method=config.partitioner, epsilon=config.epsilon,
                                  seed=config.seed, partition_file=config.partition_file)
-    if config.strategy in ("tensor", "tensor-decoupled"):
+    if config.strategy == "tensor":
         from .tensor import TensorParallel
-        return TensorParallel(device, decoupled=config.strategy == "tensor-decoupled",
-                              chunk_size=config.chunk_size, pipeline=config.pipeline)
+        return TensorParallel(device, chunk_size=config.chunk_size, pipeline=config.pipeline)
     if config.strategy == "grid3d":
         from .grid3d import Grid3D
         return Grid3D(device, grid=config.grid, permute=config.permute, blocks=config.blocks,

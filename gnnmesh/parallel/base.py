@@ -43,7 +43,7 @@ class Strategy:
 
     def forward(self, model: torch.nn.Module, view: GraphView, x: torch.Tensor) -> torch.Tensor:
         """The model's output for this rank's rows. Strategies that change the data layout
-        between a model's stages (tensor-decoupled, grid3d) override this."""
+        between a model's stages (tensor with a decoupled model, grid3d) override this."""
         return model(view, x)
 
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:

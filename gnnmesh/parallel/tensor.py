@@ -6,9 +6,9 @@ slices (D/N columns of every vertex), so every rank does the same amount of aggr
 whatever the graph looks like. ``layout.py`` switches between the two layouts,
 ``chunks.py`` runs the aggregation chunk by chunk with the switches pipelined.
 
-- ``tensor`` (§3.1): each aggregation is split -> aggregate -> gather, two switches per
-  layer forward and two backward. Any model written on the GraphView runs unchanged.
-- ``tensor-decoupled`` (§4.1, Algorithm 1): a decoupled model's NN layers run first on
+- A coupled model (§3.1): each aggregation is split -> aggregate -> gather, two switches
+  per layer forward and two backward. Any model written on the GraphView runs unchanged.
+- A decoupled model (``--decoupled``; §4.1, Algorithm 1): its NN layers run first on
   rows, then one split, ``k`` aggregations on column slices and one gather; backward
   mirrors it: four switches per epoch whatever ``k`` is. Attention weights (decoupled GAT,
   §4.1.1) are computed data-parallel for the in-edges of each rank's rows, then shared.
@@ -21,6 +21,7 @@ from typing import Optional
 import torch
 
 from .. import ops
+from ..models import Decoupled
 from ..comm import Mesh, agreed
 from ..errors import ConfigError
 from ..graph import Adjacency
@@ -107,13 +108,14 @@ class TensorView(GraphView):
 class TensorParallel(DistributedStrategy):
     reported_phases = ("layout", "share")
 
-    def __init__(self, device, decoupled: bool = False, chunk_size: Optional[int] = None,
+    name = "tensor"
+
+    def __init__(self, device, chunk_size: Optional[int] = None,
                  pipeline: bool = True, mesh: Optional[Mesh] = None):
         self.device = torch.device(device)
         self.mesh = mesh or Mesh({"cols": world_size()}, self.device)
         super().__init__(self.mesh.comm("cols"))
-        self.decoupled, self.chunk_size, self.pipeline = decoupled, chunk_size, pipeline
-        self.name = "tensor-decoupled" if decoupled else "tensor"
+        self.chunk_size, self.pipeline = chunk_size, pipeline
         self.layout: Optional[Layout] = None
         self.engine: Optional[ChunkedAggregation] = None
 
@@ -145,24 +147,22 @@ class TensorParallel(DistributedStrategy):
         return Shard(view, pick("x"), pick("y"), pick("train_mask"), pick("val_mask"), pick("test_mask"))
 
     def forward(self, model, view, x):
-        if not self.decoupled:
+        if not isinstance(model, Decoupled):
             return model(view, x)
-        if not hasattr(model, "transform"):
-            raise ConfigError("strategy 'tensor-decoupled' needs a decoupled model (gcn, sage, gat "
-                              "with --decoupled, or decoupled)")
         h0 = model.transform(view, x)  # NN layers on this rank's rows
         values = view.edge_values(model.op, model.edge_weights(view, h0), h0)
-        plan, width, aggregate = view.plan(model.op), h0.shape[-1], self.engine
-        if model.k == 0:
-            return h0
-        if model.k == 1:
-            return model.combine(aggregate(plan, h0, values, width, split_input=True, gather_output=True), h0)
-        h0_cols, agg = aggregate(plan, h0, values, width, split_input=True, return_input=True)
-        h = model.combine(agg, h0_cols)
-        for _ in range(model.k - 2):
-            h = model.combine(aggregate(plan, h, values, width), h0_cols)
-        # The last step's combine is row-wise, so it runs after the gather, on h0's own rows.
-        return model.combine(aggregate(plan, h, values, width, gather_output=True), h0)
+        plan, width, aggregate, last = view.plan(model.op), h0.shape[-1], self.engine, model.k - 1
+        h0_cols = {}  # H_0's column slice, which the first step's split brings
+
+        def step(h, i):
+            if i == last:  # gathered back to rows; the last combine is row-wise, on h0's own rows
+                return aggregate(plan, h, values, width, split_input=i == 0, gather_output=True), h0
+            if i == 0:
+                h0_cols["h0"], agg = aggregate(plan, h0, values, width, split_input=True, return_input=True)
+                return agg, h0_cols["h0"]
+            return aggregate(plan, h, values, width), h0_cols["h0"]
+
+        return model.propagate(h0, step)
 
     def predicted_layout_bytes(self, widths, backward_widths=None, evaluate: bool = True) -> int:
         """Layout-switch bytes of one epoch, all ranks together. ``widths``: the width (or

@@ -29,7 +29,7 @@ FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 WRITE_HINT = "write them with 'gnnmesh partition --write-parts DIR'"
 # The strategies each kind of parts serves.
-STRATEGIES = {"partition": ("partition",), "tensor": ("tensor", "tensor-decoupled"), "grid3d": ("grid3d",)}
+STRATEGIES = {"partition": ("partition",), "tensor": ("tensor",), "grid3d": ("grid3d",)}
 
 
 def rank_folder(rank: int) -> str:

@@ -68,7 +68,7 @@ def model_options(config: Config) -> dict:
     options = {"hidden": config.hidden, "layers": config.layers, "dropout": config.dropout}
     if config.model == "gat":
         options.update(heads=config.heads, attn_dropout=config.attn_dropout)
-    if config.model == "decoupled" or config.decoupled:
+    if config.decoupled:
         options.update(k=config.k, alpha=config.alpha)
     return options
 
