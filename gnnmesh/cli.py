@@ -17,7 +17,7 @@ from . import __version__
 from .config import CHOICES, Config
 from .errors import ConfigError, GraphError
 from .launch import (PIPE_CLOSED, die_with_launcher, ignore_stop_signals, launched_rank, restore_signals,
-                     stop_on_signals, stop_signal)
+                     stop_on_signals, stop_signal, world_from_env)
 
 HELP = {
     "dataset": "dataset name (see 'gnnmesh datasets'), generator spec such as "
@@ -104,9 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     data = sub.add_parser("datasets", help="list the datasets and their sizes")
     data.add_argument("--data-root", dest="data_root", help="directory holding the datasets")
 
-    from .partition import command as partition_command
+    from .commands import partition as partition_command, plan as plan_command
     partition_command.add_parser(sub)
-    from .grid import plan as plan_command
     plan_command.add_parser(sub)
     return parser
 
@@ -122,7 +121,7 @@ def cmd_train(args, argv) -> int:
     if args.print_config:
         print(config.resolved().to_toml(defaults=config.model_defaults_used()), end="")
         return 0
-    world = _world_from_env()
+    world = world_from_env()
     if world is None and config.nproc > 1:
         from .launch import launch
         return launch(argv, config.nproc)
@@ -131,12 +130,6 @@ def cmd_train(args, argv) -> int:
     from .train.run import run_training  # heavy imports only when training
     run_training(config, quiet=args.quiet)
     return 0
-
-
-def _world_from_env():
-    if "WORLD_SIZE" in os.environ and "RANK" in os.environ:
-        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    return None
 
 
 def cmd_datasets(args, argv) -> int:
@@ -158,12 +151,12 @@ def cmd_datasets(args, argv) -> int:
 
 
 def cmd_partition(args, argv) -> int:
-    from .partition import command as partition_command
+    from .commands import partition as partition_command
     return partition_command.run(args)
 
 
 def cmd_plan(args, argv) -> int:
-    from .grid import plan as plan_command
+    from .commands import plan as plan_command
     return plan_command.run(args)
 
 
@@ -179,7 +172,7 @@ def main(argv: Optional[list] = None) -> int:
     previous, formatwarning = stop_on_signals(), warnings.formatwarning
     warnings.formatwarning = _one_line_warning
     try:
-        if _world_from_env() is not None:  # a rank of a distributed job: record failures for the launcher
+        if world_from_env() is not None:  # a rank of a distributed job: record failures for the launcher
             from torch.distributed.elastic.multiprocessing.errors import record
             return record(_main)(argv)
         return _main(argv)
@@ -197,7 +190,7 @@ def main(argv: Optional[list] = None) -> int:
 
 
 def _interrupted(status: int) -> int:
-    world = _world_from_env()
+    world = world_from_env()
     if (world is None or world[0] == 0) and not launched_rank():  # the launcher speaks for its ranks
         print("gnnmesh: interrupted", file=sys.stderr)
     return status
@@ -211,7 +204,7 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:
 def _main(argv: list) -> int:
     commands = {"train": cmd_train, "datasets": cmd_datasets, "partition": cmd_partition,
                 "plan": cmd_plan}
-    world = _world_from_env()
+    world = world_from_env()
     speak = world is None or world[0] == 0  # in a job, rank 0 alone reports bad input
     try:
         args = build_parser().parse_args(argv)  # imports torch: seconds in which to be interrupted

@@ -32,11 +32,9 @@ SETUP_TIMEOUT_S = 4 * 3600
 _setup: dict = {}
 
 
-def world_from_env() -> Optional[tuple[int, int]]:
-    """(rank, world_size) when started by torchrun or gnnmesh's launcher, else None."""
-    if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
-        return None
-    return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+def world_size() -> int:
+    """Ranks in this job (1 before the process group is joined)."""
+    return dist.get_world_size() if dist.is_initialized() else 1
 
 
 def init(device: torch.device, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
@@ -286,7 +284,7 @@ class Mesh:
             if n < 1:
                 raise ValueError(f"mesh dimension '{name}' must be >= 1, got {n}")
             size *= n
-        world = dist.get_world_size() if dist.is_initialized() else 1
+        world = world_size()
         if size != world:
             shape = " x ".join(f"{k}={v}" for k, v in self.dims.items())
             raise ValueError(f"mesh {shape} has {size} ranks but the job has {world}")

@@ -9,7 +9,6 @@ tables are only for reading, every key names one field.
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 import typing
 from dataclasses import dataclass, field, fields
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from .errors import ConfigError
+from .validate import SEED_RANGE, Range
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -41,33 +41,6 @@ CHOICES = {
 }
 
 
-# Seeds seed numpy as well as torch: numpy takes [0, 2**32).
-SEED_RANGE = (0, 2**32 - 1)
-
-
-class Range:
-    """The allowed values of a numeric field: ``low``/``high`` bounds (None: unbounded),
-    each inclusive unless named in ``open``. Every float must be finite as well."""
-
-    def __init__(self, low=None, high=None, open: str = ""):
-        self.low, self.high, self.open = low, high, open
-
-    def check(self, name: str, value) -> None:
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"config field '{name}': must be a finite number, got {value}")
-        low_ok = self.low is None or (value > self.low if "low" in self.open else value >= self.low)
-        high_ok = self.high is None or (value < self.high if "high" in self.open else value <= self.high)
-        if not (low_ok and high_ok):
-            raise ConfigError(f"config field '{name}': must be {self}, got {value}")
-
-    def __str__(self) -> str:
-        if self.high is None:
-            return f"{'>' if 'low' in self.open else '>='} {self.low}"
-        left = "(" if "low" in self.open else "["
-        right = ")" if "high" in self.open else "]"
-        return f"in {left}{self.low}, {self.high}{right}"
-
-
 _COUNT, _NON_NEGATIVE, _FRACTION = Range(1), Range(0), Range(0.0, 1.0, open="high")
 RANGES = {
     "hidden": _COUNT, "layers": _COUNT, "heads": _COUNT, "epochs": _COUNT, "nproc": _COUNT,
@@ -78,14 +51,6 @@ RANGES = {
     "alpha": Range(0.0, 1.0),  # a teleport probability
     "seed": Range(*SEED_RANGE),
 }
-
-
-def check_seed(seed, name: str = "seed") -> int:
-    """``seed`` if it is in SEED_RANGE, else a ConfigError naming ``name`` (a flag or field)."""
-    low, high = SEED_RANGE
-    if isinstance(seed, bool) or not isinstance(seed, int) or not low <= seed <= high:
-        raise ConfigError(f"{name} must be an integer in [{low}, {high}], got {seed!r}")
-    return seed
 
 
 def _section(name):
@@ -170,9 +135,19 @@ class Config:
         return self
 
     def resolved(self) -> "Config":
-        """A copy with the model's defaults filled in for every unset hyper-parameter."""
+        """A copy with the model's defaults filled in for every unset hyper-parameter and the
+        device made concrete ('auto' becomes 'cuda' or 'cpu'); a run resolves its config once,
+        before anything is built from it."""
         changes = {k: v for k, v in self._model_defaults().items() if getattr(self, k) is None}
-        return dataclasses.replace(self, **changes)
+        if self.device != "cpu":
+            changes["device"] = _available_device(self.device)
+        out = dataclasses.replace(self, **changes)
+        out._resolved = True
+        return out
+
+    def is_resolved(self) -> bool:
+        """Whether this config came from ``resolved()`` (``updated`` copies are not)."""
+        return getattr(self, "_resolved", False)
 
     def updated(self, **changes) -> "Config":
         unknown = set(changes) - {f.name for f in fields(self)}
@@ -232,6 +207,15 @@ class Config:
             return cls().updated(**flat)
         except ConfigError as err:
             raise ConfigError(f"{path}: {err}") from None
+
+
+def _available_device(name: str) -> str:
+    import torch  # only for runs that may use a GPU: the command line starts without torch
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if not torch.cuda.is_available():
+        raise ConfigError("config field 'device': 'cuda' requested but no CUDA device is available")
+    return name
 
 
 # A decoupled model is asked for one way only: the model's name with ``decoupled``.

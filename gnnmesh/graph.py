@@ -6,6 +6,7 @@ vertex ``i``, the rows of its in-neighbours. That is what every aggregation comp
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
@@ -399,3 +400,13 @@ def _as_numpy(a) -> np.ndarray:
     if isinstance(a, torch.Tensor):
         return a.detach().cpu().numpy()
     return np.asarray(a)
+
+
+def sparse_csr(indptr, indices, values, shape) -> torch.Tensor:
+    """A torch sparse CSR tensor, without torch's 'beta support' warnings."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.sparse_csr_tensor(torch.as_tensor(np.asarray(indptr, dtype=np.int64)),
+                                       torch.as_tensor(np.asarray(indices, dtype=np.int64)),
+                                       torch.as_tensor(np.asarray(values, dtype=np.float32)),
+                                       size=tuple(int(s) for s in shape))

@@ -85,6 +85,14 @@ def restore_signals(previous: dict) -> None:
         signal.signal(sig, handler)
 
 
+def world_from_env():
+    """(rank, world_size) when this process is a rank started by torchrun, Slurm's torchrun
+    or ``gnnmesh train --nproc``, else None."""
+    if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
+        return None
+    return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+
+
 def launched_rank() -> bool:
     """Whether this process is a rank started by ``launch`` (which reports for it)."""
     return LAUNCHER_ENV in os.environ and "RANK" in os.environ

@@ -145,11 +145,28 @@ class GraphView:
         key = f"{self.seed}:{self._epoch}:{self._draws}".encode()
         return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
 
+    # A parallel view overrides these two: the global ids of the rows and operator entries it holds.
+    def rows(self):
+        """Global ids of this process's rows of vertex data (a range or an id array)."""
+        return range(self.num_nodes)
+
+    def entries(self, op: str):
+        """Global ids (CSR positions in the whole graph's operator ``op``) of the entries whose
+        per-edge values this process holds."""
+        return range(self.operator(op).nnz)
+
     def dropout(self, x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
         """Dropout on vertex rows; each row's mask depends only on its global id."""
+        return self.dropout_block(x, p, training, tuple(x.shape[1:]))
+
+    def dropout_block(self, x: torch.Tensor, p: float, training: bool, row_shape: tuple, rows=None,
+                      columns: slice = slice(None)) -> torch.Tensor:
+        """Dropout on a block of a vertex matrix whose rows have ``row_shape``: the rows of
+        global ids ``rows`` (default: this process's), and only ``columns`` of the last axis
+        (for a layout that cuts vertex data by columns too)."""
         if not training or p == 0.0:
             return x
-        return _apply_mask(x, self.vertex_mask(tuple(x.shape[1:]), p), p)
+        return _apply_mask(x, self.vertex_mask(row_shape, p, rows, columns), p)
 
     def edge_dropout(self, values: torch.Tensor, p: float, training: bool, op: str = "loop"):
         """Dropout on per-edge values of operator ``op`` (GAT's attention dropout)."""
@@ -157,12 +174,14 @@ class GraphView:
             return values
         return _apply_mask(values, self.edge_mask(op, tuple(values.shape[1:]), p), p)
 
-    # A parallel view overrides these two to draw the masks of its own global rows / entries.
-    def vertex_mask(self, row_shape: tuple, p: float) -> torch.Tensor:
-        return rows_mask(range(self.num_nodes), row_shape, p, self._next_seed(), self.device)
+    def vertex_mask(self, row_shape: tuple, p: float, rows=None, columns: slice = slice(None)) -> torch.Tensor:
+        """The next draw's keep-mask of rows ``rows`` (default: this process's), ``columns``."""
+        ids = self.rows() if rows is None else rows
+        return rows_mask(ids, row_shape, p, self._next_seed(), self.device, columns)
 
     def edge_mask(self, op: str, edge_shape: tuple, p: float) -> torch.Tensor:
-        return entries_mask(range(self.operator(op).nnz), edge_shape, p, self._next_seed(), self.device)
+        """The next draw's keep-mask of this process's entries of operator ``op``."""
+        return entries_mask(self.entries(op), edge_shape, p, self._next_seed(), self.device)
 
 
 def _apply_mask(x: torch.Tensor, keep: torch.Tensor, p: float) -> torch.Tensor:

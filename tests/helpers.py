@@ -40,3 +40,10 @@ def model_fields(name: str) -> dict:
     the decoupled form of gcn."""
     decoupled = name.startswith("decoupled-")
     return {"model": name[len("decoupled-"):] if decoupled else name, "decoupled": decoupled}
+
+
+def layout(strategy: str, grid=None):
+    """The parallel layout of ``strategy`` on this job's ranks (``grid``: "X,Y,Z" for grid3d)."""
+    from gnnmesh import comm
+    from gnnmesh.layout import ParallelLayout
+    return ParallelLayout.for_strategy(strategy, comm.world_size(), grid)

@@ -12,7 +12,7 @@ from gnnmesh.parallel.tensor import TensorParallel
 from gnnmesh.train import Trainer
 
 from dist import run_ranks
-from helpers import random_graph
+from helpers import random_graph, layout
 
 
 def check_fields(record: dict, ranks: int):
@@ -39,7 +39,7 @@ def test_one_process_reports_a_list_of_one(tmp_path):
 
 
 def _rank_run(rank, world, folder):
-    strategies = {"partition": PartitionParallel("cpu", method="contiguous"), "tensor": TensorParallel("cpu")}
+    strategies = {"partition": PartitionParallel(layout("partition"), "cpu", method="contiguous"), "tensor": TensorParallel(layout("tensor"), "cpu")}
     return {name: run(Path(folder) / f"{name}.jsonl", strategy) for name, strategy in strategies.items()}
 
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from gnnmesh import Adjacency, ConfigError, GraphError
-from gnnmesh.partition import (METHODS, MissingExtraError, Partition, comm_plan, connectivity_minus_one,
-                               graph_key, load_partition, partition, quality, rank_plan, store_dir)
+from gnnmesh.partition import (METHODS, MissingExtraError, Partition, halos, connectivity_minus_one,
+                               graph_key, load_partition, partition, quality, rank_halo, store_dir)
 from gnnmesh.partition import command, methods
 from gnnmesh.partition.base import fill_empty_parts, imbalance, vertex_weights
 from gnnmesh.partition.refine import VOLUME_BUDGET, reduce_max_send
@@ -285,7 +285,7 @@ def test_volume_equals_connectivity_minus_one(method, parts):
         q = quality(adj, assignment)
         km1 = connectivity_minus_one(adj, assignment)
         assert q["volume_total"] == km1 == _brute_force_volume(adj, assignment), name
-        plans = comm_plan(adj, assignment, parts)
+        plans = halos(adj, assignment, parts)
         assert sum(p.num_halo for p in plans) == km1
         assert sum(int(p.send_counts.sum()) for p in plans) == km1
         assert q["send_volume_max"] == max(int(p.send_counts.sum()) for p in plans)
@@ -322,7 +322,7 @@ def test_comm_plan_is_consistent(name, parts):
     n = adj.shape[0]
     assignment = np.random.default_rng(parts).integers(0, parts, n)
     assignment[:parts] = np.arange(parts)  # no empty part
-    plans = comm_plan(adj, assignment, parts)
+    plans = halos(adj, assignment, parts)
     dense = torch.zeros(n, n)
     dense[adj.row(), adj.indices] = adj.values
     x = torch.randn(n, 5, dtype=torch.float32)
@@ -349,7 +349,7 @@ def test_comm_plan_is_consistent(name, parts):
         assert torch.allclose(local @ x_local, expect, atol=1e-5)
         assert torch.equal(block.values, adj.values[torch.from_numpy(plan.entry_ids)])
         # the one-rank entry point gives the same plan
-        single = rank_plan(adj, assignment, parts, m)
+        single = rank_halo(adj, assignment, parts, m)
         assert np.array_equal(single.halo, plan.halo) and torch.equal(single.block.indices, block.indices)
         assert all(np.array_equal(a, b) for a, b in zip(single.send_index, plan.send_index))
 
@@ -357,7 +357,7 @@ def test_comm_plan_is_consistent(name, parts):
 def test_comm_plan_keeps_pattern_operators_unweighted():
     adj = graphs()["directed"]
     assert adj.values is None
-    plans = comm_plan(adj, partition(adj, 3, "contiguous", cache=False))
+    plans = halos(adj, partition(adj, 3, "contiguous", cache=False))
     assert all(p.block.values is None for p in plans)
     assert sum(p.block.nnz for p in plans) == adj.nnz
 
@@ -365,9 +365,9 @@ def test_comm_plan_keeps_pattern_operators_unweighted():
 def test_comm_plan_rejects_bad_assignments():
     adj = graphs()["directed"]
     with pytest.raises(GraphError, match="length 37"):
-        comm_plan(adj, np.zeros(5, np.int64), 2)
+        halos(adj, np.zeros(5, np.int64), 2)
     with pytest.raises(GraphError, match=r"\[0, 2\)"):
-        comm_plan(adj, np.full(37, 2), 2)
+        halos(adj, np.full(37, 2), 2)
 
 
 # -- store -------------------------------------------------------------------------------------

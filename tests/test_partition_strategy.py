@@ -6,7 +6,7 @@ from gnnmesh.config import Config
 from gnnmesh.parallel.partition import PartitionParallel
 
 from dist import run_ranks
-from helpers import model_fields, random_graph
+from helpers import model_fields, random_graph, layout
 from parity import assert_same_run, train
 
 MODELS = ["gcn", "sage", "gin", "gat", "decoupled-gcn"]
@@ -27,7 +27,7 @@ PARTITIONERS = ["rp", "contiguous", "gp", "hp"]
 
 def _rank_run(rank, world):
     graph = make_graph()
-    return {(method, model): train(graph, config(model), PartitionParallel("cpu", method=method))
+    return {(method, model): train(graph, config(model), PartitionParallel(layout("partition"), "cpu", method=method))
             for method in PARTITIONERS for model in MODELS}
 
 
@@ -52,7 +52,7 @@ def test_every_partitioner_and_model_matches_single_process(reference, world):
 def _rank_bytes(rank, world, assignment):
     graph = make_graph()
     cfg = Config(model="gcn", epochs=2, seed=1, hidden=8, layers=2, dropout=0.0)
-    return train(graph, cfg, PartitionParallel("cpu", assignment=assignment))["extra"]
+    return train(graph, cfg, PartitionParallel(layout("partition"), "cpu", assignment=assignment))["extra"]
 
 
 @pytest.mark.timeout(240)

@@ -14,14 +14,14 @@ from gnnmesh.errors import ConfigError, GraphError
 from gnnmesh.parallel.grid3d import Grid3D
 from gnnmesh.parallel.partition import PartitionParallel
 from gnnmesh.parallel.tensor import TensorParallel
-from gnnmesh.partition import partition, rank_plan
+from gnnmesh.partition import partition, rank_halo
 from gnnmesh.parts import MANIFEST, open_parts, write_partition_parts
 from gnnmesh.parts.grid import write_grid_parts
 from gnnmesh.parts.tensor import write_tensor_parts
 from gnnmesh.view import OPERATORS
 
 from dist import run_ranks
-from helpers import model_fields, random_graph
+from helpers import model_fields, random_graph, layout
 from parity import assert_same_run, train
 
 EPOCHS = 12
@@ -64,7 +64,7 @@ def test_partition_parts_hold_each_ranks_plan(tmp_path):
         assert np.array_equal(mine.array("y"), graph.y.numpy()[owned])
         for name, build in OPERATORS.items():
             op = build(graph.adj)
-            plan = rank_plan(op, part.assignment, 3, rank)
+            plan = rank_halo(op, part.assignment, 3, rank)
             structure = parts.manifest["operators"][name]["structure"]
             assert np.array_equal(mine.array(f"{structure}.indices"), plan.block.indices.numpy())
             assert np.array_equal(mine.array(f"{structure}.entries"), plan.entry_ids)
@@ -77,7 +77,7 @@ def test_partition_parts_hold_each_ranks_plan(tmp_path):
 
 def _partition_rank(rank, world, hosts, models):
     parts = open_parts(hosts[rank])
-    return {model: train(parts, config(model), PartitionParallel("cpu")) for model in models}
+    return {model: train(parts, config(model), PartitionParallel(layout("partition"), "cpu")) for model in models}
 
 
 @pytest.mark.timeout(300)
@@ -100,7 +100,7 @@ def test_training_from_partition_parts_equals_the_single_process_run(tmp_path, w
 # -- grid3d parts ----------------------------------------------------------------------------
 
 def _grid_rank(rank, world, directory, grid, layers):
-    return train(open_parts(directory), config("gcn", layers), Grid3D("cpu", grid=grid))
+    return train(open_parts(directory), config("gcn", layers), Grid3D(layout("grid3d", grid), "cpu"))
 
 
 @pytest.mark.timeout(300)
@@ -116,13 +116,13 @@ def test_training_from_grid_parts_equals_the_single_process_run(tmp_path, grid, 
 
 
 def test_grid_parts_use_the_training_permutations(tmp_path):
-    from gnnmesh.parallel.grid_layout import GridLayout
+    from gnnmesh.partition.grid_blocks import GridBlocks
 
     graph = make_graph()
     dims = {"x": 2, "y": 1, "z": 2}
     write_grid_parts(graph, dims, tmp_path / "g", "random", seed=5)
     orders = open_parts(tmp_path / "g").rank(3).array("orders")
-    layout = GridLayout(dims, graph.num_nodes, True, 5, adj=graph.adj)
+    layout = GridBlocks(dims, graph.num_nodes, True, 5, adj=graph.adj)
     assert np.array_equal(orders[0], layout.orders[0]) and np.array_equal(orders[1], layout.orders[1])
 
 
@@ -130,7 +130,7 @@ def test_grid_parts_use_the_training_permutations(tmp_path):
 
 def _tensor_rank(rank, world, hosts, runs):
     parts = open_parts(hosts[rank])
-    return {model: train(parts, config(model).updated(strategy="tensor"), TensorParallel("cpu", chunk_size=9))
+    return {model: train(parts, config(model).updated(strategy="tensor"), TensorParallel(layout("tensor"), "cpu", chunk_size=9))
             for model in runs}
 
 

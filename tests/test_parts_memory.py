@@ -4,6 +4,7 @@ measured as the peak resident set (VmHWM) of real rank processes, not inferred f
 import pytest
 import torch
 
+from helpers import layout
 from gnnmesh import datasets
 from gnnmesh.config import Config
 from gnnmesh.memory import peak_rss_mib
@@ -23,7 +24,7 @@ def _peak_above_startup(rank, world, parts_dir):
     and connected: the interpreter, torch and its optimizer code (about 70 MiB, loaded on
     first use), the process group."""
     config = CONFIG.updated(strategy="partition" if parts_dir else "single")
-    strategy = build_strategy(config, "cpu")
+    strategy = build_strategy(config, layout(config.strategy, config.grid), "cpu")
     torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])
     base = peak_rss_mib()
     data = open_parts(parts_dir) if parts_dir else datasets.load(GRAPH)

@@ -6,7 +6,7 @@ from gnnmesh.config import Config
 from gnnmesh.parallel.tensor import TensorParallel
 
 from dist import run_ranks
-from helpers import random_graph
+from helpers import random_graph, layout
 from parity import assert_same_run, train
 
 EPOCHS = 20
@@ -35,7 +35,7 @@ def _rank_run(rank, world):
     runs = {}
     for mode, model, (chunk, pipeline) in cases:
         decoupled = mode == "decoupled"
-        strategy = TensorParallel("cpu", chunk_size=chunk, pipeline=pipeline)
+        strategy = TensorParallel(layout("tensor"), "cpu", chunk_size=chunk, pipeline=pipeline)
         runs[mode, model, chunk, pipeline] = train(graph, config(model, decoupled=decoupled), strategy)
     return runs
 
@@ -70,7 +70,7 @@ def _rank_traffic(rank, world, decoupled, k, chunk):
     graph = make_graph()
     # two epochs, the second one evaluated (eval_every > epochs: only the last one is)
     cfg = config("gcn", decoupled=decoupled, epochs=2, eval_every=5, dropout=0.0, k=k)
-    strategy = TensorParallel("cpu", chunk_size=chunk)
+    strategy = TensorParallel(layout("tensor"), "cpu", chunk_size=chunk)
     extra = train(graph, cfg, strategy)["extra"]
     return extra, {"naive": strategy.predicted_layout_bytes([6, 3], backward_widths=[3], evaluate=False),
                    "naive_eval": strategy.predicted_layout_bytes([6, 3], backward_widths=[3]),

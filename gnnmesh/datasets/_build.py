@@ -3,7 +3,6 @@ self-loop removal and seeded random splits, shared by every loader and generator
 
 from __future__ import annotations
 
-import warnings
 from typing import Optional
 
 import numpy as np
@@ -11,7 +10,7 @@ import scipy.sparse as sp
 import torch
 
 from ..errors import GraphError
-from ..graph import Adjacency
+from ..graph import Adjacency, sparse_csr
 
 MASKS = ("train_mask", "val_mask", "test_mask")
 
@@ -152,13 +151,3 @@ def csr_features(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], mod
     dense = np.zeros(shape, dtype=np.float32)
     dense[rows, cols] = 1.0
     return torch.from_numpy(dense)
-
-
-def sparse_csr(indptr, indices, values, shape) -> torch.Tensor:
-    """A torch sparse CSR tensor, without torch's 'beta support' warnings."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.sparse_csr_tensor(torch.as_tensor(np.asarray(indptr, dtype=np.int64)),
-                                       torch.as_tensor(np.asarray(indices, dtype=np.int64)),
-                                       torch.as_tensor(np.asarray(values, dtype=np.float32)),
-                                       size=tuple(int(s) for s in shape))

@@ -33,8 +33,8 @@ import numpy as np
 import torch
 
 from ..atomic import sweep_stale, temporary_directory
-from ..graph import Adjacency, Graph
-from ._build import sparse_csr
+from ..graph import Adjacency, Graph, sparse_csr
+
 
 FORMAT_VERSION = 1
 _MMAP_MIN_BYTES = 1 << 20       # small arrays are just read

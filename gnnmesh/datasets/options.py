@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-from ..config import check_seed
+from ..validate import check_seed
 from ..errors import GraphError
 
 _TRUE = {"true", "yes", "on", "1"}

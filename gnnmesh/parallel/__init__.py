@@ -7,21 +7,21 @@ from .base import Shard, Strategy
 from .single import SingleProcess
 
 
-def build_strategy(config, device) -> Strategy:
-    """The strategy ``config.strategy`` for this rank (the process group must be initialized)."""
+def build_strategy(config, layout, device) -> Strategy:
+    """The strategy ``config.strategy`` for this rank on ``layout`` (a ParallelLayout checked
+    against the job's ranks; the process group must be initialized)."""
     if config.strategy == "single":
         return SingleProcess()
     if config.strategy == "partition":
         from .partition import PartitionParallel
-        return PartitionParallel(device, method=config.partitioner, epsilon=config.epsilon,
+        return PartitionParallel(layout, device, method=config.partitioner, epsilon=config.epsilon,
                                  seed=config.seed, partition_file=config.partition_file)
     if config.strategy == "tensor":
         from .tensor import TensorParallel
-        return TensorParallel(device, chunk_size=config.chunk_size, pipeline=config.pipeline)
+        return TensorParallel(layout, device, chunk_size=config.chunk_size, pipeline=config.pipeline)
     if config.strategy == "grid3d":
         from .grid3d import Grid3D
-        return Grid3D(device, grid=config.grid, permute=config.permute, blocks=config.blocks,
-                      seed=config.seed)
+        return Grid3D(layout, device, permute=config.permute, blocks=config.blocks, seed=config.seed)
     raise ValueError(f"unknown strategy {config.strategy!r}")
 
 

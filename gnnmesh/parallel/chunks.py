@@ -24,13 +24,13 @@ from ..graph import Adjacency
 from ..ops import profile
 from ..ops.spmm import edge_dot, multiply
 from ..transforms import row_range
-from .layout import Layout
+from .switch import LayoutSwitch
 
 
-class ChunkPlan:
+class Chunks:
     """The chunks of one operator and which rows each chunk's split brings in."""
 
-    def __init__(self, op: Adjacency, layout: Layout, chunk_size: Optional[int], device):
+    def __init__(self, op: Adjacency, switch: LayoutSwitch, chunk_size: Optional[int], device):
         n_rows = op.shape[0]
         size = max(1, min(chunk_size or n_rows, n_rows))
         self.bounds = list(range(0, n_rows, size)) + [n_rows]
@@ -58,10 +58,10 @@ class ChunkPlan:
         self.split_rows, self.split_all = [], []
         for j in range(self.num_chunks):
             rows = order[starts[j]:starts[j + 1]]
-            cuts = np.searchsorted(rows, layout.row_bounds)
-            self.split_rows.append([torch.from_numpy(rows[cuts[r]:cuts[r + 1]]) for r in range(layout.world)])
+            cuts = np.searchsorted(rows, switch.row_bounds)
+            self.split_rows.append([torch.from_numpy(rows[cuts[r]:cuts[r + 1]]) for r in range(switch.world)])
             self.split_all.append(torch.from_numpy(rows).to(self.device))
-        self.gather_rows = [layout.owned_in(a, b) for a, b in self.ranges()]
+        self.gather_rows = [switch.owned_in(a, b) for a, b in self.ranges()]
 
     @property
     def num_chunks(self) -> int:
@@ -121,80 +121,80 @@ class ChunkedAggregation:
     ends: ``split_input`` takes row-layout ``x`` (and can return its column slice too),
     ``gather_output`` returns row-layout output. ``rounds`` counts whole-layer switches."""
 
-    def __init__(self, layout: Layout, pipeline: bool = True):
-        self.layout, self.pipeline = layout, pipeline
+    def __init__(self, switch: LayoutSwitch, pipeline: bool = True):
+        self.switch, self.pipeline = switch, pipeline
         self.rounds = 0
 
-    def __call__(self, plan: ChunkPlan, x, values, width: int, split_input=False, gather_output=False,
+    def __call__(self, chunks: Chunks, x, values, width: int, split_input=False, gather_output=False,
                  return_input=False):
-        out = _Aggregate.apply(x, values, self, plan, width, split_input, gather_output, return_input)
+        out = _Aggregate.apply(x, values, self, chunks, width, split_input, gather_output, return_input)
         return out if return_input else out[1]
 
-    def forward(self, plan: ChunkPlan, x, values, width, split_input, gather_output):
-        with self.layout.comm.phase("layout"):
-            return self._forward(plan, x, values, width, split_input, gather_output)
+    def forward(self, chunks: Chunks, x, values, width, split_input, gather_output):
+        with self.switch.comm.phase("layout"):
+            return self._forward(chunks, x, values, width, split_input, gather_output)
 
     def backward(self, *args):
-        with self.layout.comm.phase("layout"):
+        with self.switch.comm.phase("layout"):
             return self._backward(*args)
 
-    def _forward(self, plan: ChunkPlan, x, values, width, split_input, gather_output):
-        lay, order = self.layout, list(range(plan.num_chunks))
+    def _forward(self, chunks: Chunks, x, values, width, split_input, gather_output):
+        sw, order = self.switch, list(range(chunks.num_chunks))
         mid = tuple(x.shape[1:-1])
         self.rounds += int(split_input) + int(gather_output)
         x_cols = x
         if split_input:
-            x_cols = x.new_empty((plan.num_nodes,) + mid + (lay.col_width(width),))
-            incoming = _Incoming(lambda j: lay.start_split(x, plan.split_rows[j]), order, self.pipeline)
+            x_cols = x.new_empty((chunks.num_nodes,) + mid + (sw.col_width(width),))
+            incoming = _Incoming(lambda j: sw.start_split(x, chunks.split_rows[j]), order, self.pipeline)
         if gather_output:
-            out = x.new_empty((lay.num_owned,) + mid + (width,))
-            mine = [(rows[lay.rank] - lay.start).to(x.device) for rows in plan.gather_rows]
-            outgoing = _Outgoing(lambda j, p: out.index_copy_(0, mine[j], lay.finish_gather(p)), self.pipeline)
+            out = x.new_empty((sw.num_owned,) + mid + (width,))
+            mine = [(rows[sw.rank] - sw.start).to(x.device) for rows in chunks.gather_rows]
+            outgoing = _Outgoing(lambda j, p: out.index_copy_(0, mine[j], sw.finish_gather(p)), self.pipeline)
         else:
-            out = x.new_empty((plan.num_nodes,) + mid + (x_cols.shape[-1],))
+            out = x.new_empty((chunks.num_nodes,) + mid + (x_cols.shape[-1],))
         for step, j in enumerate(order):
             if split_input:  # the rows chunk j needs first (earlier chunks brought the rest)
-                x_cols.index_copy_(0, plan.split_all[j], lay.finish_split(incoming.take(step)))
-            y = _multiply(plan.blocks[j], values[slice(*plan.entries[j])], x_cols)
+                x_cols.index_copy_(0, chunks.split_all[j], sw.finish_split(incoming.take(step)))
+            y = _multiply(chunks.blocks[j], values[slice(*chunks.entries[j])], x_cols)
             if gather_output:
-                outgoing.push(j, lay.start_gather(y, plan.gather_rows[j], width))
+                outgoing.push(j, sw.start_gather(y, chunks.gather_rows[j], width))
             else:
-                out[plan.bounds[j]:plan.bounds[j + 1]] = y
+                out[chunks.bounds[j]:chunks.bounds[j + 1]] = y
         if gather_output:
             outgoing.drain()
         return x_cols, out
 
-    def _backward(self, plan, grad_out, grad_cols, x_cols, values, width, split_input, gather_output,
+    def _backward(self, chunks, grad_out, grad_cols, x_cols, values, width, split_input, gather_output,
                   need_x, need_values):
-        lay, order = self.layout, list(reversed(range(plan.num_chunks)))
+        sw, order = self.switch, list(reversed(range(chunks.num_chunks)))
         mid = tuple(grad_out.shape[1:-1])
         split_input = split_input and need_x  # data inputs (features) need no gradient sent home
         self.rounds += int(split_input) + int(gather_output)
         grad_x_cols = (grad_cols.clone() if grad_cols is not None
-                       else grad_out.new_zeros((plan.num_nodes,) + mid + (lay.col_width(width),)))
-        grad_values = [None] * plan.num_chunks
+                       else grad_out.new_zeros((chunks.num_nodes,) + mid + (sw.col_width(width),)))
+        grad_values = [None] * chunks.num_chunks
         if gather_output:  # the gradient arrives in row layout: split it chunk by chunk
-            incoming = _Incoming(lambda j: lay.start_split(grad_out, plan.gather_rows[j]), order, self.pipeline)
+            incoming = _Incoming(lambda j: sw.start_split(grad_out, chunks.gather_rows[j]), order, self.pipeline)
         if split_input:  # send each row's gradient home once no earlier chunk can add to it
-            grad_x = grad_out.new_zeros((lay.num_owned,) + mid + (width,))
-            mine = [(rows[lay.rank] - lay.start).to(grad_out.device) for rows in plan.split_rows]
-            outgoing = _Outgoing(lambda j, p: grad_x.index_copy_(0, mine[j], lay.finish_gather(p)), self.pipeline)
+            grad_x = grad_out.new_zeros((sw.num_owned,) + mid + (width,))
+            mine = [(rows[sw.rank] - sw.start).to(grad_out.device) for rows in chunks.split_rows]
+            outgoing = _Outgoing(lambda j, p: grad_x.index_copy_(0, mine[j], sw.finish_gather(p)), self.pipeline)
         for step, j in enumerate(order):
             if gather_output:
-                g = lay.finish_split(incoming.take(step))
+                g = sw.finish_split(incoming.take(step))
             else:
-                g = grad_out[plan.bounds[j]:plan.bounds[j + 1]]
-            part = _multiply(plan.compact[j], values[slice(*plan.entries[j])], g, transpose=True)
-            if plan.sources[j] is None:
+                g = grad_out[chunks.bounds[j]:chunks.bounds[j + 1]]
+            part = _multiply(chunks.compact[j], values[slice(*chunks.entries[j])], g, transpose=True)
+            if chunks.sources[j] is None:
                 grad_x_cols.add_(part)
             else:
-                grad_x_cols.index_add_(0, plan.sources[j], part)
+                grad_x_cols.index_add_(0, chunks.sources[j], part)
             if need_values:
                 with profile.phase("aggregate"):
-                    grad_values[j] = edge_dot(plan.blocks[j], g, x_cols)
+                    grad_values[j] = edge_dot(chunks.blocks[j], g, x_cols)
             if split_input:
-                outgoing.push(j, lay.start_gather(grad_x_cols.index_select(0, plan.split_all[j]),
-                                                  plan.split_rows[j], width))
+                outgoing.push(j, sw.start_gather(grad_x_cols.index_select(0, chunks.split_all[j]),
+                                                  chunks.split_rows[j], width))
         if split_input:
             outgoing.drain()
         return (grad_x if split_input else grad_x_cols), (torch.cat(grad_values) if need_values else None)
@@ -202,9 +202,9 @@ class ChunkedAggregation:
 
 class _Aggregate(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, values, engine, plan, width, split_input, gather_output, return_input):
-        x_cols, out = engine.forward(plan, x, values, width, split_input, gather_output)
-        ctx.engine, ctx.plan, ctx.width = engine, plan, width
+    def forward(ctx, x, values, engine, chunks, width, split_input, gather_output, return_input):
+        x_cols, out = engine.forward(chunks, x, values, width, split_input, gather_output)
+        ctx.engine, ctx.chunks, ctx.width = engine, chunks, width
         ctx.split_input, ctx.gather_output = split_input, gather_output
         ctx.save_for_backward(values, x_cols if ctx.needs_input_grad[1] else None)
         if not return_input:
@@ -217,6 +217,6 @@ class _Aggregate(torch.autograd.Function):
         if grad_cols is not None and grad_cols.numel() == 0:
             grad_cols = None
         grad_x, grad_values = ctx.engine.backward(
-            ctx.plan, grad_out.contiguous(), grad_cols, x_cols, values, ctx.width, ctx.split_input,
+            ctx.chunks, grad_out.contiguous(), grad_cols, x_cols, values, ctx.width, ctx.split_input,
             ctx.gather_output, ctx.needs_input_grad[0], ctx.needs_input_grad[1])
         return (grad_x if ctx.needs_input_grad[0] else None), grad_values, None, None, None, None, None, None

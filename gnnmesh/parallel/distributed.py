@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from .. import memory
-from ..comm import Comm
+from ..layout import ParallelLayout
 from .base import Strategy
 
 
@@ -19,9 +19,13 @@ class DistributedStrategy(Strategy):
 
     reported_phases: tuple = ()
 
-    def __init__(self, comm: Comm):
-        self.comm = comm
-        self.rank, self.world_size = comm.rank, comm.world_size
+    def __init__(self, layout: ParallelLayout, device, comm_dim=None):
+        """Talk over ``layout``'s process mesh; ``comm_dim`` names the mesh dimension weights
+        and metrics are reduced over (None: the whole world)."""
+        self.layout, self.device = layout, torch.device(device)
+        self.mesh = layout.mesh(self.device)
+        self.comm = self.mesh.comm(comm_dim)
+        self.rank, self.world_size = self.comm.rank, self.comm.world_size
 
     def comms(self) -> list:
         """Every communicator this strategy talks through (their counters make the report)."""
@@ -98,7 +102,3 @@ class DistributedStrategy(Strategy):
                 f"comm {1e3 * extra['comm_time_min']:.1f}-{1e3 * extra['comm_time_max']:.1f} ms (min-max); "
                 + (traffic + ", " if traffic else "") + f"{extra['bytes_total'] / 2**20:.2f} MiB in all"]
 
-
-def world_size() -> int:
-    import torch.distributed as dist
-    return dist.get_world_size() if dist.is_initialized() else 1

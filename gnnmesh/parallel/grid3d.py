@@ -40,18 +40,18 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from ..comm import Mesh, agreed
+from ..comm import agreed
 from ..errors import ConfigError
 from ..graph import Adjacency
+from ..layout import ParallelLayout
 from ..models.gcn import GCN
 from ..view import GraphView, _apply_mask, rows_mask
 from .base import Shard
-from .distributed import DistributedStrategy, world_size
+from .distributed import DistributedStrategy
 from .grid_collectives import Aggregate, PartialSum, Replicated, ToLossRows
-from .grid_layout import (AXES, GridLayout, bounds, coordinates, cut, default_grid, output_plan, parse_grid, roles,
-                          sizes)
+from .grid_layout import AXES, GridLayout, bounds, coordinates, cut, output_plan, roles, sizes
 
-__all__ = ["Grid3D", "GridView", "default_grid"]
+__all__ = ["Grid3D", "GridView"]
 
 
 class GridView(GraphView):
@@ -133,14 +133,10 @@ class Grid3D(DistributedStrategy):
     reported_phases = ("aggregate_allreduce", "gemm_allreduce", "dh_allreduce", "df_allreduce",
                        "logits", "grad")
 
-    def __init__(self, device, grid=None, permute: bool = True, blocks: int = 1, seed: int = 0,
-                 mesh: Mesh = None):
-        self.device = torch.device(device)
-        self.dims = parse_grid(grid, world_size())
+    def __init__(self, layout: ParallelLayout, device, permute: bool = True, blocks: int = 1, seed: int = 0):
+        super().__init__(layout, device)  # the mesh is (z, x, y): Y groups share a node first, then X
+        self.dims = layout.grid.dims()
         self.permute, self.blocks, self.seed = permute, blocks, seed
-        # Y varies fastest over the ranks, then X: Plexus places Y, then X, inside a node.
-        self.mesh = mesh or Mesh({a: self.dims[a] for a in ("z", "x", "y")}, self.device)
-        super().__init__(self.mesh.comm())
         self.axis = {a: self.mesh.comm(a) for a in AXES}
         self.coords = {a: comm.rank for a, comm in self.axis.items()}
         self.everyone = self.comm.all_gather_object(self.coords)  # world rank -> grid coordinates

@@ -18,11 +18,11 @@ from ..comm import Comm
 from ..graph import Adjacency
 from ..ops import profile
 from ..ops.spmm import edge_dot, multiply
-from ..partition import rank_plan
+from ..partition import rank_halo
 
 
 @dataclass
-class HaloPlan:
+class HaloRoutes:
     """Who sends what to whom, for one rank."""
 
     send_index: dict    # peer -> LongTensor of local owned rows to send, in the order the peer expects
@@ -36,25 +36,25 @@ class HaloPlan:
     def rows_sent(self) -> int:
         return sum(int(i.numel()) for i in self.send_index.values())
 
-    def to(self, device) -> "HaloPlan":
-        return HaloPlan({p: i.to(device) for p, i in self.send_index.items()}, self.recv_counts, self.num_owned)
+    def to(self, device) -> "HaloRoutes":
+        return HaloRoutes({p: i.to(device) for p, i in self.send_index.items()}, self.recv_counts, self.num_owned)
 
 
 class Exchange:
-    """Non-blocking sends and receives of row blocks according to a HaloPlan."""
+    """Non-blocking sends and receives of row blocks according to a HaloRoutes."""
 
-    def __init__(self, plan: HaloPlan, comm: Comm):
-        self.plan, self.comm = plan, comm
+    def __init__(self, routes: HaloRoutes, comm: Comm):
+        self.routes, self.comm = routes, comm
 
     def start_forward(self, x: torch.Tensor):
         """Send owned rows to the peers that need them; post receives for the halo, straight
         into its rows (ordered by owner rank), so the halo is never copied once more."""
         tail = tuple(x.shape[1:])
-        sends = [self.comm.isend(x[idx], peer) for peer, idx in self.plan.send_index.items()]
-        halo = x.new_empty((self.plan.num_halo,) + tail)
+        sends = [self.comm.isend(x[idx], peer) for peer, idx in self.routes.send_index.items()]
+        halo = x.new_empty((self.routes.num_halo,) + tail)
         recvs, start = [], 0
-        for peer in sorted(self.plan.recv_counts):
-            n = self.plan.recv_counts[peer]
+        for peer in sorted(self.routes.recv_counts):
+            n = self.routes.recv_counts[peer]
             recvs.append(self.comm.irecv(halo[start:start + n], peer))
             start += n
         return sends + recvs, halo
@@ -68,11 +68,11 @@ class Exchange:
         """Return halo-row gradients to their owners; post receives for our rows' partials."""
         tail = tuple(grad_halo.shape[1:])
         sends, start = [], 0
-        for peer in sorted(self.plan.recv_counts):
-            n = self.plan.recv_counts[peer]
+        for peer in sorted(self.routes.recv_counts):
+            n = self.routes.recv_counts[peer]
             sends.append(self.comm.isend(grad_halo[start:start + n], peer))
             start += n
-        bufs = {peer: grad_halo.new_empty((idx.numel(),) + tail) for peer, idx in self.plan.send_index.items()}
+        bufs = {peer: grad_halo.new_empty((idx.numel(),) + tail) for peer, idx in self.routes.send_index.items()}
         recvs = [self.comm.irecv(buf, peer) for peer, buf in bufs.items()]
         return sends + recvs, bufs
 
@@ -80,7 +80,7 @@ class Exchange:
         handles, bufs = pending
         self.comm.wait(handles)
         for peer in sorted(bufs):  # fixed order: the sum is deterministic
-            grad_owned.index_add_(0, self.plan.send_index[peer], bufs[peer])
+            grad_owned.index_add_(0, self.routes.send_index[peer], bufs[peer])
         return grad_owned
 
 
@@ -162,14 +162,14 @@ class HaloGather(torch.autograd.Function):
         ex = ctx.exchange
         with ex.comm.phase("halo"):
             pending = ex.start_backward(grad_halo.contiguous())
-            grad_x = grad_halo.new_zeros((ex.plan.num_owned,) + tuple(grad_halo.shape[1:]))
+            grad_x = grad_halo.new_zeros((ex.routes.num_owned,) + tuple(grad_halo.shape[1:]))
             return ex.finish_backward(pending, grad_x), None
 
 
 def build_local_operator(op: Adjacency, assignment: torch.Tensor, comm: Comm, device) -> LocalOperator:
     """This rank's rows of ``op`` (columns [owned, halo]) and the exchange that fills the halo."""
-    plan = rank_plan(op, assignment.numpy(), comm.world_size, comm.rank)
-    return local_operator(plan.block, plan.entry_ids, plan.send_index, plan.recv_counts, comm, device)
+    halo = rank_halo(op, assignment.numpy(), comm.world_size, comm.rank)
+    return local_operator(halo.block, halo.entry_ids, halo.send_index, halo.recv_counts, comm, device)
 
 
 def local_operator(block: Adjacency, entry_ids, send_index: list, recv_counts, comm: Comm,
@@ -184,7 +184,7 @@ def local_operator(block: Adjacency, entry_ids, send_index: list, recv_counts, c
         block = block.with_values(block.values.to(device))
     rows, cols = block.row(), block.indices
     inner_mask = cols < num_owned
-    exchange = HaloPlan({n: torch.as_tensor(idx, dtype=torch.int64) for n, idx in enumerate(send_index) if len(idx)},
+    exchange = HaloRoutes({n: torch.as_tensor(idx, dtype=torch.int64) for n, idx in enumerate(send_index) if len(idx)},
                         {n: int(c) for n, c in enumerate(recv_counts) if c}, num_owned)
     return LocalOperator(
         block,

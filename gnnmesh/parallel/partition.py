@@ -13,12 +13,13 @@ import numpy as np
 import torch
 
 from .. import ops
-from ..comm import Mesh, agreed, setup_comm
+from ..comm import agreed, setup_comm
 from ..errors import ConfigError, GraphError
 from ..graph import Adjacency
-from ..view import GraphView, entries_mask, rows_mask
+from ..layout import ParallelLayout
+from ..view import GraphView
 from .base import Shard
-from .distributed import DistributedStrategy, world_size
+from .distributed import DistributedStrategy
 from .halo import HaloGather, HaloSpMM, build_local_operator, local_operator
 
 
@@ -63,23 +64,20 @@ class PartitionView(GraphView):
     def edge_softmax(self, scores, op="loop"):
         return ops.edge_softmax(self.local(op).block, scores)  # in-edges of my rows are all mine
 
-    def vertex_mask(self, row_shape, p):
-        return rows_mask(self.owned, row_shape, p, self._next_seed(), self.device)
+    def rows(self):
+        return self.owned
 
-    def edge_mask(self, op, edge_shape, p):
-        return entries_mask(self.local(op).edge_ids, edge_shape, p, self._next_seed(), self.device)
+    def entries(self, op):
+        return self.local(op).edge_ids
 
 
 class PartitionParallel(DistributedStrategy):
     name = "partition"
     reported_phases = ("halo",)
 
-    def __init__(self, device, method: str = "hp", epsilon: float = 0.01, seed: int = 0,
-                 partition_file: Optional[str] = None, mesh: Optional[Mesh] = None,
-                 assignment=None):
-        self.device = torch.device(device)
-        self.mesh = mesh or Mesh({"rows": world_size()}, self.device)
-        super().__init__(self.mesh.comm("rows"))
+    def __init__(self, layout: ParallelLayout, device, method: str = "hp", epsilon: float = 0.01,
+                 seed: int = 0, partition_file: Optional[str] = None, assignment=None):
+        super().__init__(layout, device, "rows")
         self.method, self.epsilon, self.seed, self.partition_file = method, epsilon, seed, partition_file
         self.partition = None
         self.fixed_assignment = assignment  # an explicit vertex -> rank array, mostly for tests

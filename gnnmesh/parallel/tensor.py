@@ -3,7 +3,7 @@
 Every rank holds the whole graph structure. Dense NN operations run on row blocks (V/N
 vertices per rank; weights replicated, gradients all-reduced) and aggregations on column
 slices (D/N columns of every vertex), so every rank does the same amount of aggregation
-whatever the graph looks like. ``layout.py`` switches between the two layouts,
+whatever the graph looks like. ``switch.py`` switches between the two layouts,
 ``chunks.py`` runs the aggregation chunk by chunk with the switches pipelined.
 
 - A coupled model (§3.1): each aggregation is split -> aggregate -> gather, two switches
@@ -22,15 +22,16 @@ import torch
 
 from .. import ops
 from ..models import Decoupled
-from ..comm import Mesh, agreed
+from ..comm import agreed
 from ..errors import ConfigError
 from ..graph import Adjacency
+from ..layout import ParallelLayout
 from ..transforms import row_range
-from ..view import GraphView, entries_mask, rows_mask
+from ..view import GraphView
 from .base import Shard
-from .chunks import ChunkedAggregation, ChunkPlan
-from .distributed import DistributedStrategy, world_size
-from .layout import Layout
+from .chunks import ChunkedAggregation, Chunks
+from .distributed import DistributedStrategy
+from .switch import LayoutSwitch
 
 
 class ShareRows(torch.autograd.Function):
@@ -52,28 +53,28 @@ class ShareRows(torch.autograd.Function):
 class TensorView(GraphView):
     """The whole graph on every rank; vertex data in row blocks between aggregations."""
 
-    def __init__(self, adj, layout: Layout, engine: ChunkedAggregation, chunk_size: Optional[int],
+    def __init__(self, adj, switch: LayoutSwitch, engine: ChunkedAggregation, chunk_size: Optional[int],
                  seed: int, device):
         super().__init__(adj, seed=seed, device=device)
-        self.layout, self.engine, self.chunk_size = layout, engine, chunk_size
-        self._plans: dict = {}
+        self.switch, self.engine, self.chunk_size = switch, engine, chunk_size
+        self._chunks: dict = {}
 
     @property
     def num_nodes(self) -> int:
-        return self.layout.num_owned
+        return self.switch.num_owned
 
-    def plan(self, op: str) -> ChunkPlan:
-        if op not in self._plans:
-            self._plans[op] = ChunkPlan(self.operator(op), self.layout, self.chunk_size, self.device)
-        return self._plans[op]
+    def chunks(self, op: str) -> Chunks:
+        if op not in self._chunks:
+            self._chunks[op] = Chunks(self.operator(op), self.switch, self.chunk_size, self.device)
+        return self._chunks[op]
 
     def block(self, op: str):
         """In-edges of this rank's rows: everything attention needs for them is here."""
-        return row_range(self.operator(op), self.layout.start, self.layout.stop)
+        return row_range(self.operator(op), self.switch.start, self.switch.stop)
 
     def _entry_range(self, op: str) -> tuple:
         indptr = self.operator(op).indptr
-        return int(indptr[self.layout.start]), int(indptr[self.layout.stop])
+        return int(indptr[self.switch.start]), int(indptr[self.switch.stop])
 
     def edge_values(self, op: str, values, like: torch.Tensor) -> torch.Tensor:
         """Values of every edge of ``op``: the operator's own, or per-edge ``values`` given for
@@ -81,28 +82,27 @@ class TensorView(GraphView):
         adj = self.operator(op)
         if values is None:
             return adj.values if adj.values is not None else like.new_ones(adj.nnz)
-        indptr = adj.indptr[self.layout.row_bounds]
+        indptr = adj.indptr[self.switch.row_bounds]
         counts = (indptr[1:] - indptr[:-1]).tolist()
-        return ShareRows.apply(values, self.layout.comm, counts)
+        return ShareRows.apply(values, self.switch.comm, counts)
 
     # -- primitives ------------------------------------------------------------------------
     def spmm(self, x, op="gcn", values=None):
         full = self.edge_values(op, values, x)
-        return self.engine(self.plan(op), x, full, x.shape[-1], split_input=True, gather_output=True)
+        return self.engine(self.chunks(op), x, full, x.shape[-1], split_input=True, gather_output=True)
 
     def sddmm(self, dst, src, op="loop", kind="add"):
-        src_all = ShareRows.apply(src, self.layout.comm, self.layout.row_counts)
+        src_all = ShareRows.apply(src, self.switch.comm, self.switch.row_counts)
         return ops.sddmm(self.block(op), dst, src_all, kind)
 
     def edge_softmax(self, scores, op="loop"):
         return ops.edge_softmax(self.block(op), scores)
 
-    def vertex_mask(self, row_shape, p):
-        rows = range(self.layout.start, self.layout.stop)
-        return rows_mask(rows, row_shape, p, self._next_seed(), self.device)
+    def rows(self):
+        return range(self.switch.start, self.switch.stop)
 
-    def edge_mask(self, op, edge_shape, p):
-        return entries_mask(range(*self._entry_range(op)), edge_shape, p, self._next_seed(), self.device)
+    def entries(self, op):
+        return range(*self._entry_range(op))
 
 
 class TensorParallel(DistributedStrategy):
@@ -110,13 +110,11 @@ class TensorParallel(DistributedStrategy):
 
     name = "tensor"
 
-    def __init__(self, device, chunk_size: Optional[int] = None,
-                 pipeline: bool = True, mesh: Optional[Mesh] = None):
-        self.device = torch.device(device)
-        self.mesh = mesh or Mesh({"cols": world_size()}, self.device)
-        super().__init__(self.mesh.comm("cols"))
+    def __init__(self, layout: ParallelLayout, device, chunk_size: Optional[int] = None,
+                 pipeline: bool = True):
+        super().__init__(layout, device, "cols")
         self.chunk_size, self.pipeline = chunk_size, pipeline
-        self.layout: Optional[Layout] = None
+        self.switch: Optional[LayoutSwitch] = None
         self.engine: Optional[ChunkedAggregation] = None
 
     def describe(self) -> str:
@@ -127,10 +125,10 @@ class TensorParallel(DistributedStrategy):
         if self.world_size > graph.num_nodes:
             raise ConfigError(f"{self.world_size} ranks for a graph of {graph.num_nodes} nodes: "
                               "every rank needs at least one node")
-        self.layout = Layout(self.comm, graph.num_nodes)
-        self.engine = ChunkedAggregation(self.layout, self.pipeline)
-        view = TensorView(graph.adj, self.layout, self.engine, self.chunk_size, seed, device)
-        rows = slice(self.layout.start, self.layout.stop)
+        self.switch = LayoutSwitch(self.comm, graph.num_nodes)
+        self.engine = ChunkedAggregation(self.switch, self.pipeline)
+        view = TensorView(graph.adj, self.switch, self.engine, self.chunk_size, seed, device)
+        rows = slice(self.switch.start, self.switch.stop)
         pick = (lambda t: t[rows].to(device))
         return Shard(view, pick(x), pick(graph.y), pick(graph.train_mask), pick(graph.val_mask),
                      pick(graph.test_mask))
@@ -140,9 +138,9 @@ class TensorParallel(DistributedStrategy):
         n = parts.num_nodes
         adj = Adjacency(part.tensor("adj.indptr"), part.tensor("adj.indices"),
                         part.tensor("adj.values") if part.has("adj.values") else None, (n, n))
-        self.layout = Layout(self.comm, n)
-        self.engine = ChunkedAggregation(self.layout, self.pipeline)
-        view = TensorView(adj, self.layout, self.engine, self.chunk_size, seed, device)
+        self.switch = LayoutSwitch(self.comm, n)
+        self.engine = ChunkedAggregation(self.switch, self.pipeline)
+        view = TensorView(adj, self.switch, self.engine, self.chunk_size, seed, device)
         pick = (lambda name: part.tensor(name).to(device))
         return Shard(view, pick("x"), pick("y"), pick("train_mask"), pick("val_mask"), pick("test_mask"))
 
@@ -151,16 +149,16 @@ class TensorParallel(DistributedStrategy):
             return model(view, x)
         h0 = model.transform(view, x)  # NN layers on this rank's rows
         values = view.edge_values(model.op, model.edge_weights(view, h0), h0)
-        plan, width, aggregate, last = view.plan(model.op), h0.shape[-1], self.engine, model.k - 1
+        chunks, width, aggregate, last = view.chunks(model.op), h0.shape[-1], self.engine, model.k - 1
         h0_cols = {}  # H_0's column slice, which the first step's split brings
 
         def step(h, i):
             if i == last:  # gathered back to rows; the last combine is row-wise, on h0's own rows
-                return aggregate(plan, h, values, width, split_input=i == 0, gather_output=True), h0
+                return aggregate(chunks, h, values, width, split_input=i == 0, gather_output=True), h0
             if i == 0:
-                h0_cols["h0"], agg = aggregate(plan, h0, values, width, split_input=True, return_input=True)
+                h0_cols["h0"], agg = aggregate(chunks, h0, values, width, split_input=True, return_input=True)
                 return agg, h0_cols["h0"]
-            return aggregate(plan, h, values, width), h0_cols["h0"]
+            return aggregate(chunks, h, values, width), h0_cols["h0"]
 
         return model.propagate(h0, step)
 
@@ -173,7 +171,7 @@ class TensorParallel(DistributedStrategy):
         adds one more forward."""
         def size(w):
             width, heads = w if isinstance(w, tuple) else (w, 1)
-            return self.layout.switch_bytes(width, heads)
+            return self.switch.switch_bytes(width, heads)
         forward = (2 + (2 if evaluate else 0)) * sum(size(w) for w in widths)
         backward = 2 * sum(size(w) for w in (widths if backward_widths is None else backward_widths))
         return forward + backward

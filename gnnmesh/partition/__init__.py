@@ -1,8 +1,8 @@
 """Vertex partitioning for 1D row-parallel training (Demirci, Haldar, Ferhatosmanoglu, PVLDB 2022).
 
-    >>> from gnnmesh.partition import partition, comm_plan, quality
+    >>> from gnnmesh.partition import partition, halos, quality
     >>> part = partition(graph, 8, "hp", epsilon=0.01, seed=0)    # cached on disk
-    >>> plans = comm_plan(graph.adj, part.assignment, part.parts)  # who sends what to whom
+    >>> exchanges = halos(graph.adj, part.assignment, part.parts)  # who sends what to whom
     >>> quality(graph.adj, part)["volume_total"]                   # rows moved per layer
 
 Methods: ``rp`` random, ``contiguous`` id ranges, ``gp`` METIS (pymetis), ``hp`` column-net
@@ -11,10 +11,10 @@ hypergraph with Mt-KaHyPar (``gp`` and ``hp`` need ``pip install 'gnnmesh[partit
 
 from .api import partition
 from .base import METHODS, MissingExtraError, Partition, graph_key
-from .plan import RankPlan, comm_plan, rank_plan, rank_plans
+from .halo import RankHalo, halos, rank_halo, rank_halos
 from .quality import connectivity_minus_one, quality
 from .store import load_partition, save_partition, store_dir
 
 __all__ = ["partition", "Partition", "METHODS", "MissingExtraError", "graph_key",
-           "RankPlan", "comm_plan", "rank_plan", "rank_plans", "quality", "connectivity_minus_one",
+           "RankHalo", "halos", "rank_halo", "rank_halos", "quality", "connectivity_minus_one",
            "load_partition", "save_partition", "store_dir"]

@@ -7,7 +7,7 @@ import warnings
 
 import numpy as np
 
-from ..config import check_seed
+from ..validate import check_seed
 from ..errors import ConfigError, GraphError
 from .base import Partition, as_adjacency, check_method, check_parts, fill_empty_parts, graph_key
 from .methods import PARTITIONERS, hp_preset

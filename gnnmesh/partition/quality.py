@@ -16,7 +16,7 @@ import scipy.sparse as sp
 from ..graph import Adjacency
 from ..transforms import row_blocks
 from .base import as_adjacency, csr_arrays
-from .plan import check_assignment
+from .halo import check_assignment
 
 
 def quality(adj, partition, feature_bytes: Optional[int] = None) -> dict:

@@ -10,7 +10,7 @@ Folder of the rank at grid coordinates (x, y, z) (``store.py`` for the directory
                         layer k's block of D^-1/2 (A + I) D^-1/2 (k < min(layers, 6): the
                         blocks repeat with period six, three planes times two permutations)
     x.npy               its layer-0 block of the input features
-    y, train_mask, ...  labels and splits of the rows it scores (``GridLayout.loss_rows``)
+    y, train_mask, ...  labels and splits of the rows it scores (``GridBlocks.loss_rows``)
 
 The blocks are cut exactly as ``GridView.adjacency`` cuts them from the whole graph, so
 training from parts computes what training from the dataset does.
@@ -25,7 +25,8 @@ import numpy as np
 
 from ..atomic import staged_directory
 from ..graph import Graph
-from ..parallel.grid_layout import AXES, GridLayout, coordinates, roles
+from ..layout.grid import AXES, coordinates, roles
+from ..partition.grid_blocks import GridBlocks
 from ..view import OPERATORS
 from .store import MANIFEST, graph_facts, rank_folder, save_array, write_manifest
 from .vertex import VertexData
@@ -41,11 +42,11 @@ def write_grid_parts(graph: Graph, dims: dict, directory, dataset: str, *, layer
     start = time.perf_counter()
     vertex = VertexData(graph)
     world = int(np.prod([dims[a] for a in AXES]))
-    layout = GridLayout(dims, graph.num_nodes, permute, seed, adj=graph.adj)
+    grid_blocks = GridBlocks(dims, graph.num_nodes, permute, seed, adj=graph.adj)
     say(f"permutations chosen ({time.perf_counter() - start:.1f} s)")
     op = OPERATORS["gcn"](graph.adj).to_scipy()
     blocks = min(int(layers), PERIOD)
-    orders = np.stack(layout.orders)
+    orders = np.stack(grid_blocks.orders)
     with staged_directory(directory, MANIFEST, "parts directory") as tmp:
         files = []
         for rank in range(world):
@@ -56,15 +57,15 @@ def write_grid_parts(graph: Graph, dims: dict, directory, dataset: str, *, layer
             save_array(folder, "orders", orders, mine)
             for k in range(blocks):
                 r = roles(k)
-                block = op[layout.nodes(k + 1, r.rows, me)][:, layout.nodes(k, r.cols, me)]
+                block = op[grid_blocks.nodes(k + 1, r.rows, me)][:, grid_blocks.nodes(k, r.cols, me)]
                 block.sort_indices()
                 save_array(folder, f"adj-{k}.indptr", block.indptr.astype(np.int64), mine)
                 save_array(folder, f"adj-{k}.indices", block.indices.astype(np.int64), mine)
                 save_array(folder, f"adj-{k}.values", block.data.astype(np.float32), mine)
             r = roles(0)
-            features = vertex.features(layout.nodes(0, r.cols, me))
-            save_array(folder, "x", features[:, layout.width(vertex.num_features, r.feats, me)], mine)
-            for name, array in vertex.labels(layout.loss_rows(rank, world)).items():
+            features = vertex.features(grid_blocks.nodes(0, r.cols, me))
+            save_array(folder, "x", features[:, grid_blocks.width(vertex.num_features, r.feats, me)], mine)
+            for name, array in vertex.labels(grid_blocks.loss_rows(rank, world)).items():
                 save_array(folder, name, array, mine)
             files.append({"coords": me, "files": mine})
             say(f"rank {rank} written ({time.perf_counter() - start:.1f} s)")

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..atomic import staged_directory
 from ..graph import Graph
-from ..partition import Partition, graph_key, rank_plans
+from ..partition import Partition, graph_key, rank_halos
 from ..view import OPERATORS
 from .store import MANIFEST, graph_facts, rank_folder, save_array, write_manifest
 from .vertex import VertexData
@@ -67,7 +67,6 @@ def write_partition_parts(graph: Graph, partition: Partition, directory, dataset
             operators[name] = {"structure": structure, "values": op.values is not None}
             del op
             say(f"operator {name} written ({time.perf_counter() - start:.1f} s)")
-        sizes = np.diff(bounds)
         manifest = {
             **graph_facts(graph, vertex.num_features, dataset), "kind": "partition", "parts": parts,
             "how": f"{partition.method}, epsilon {partition.epsilon:g}, seed {partition.seed}",
@@ -83,14 +82,14 @@ def write_partition_parts(graph: Graph, partition: Partition, directory, dataset
 def _write_structure(name, op, assignment, parts, folders, files) -> dict:
     """Every rank's block of ``op`` (structure, entry ids, halo and send lists)."""
     send_counts, nnz = [], []
-    for plan, folder, mine in zip(rank_plans(op, assignment, parts), folders, files):
-        block = plan.block
+    for halo, folder, mine in zip(rank_halos(op, assignment, parts), folders, files):
+        block = halo.block
         save_array(folder, f"{name}.indptr", block.indptr.numpy(), mine)
         save_array(folder, f"{name}.indices", block.indices.numpy(), mine)
-        save_array(folder, f"{name}.entries", plan.entry_ids, mine)
-        save_array(folder, f"{name}.halo", plan.halo, mine)
-        save_array(folder, f"{name}.send", np.concatenate(plan.send_index), mine)
-        send_counts.append(plan.send_counts.tolist())
+        save_array(folder, f"{name}.entries", halo.entry_ids, mine)
+        save_array(folder, f"{name}.halo", halo.halo, mine)
+        save_array(folder, f"{name}.send", np.concatenate(halo.send_index), mine)
+        send_counts.append(halo.send_counts.tolist())
         nnz.append(block.nnz)
-        del plan, block  # before the next rank's plan is built, not after
+        del halo, block  # before the next rank's halo is built, not after
     return {"name": name, "send_counts": send_counts, "nnz": nnz}

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..atomic import staged_directory
 from ..graph import Graph
-from ..grid.permute import block_bounds
+from ..partition.blocks import block_bounds
 from .store import MANIFEST, graph_facts, rank_folder, save_array, write_manifest
 from .vertex import VertexData
 

@@ -15,11 +15,10 @@ from .. import comm, datasets, memory
 from ..config import Config
 from ..errors import ConfigError, GraphError
 from ..graph import Graph
+from ..launch import ranks_share_cores, world_from_env
 from ..parts import open_parts
-from ..launch import ranks_share_cores
-from ..parallel import build_strategy
 from ..transforms import reorder
-from .trainer import EpochResult, Summary, Trainer, resolve_device
+from .trainer import EpochResult, Summary, Trainer, rank_device
 
 
 DEFAULT_DATASET = Config().dataset
@@ -32,15 +31,8 @@ def load_graph(config: Config) -> Graph:
     return graph
 
 
-def _rank_device(config: Config) -> torch.device:
-    device = resolve_device(config.device)
-    if device.type == "cuda":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    return device
-
-
 def run_training(config: Config, quiet: bool = False) -> Summary:
-    world = comm.world_from_env()
+    world = world_from_env()
     rank, world_size = world or (0, 1)
     parts = open_parts(config.parts) if config.parts else None
     if parts is not None:  # what the run leaves unsaid, the parts decide
@@ -50,7 +42,8 @@ def run_training(config: Config, quiet: bool = False) -> Summary:
             config = config.updated(grid=",".join(map(str, parts.manifest["grid"])))
     if world and config.strategy == "single" and world_size > 1:
         raise ConfigError(f"this job has {world_size} ranks; choose a parallel --strategy (e.g. partition)")
-    device = _rank_device(config)
+    config = config.resolved()  # once, before anything is built from it
+    device = rank_device(config)
     if world:
         comm.init(device)
     try:
@@ -74,9 +67,8 @@ def _train(config, parts, quiet, rank, world_size, device) -> Summary:
         config = config.updated(dataset=data.dataset)  # what checkpoints and metrics record
     else:
         data = _load_once_per_host(config, rank, world_size)
-    strategy = build_strategy(config, device)
-    trainer = Trainer(config, data, strategy)
-    cfg = trainer.config
+    trainer = Trainer(config, data)
+    cfg, strategy = trainer.config, trainer.strategy
     say(f"{data.describe() if parts is not None else repr(data)} loaded in {time.perf_counter() - t0:.2f}s")
     say(f"model {cfg.model}: {sum(p.numel() for p in trainer.model.parameters()):,} parameters, "
         f"strategy {strategy.describe()}, device {device}, {torch.get_num_threads()} threads per rank")

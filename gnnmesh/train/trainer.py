@@ -8,6 +8,7 @@ local vertex rows), reduces counts across ranks and keeps gradients in sync.
 from __future__ import annotations
 
 import copy
+import os
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -21,6 +22,7 @@ from ..config import Config
 from ..datasets import structural_features
 from ..errors import ConfigError
 from ..graph import Graph
+from ..layout import ParallelLayout
 from ..models import build_model
 from ..ops import profile
 from ..parallel import Strategy, build_strategy
@@ -73,21 +75,24 @@ def model_options(config: Config) -> dict:
     return options
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("config field 'device': 'cuda' requested but no CUDA device is available")
-    return torch.device(name)
+def rank_device(config: Config) -> torch.device:
+    """This rank's device under a resolved ``config``: on CUDA, the GPU of its local rank."""
+    if config.device == "cuda":
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    return torch.device(config.device)
 
 
 class Trainer:
     def __init__(self, config: Config, data, strategy: Optional[Strategy] = None):
         """``data``: a Graph, or a parts directory opened with ``gnnmesh.parts.open_parts``
-        (each rank then reads only its own folder)."""
-        self.config = config.resolved()
-        self.device = resolve_device(self.config.device)
-        self.strategy = strategy or build_strategy(self.config, self.device)
+        (each rank then reads only its own folder). ``strategy``: one built by the caller;
+        by default the config's, on the layout it gives for this job's ranks."""
+        self.config = config if config.is_resolved() else config.resolved()
+        self.device = rank_device(self.config)
+        if strategy is None:
+            layout = ParallelLayout.for_strategy(self.config.strategy, comm.world_size(), self.config.grid)
+            strategy = build_strategy(self.config, layout, self.device)
+        self.strategy = strategy
         if self.config.nproc > self.strategy.world_size:
             raise ConfigError(f"config field 'nproc': {self.config.nproc} ranks requested but this is one "
                               f"process; start them with 'gnnmesh train --nproc {self.config.nproc}' or torchrun")

@@ -1,5 +1,5 @@
 """``gnnmesh plan``: rank every X x Y x Z grid of G ranks by the predicted epoch time of
-3D-parallel GCN training (``gnnmesh.grid.model``), for this machine or one described by flags."""
+3D-parallel GCN training (``gnnmesh.planner.grid3d``), for this machine or one described by flags."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Optional
 
 from ..atomic import write_file
 from ..errors import ConfigError
-from .model import (AXES, GPU_NETWORK, GPU_RATES, RANK_ORDER, WORLD, ComputeRates, Network, SpMM,
-                    Workload, rank_grids, rank_orders)
+from ..layout.grid import AXES, RANK_ORDER, WORLD, rank_orders
+from ..planner.grid3d import GPU_NETWORK, GPU_RATES, ComputeRates, Network, SpMM, Workload, rank_grids
 
 DEFAULT_HIDDEN, DEFAULT_LAYERS = 16, 2           # the train command's GCN defaults
 DEFAULT_FEATURES, DEFAULT_CLASSES = 128, 10      # for a graph given by its size alone

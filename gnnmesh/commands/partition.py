@@ -6,7 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
-from .base import GRID_METHODS, LAYOUT_METHODS, METHODS
+from ..partition.base import GRID_METHODS, LAYOUT_METHODS, METHODS
 
 NODE_IMBALANCE_HINT = 0.25  # above this, the report says which methods balance vertex counts
 
@@ -52,10 +52,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     from .. import datasets
-    from ..config import check_seed
     from ..errors import ConfigError
-    from .api import partition
-    from .quality import quality
+    from ..partition import partition, quality
+    from ..validate import check_seed
 
     check_seed(args.seed, "--seed")
     if args.method in GRID_METHODS:
@@ -93,7 +92,7 @@ def written_line(path, seconds: float) -> str:
             f"written in {seconds:.1f} s; peak memory of this command {_size(int(peak_rss_mib() * 2**20))}")
 
 
-def parse_grid(text) -> tuple:
+def parse_block_grid(text) -> tuple:
     """``"R,C"`` as two positive ints; anything else is a ConfigError naming --grid."""
     from ..errors import ConfigError
 
@@ -109,14 +108,14 @@ def run_grid(args) -> int:
     """``--method permute2``: block balance report, and the shard files if asked."""
     from .. import datasets
     from ..errors import ConfigError
-    from ..grid.permute import balance, check_grid, max_over_mean, peak_bound
+    from ..partition.blocks import balance, check_grid, max_over_mean, peak_bound
     from ..transforms import add_self_loops
 
     if args.parts is not None:
         raise ConfigError("--parts does not apply to --method permute2; give --grid R,C")
     if args.write_parts:
         return write_grid(args)
-    grid = parse_grid(args.grid)
+    grid = parse_block_grid(args.grid)
     graph = datasets.load(args.dataset, root=args.data_root)
     grid = check_grid(grid, graph.adj.shape, what="--grid")
     counts = balance(graph.adj, grid, seed=args.seed, self_loops=args.self_loops, balanced=True)
@@ -132,7 +131,7 @@ def run_grid(args) -> int:
     least = peak_bound(add_self_loops(graph.adj) if args.self_loops else graph.adj, grid)
     print(f"  {'no pair below:':<19}{least / (total / (grid[0] * grid[1])):.3f} (max {least:,})")
     if args.write_shards:
-        from ..grid.shards import write_shards
+        from ..partition.shards import write_shards
         path = write_shards(graph, args.write_shards, grid, seed=args.seed)
         files = [f for f in path.iterdir() if f.is_file()]
         print(f"shards:        {grid[0]} x {grid[1]} blocks of P_r A P_c^T written to {path} "
@@ -145,7 +144,7 @@ def write_tensor(args) -> int:
     from .. import datasets
     from ..errors import ConfigError
     from ..parts.tensor import write_tensor_parts
-    from .base import check_parts
+    from ..partition.base import check_parts
 
     if not args.write_parts or args.parts is None:
         raise ConfigError("--method tensor writes parts for the tensor strategies: give --parts P "
@@ -164,7 +163,7 @@ def write_grid(args) -> int:
     """``--method permute2 --grid X,Y,Z --write-parts DIR``: grid3d parts."""
     from .. import datasets
     from ..errors import ConfigError
-    from ..parallel.grid_layout import parse_grid as parse_grid3
+    from ..layout.grid import parse_grid
     from ..parts.grid import write_grid_parts
 
     if args.write_shards:
@@ -175,10 +174,8 @@ def write_grid(args) -> int:
     if len(pieces) != 3:
         raise ConfigError(f"--write-parts with --method permute2 needs the process grid as --grid X,Y,Z, "
                           f"got {args.grid!r}")
-    total = 1
-    for p in pieces:
-        total *= int(p) if p.strip().isdigit() else 1
-    dims = parse_grid3(args.grid, total)
+    grid = parse_grid(args.grid, "--grid")
+    dims, total = grid.dims(), grid.size
     graph = datasets.load(args.dataset, root=args.data_root)
     if total > graph.num_nodes:
         raise ConfigError(f"--grid {args.grid}: {total} ranks for a graph of {graph.num_nodes} nodes")

@@ -28,11 +28,10 @@ import scipy.sparse as sp
 import torch
 
 from ..atomic import staged_directory
-from ..datasets._build import sparse_csr
 from ..errors import ConfigError, GraphError
-from ..graph import Adjacency, Graph
-from ..partition.base import graph_key
-from .permute import block_bounds, check_grid, inverse, permutations, permute_adjacency
+from ..graph import Adjacency, Graph, sparse_csr
+from .base import graph_key
+from .blocks import block_bounds, check_grid, inverse, permutations, permute_adjacency
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .model import ComputeRates, Network
+from .grid3d import ComputeRates, Network
 
 # (rows, common, nonzeros per row): square blocks, a wide and a narrow common dimension,
 # sparser rows, and a tiny block that exposes the fixed cost per call
@@ -130,7 +130,7 @@ def _allreduce_worker(rank: int, world: int, store: str, out: str, sizes: list) 
         dist.destroy_process_group()
 
 
-_WORKER = ("import json, sys; from gnnmesh.grid.probe import _allreduce_worker; "
+_WORKER = ("import json, sys; from gnnmesh.planner.probe import _allreduce_worker; "
            "_allreduce_worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], "
            "json.loads(sys.argv[5]))")
 

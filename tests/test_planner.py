@@ -1,4 +1,4 @@
-"""The 3D performance model (gnnmesh.grid.model) and the ``gnnmesh plan`` command."""
+"""The 3D performance model (gnnmesh.planner.grid3d) and the ``gnnmesh plan`` command."""
 
 import json
 import time
@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from gnnmesh.cli import main
-from gnnmesh.grid import model as m
-from gnnmesh.grid.plan import graph_size
-from gnnmesh.grid.probe import _fit
+from gnnmesh.commands.plan import graph_size
+from gnnmesh.layout.grid import Grid, factorizations
+from gnnmesh.planner import grid3d as m
+from gnnmesh.planner.probe import _fit
 
 NET = m.Network(intra_bw=100e9, inter_bw=20e9, intra_latency=0.0, inter_latency=0.0)
 
@@ -18,7 +19,7 @@ NET = m.Network(intra_bw=100e9, inter_bw=20e9, intra_latency=0.0, inter_latency=
 
 @pytest.mark.parametrize("world", [1, 2, 4, 8, 12, 30, 64, 1024])
 def test_factorizations_are_every_ordered_triple(world):
-    grids = m.factorizations(world)
+    grids = factorizations(world)
     triples = {(x, y, z) for x in range(1, world + 1) for y in range(1, world + 1)
                for z in range(1, world + 1) if x * y * z == world} if world <= 64 else None
     assert len(set(grids)) == len(grids)
@@ -27,13 +28,6 @@ def test_factorizations_are_every_ordered_triple(world):
         assert {(g.x, g.y, g.z) for g in grids} == triples
     else:  # 2^10: compositions of 10 into three parts
         assert len(grids) == 66
-
-
-def test_roles_match_the_strategy():
-    from gnnmesh.parallel.grid_layout import roles
-    for layer in range(7):
-        mine, theirs = m.roles(layer), roles(layer)
-        assert (mine.rows, mine.cols, mine.feats) == (theirs.rows, theirs.cols, theirs.feats)
 
 
 # ---------------------------------------------------------------------------- collectives
@@ -68,7 +62,7 @@ def test_small_buffers_take_the_tree():
 def test_message_sizes_follow_block_shapes():
     # 12 nodes, widths 6 -> 4 -> 2 on X=2, Y=3, Z=1. Layer 0: rows z, cols x, feats y.
     work = m.Workload(nodes=12, nnz=48, widths=(6, 4, 2))
-    grid = m.Grid(2, 3, 1)
+    grid = Grid(2, 3, 1)
     forward = [
         m.SpMM(rows=12, common=6, nnz=24, width=2),      # A block 12 x 6 times F block 6 x 2
         m.Collective("all_reduce", "x", 12 * 2 * 4),     # H 12 x 2
@@ -99,26 +93,26 @@ def test_message_sizes_follow_block_shapes():
 def test_spmm_flops_are_the_same_on_every_grid():
     """Plexus eq. 4.3: 2 nnz D / G per rank whatever the grid (divisible sizes)."""
     work = m.Workload(nodes=64, nnz=640, widths=(16, 8, 4))
-    for grid in m.factorizations(8):
+    for grid in factorizations(8):
         for layer in range(work.layers):
             spmm = next(op for op in m.layer_ops(work, grid, layer, False) if isinstance(op, m.SpMM))
             assert spmm.nnz * spmm.width * 8 == work.nnz * work.widths[layer]
 
 
 def test_bandwidth_of_groups_that_span_nodes():
-    links = m.group_links(m.Grid(2, 2, 2), 4, NET)        # ranks (z, x, y), 4 per node
+    links = m.group_links(Grid(2, 2, 2), 4, NET)        # ranks (z, x, y), 4 per node
     assert links["y"] == (100e9, 0.0) and links["x"] == (100e9, 0.0)
     assert links["z"] == (20e9 / 4, 0.0)                 # 4 Z rings leave every node (eq. 4.6)
-    assert m.group_links(m.Grid(2, 2, 2), 8, NET)["z"] == (100e9, 0.0)
-    assert m.group_links(m.Grid(2, 2, 2), 4, NET, order="xyz")["x"] == (20e9 / 4, 0.0)
-    assert m.group_links(m.Grid(8, 1, 1), 4, NET)["world"] == (20e9, 0.0)  # one ring
+    assert m.group_links(Grid(2, 2, 2), 8, NET)["z"] == (100e9, 0.0)
+    assert m.group_links(Grid(2, 2, 2), 4, NET, order="xyz")["x"] == (20e9 / 4, 0.0)
+    assert m.group_links(Grid(8, 1, 1), 4, NET)["world"] == (20e9, 0.0)  # one ring
 
 
 def test_tall_skinny_penalty_reproduces_plexus_u_and_v():
     """ogbn-products on 64 GPUs: the same flops on a 64x thinner operand ran ~8x slower."""
     work = m.Workload.gcn(2_449_029, 123_718_280, 100, 128, 47, 3)
     spmm = {}
-    for name, grid in (("U", m.Grid(64, 1, 1)), ("V", m.Grid(1, 64, 1))):
+    for name, grid in (("U", Grid(64, 1, 1)), ("V", Grid(1, 64, 1))):
         op = next(op for op in m.layer_ops(work, grid, 0, backward=False) if isinstance(op, m.SpMM))
         spmm[name] = m.GPU_RATES.spmm(op)
     assert 5 < spmm["V"] / spmm["U"] < 12
@@ -130,7 +124,7 @@ def test_prediction_adds_up_and_ranks():
     assert len(ranked) == 10 and [p.total for p in ranked] == sorted(p.total for p in ranked)
     best = ranked[0]
     assert best.total == pytest.approx(best.spmm + best.dense + sum(best.comm.values()))
-    assert m.default_grid(8, 100_000, 1_100_000, (128, 16, 10), network=NET) == \
+    assert m.best_grid(8, 100_000, 1_100_000, (128, 16, 10), network=NET) == \
         {"x": best.grid.x, "y": best.grid.y, "z": best.grid.z}
 
 
@@ -173,7 +167,7 @@ def test_plan_prints_every_grid_ranked(capsys):
     rows = [line.split() for line in lines[start + 1:]]
     assert [int(r[0]) for r in rows] == list(range(1, 11))
     grids = [tuple(map(int, r[1].split("x"))) for r in rows]
-    assert sorted(grids) == sorted((g.x, g.y, g.z) for g in m.factorizations(8))
+    assert sorted(grids) == sorted((g.x, g.y, g.z) for g in factorizations(8))
     totals = [float(r[2]) for r in rows]
     assert totals == sorted(totals)
     assert "2 nodes (4 per node)" in out and "100 GB/s" in out

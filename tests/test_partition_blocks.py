@@ -12,8 +12,8 @@ import scipy.sparse as sp
 from gnnmesh import cli
 from gnnmesh.errors import ConfigError
 from gnnmesh.graph import Adjacency
-from gnnmesh.grid import permute
-from gnnmesh.grid.permute import (balance, balanced_permutations, block_bounds, block_nnz,
+from gnnmesh.partition import blocks as permute
+from gnnmesh.partition.blocks import (balance, balanced_permutations, block_bounds, block_nnz,
                                   check_grid, max_over_mean, peak_bound, permutations,
                                   permute_adjacency)
 from gnnmesh.transforms import add_self_loops

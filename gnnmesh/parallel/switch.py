@@ -20,7 +20,7 @@ from typing import Optional
 import torch
 
 from ..comm import Comm
-from ..grid.permute import block_bounds
+from ..partition.blocks import block_bounds
 
 
 def even_bounds(total: int, parts: int) -> list:
@@ -29,7 +29,9 @@ def even_bounds(total: int, parts: int) -> list:
     return block_bounds(total, parts).tolist()
 
 
-class Layout:
+class LayoutSwitch:
+    """One rank's rows and column slices, and the split and gather that move between them."""
+
     def __init__(self, comm: Comm, num_nodes: int):
         self.comm = comm
         self.rank, self.world = comm.rank, comm.world_size

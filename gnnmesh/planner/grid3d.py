@@ -2,7 +2,7 @@
 
 An epoch is a list of operations on one rank: local SpMMs, GEMMs and elementwise work on
 block shapes, and collectives over the process group of one grid axis (or of the world). Each is timed
-from a few rates, measured by ``gnnmesh.grid.probe`` or given, and the times add up:
+from a few rates, measured by ``gnnmesh.planner.probe`` or given, and the times add up:
 nothing is assumed to overlap. Under a uniform spread of nonzeros (what the double
 permutation is for) every rank does the same work, so one rank's time is the epoch's.
 
@@ -24,48 +24,13 @@ ranks fill a node, ``ranks_per_node`` to a node, as torchrun and Slurm place the
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from itertools import permutations
 from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-AXES = ("x", "y", "z")
-WORLD = "world"             # the process group of all ranks
-RANK_ORDER = "zxy"          # grid axes from the slowest to the fastest varying in a rank number
+from ..layout.grid import AXES, RANK_ORDER, WORLD, Grid, factorizations, roles
+
 ELEMENT_BYTES = 4           # float32
-
-
-# ---------------------------------------------------------------------------- grids
-
-@dataclass(frozen=True, order=True)
-class Grid:
-    x: int
-    y: int
-    z: int
-
-    @property
-    def size(self) -> int:
-        return self.x * self.y * self.z
-
-    def __getitem__(self, axis: str) -> int:
-        return self.size if axis == WORLD else getattr(self, axis)
-
-    def __str__(self) -> str:
-        return f"{self.x}x{self.y}x{self.z}"
-
-
-def factorizations(world: int) -> list:
-    """Every ordered triple (X, Y, Z) with X * Y * Z = world, as Grids in lexicographic order."""
-    if world < 1:
-        raise ValueError(f"world size must be >= 1, got {world}")
-    divisors = [d for d in range(1, world + 1) if world % d == 0]
-    return [Grid(x, y, world // (x * y)) for x in divisors for y in divisors
-            if (world // x) % y == 0]
-
-
-def rank_orders() -> list:
-    """Every valid rank order string."""
-    return ["".join(p) for p in permutations(AXES)]
 
 
 # ---------------------------------------------------------------------------- the work
@@ -122,25 +87,6 @@ class Collective:
     kind: str       # "all_reduce", "all_gather", "reduce_scatter" or "all_to_all"
     axis: str       # grid axis whose process group runs it, or WORLD
     nbytes: int     # reduced buffer, gathered output, scattered input, or bytes one rank sends
-
-
-@dataclass(frozen=True)
-class Roles:
-    """What each grid axis cuts in a layer: the adjacency block's rows (and the output's),
-    its columns (the input's rows) and the input's feature columns."""
-    rows: str
-    cols: str
-    feats: str
-
-
-_CYCLE = (Roles("z", "x", "y"), Roles("y", "z", "x"), Roles("x", "y", "z"))
-
-
-def roles(layer: int) -> Roles:
-    """Layer 0 multiplies a ZX-plane block of A by an XY-plane block of its input; the output
-    is cut (rows, cols) and is the next layer's input as it stands, so the roles rotate with
-    period three (Plexus §3.2)."""
-    return _CYCLE[layer % 3]
 
 
 def _split(n: int, parts: int) -> int:
@@ -387,7 +333,7 @@ def rank_grids(work: Workload, world: int, rates: ComputeRates, network: Network
     return sorted(out, key=lambda p: (p.total, p.grid))
 
 
-def default_grid(world_size: int, nodes: int, nnz: int, widths: Sequence[int], *,
+def best_grid(world_size: int, nodes: int, nnz: int, widths: Sequence[int], *,
                  ranks_per_node: Optional[int] = None, rates: Optional[ComputeRates] = None,
                  network: Optional[Network] = None) -> dict:
     """The model's best grid, ``{"x": X, "y": Y, "z": Z}``, for a GCN with ``widths`` on a

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from gnnmesh import cli, datasets
-from gnnmesh.datasets._build import sparse_csr
+from gnnmesh.graph import sparse_csr
 from gnnmesh.errors import ConfigError, GraphError
-from gnnmesh.grid.permute import inverse, permutations, permute_adjacency
-from gnnmesh.grid.shards import open_shards, write_shards
+from gnnmesh.partition.blocks import inverse, permutations, permute_adjacency
+from gnnmesh.partition.shards import open_shards, write_shards
 from gnnmesh.partition import graph_key
 
 from helpers import random_graph
@@ -185,7 +185,7 @@ def test_command_writes_shards(tmp_path, capsys):
 # process started from a big parent inherits at exec on Linux, and then never grow.
 PROBE = textwrap.dedent("""
     import sys
-    from gnnmesh.grid.shards import open_shards
+    from gnnmesh.partition.shards import open_shards
 
     def peak():
         with open("/proc/self/status") as fh:

@@ -1,4 +1,4 @@
-"""Communication plans for 1D row partitioning (Demirci et al. §4.1, the sets S_m and R_m).
+"""Halo exchanges for 1D row partitioning (Demirci et al. §4.1, the sets S_m and R_m).
 
 Rank m owns rows ``owned`` of the operator A and of every vertex-data matrix. Its block of
 A has columns ``[owned..., halo...]``: owned columns first (ascending id), then the halo,
@@ -6,8 +6,8 @@ the columns it references but does not own, grouped by owner rank and ascending 
 an owner. Each peer n sends m the rows ``send_index`` of n lists for m, in ascending id
 order, which is exactly the order of m's halo slice from n.
 
-Everything is vectorized: one rank's plan touches only its own rows of A and its own
-columns of A (rows of the cached transpose), so all P plans together cost O(nnz log nnz).
+Everything is vectorized: one rank's halo touches only its own rows of A and its own
+columns of A (rows of the cached transpose), so all P halos together cost O(nnz log nnz).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from .base import csr_arrays
 
 
 @dataclass
-class RankPlan:
+class RankHalo:
     """What rank ``rank`` owns, needs, receives and sends; see the module docstring."""
 
     rank: int
@@ -65,7 +65,7 @@ class _Arrays:
 
     def __init__(self, adj: Adjacency):
         if adj.shape[0] != adj.shape[1]:
-            raise GraphError(f"a communication plan needs a square operator, got shape {adj.shape}")
+            raise GraphError(f"a halo exchange needs a square operator, got shape {adj.shape}")
         self.adj = adj
         self.indptr, self.indices = csr_arrays(adj)
         self.values = None if adj.values is None else adj.values.detach().cpu().numpy()
@@ -76,21 +76,21 @@ class _Arrays:
         return indptr_t.numpy(), indices_t.numpy()
 
 
-def rank_plan(adj: Adjacency, assignment, parts: Optional[int], rank: int) -> RankPlan:
-    """The plan of one rank. ``assignment``: part of every vertex (numpy, torch or Partition)."""
+def rank_halo(adj: Adjacency, assignment, parts: Optional[int], rank: int) -> RankHalo:
+    """The halo of one rank. ``assignment``: part of every vertex (numpy, torch or Partition)."""
     assignment, parts = check_assignment(assignment, parts, adj.shape[0])
     if not 0 <= rank < parts:
         raise ValueError(f"rank {rank} out of range for {parts} parts")
-    return _rank_plan(_Arrays(adj), assignment, parts, rank, np.flatnonzero(assignment == rank))
+    return _rank_halo(_Arrays(adj), assignment, parts, rank, np.flatnonzero(assignment == rank))
 
 
-def comm_plan(adj: Adjacency, assignment, parts: Optional[int] = None) -> list:
-    """``[rank_plan(adj, assignment, parts, m) for m in range(parts)]``, sharing the work."""
-    return list(rank_plans(adj, assignment, parts))
+def halos(adj: Adjacency, assignment, parts: Optional[int] = None) -> list:
+    """``[rank_halo(adj, assignment, parts, m) for m in range(parts)]``, sharing the work."""
+    return list(rank_halos(adj, assignment, parts))
 
 
-def rank_plans(adj: Adjacency, assignment, parts: Optional[int] = None):
-    """The plans of ranks 0, 1, ... one at a time, holding one at once. Needs no transpose
+def rank_halos(adj: Adjacency, assignment, parts: Optional[int] = None):
+    """The halos of ranks 0, 1, ... one at a time, holding one at once. Needs no transpose
     of ``adj``: what rank m sends rank n is m's slice of n's halo, so a first pass collects
     every rank's halo (the communication volume, not the graph) from its own rows."""
     assignment, parts = check_assignment(assignment, parts, adj.shape[0])
@@ -105,7 +105,7 @@ def rank_plans(adj: Adjacency, assignment, parts: Optional[int] = None):
         halos.append(np.split(halo, np.cumsum(counts)[:-1]))
     for m in range(parts):
         send_index = [np.searchsorted(owned[m], halos[n][m]) for n in range(parts)]
-        yield _rank_plan(arrays, assignment, parts, m, owned[m], send_index)
+        yield _rank_halo(arrays, assignment, parts, m, owned[m], send_index)
 
 
 def _halo(cols: np.ndarray, assignment: np.ndarray, parts: int, rank: int):
@@ -138,8 +138,8 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.repeat(starts - (ends - counts), counts) + np.arange(int(ends[-1]) if len(ends) else 0)
 
 
-def _rank_plan(a: _Arrays, assignment: np.ndarray, parts: int, rank: int, owned: np.ndarray,
-               send_index: Optional[list] = None) -> RankPlan:
+def _rank_halo(a: _Arrays, assignment: np.ndarray, parts: int, rank: int, owned: np.ndarray,
+               send_index: Optional[list] = None) -> RankHalo:
     """``send_index``: what this rank sends, when the caller knows; else from the transpose."""
     num_owned = owned.shape[0]
 
@@ -159,7 +159,7 @@ def _rank_plan(a: _Arrays, assignment: np.ndarray, parts: int, rank: int, owned:
 
     if send_index is None:
         send_index = _send_index(a, assignment, parts, rank, owned)
-    return RankPlan(rank, parts, owned, halo, recv_counts, send_index, block, entry_ids)
+    return RankHalo(rank, parts, owned, halo, recv_counts, send_index, block, entry_ids)
 
 
 def _send_index(a: _Arrays, assignment, parts: int, rank: int, owned: np.ndarray) -> list:

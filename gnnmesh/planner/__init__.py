@@ -1,0 +1,1 @@
+"""Performance models of the strategies, and the machine rates they take (given or probed)."""

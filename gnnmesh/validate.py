@@ -1,0 +1,42 @@
+"""Checks of numeric settings shared by the config, the dataset options and the partitioner:
+ranges with finiteness, and the one seed range."""
+
+from __future__ import annotations
+
+import math
+
+from .errors import ConfigError
+
+# Seeds seed numpy as well as torch: numpy takes [0, 2**32).
+SEED_RANGE = (0, 2**32 - 1)
+
+
+class Range:
+    """The allowed values of a numeric field: ``low``/``high`` bounds (None: unbounded),
+    each inclusive unless named in ``open``. Every float must be finite as well."""
+
+    def __init__(self, low=None, high=None, open: str = ""):
+        self.low, self.high, self.open = low, high, open
+
+    def check(self, name: str, value) -> None:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"config field '{name}': must be a finite number, got {value}")
+        low_ok = self.low is None or (value > self.low if "low" in self.open else value >= self.low)
+        high_ok = self.high is None or (value < self.high if "high" in self.open else value <= self.high)
+        if not (low_ok and high_ok):
+            raise ConfigError(f"config field '{name}': must be {self}, got {value}")
+
+    def __str__(self) -> str:
+        if self.high is None:
+            return f"{'>' if 'low' in self.open else '>='} {self.low}"
+        left = "(" if "low" in self.open else "["
+        right = ")" if "high" in self.open else "]"
+        return f"in {left}{self.low}, {self.high}{right}"
+
+
+def check_seed(seed, name: str = "seed") -> int:
+    """``seed`` if it is in SEED_RANGE, else a ConfigError naming ``name`` (a flag or field)."""
+    low, high = SEED_RANGE
+    if isinstance(seed, bool) or not isinstance(seed, int) or not low <= seed <= high:
+        raise ConfigError(f"{name} must be an integer in [{low}, {high}], got {seed!r}")
+    return seed
