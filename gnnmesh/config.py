@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from .errors import ConfigError
+from .layout.grid import parse_grid
 from .validate import SEED_RANGE, Range
 
 if sys.version_info >= (3, 11):
@@ -120,6 +121,8 @@ class Config:
             value = getattr(self, name)
             if value is not None:
                 allowed.check(name, value)
+        if self.grid is not None:
+            parse_grid(self.grid)  # its shape; the number of ranks is checked against the job's
         if self.checkpoint_every and not self.checkpoint:
             raise ConfigError("config field 'checkpoint_every' needs 'checkpoint' (a file path)")
         if self.strategy == "single" and self.nproc > 1 and not self.parts:

@@ -13,7 +13,8 @@ import torch
 from gnnmesh import Adjacency, ConfigError, GraphError
 from gnnmesh.partition import (METHODS, MissingExtraError, Partition, halos, connectivity_minus_one,
                                graph_key, load_partition, partition, quality, rank_halo, store_dir)
-from gnnmesh.partition import command, methods
+from gnnmesh.commands import partition as command
+from gnnmesh.partition import methods
 from gnnmesh.partition.base import fill_empty_parts, imbalance, vertex_weights
 from gnnmesh.partition.refine import VOLUME_BUDGET, reduce_max_send
 from gnnmesh.transforms import gcn_norm

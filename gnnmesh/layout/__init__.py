@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import ConfigError
-from .grid import AXES, Grid, coordinates, most_cubic_grid, parse_grid
+from .grid import AXES, RANK_ORDER, Grid, most_cubic_grid, parse_grid
 
 # Mesh dimensions from the slowest to the fastest varying in a rank number. The grid's
-# axes keep the order grid3d places ranks in (``grid.RANK_ORDER``: Y groups share a node).
-MESH_ORDER = ("rows", "cols", "z", "x", "y")
+# axes keep the order grid3d places ranks in (``RANK_ORDER``: Y groups share a node).
+MESH_ORDER = ("rows", "cols") + tuple(RANK_ORDER)
 # Which degrees each strategy uses (the others stay 1).
 STRATEGY_DIMS = {"single": (), "partition": ("rows",), "tensor": ("cols",), "grid3d": AXES}
 
@@ -55,7 +55,7 @@ class ParallelLayout:
         ranks (default: the most cubic grid)."""
         if strategy == "grid3d":
             shape = most_cubic_grid(world) if grid is None else parse_grid(grid)
-            layout = cls(x=shape.x, y=shape.y, z=shape.z, strategy=strategy)
+            layout = cls.of_grid(shape)
         elif grid is not None:
             raise ConfigError(f"config field 'grid': only the grid3d strategy runs on a grid, "
                               f"this run uses {strategy}")
@@ -75,6 +75,11 @@ class ParallelLayout:
     @property
     def grid(self) -> Grid:
         return Grid(self.x, self.y, self.z)
+
+    @classmethod
+    def of_grid(cls, grid) -> "ParallelLayout":
+        """The grid3d layout of ``grid`` (a Grid or an ``{"x", "y", "z"}`` dict)."""
+        return cls(x=int(grid["x"]), y=int(grid["y"]), z=int(grid["z"]), strategy="grid3d")
 
     def degrees(self) -> dict:
         """The degrees of the strategy's dimensions, in mesh order (1s included)."""
@@ -108,4 +113,4 @@ class ParallelLayout:
         return " x ".join(f"{k} {v}" for k, v in self.degrees().items()) or "one process"
 
 
-__all__ = ["ParallelLayout", "MESH_ORDER", "STRATEGY_DIMS", "Grid", "coordinates"]
+__all__ = ["ParallelLayout", "MESH_ORDER", "STRATEGY_DIMS", "Grid"]

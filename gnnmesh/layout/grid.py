@@ -96,10 +96,3 @@ def parse_grid(text: Optional[str], name: str = "config field 'grid'") -> Grid:
     if len(dims) != 3 or min(dims) < 1:
         raise ConfigError(f"{name}: expected three positive integers X,Y,Z, got {text!r}")
     return Grid(*dims)
-
-
-def coordinates(grid, rank: int) -> dict:
-    """Grid coordinates of world rank ``rank`` (``RANK_ORDER``: Y fastest, then X, then Z);
-    ``grid``: a Grid or a ``{"x", "y", "z"}`` dict."""
-    y, rest = rank % grid["y"], rank // grid["y"]
-    return {"x": rest % grid["x"], "y": y, "z": rest // grid["x"]}

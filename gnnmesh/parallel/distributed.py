@@ -26,6 +26,10 @@ class DistributedStrategy(Strategy):
         self.mesh = layout.mesh(self.device)
         self.comm = self.mesh.comm(comm_dim)
         self.rank, self.world_size = self.comm.rank, self.comm.world_size
+        self.coords = layout.coordinates(self.mesh.comm().rank)  # this rank's place on every dimension
+        placed = {dim: self.mesh.comm(dim).rank for dim in self.coords}
+        if placed != self.coords:  # the mesh and the layout disagree on where ranks sit
+            raise RuntimeError(f"the process mesh put this rank at {placed}, its layout at {self.coords}")
 
     def comms(self) -> list:
         """Every communicator this strategy talks through (their counters make the report)."""

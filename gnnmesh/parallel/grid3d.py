@@ -49,7 +49,7 @@ from ..view import GraphView, _apply_mask, rows_mask
 from .base import Shard
 from .distributed import DistributedStrategy
 from .grid_collectives import Aggregate, PartialSum, Replicated, ToLossRows
-from .grid_layout import AXES, GridLayout, bounds, coordinates, cut, output_plan, roles, sizes
+from .grid_layout import AXES, GridLayout, bounds, cut, output_plan, roles, sizes
 
 __all__ = ["Grid3D", "GridView"]
 
@@ -138,7 +138,6 @@ class Grid3D(DistributedStrategy):
         self.dims = layout.grid.dims()
         self.permute, self.blocks, self.seed = permute, blocks, seed
         self.axis = {a: self.mesh.comm(a) for a in AXES}
-        self.coords = {a: comm.rank for a, comm in self.axis.items()}
         self.everyone = self.comm.all_gather_object(self.coords)  # world rank -> grid coordinates
         self.layout = None
         self._plans: dict = {}
@@ -178,8 +177,6 @@ class Grid3D(DistributedStrategy):
             shape = (lambda d: "x".join(str(d[a]) for a in AXES))
             raise ConfigError(f"{parts.directory}: these parts are for grid {shape(written)}, "
                               f"this run asks for {shape(self.dims)}")
-        if coordinates(self.dims, self.rank) != self.coords:  # the mesh's rank order changed
-            raise RuntimeError(f"rank {self.rank} sits at {self.coords} of the grid, not where the parts put it")
         return parts.rank(self.rank)
 
     def _plan(self, layers: int, classes: int):

@@ -25,7 +25,8 @@ import numpy as np
 
 from ..atomic import staged_directory
 from ..graph import Graph
-from ..layout.grid import AXES, coordinates, roles
+from ..layout import ParallelLayout
+from ..layout.grid import AXES, roles
 from ..partition.grid_blocks import GridBlocks
 from ..view import OPERATORS
 from .store import MANIFEST, graph_facts, rank_folder, save_array, write_manifest
@@ -41,7 +42,8 @@ def write_grid_parts(graph: Graph, dims: dict, directory, dataset: str, *, layer
     say = progress or (lambda text: None)
     start = time.perf_counter()
     vertex = VertexData(graph)
-    world = int(np.prod([dims[a] for a in AXES]))
+    placement = ParallelLayout.of_grid(dims)
+    world = placement.size
     grid_blocks = GridBlocks(dims, graph.num_nodes, permute, seed, adj=graph.adj)
     say(f"permutations chosen ({time.perf_counter() - start:.1f} s)")
     op = OPERATORS["gcn"](graph.adj).to_scipy()
@@ -50,7 +52,7 @@ def write_grid_parts(graph: Graph, dims: dict, directory, dataset: str, *, layer
     with staged_directory(directory, MANIFEST, "parts directory") as tmp:
         files = []
         for rank in range(world):
-            me = coordinates(dims, rank)
+            me = placement.coordinates(rank)
             folder = tmp / rank_folder(rank)
             folder.mkdir()
             mine: dict = {}
