@@ -40,6 +40,9 @@ CHOICES = {
 }
 
 
+# The models whose layers grid3d lays out on its grid (not gat, nor any decoupled form).
+GRID3D_MODELS = ("gcn", "sage", "gin")
+
 # Seeds seed numpy as well as torch: numpy takes [0, 2**32).
 SEED_RANGE = (0, 2**32 - 1)
 
@@ -161,6 +164,10 @@ class Config:
         if (self.decoupled or self.strategy == "tensor-decoupled") and self.model == "gin":
             raise ConfigError("config field 'model': gin has no decoupled form; choose gcn, sage, gat "
                               "or decoupled")
+        if self.strategy == "grid3d" and (self.model not in GRID3D_MODELS or self.decoupled):
+            got = f"decoupled {self.model}" if self.decoupled and self.model != "decoupled" else self.model
+            raise ConfigError(f"config field 'model': the grid3d strategy runs {', '.join(GRID3D_MODELS)} "
+                              f"(not decoupled), got {got}")
         if self.parts and self.reorder != "none":
             raise ConfigError("config field 'reorder': parts are written in their final order; "
                               "reorder applies only when loading a dataset")

@@ -1,17 +1,28 @@
-"""3D tensor parallelism for full-graph GCN training (Plexus, SC 2025, §3.1, §3.2, §5.1, §5.2).
+"""3D tensor parallelism for full-graph GNN training (Plexus, SC 2025, §3.1, §3.2, §5.1, §5.2).
 
 Ranks form an X x Y x Z grid (``grid_layout``). Every layer multiplies one 2D block of the
-(doubly permuted) normalized adjacency with one block of its input and one block of W,
-and sums partial results along grid axes (``grid_collectives``):
+(doubly permuted) graph operator with one block of its input and one block of W, and sums
+partial results along grid axes (``grid_collectives``):
 
     H = sum_cols A_blk F_blk      (row block by row block, each all-reduce overlapping the next SpMM)
     Q = sum_feats H W_blk (+ b)
 
 Q is the next layer's input as it stands, so layers cycle through the three planes of
 the grid with no redistribution. Aggregation always comes first (Algorithm 1), whatever
-the widths; the single-process GCN may multiply by W first, the same map up to rounding.
+the widths; the single-process model may multiply by W first, the same map up to rounding.
 The last layer's output goes to the rows each rank scores (disjoint over ranks): the only
 all-to-all of an epoch.
+
+Models: a layer describes its maths once (``models.base.Maths``): a sum of terms
+``c_k (A_k H) W_k^T`` plus a bias, then for GIN a ReLU and a second linear map. Here the
+terms become one block matrix of operator blocks, with a row of blocks per linear map and
+a column per coefficient, times the input stacked once per coefficient, so one Aggregate
+and one PartialSum serve them all. GCN is ``A_gcn``. SAGE is ``[A_mean; I] H`` then
+``[W_neigh | W_self]``: the identity, cut and permuted like A, brings H into the output's
+row layout. GIN's first map is ``[A_sum | I] [H; (1 + eps) H] W_1``; its second one
+multiplies the output's column block (cut along cols), so each rank's product is summed
+over cols and reduce-scattered there by column blocks, which is again the layout the next
+layer takes. A model without such a description (gat, decoupled) is refused.
 
 Input features (a departure from §3.1): Plexus cuts F^{L0} along layer 0's rows axis too
 and all-gathers it in every forward, with a reduce-scatter of its gradient in backward,
@@ -22,32 +33,31 @@ applied to it locally. That trades a Z-fold copy of the input for one all-gather
 widest matrix per forward pass.
 
 Weights: the trainer keeps full replicated parameters and runs Adam on every rank; a
-rank multiplies with its block of W (so Algorithm 1's all-gather of W is not needed) and
-``sync_gradients`` reduce-scatters each block's gradient along the layer's rows axis
-(Algorithm 2 line 3), then one world all-gather gives every rank the whole gradient.
-The bias is added by the feats-replica 0 only, so its gradient is counted once.
-
-Other models (only GCN is implemented): a layer whose graph part is ``A_k H`` for a few
-operators fits the same pipeline. SAGE is ``[A_mean H | I H] [W_neigh; W_self]``, where
-the identity, cut and permuted like A, brings H into the output's row layout and both
-halves share the all-reduces. GIN's first linear map is ``(A + (1 + eps) I) H W_1``; its
-second one multiplies Q's column block, so it needs one more partial sum per layer.
+rank multiplies with its block of W (so Algorithm 1's all-gather of W is not needed).
+``sync_gradients`` sums each block of partial gradients with a reduce-scatter along
+every axis it is partial over (W's: the layer's rows axis, Algorithm 2 line 3; GIN's eps,
+used whole by every rank: all three), lets ranks that hold the same sums take disjoint
+shares of them, then one world all-gather gives every rank the whole gradient. The bias
+is added by the feats-replica 0 only, so its gradient is counted once.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 import torch
 
 from ..comm import Mesh, agreed
+from ..config import GRID3D_MODELS
 from ..errors import ConfigError
 from ..graph import Adjacency
-from ..models.gcn import GCN
+from ..models.base import SELF, GraphLayer, LayerStack
 from ..view import GraphView, _apply_mask, rows_mask
 from .base import Shard
 from .distributed import DistributedStrategy, world_size
-from .grid_collectives import Aggregate, PartialSum, Replicated, ToLossRows
+from .grid_collectives import Aggregate, PartialSum, Replicated, ScatterColumns, ToLossRows
 from .grid_layout import (AXES, GridLayout, bounds, coordinates, cut, default_grid, output_plan, parse_grid, roles,
                           sizes)
 
@@ -77,33 +87,54 @@ class GridView(GraphView):
         return self._num_rows
 
     def adjacency(self, layer: int, op: str = "gcn"):
-        """(this rank's block of layer ``layer``'s operator, the same cut into row blocks).
-        Six distinct blocks at most: three planes x two permutations."""
-        key = (op, layer % 6)
+        """(this rank's block of layer ``layer``'s operator ``op``, the same cut into row blocks)."""
+        return self.operators(layer, (((op,),),))
+
+    def operators(self, layer: int, cells: tuple):
+        """(this rank's block of a block matrix of layer ``layer``'s operators, the same cut
+        into row blocks): block (i, j) is the sum of the operators named in ``cells[i][j]``
+        (``SELF``: the identity, cut and permuted like them). Built on first use and kept:
+        six distinct blocks per matrix at most, three planes x two permutations."""
+        key = (cells, layer % 6)
         if key not in self._blocks:
-            mat = self._read_block(layer, op) if self.part is not None else self._cut_block(layer, op)
+            grid = [[self._sum(layer, ops) for ops in row] for row in cells]
+            mat = grid[0][0] if len(grid) == len(grid[0]) == 1 else sp.bmat(grid, format="csr")
             cuts = bounds(mat.shape[0], self.blocks)
             self._blocks[key] = (self._on_device(mat), [self._on_device(mat[a:b]) for a, b in zip(cuts[:-1], cuts[1:])])
         return self._blocks[key]
 
-    def _cut_block(self, layer: int, op: str):
-        if op not in self._scipy:
-            self._scipy[op] = self.operator(op).to_scipy()
+    def _sum(self, layer: int, ops: tuple):
         r = roles(layer)
-        rows = self.layout.nodes(layer + 1, r.rows, self.coords)
-        return self._scipy[op][rows][:, self.layout.nodes(layer, r.cols, self.coords)]
+        rows, cols = self.layout.nodes(layer + 1, r.rows, self.coords), self.layout.nodes(layer, r.cols, self.coords)
+        total = None
+        for op in ops:
+            block = self._identity(rows, cols) if op == SELF else self._block(layer, op, rows, cols)
+            total = block if total is None else total + block
+        return total if total is not None else sp.csr_matrix((len(rows), len(cols)), dtype=np.float32)
 
-    def _read_block(self, layer: int, op: str):
+    def _identity(self, rows, cols):
+        """``I[rows][:, cols]``: ones where a row's node is a column's node."""
+        where = np.full(self.layout.num_nodes, -1)
+        where[cols] = np.arange(len(cols))
+        hit = where[rows]
+        keep = np.flatnonzero(hit >= 0)
+        return sp.csr_matrix((np.ones(len(keep), dtype=np.float32), (keep, hit[keep])), shape=(len(rows), len(cols)))
+
+    def _block(self, layer: int, op: str, rows, cols):
+        if self.part is None:
+            if op not in self._scipy:
+                self._scipy[op] = self.operator(op).to_scipy()
+            return self._scipy[op][rows][:, cols]
         k = layer % 6
-        if op != "gcn" or not self.part.has(f"adj-{k}.indptr"):
+        if op != "gcn":
+            raise ConfigError(f"{self.part.parts.directory}: these parts hold the gcn operator only; this "
+                              f"model aggregates with '{op}' (train it from the dataset)")
+        if not self.part.has(f"adj-{k}.indptr"):
             raise ConfigError(f"{self.part.parts.directory}: these parts hold the gcn operator for "
                               f"{self.part.parts.manifest['layers']} layers; layer {layer + 1} needs "
                               "more (write them with a larger --layers)")
-        r = roles(layer)
-        shape = (len(self.layout.nodes(layer + 1, r.rows, self.coords)),
-                 len(self.layout.nodes(layer, r.cols, self.coords)))
         return sp.csr_matrix((self.part.array(f"adj-{k}.values"), self.part.array(f"adj-{k}.indices"),
-                              self.part.array(f"adj-{k}.indptr")), shape=shape)
+                              self.part.array(f"adj-{k}.indptr")), shape=(len(rows), len(cols)))
 
     def _on_device(self, mat) -> Adjacency:
         adj = Adjacency.from_scipy(mat)
@@ -122,16 +153,19 @@ class GridView(GraphView):
     sddmm = edge_softmax = spmm
 
 
-def _gcn_layers(model) -> list:
-    if not isinstance(model, GCN):
-        raise ConfigError(f"config field 'model': the grid3d strategy runs gcn only, got {type(model).__name__}")
-    return list(model.layers)
+def _maths(model) -> list:
+    """Every layer's ``Maths``; a model whose layers have none (gat, decoupled) is refused."""
+    layers = getattr(model, "layers", None)
+    if not isinstance(model, LayerStack) or not all(isinstance(layer, GraphLayer) for layer in layers):
+        raise ConfigError(f"config field 'model': the grid3d strategy runs {', '.join(GRID3D_MODELS)}, "
+                          f"got {type(model).__name__}")
+    return [layer.maths() for layer in layers]
 
 
 class Grid3D(DistributedStrategy):
     name = "grid3d"
     reported_phases = ("aggregate_allreduce", "gemm_allreduce", "dh_allreduce", "df_allreduce",
-                       "logits", "grad")
+                       "gemm2_reducescatter", "dz_allgather", "logits", "grad")
 
     def __init__(self, device, grid=None, permute: bool = True, blocks: int = 1, seed: int = 0,
                  mesh: Mesh = None):
@@ -194,80 +228,171 @@ class Grid3D(DistributedStrategy):
 
     # -- the layers ----------------------------------------------------------------------------
     def forward(self, model, view, x):
-        layers = _gcn_layers(model)
+        layers = _maths(model)
         lay, me = self.layout, self.coords
         h = x  # layer 0's input block as it stands: data, so nothing to gather
-        for l, layer in enumerate(layers):
+        for l, maths in enumerate(layers):
             r = roles(l)
             if l:
                 h = Replicated.apply(h, self.axis[r.rows])
-            fin = lay.width(layer.lin.in_features, r.feats, me)
-            fout = lay.width(layer.lin.out_features, r.cols, me)
+            fin = lay.width(maths.in_features, r.feats, me)
             h = view.block_dropout(h, model.dropout, model.training, lay.nodes(l, r.cols, me), fin,
-                                   layer.lin.in_features)
-            h = Aggregate.apply(h, *view.adjacency(l), self.axis[r.cols])
-            q = h @ layer.lin.weight[fout, fin].t()
-            if me[r.feats] == 0:
-                q = q + layer.bias[fout]
-            h = PartialSum.apply(q, self.axis[r.feats])
+                                   maths.in_features)
+            h = self._layer(l, maths, view, h)
             if l < len(layers) - 1:
                 h = model.activation(h)
-        classes = layers[-1].lin.out_features
+        classes = layers[-1].out_features
         return ToLossRows.apply(h, self._plan(len(layers), classes), self.comm,
                                 self.axis[roles(len(layers) - 1).feats], (view.num_nodes, classes))
 
+    def _layer(self, l: int, maths, view, h):
+        """Layer ``l`` on this rank's blocks: ``h`` holds the input's rows of node axis ``l`` cut
+        along cols and its columns cut along feats; the output, rows of axis ``l + 1`` cut
+        along rows and columns cut along cols, is replicated along feats."""
+        r, lay, me = roles(l), self.layout, self.coords
+        fin = lay.width(maths.in_features, r.feats, me)
+        fout = lay.width(maths.hidden, r.cols, me)
+        groups = maths.by_weight()
+        # All terms in one Aggregate: a block matrix with a row of blocks per linear map (each
+        # gives its own aggregate) and a column per coefficient, times the input stacked once
+        # per coefficient, so that terms sharing a linear map are summed before the all-reduce.
+        scales = list({id(t.eps): t for t in maths.terms}.values())
+        cells = tuple(tuple(tuple(t.op for t in terms if t.eps is s.eps) for s in scales) for _, terms in groups)
+        stacked = torch.cat([s.scaled(h) for s in scales]) if len(scales) > 1 else scales[0].scaled(h)
+        aggregated = Aggregate.apply(stacked, *view.operators(l, cells), self.axis[r.cols])
+        rows = aggregated.shape[0] // len(groups)
+        q = None
+        for g, (weight, _) in enumerate(groups):
+            part = aggregated[g * rows:(g + 1) * rows] @ weight[fout, fin].t()
+            q = part if q is None else q + part
+        if maths.bias is not None and me[r.feats] == 0:  # added once over the feats replicas
+            q = q + maths.bias[fout]
+        z = PartialSum.apply(q, self.axis[r.feats])
+        if maths.out is None:
+            return z
+        # The second linear map takes z's column block (cut along cols), so every rank's
+        # product is a partial sum over cols; each keeps its columns of the total.
+        lin = maths.out
+        p = maths.act(z) @ lin.weight[:, fout].t()
+        q = ScatterColumns.apply(p, self.axis[r.cols], sizes(lin.out_features, self.dims[r.cols]))
+        return q if lin.bias is None else q + lin.bias[lay.width(lin.out_features, r.cols, me)]
+
     # -- weights -------------------------------------------------------------------------------
-    def _grad_plan(self, layers: list) -> list:
-        """Per world rank, per layer: the positions (in the layer's flattened [W, b]) of the
-        gradient piece that rank completes. Together the pieces cover every position once."""
-        key = tuple((layer.lin.in_features, layer.lin.out_features) for layer in layers)
+    def _grad_plan(self, model):
+        """(this rank's reductions: positions in the flat gradient as index tensors, and the
+        axes to sum over; every world rank's number of completed entries; the positions of
+        all ranks' completed entries in all-gather order)."""
+        key = (type(model), tuple((name, tuple(p.shape)) for name, p in model.named_parameters()))
         if key not in self._grad_plans:
-            self._grad_plans[key] = [[_piece(l, d_in, d_out, self.dims, coords).to(self.device)
-                                      for l, (d_in, d_out) in enumerate(key)] for coords in self.everyone]
+            params = list(model.parameters())
+            offset = {id(p): int(o) for p, o in zip(params, np.cumsum([0] + [p.numel() for p in params]))}
+            layers = _maths(model)
+            everyone = [reductions(grad_blocks(layers, self.dims, coords), offset, self.dims, coords)
+                        for coords in self.everyone]
+            pieces = [[share(positions, sums, self.dims, coords) for positions, sums in mine]
+                      for mine, coords in zip(everyone, self.everyone)]
+            index = (lambda a: torch.from_numpy(a).to(self.device))
+            self._grad_plans[key] = ([(index(positions), sums) for positions, sums in everyone[self.rank]],
+                                     [sum(len(p) for p in mine) for mine in pieces],
+                                     index(np.concatenate([p for mine in pieces for p in mine])))
         return self._grad_plans[key]
 
     def sync_gradients(self, model):
+        """Every reduction's partial gradients summed with a reduce-scatter per axis (Algorithm 2
+        line 3), then one world all-gather of the completed entries gives every rank the
+        whole gradient, for all layers at once."""
         if self.world_size == 1:
             return
-        layers = _gcn_layers(model)
-        plan = self._grad_plan(layers)
-        flats = [torch.cat([_grad(layer.lin.weight).flatten(), _grad(layer.bias)]) for layer in layers]
+        params = list(model.parameters())
+        mine, lengths, order = self._grad_plan(model)
+        flat = torch.cat([_grad(p).flatten() for p in params])
         pieces = []
-        for l, flat in enumerate(flats):
-            block, axis = _block(l, layers[l].lin.in_features, layers[l].lin.out_features, self.dims, self.coords)
-            comm = self.axis[axis]
-            with comm.phase("grad"):
-                pieces.append(comm.reduce_scatter(flat[block.to(flat.device)], sizes(len(block), comm.world_size)))
-        lengths = [sum(len(idx) for idx in per_layer) for per_layer in plan]
+        for positions, sums in mine:
+            values = flat[positions]
+            for axis in sums:
+                comm = self.comm if axis is WHOLE else self.axis[axis]
+                with comm.phase("grad"):
+                    values = comm.reduce_scatter(values, sizes(len(values), comm.world_size))
+            pieces.append(values)
         with self.comm.phase("grad"):
             everything = self.comm.all_gather(torch.cat(pieces), lengths)
-        full = [torch.zeros_like(flat) for flat in flats]
+        full = torch.zeros_like(flat)
+        full[order] = everything
         start = 0
-        for per_layer in plan:
-            for l, idx in enumerate(per_layer):
-                full[l][idx] = everything[start:start + len(idx)]
-                start += len(idx)
-        for layer, flat in zip(layers, full):
-            n = layer.lin.weight.numel()
-            layer.lin.weight.grad = flat[:n].view_as(layer.lin.weight)
-            layer.bias.grad = flat[n:]
+        for p in params:
+            p.grad = full[start:start + p.numel()].view_as(p)
+            start += p.numel()
 
 
 def _grad(p: torch.Tensor) -> torch.Tensor:
-    return p.grad if p.grad is not None else torch.zeros_like(p)  # bias unused on feats-replicas > 0
+    return p.grad if p.grad is not None else torch.zeros_like(p)  # e.g. a bias unused on feats-replicas > 0
 
 
-def _block(layer: int, d_in: int, d_out: int, dims: dict, coords: dict):
-    """Positions in layer ``layer``'s flattened [W (d_out x d_in), b] whose gradient a rank
-    at ``coords`` computes (partially: summed over the rows axis), and the rows axis."""
-    r = roles(layer)
-    fout, fin = cut(d_out, dims[r.cols], coords[r.cols]), cut(d_in, dims[r.feats], coords[r.feats])
-    idx = (np.arange(fout.start, fout.stop)[:, None] * d_in + np.arange(fin.start, fin.stop)[None, :]).ravel()
-    if coords[r.feats] == 0:
-        idx = np.concatenate([idx, d_out * d_in + np.arange(fout.start, fout.stop)])
-    return torch.from_numpy(idx.astype(np.int64)), r.rows
+WHOLE = None  # as a sum axis: the whole grid at once (one collective over the world)
 
 
-def _piece(layer: int, d_in: int, d_out: int, dims: dict, coords: dict) -> torch.Tensor:
-    block, axis = _block(layer, d_in, d_out, dims, coords)
-    return block[cut(len(block), dims[axis], coords[axis])]
+@dataclass(frozen=True)
+class GradBlock:
+    """Entries ``index`` (flat positions) of ``param`` whose gradient a rank computes in part:
+    the other parts are on the ranks along the ``sums`` axes. Along the ``replicas`` axes,
+    ranks compute the same values."""
+
+    param: torch.Tensor
+    index: np.ndarray
+    sums: tuple
+    replicas: tuple = ()
+
+
+def grad_blocks(layers: list, dims: dict, coords: dict) -> list:
+    """The gradient blocks of the rank at ``coords``, as ``Grid3D._layer`` uses the parameters
+    (``layers``: every layer's ``Maths``), in groups summed together: one per layer, over its
+    rows axis, then one for the coefficients of all layers, over the whole grid."""
+    groups, scalars = [], []
+    for l, maths in enumerate(layers):
+        r = roles(l)
+        fin, fout = cut(maths.in_features, dims[r.feats], coords[r.feats]), cut(maths.hidden, dims[r.cols], coords[r.cols])
+        # The summed linear map: a W block per linear map and the bias (on feats-replica 0),
+        # each applied to the rank's rows only.
+        group = [GradBlock(w, _index(w, fout, fin), (r.rows,)) for w, _ in maths.by_weight()]
+        if maths.bias is not None and coords[r.feats] == 0:
+            group.append(GradBlock(maths.bias, _index(maths.bias, fout), (r.rows,)))
+        if maths.out is not None:  # every output from the cols block of its input, alike on all feats replicas
+            lin, mine = maths.out, cut(maths.out.out_features, dims[r.cols], coords[r.cols])
+            group.append(GradBlock(lin.weight, _index(lin.weight, slice(None), fout), (r.rows,), (r.feats,)))
+            if lin.bias is not None:
+                group.append(GradBlock(lin.bias, _index(lin.bias, mine), (r.rows,), (r.feats,)))
+        groups.append(group)
+        # A coefficient scales the whole aggregate, of which every rank holds a part.
+        scalars += [GradBlock(eps, _index(eps), (WHOLE,)) for eps in {id(t.eps): t.eps for t in maths.terms
+                                                                    if t.eps is not None}.values()]
+    return groups + ([scalars] if scalars else [])
+
+
+def reductions(groups: list, offset: dict, dims: dict, coords: dict) -> list:
+    """(positions in the flat parameters, the axes to sum over) per group of blocks; ``offset``:
+    every parameter's (by id) start. Replicas hold the same partial sums, so each brings only
+    its share of them: they reduce less, and cover each entry once."""
+    out = []
+    for group in groups:
+        assert len({b.sums for b in group}) == 1, "a group is summed over the same axes"
+        out.append((np.concatenate([share(offset[id(b.param)] + b.index, b.replicas, dims, coords) for b in group]),
+                    group[0].sums))
+    return out
+
+
+def share(positions: np.ndarray, axes: tuple, dims: dict, coords: dict) -> np.ndarray:
+    """The rank's share of ``positions`` cut along each of ``axes`` in turn (``WHOLE``: among
+    all ranks, in the world order of Grid3D's mesh): what a reduce-scatter leaves it."""
+    for axis in axes:
+        if axis is WHOLE:
+            parts, index = dims["x"] * dims["y"] * dims["z"], (coords["z"] * dims["x"] + coords["x"]) * dims["y"] + coords["y"]
+        else:
+            parts, index = dims[axis], coords[axis]
+        positions = positions[cut(len(positions), parts, index)]
+    return positions
+
+
+def _index(param, rows: slice = slice(None), cols: slice = None) -> np.ndarray:
+    """Flat positions of ``param[rows, cols]`` (``param[rows]`` for a vector)."""
+    idx = np.arange(param.numel(), dtype=np.int64).reshape(param.shape)
+    return (idx[rows] if cols is None else idx[rows, cols]).ravel()

@@ -83,6 +83,25 @@ class PartialSum(torch.autograd.Function):
         return grad, None
 
 
+class ScatterColumns(torch.autograd.Function):
+    """``Q = sum over an axis of P``, of which each rank keeps its column block (``sizes``:
+    the blocks' widths, in the axis's rank order): the reduce-scatter of a GEMM whose
+    replicas each multiply a different column block of their input (GIN's second linear
+    map). Each rank then uses only its own block, so backward gathers the blocks' gradients."""
+
+    @staticmethod
+    def forward(ctx, p, comm: Comm, sizes: list):
+        ctx.comm, ctx.sizes = comm, sizes
+        with comm.phase("gemm2_reducescatter"):
+            q = comm.reduce_scatter(p, sizes, dim=1)
+        return q.view_as(q)  # a fresh tensor even where the axis has one rank
+
+    @staticmethod
+    def backward(ctx, grad):
+        with ctx.comm.phase("dz_allgather"):
+            return ctx.comm.all_gather(grad.contiguous(), ctx.sizes, dim=1), None, None
+
+
 class ToLossRows(torch.autograd.Function):
     """The last layer's output block -> the logits of this rank's loss rows (an all-to-all
     over the world, see ``OutputPlan``). Backward sends the gradients back and joins the
