@@ -167,7 +167,7 @@ class Config:
         if self.strategy == "grid3d" and (self.model not in GRID3D_MODELS or self.decoupled):
             got = f"decoupled {self.model}" if self.decoupled and self.model != "decoupled" else self.model
             raise ConfigError(f"config field 'model': the grid3d strategy runs {', '.join(GRID3D_MODELS)} "
-                              f"(not decoupled), got {got}")
+                              f"(not their decoupled forms), got {got}")
         if self.parts and self.reorder != "none":
             raise ConfigError("config field 'reorder': parts are written in their final order; "
                               "reorder applies only when loading a dataset")

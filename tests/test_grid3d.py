@@ -13,13 +13,15 @@ import torch
 from gnnmesh.config import GRID3D_MODELS, Config
 from gnnmesh.errors import ConfigError
 from gnnmesh.models import build_model
+from gnnmesh.parallel import SingleProcess
 from gnnmesh.parallel.grid3d import WHOLE, Grid3D, GridView, grad_blocks, reductions, share
 from gnnmesh.parallel.grid_layout import AXES, GridLayout, default_grid, output_plan, parse_grid, roles
 from gnnmesh.view import GraphView
 
 from dist import run_ranks
 from helpers import dense, random_graph
-from parity import assert_same_run, train
+import parity
+from parity import assert_same_run
 
 EPOCHS = 20
 
@@ -166,6 +168,27 @@ def _check_gradient_pieces(dims, coords):
 
 
 # -- parity ------------------------------------------------------------------------------------
+def recorded(strategy):
+    """``strategy`` (None: the single process) whose first synced gradients, those the first
+    Adam step takes, are kept in ``strategy.first``: Adam is blind to a gradient's scale, so
+    the losses and parameters alone would hardly see a gradient counted twice."""
+    strategy = strategy or SingleProcess()
+    sync, strategy.first = strategy.sync_gradients, {}
+
+    def keep(model):
+        sync(model)
+        if not strategy.first:
+            strategy.first.update({name: p.grad.detach().clone() for name, p in model.named_parameters()})
+
+    strategy.sync_gradients = keep
+    return strategy
+
+
+def train(graph, cfg, strategy=None):
+    strategy = recorded(strategy)
+    return {**parity.train(graph, cfg, strategy), "grads": strategy.first}
+
+
 def assert_same(got, want, model):
     """``assert_same_run``, but GIN's eps, a scalar that starts at 0 and moves about lr per
     Adam step, is compared relative to max(|eps|, lr): where an eps ends near 0, its own size
@@ -178,6 +201,9 @@ def assert_same(got, want, model):
         diff, scale = float((got["params"][name] - want["params"][name]).abs()), max(float(want["params"][name].abs()), lr)
         assert diff <= 1e-5 * scale, f"parameter {name}: difference {diff:.3g} (scale {scale:.3g})"
     np.testing.assert_array_equal(got["accs"], want["accs"])
+    for name, value in want["grads"].items():
+        diff, scale = float((got["grads"][name] - value).abs().max()), float(value.abs().max())
+        assert diff <= 1e-5 * scale, f"first gradient of {name}: max difference {diff:.3g} (scale {scale:.3g})"
 
 
 @pytest.fixture(scope="module")

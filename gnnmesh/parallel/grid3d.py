@@ -65,8 +65,8 @@ __all__ = ["Grid3D", "GridView", "default_grid"]
 
 
 class GridView(GraphView):
-    """One rank's blocks of the adjacency (built per layer on first use, kept) and its part
-    of every dropout mask. ``Grid3D.forward`` runs the layers; the generic primitives are
+    """One rank's blocks of the graph operators (built per layer on first use, kept) and its
+    part of every dropout mask. ``Grid3D.forward`` runs the layers; the generic primitives are
     not available under this layout."""
 
     operators_on_device = False
@@ -155,11 +155,10 @@ class GridView(GraphView):
 
 def _maths(model) -> list:
     """Every layer's ``Maths``; a model whose layers have none (gat, decoupled) is refused."""
-    layers = getattr(model, "layers", None)
-    if not isinstance(model, LayerStack) or not all(isinstance(layer, GraphLayer) for layer in layers):
+    if not isinstance(model, LayerStack) or not all(isinstance(layer, GraphLayer) for layer in model.layers):
         raise ConfigError(f"config field 'model': the grid3d strategy runs {', '.join(GRID3D_MODELS)}, "
                           f"got {type(model).__name__}")
-    return [layer.maths() for layer in layers]
+    return [layer.maths() for layer in model.layers]
 
 
 class Grid3D(DistributedStrategy):
@@ -181,6 +180,7 @@ class Grid3D(DistributedStrategy):
         self.layout = None
         self._plans: dict = {}
         self._grad_plans: dict = {}
+        self._cut_cache: dict = {}
 
     def describe(self) -> str:
         shape = "x".join(str(self.dims[a]) for a in AXES)
@@ -229,29 +229,34 @@ class Grid3D(DistributedStrategy):
     # -- the layers ----------------------------------------------------------------------------
     def forward(self, model, view, x):
         layers = _maths(model)
-        lay, me = self.layout, self.coords
         h = x  # layer 0's input block as it stands: data, so nothing to gather
         for l, maths in enumerate(layers):
-            r = roles(l)
+            cuts = self._cuts(l, maths)
             if l:
-                h = Replicated.apply(h, self.axis[r.rows])
-            fin = lay.width(maths.in_features, r.feats, me)
-            h = view.block_dropout(h, model.dropout, model.training, lay.nodes(l, r.cols, me), fin,
-                                   maths.in_features)
-            h = self._layer(l, maths, view, h)
+                h = Replicated.apply(h, self.axis[roles(l).rows])
+            h = view.block_dropout(h, model.dropout, model.training, cuts.nodes, cuts.fin, maths.in_features)
+            h = self._layer(l, maths, cuts, view, h)
             if l < len(layers) - 1:
                 h = model.activation(h)
         classes = layers[-1].out_features
         return ToLossRows.apply(h, self._plan(len(layers), classes), self.comm,
                                 self.axis[roles(len(layers) - 1).feats], (view.num_nodes, classes))
 
-    def _layer(self, l: int, maths, view, h):
+    def _cuts(self, l: int, maths) -> "_Cuts":
+        key = (l, maths.in_features, maths.hidden, maths.out_features)
+        if key not in self._cut_cache:
+            r, lay, me = roles(l), self.layout, self.coords
+            self._cut_cache[key] = _Cuts(lay.nodes(l, r.cols, me), lay.width(maths.in_features, r.feats, me),
+                                         lay.width(maths.hidden, r.cols, me),
+                                         lay.width(maths.out_features, r.cols, me),
+                                         sizes(maths.out_features, self.dims[r.cols]))
+        return self._cut_cache[key]
+
+    def _layer(self, l: int, maths, cuts, view, h):
         """Layer ``l`` on this rank's blocks: ``h`` holds the input's rows of node axis ``l`` cut
         along cols and its columns cut along feats; the output, rows of axis ``l + 1`` cut
         along rows and columns cut along cols, is replicated along feats."""
-        r, lay, me = roles(l), self.layout, self.coords
-        fin = lay.width(maths.in_features, r.feats, me)
-        fout = lay.width(maths.hidden, r.cols, me)
+        r, fin, fout = roles(l), cuts.fin, cuts.fout
         groups = maths.by_weight()
         # All terms in one Aggregate: a block matrix with a row of blocks per linear map (each
         # gives its own aggregate) and a column per coefficient, times the input stacked once
@@ -265,7 +270,7 @@ class Grid3D(DistributedStrategy):
         for g, (weight, _) in enumerate(groups):
             part = aggregated[g * rows:(g + 1) * rows] @ weight[fout, fin].t()
             q = part if q is None else q + part
-        if maths.bias is not None and me[r.feats] == 0:  # added once over the feats replicas
+        if maths.bias is not None and self.coords[r.feats] == 0:  # added once over the feats replicas
             q = q + maths.bias[fout]
         z = PartialSum.apply(q, self.axis[r.feats])
         if maths.out is None:
@@ -273,9 +278,8 @@ class Grid3D(DistributedStrategy):
         # The second linear map takes z's column block (cut along cols), so every rank's
         # product is a partial sum over cols; each keeps its columns of the total.
         lin = maths.out
-        p = maths.act(z) @ lin.weight[:, fout].t()
-        q = ScatterColumns.apply(p, self.axis[r.cols], sizes(lin.out_features, self.dims[r.cols]))
-        return q if lin.bias is None else q + lin.bias[lay.width(lin.out_features, r.cols, me)]
+        q = ScatterColumns.apply(maths.act(z) @ lin.weight[:, fout].t(), self.axis[r.cols], cuts.out_sizes)
+        return q if lin.bias is None else q + lin.bias[cuts.out]
 
     # -- weights -------------------------------------------------------------------------------
     def _grad_plan(self, model):
@@ -322,6 +326,19 @@ class Grid3D(DistributedStrategy):
         for p in params:
             p.grad = full[start:start + p.numel()].view_as(p)
             start += p.numel()
+
+
+@dataclass(frozen=True)
+class _Cuts:
+    """What a rank takes of a layer's matrices: its input's rows (original ids of node axis
+    ``l`` cut along cols) and columns (cut along feats), the summed map's output columns and
+    the layer's (both cut along cols), and every cols rank's width of the latter."""
+
+    nodes: np.ndarray
+    fin: slice
+    fout: slice
+    out: slice
+    out_sizes: list
 
 
 def _grad(p: torch.Tensor) -> torch.Tensor:
