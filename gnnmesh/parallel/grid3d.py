@@ -34,11 +34,13 @@ widest matrix per forward pass.
 
 Weights: the trainer keeps full replicated parameters and runs Adam on every rank; a
 rank multiplies with its block of W (so Algorithm 1's all-gather of W is not needed).
-``sync_gradients`` sums each block of partial gradients with a reduce-scatter along
-every axis it is partial over (W's: the layer's rows axis, Algorithm 2 line 3; GIN's eps,
-used whole by every rank: all three), lets ranks that hold the same sums take disjoint
-shares of them, then one world all-gather gives every rank the whole gradient. The bias
-is added by the feats-replica 0 only, so its gradient is counted once.
+``sync_gradients`` sums the partial gradients of each group of parameter blocks with a
+reduce-scatter (a layer's blocks along its rows axis, Algorithm 2 line 3; GIN's eps, of
+which every rank computes a part, over the whole grid, all layers' at once), then one
+world all-gather gives every rank the whole gradient. Ranks that compute the same partial
+sums (GIN's second map, alike on the feats replicas) each bring a disjoint share of them,
+so every entry is completed once. The bias of the summed map is added by the
+feats-replica 0 only, so its gradient is counted once.
 """
 
 from __future__ import annotations
@@ -367,21 +369,25 @@ def grad_blocks(layers: list, dims: dict, coords: dict) -> list:
     groups, scalars = [], []
     for l, maths in enumerate(layers):
         r = roles(l)
-        fin, fout = cut(maths.in_features, dims[r.feats], coords[r.feats]), cut(maths.hidden, dims[r.cols], coords[r.cols])
+        fin = cut(maths.in_features, dims[r.feats], coords[r.feats])
+        fout = cut(maths.hidden, dims[r.cols], coords[r.cols])
         # The summed linear map: a W block per linear map and the bias (on feats-replica 0),
         # each applied to the rank's rows only.
         group = [GradBlock(w, _index(w, fout, fin), (r.rows,)) for w, _ in maths.by_weight()]
         if maths.bias is not None and coords[r.feats] == 0:
             group.append(GradBlock(maths.bias, _index(maths.bias, fout), (r.rows,)))
-        if maths.out is not None:  # every output from the cols block of its input, alike on all feats replicas
+        if maths.out is not None:
+            # The second map: its weight's columns that meet the rank's block of its input
+            # (every output row), its bias where the rank keeps the output; alike on all
+            # feats replicas, whose inputs and output gradients are the same.
             lin, mine = maths.out, cut(maths.out.out_features, dims[r.cols], coords[r.cols])
             group.append(GradBlock(lin.weight, _index(lin.weight, slice(None), fout), (r.rows,), (r.feats,)))
             if lin.bias is not None:
                 group.append(GradBlock(lin.bias, _index(lin.bias, mine), (r.rows,), (r.feats,)))
         groups.append(group)
         # A coefficient scales the whole aggregate, of which every rank holds a part.
-        scalars += [GradBlock(eps, _index(eps), (WHOLE,)) for eps in {id(t.eps): t.eps for t in maths.terms
-                                                                    if t.eps is not None}.values()]
+        coefficients = {id(t.eps): t.eps for t in maths.terms if t.eps is not None}
+        scalars += [GradBlock(eps, _index(eps), (WHOLE,)) for eps in coefficients.values()]
     return groups + ([scalars] if scalars else [])
 
 
@@ -402,7 +408,8 @@ def share(positions: np.ndarray, axes: tuple, dims: dict, coords: dict) -> np.nd
     all ranks, in the world order of Grid3D's mesh): what a reduce-scatter leaves it."""
     for axis in axes:
         if axis is WHOLE:
-            parts, index = dims["x"] * dims["y"] * dims["z"], (coords["z"] * dims["x"] + coords["x"]) * dims["y"] + coords["y"]
+            parts = dims["x"] * dims["y"] * dims["z"]
+            index = (coords["z"] * dims["x"] + coords["x"]) * dims["y"] + coords["y"]
         else:
             parts, index = dims[axis], coords[axis]
         positions = positions[cut(len(positions), parts, index)]
