@@ -3,7 +3,9 @@ the one description of a graph layer's maths that every strategy evaluates."""
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
+from functools import reduce
 from typing import Callable, Optional
 
 import torch
@@ -42,7 +44,7 @@ class LayerStack(nn.Module):
         return h
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Term:
     """One summand ``c (A_op H) W^T`` of a layer's linear map: ``op`` names a graph operator
     (``SELF``: H itself), ``weight`` is W ``[out, in]``, and ``c`` is 1, or ``1 + eps`` for a
@@ -56,7 +58,7 @@ class Term:
         return x if self.eps is None else (1 + self.eps) * x
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Maths:
     """A graph layer as ``out(act(sum of terms + bias))``, or ``sum of terms + bias`` when
     ``out`` is None. ``evaluate`` runs it on any GraphView; a strategy that lays the
@@ -88,17 +90,12 @@ class Maths:
             groups.setdefault(id(term.weight), (term.weight, []))[1].append(term)
         return list(groups.values())
 
-    def finish(self, z: torch.Tensor) -> torch.Tensor:
-        """What follows the summed map and its bias, applied to ``z`` (bias included)."""
-        return z if self.out is None else self.out(self.act(z))
-
     def evaluate(self, view, h: torch.Tensor) -> torch.Tensor:
         """The layer's output on one process (any GraphView)."""
-        z = None
-        for weight, terms in self.by_weight():
-            part = propagate_linear(view, weight, h, terms)
-            z = part if z is None else z + part
-        return self.finish(z if self.bias is None else z + self.bias)
+        z = reduce(operator.add, (propagate_linear(view, w, h, terms) for w, terms in self.by_weight()))
+        if self.bias is not None:
+            z = z + self.bias
+        return z if self.out is None else self.out(self.act(z))
 
 
 class GraphLayer(nn.Module):
@@ -120,13 +117,5 @@ def propagate_linear(view, weight: torch.Tensor, h: torch.Tensor, terms) -> torc
     and output (both orders are the same linear map; the choice depends only on the shapes)."""
     if weight.shape[0] <= weight.shape[1]:
         z = h @ weight.t()
-        return _sum(t.scaled(aggregate(view, t.op, z)) for t in terms)
-    return _sum(t.scaled(aggregate(view, t.op, h)) for t in terms) @ weight.t()
-
-
-def _sum(parts):
-    parts = iter(parts)
-    total = next(parts)
-    for part in parts:
-        total = total + part
-    return total
+        return reduce(operator.add, (t.scaled(aggregate(view, t.op, z)) for t in terms))
+    return reduce(operator.add, (t.scaled(aggregate(view, t.op, h)) for t in terms)) @ weight.t()

@@ -45,7 +45,9 @@ feats-replica 0 only, so its gradient is counted once.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
+from functools import reduce
 
 import numpy as np
 import scipy.sparse as sp
@@ -268,10 +270,8 @@ class Grid3D(DistributedStrategy):
         stacked = torch.cat([s.scaled(h) for s in scales]) if len(scales) > 1 else scales[0].scaled(h)
         aggregated = Aggregate.apply(stacked, *view.operators(l, cells), self.axis[r.cols])
         rows = aggregated.shape[0] // len(groups)
-        q = None
-        for g, (weight, _) in enumerate(groups):
-            part = aggregated[g * rows:(g + 1) * rows] @ weight[fout, fin].t()
-            q = part if q is None else q + part
+        q = reduce(operator.add, (aggregated[g * rows:(g + 1) * rows] @ weight[fout, fin].t()
+                                  for g, (weight, _) in enumerate(groups)))
         if maths.bias is not None and self.coords[r.feats] == 0:  # added once over the feats replicas
             q = q + maths.bias[fout]
         z = PartialSum.apply(q, self.axis[r.feats])
@@ -330,7 +330,7 @@ class Grid3D(DistributedStrategy):
             start += p.numel()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Cuts:
     """What a rank takes of a layer's matrices: its input's rows (original ids of node axis
     ``l`` cut along cols) and columns (cut along feats), the summed map's output columns and
@@ -350,7 +350,7 @@ def _grad(p: torch.Tensor) -> torch.Tensor:
 WHOLE = None  # as a sum axis: the whole grid at once (one collective over the world)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class GradBlock:
     """Entries ``index`` (flat positions) of ``param`` whose gradient a rank computes in part:
     the other parts are on the ranks along the ``sums`` axes. Along the ``replicas`` axes,
