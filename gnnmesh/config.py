@@ -42,6 +42,10 @@ CHOICES = {
 }
 
 
+# The models whose layers grid3d lays out on its grid (not gat, nor any decoupled form).
+GRID3D_MODELS = ("gcn", "sage", "gin")
+
+
 _COUNT, _NON_NEGATIVE, _FRACTION = Range(1), Range(0), Range(0.0, 1.0, open="high")
 RANGES = {
     "hidden": _COUNT, "layers": _COUNT, "heads": _COUNT, "epochs": _COUNT, "nproc": _COUNT,
@@ -130,6 +134,10 @@ class Config:
                               "choose a parallel --strategy (e.g. partition)")
         if self.decoupled and self.model == "gin":
             raise ConfigError("config field 'model': gin has no decoupled form; choose gcn, sage or gat")
+        if self.strategy == "grid3d" and (self.model not in GRID3D_MODELS or self.decoupled):
+            got = f"decoupled {self.model}" if self.decoupled else self.model
+            raise ConfigError(f"config field 'model': the grid3d strategy runs {', '.join(GRID3D_MODELS)} "
+                              f"(not their decoupled forms), got {got}")
         if self.parts and self.reorder != "none":
             raise ConfigError("config field 'reorder': parts are written in their final order; "
                               "reorder applies only when loading a dataset")

@@ -1,5 +1,6 @@
-"""3D tensor parallelism (grid3d) equals the single-process run on every grid of 1, 2, 4 and
-8 ranks; its layout tiles every matrix; its traffic matches a closed form."""
+"""3D tensor parallelism (grid3d) trains GCN, SAGE and GIN exactly like the single process on
+every grid of 1, 2, 4 and 8 ranks; its layout tiles every matrix; its traffic matches a
+closed form; the models it cannot run are refused when the configuration is checked."""
 
 import json
 import subprocess
@@ -9,17 +10,33 @@ import numpy as np
 import pytest
 import torch
 
-from gnnmesh.config import Config
+from gnnmesh.config import GRID3D_MODELS, Config
 from gnnmesh.errors import ConfigError
-from gnnmesh.parallel.grid3d import Grid3D, GridView, _block, _piece
-from gnnmesh.parallel.grid_layout import AXES, GridLayout, default_grid, output_plan, parse_grid, roles
+from gnnmesh.models import build_model
+from gnnmesh.parallel import SingleProcess
+from gnnmesh.parallel.grid3d import WHOLE, Grid3D, GridView, grad_blocks, reductions, share
+from gnnmesh.layout import ParallelLayout
+from gnnmesh.layout.grid import AXES, most_cubic_grid, parse_grid, roles
+from gnnmesh.parallel.grid_logits import logit_route
+from gnnmesh.partition.grid_blocks import GridBlocks
 from gnnmesh.view import GraphView
 
 from dist import run_ranks
-from helpers import dense, random_graph
-from parity import assert_same_run, train
+from helpers import dense, layout, random_graph
+import parity
+from parity import assert_same_run
 
 EPOCHS = 20
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One thread, as on every rank: the graphs are tiny, and on a busy machine a second
+    thread makes each op wait for a core."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def make_graph():
@@ -27,8 +44,8 @@ def make_graph():
     return random_graph(n=37, e=150, features=6, classes=3, directed=True, isolated=2)
 
 
-def config(layers, **kw):
-    return Config(model="gcn", epochs=EPOCHS, seed=1, hidden=8, layers=layers, eval_every=5, **kw)
+def config(layers, model="gcn", **kw):
+    return Config(model=model, epochs=EPOCHS, seed=1, hidden=8, layers=layers, eval_every=5, **kw)
 
 
 def grids(world):
@@ -42,18 +59,18 @@ def every_coords(dims):
 
 # -- grid arguments ------------------------------------------------------------------------------
 def test_grid_string_and_default_factorization():
-    assert parse_grid(" 2, 1 ,4", 8) == {"x": 2, "y": 1, "z": 4}
-    assert parse_grid(None, 8) == default_grid(8) == {"x": 2, "y": 2, "z": 2}
-    assert default_grid(1) == {"x": 1, "y": 1, "z": 1}
-    assert default_grid(4) == {"x": 2, "y": 2, "z": 1}
-    assert default_grid(12) == {"x": 3, "y": 2, "z": 2}
-    assert default_grid(7) == {"x": 7, "y": 1, "z": 1}
+    assert parse_grid(" 2, 1 ,4").dims() == {"x": 2, "y": 1, "z": 4}
+    assert ParallelLayout.for_strategy("grid3d", 8).grid.dims() == most_cubic_grid(8).dims() == {"x": 2, "y": 2, "z": 2}
+    assert most_cubic_grid(1).dims() == {"x": 1, "y": 1, "z": 1}
+    assert most_cubic_grid(4).dims() == {"x": 2, "y": 2, "z": 1}
+    assert most_cubic_grid(12).dims() == {"x": 3, "y": 2, "z": 2}
+    assert most_cubic_grid(7).dims() == {"x": 7, "y": 1, "z": 1}
 
 
 @pytest.mark.parametrize("grid", ["2,2", "2,x,1", "0,1,1", "1,1,-1", "2,1,1", ""])
 def test_bad_grid_is_a_config_error_naming_the_field(grid):
     with pytest.raises(ConfigError, match="'grid'") as err:
-        Grid3D("cpu", grid=grid)  # one process: the product must be 1
+        Grid3D(ParallelLayout.for_strategy("grid3d", 1, grid), "cpu")  # one process: the product must be 1
     assert "\n" not in str(err.value)
 
 
@@ -66,9 +83,28 @@ def test_bad_grid_on_the_command_line_exits_with_status_2():
     assert len(lines) == 1 and "'grid'" in lines[0], result.stderr
 
 
-def test_models_other_than_gcn_are_refused():
+@pytest.mark.parametrize("fields", [{"model": "gat"}, {"model": "gcn", "decoupled": True}, {"model": "sage", "decoupled": True}])
+def test_models_grid3d_cannot_run_are_refused_when_the_config_is_checked(fields):
+    with pytest.raises(ConfigError, match="'model'") as err:
+        Config(strategy="grid3d", **fields)
+    assert "\n" not in str(err.value) and ", ".join(GRID3D_MODELS) in str(err.value)
     with pytest.raises(ConfigError, match="'model'"):
-        train(make_graph(), Config(model="sage", epochs=1, hidden=8), Grid3D("cpu", grid="1,1,1"))
+        Config(**fields).updated(strategy="grid3d")
+    for model in GRID3D_MODELS:
+        Config(strategy="grid3d", model=model)
+
+
+def test_a_model_grid3d_cannot_run_is_refused_before_the_data_is_read():
+    result = subprocess.run([sys.executable, "-m", "gnnmesh", "train", "--dataset", "no-such-dataset",
+                             "--strategy", "grid3d", "--model", "gat", "--epochs", "1"],
+                            capture_output=True, text=True, timeout=120)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and len(lines) == 1 and "'model'" in lines[0], result.stderr
+
+
+def test_the_strategy_itself_refuses_a_model_without_a_layer_description():
+    with pytest.raises(ConfigError, match="'model'"):  # the trainer's config names no strategy
+        train(make_graph(), Config(model="gat", epochs=1, hidden=8), Grid3D(ParallelLayout.for_strategy("grid3d", 1, "1,1,1"), "cpu"))
 
 
 # -- layout ----------------------------------------------------------------------------------------
@@ -88,8 +124,8 @@ def test_balanced_layout_evens_the_blocks_of_every_layer():
             ratios.append(max(counts) / np.mean(counts))
         return max(ratios)
 
-    balanced = worst(GridLayout(dims, graph.num_nodes, True, seed=0, adj=graph.adj))
-    assert balanced <= 1.01 and balanced < worst(GridLayout(dims, graph.num_nodes, True, seed=0))
+    balanced = worst(GridBlocks(dims, graph.num_nodes, True, seed=0, adj=graph.adj))
+    assert balanced <= 1.01 and balanced < worst(GridBlocks(dims, graph.num_nodes, True, seed=0))
 
 
 @pytest.mark.parametrize("grid,permute", [((2, 2, 2), True), ((1, 2, 4), False), ((4, 1, 2), True),
@@ -99,7 +135,7 @@ def test_layout_tiles_every_matrix(grid, permute):
     rows, the logits exchange and the gradient pieces each cover their matrix exactly once."""
     graph = make_graph()
     n, dims = graph.num_nodes, dict(zip(AXES, grid))
-    layout = GridLayout(dims, n, permute, seed=3, adj=graph.adj if permute else None)
+    layout = GridBlocks(dims, n, permute, seed=3, adj=graph.adj if permute else None)
     coords = every_coords(dims)
     want = dense(GraphView(graph.adj).operator("gcn"))
     for layer in range(6):
@@ -117,45 +153,102 @@ def test_layout_tiles_every_matrix(grid, permute):
     assert sorted(np.concatenate(scored).tolist()) == list(range(n))
     # logits exchange: what every rank sends to q is what q expects, and q's rows fill once
     classes, layers = 5, 3
-    plans = [output_plan(layout, layers, classes, coords, q) for q in range(len(coords))]
+    plans = [logit_route(layout, layers, classes, coords, q) for q in range(len(coords))]
     for q, plan in enumerate(plans):
         assert [p.send_counts[q] for p in plans] == plan.recv_counts
         assert sorted(plan.recv_index.tolist()) == list(range(len(layout.loss_rows(q, len(coords))) * classes))
-    # gradient pieces: every entry of [W, b] once, for layers of uneven widths
-    for layer, (d_in, d_out) in enumerate([(6, 5), (5, 3), (3, 7)]):
-        seen = np.concatenate([_piece(layer, d_in, d_out, dims, c).numpy() for c in coords])
-        assert sorted(seen.tolist()) == list(range(d_in * d_out + d_out))
-        block, axis = _block(layer, d_in, d_out, dims, coords[-1])
-        assert axis == roles(layer).rows and len(block) >= len(_piece(layer, d_in, d_out, dims, coords[-1]))
+    _check_gradient_pieces(dims, coords)
+
+
+def _check_gradient_pieces(dims, coords):
+    """Every model's gradient pieces cover every parameter entry once, for layers of uneven
+    widths; the ranks that sum a group of blocks together agree on its positions."""
+    for name in GRID3D_MODELS:
+        model = build_model(name, 6, 7, hidden=5, layers=3)
+        params = list(model.parameters())
+        offset = {id(p): int(o) for p, o in zip(params, np.cumsum([0] + [p.numel() for p in params]))}
+        layers = [layer.maths() for layer in model.layers]
+        plans = {tuple(c.values()): reductions(grad_blocks(layers, dims, c), offset, dims, c) for c in coords}
+        seen = np.concatenate([share(positions, sums, dims, c) for c in coords
+                               for positions, sums in plans[tuple(c.values())]])
+        assert sorted(seen.tolist()) == list(range(sum(p.numel() for p in params))), name
+        for c in coords:
+            for i, (positions, sums) in enumerate(plans[tuple(c.values())]):
+                peers = coords if sums == (WHOLE,) else [{**c, axis: k} for axis in sums for k in range(dims[axis])]
+                for peer in peers:
+                    other, other_sums = plans[tuple(peer.values())][i]
+                    assert np.array_equal(other, positions) and other_sums == sums, (name, c, i)
 
 
 # -- parity ------------------------------------------------------------------------------------
+def recorded(strategy):
+    """``strategy`` (None: the single process) whose first synced gradients, those the first
+    Adam step takes, are kept in ``strategy.first``: Adam is blind to a gradient's scale, so
+    the losses and parameters alone would hardly see a gradient counted twice."""
+    strategy = strategy or SingleProcess()
+    sync, strategy.first = strategy.sync_gradients, {}
+
+    def keep(model):
+        sync(model)
+        if not strategy.first:
+            strategy.first.update({name: p.grad.detach().clone() for name, p in model.named_parameters()})
+
+    strategy.sync_gradients = keep
+    return strategy
+
+
+def train(graph, cfg, strategy=None):
+    strategy = recorded(strategy)
+    return {**parity.train(graph, cfg, strategy), "grads": strategy.first}
+
+
+def assert_same(got, want, model):
+    """``assert_same_run``, but GIN's eps, a scalar that starts at 0 and moves about lr per
+    Adam step, is compared relative to max(|eps|, lr): where an eps ends near 0, its own size
+    would hold float32 rounding of the steps that brought it there against almost nothing."""
+    lr = config(2, model).resolved().lr
+    scalars = [name for name in want["params"] if name.endswith(".eps")]
+    strip = (lambda run: {**run, "params": {k: v for k, v in run["params"].items() if k not in scalars}})
+    assert_same_run(strip(got), strip(want))
+    for name in scalars:
+        diff = float((got["params"][name] - want["params"][name]).abs())
+        scale = max(float(want["params"][name].abs()), lr)
+        assert diff <= 1e-5 * scale, f"parameter {name}: difference {diff:.3g} (scale {scale:.3g})"
+    np.testing.assert_array_equal(got["accs"], want["accs"])
+    for name, value in want["grads"].items():
+        diff, scale = float((got["grads"][name] - value).abs().max()), float(value.abs().max())
+        assert diff <= 1e-5 * scale, f"first gradient of {name}: max difference {diff:.3g} (scale {scale:.3g})"
+
+
 @pytest.fixture(scope="module")
 def reference():
     graph = make_graph()
-    return {layers: train(graph, config(layers)) for layers in (2, 3, 4)}
+    return {(model, layers): train(graph, config(layers, model)) for model in GRID3D_MODELS for layers in (2, 3, 4)}
 
 
 def test_one_rank_equals_single_process(reference):
     graph = make_graph()
-    for layers in (2, 3, 4):
-        for permute, blocks in ((True, 1), (False, 3), (True, 50)):
-            got = train(graph, config(layers), Grid3D("cpu", grid="1,1,1", permute=permute, blocks=blocks, seed=1))
-            assert_same_run(got, reference[layers])
-            np.testing.assert_array_equal(got["accs"], reference[layers]["accs"])
+    for model in GRID3D_MODELS:
+        for layers in (2, 3, 4):
+            for permute, blocks in ((True, 1), (False, 3), (True, 50)):
+                got = train(graph, config(layers, model),
+                            Grid3D(layout("grid3d", "1,1,1"), "cpu", permute=permute, blocks=blocks, seed=1))
+                assert_same(got, reference[model, layers], model)
 
 
 def _runs(world):
-    """Every grid of ``world`` ranks, varying depth, permutation and row blocks."""
-    return [(grid, 2 + i % 2, i % 3 != 2, 1 + i % 3) for i, grid in enumerate(grids(world))]
+    """Every model on every grid of ``world`` ranks, varying depth, permutation and row
+    blocks (shifted per model, so that each model meets every setting)."""
+    return [(model, grid, 2 + j % 2, j % 3 != 2, 1 + j % 3)
+            for m, model in enumerate(GRID3D_MODELS) for i, grid in enumerate(grids(world)) for j in [i + m]]
 
 
 def _rank_parity(rank, world):
     graph = make_graph()
     out = {}
-    for grid, layers, permute, blocks in _runs(world):
-        strategy = Grid3D("cpu", grid=",".join(map(str, grid)), permute=permute, blocks=blocks, seed=1)
-        out[grid] = train(graph, config(layers), strategy)
+    for model, grid, layers, permute, blocks in _runs(world):
+        strategy = Grid3D(layout("grid3d", ",".join(map(str, grid))), "cpu", permute=permute, blocks=blocks, seed=1)
+        out[model, grid] = train(graph, config(layers, model), strategy)
     if world == 8:
         out["bytes"] = _rank_bytes()
     if world == 4:
@@ -163,44 +256,53 @@ def _rank_parity(rank, world):
     return out
 
 
-def _predicted(grid, widths, n, forwards, backwards):
-    """Bytes (summed over ranks) of the per-layer all-reduces in a GCN epoch. Layer l sums
-    its [n, D_l] aggregate over cols (every rank holds an n/G_rows x D_l/G_feats block, G_cols
-    copies of each) and its [n, D_l+1] output over feats; backward, from layer 1 on, dL/dH
-    over cols again and dL/dF over rows. Layer 0's input has no gradient."""
+def _predicted(model, grid, widths, n, forwards, backwards):
+    """Bytes (summed over ranks) of the per-layer collectives of an epoch. Layer l sums its
+    [n, D_l] aggregate over cols (every rank holds an n/G_rows x D_l/G_feats block, G_cols
+    copies of each; SAGE stacks two, by A_mean and by I) and its [n, D_l+1] output over feats;
+    backward, from layer 1 on, dL/dH over cols again and dL/dF over rows. Layer 0's input has
+    no gradient, but GIN's eps scales it, so GIN sums dL/dH at layer 0 too. GIN's second
+    linear map reduce-scatters its [n, D_l+1] product over cols by column blocks (the
+    longest D_l+1/G_cols wide, each rank sending G_cols of them) and gathers the gradient."""
     dims = dict(zip(AXES, grid))
-    out = dict.fromkeys(["aggregate_allreduce", "gemm_allreduce", "dh_allreduce", "df_allreduce"], 0)
+    out = dict.fromkeys(["aggregate_allreduce", "gemm_allreduce", "dh_allreduce", "df_allreduce",
+                         "gemm2_reducescatter", "dz_allgather"], 0)
+    stacked = 2 if model == "sage" else 1
     for layer in range(len(widths) - 1):
         r = roles(layer)
         g_rows, g_cols, g_feats = dims[r.rows], dims[r.cols], dims[r.feats]
-        aggregate = n * widths[layer] * g_cols * (g_cols > 1)
+        aggregate = stacked * n * widths[layer] * g_cols * (g_cols > 1)
         out["aggregate_allreduce"] += forwards * aggregate
         out["gemm_allreduce"] += forwards * n * widths[layer + 1] * g_feats * (g_feats > 1)
-        if layer:
+        if layer or model == "gin":
             out["dh_allreduce"] += backwards * aggregate
+        if layer:
             out["df_allreduce"] += backwards * n * widths[layer] * g_rows * (g_rows > 1)
+        if model == "gin" and g_cols > 1:
+            block = n * -(-widths[layer + 1] // g_cols) * g_cols * g_feats
+            out["gemm2_reducescatter"] += forwards * block * g_cols
+            out["dz_allgather"] += backwards * block
     return {k: 4 * v for k, v in out.items()}
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("world", [2, 4, 8])
 def test_every_grid_equals_single_process(reference, world):
-    results = run_ranks(_rank_parity, world, timeout=400)
+    results = run_ranks(_rank_parity, world, timeout=580)
     graph = make_graph()
-    for grid, layers, permute, blocks in _runs(world):
-        want = reference[layers]
+    for model, grid, layers, permute, blocks in _runs(world):
+        want = reference[model, layers]
         widths = [graph.num_features] + [8] * (layers - 1) + [graph.num_classes]
         evals = EPOCHS // 5
-        predicted = _predicted(grid, widths, graph.num_nodes, EPOCHS + evals, EPOCHS)
+        predicted = _predicted(model, grid, widths, graph.num_nodes, EPOCHS + evals, EPOCHS)
         for rank, got in enumerate(results):
-            run = got[grid]
+            run = got[model, grid]
             try:
-                assert_same_run(run, want)
-                np.testing.assert_array_equal(run["accs"], want["accs"])
+                assert_same(run, want, model)
             except AssertionError as err:
-                raise AssertionError(f"grid {grid}, {layers} layers, rank {rank} of {world}: {err}") from None
+                raise AssertionError(f"{model}, grid {grid}, {layers} layers, rank {rank} of {world}: {err}") from None
         for phase, value in predicted.items():
-            assert sum(r[f"{phase}_bytes"] for r in run["extra"]) == value, (grid, phase)
+            assert sum(r[f"{phase}_bytes"] for r in run["extra"]) == value, (model, grid, phase)
     if world == 4:
         _check_collectives(results)
     if world == 8:
@@ -211,14 +313,14 @@ def test_every_grid_equals_single_process(reference, world):
 def _rank_bytes():
     graph = random_graph(n=48, e=200, features=4, classes=4, seed=2)
     cfg = Config(model="gcn", epochs=2, seed=1, hidden=8, layers=2, dropout=0.0)
-    return train(graph, cfg, Grid3D("cpu", grid="2,2,2", blocks=3, seed=1))["extra"]
+    return train(graph, cfg, Grid3D(layout("grid3d", "2,2,2"), "cpu", blocks=3, seed=1))["extra"]
 
 
 def _check_bytes(extras):
     """48 nodes, widths 4 -> 8 -> 4 on a 2x2x2 grid: every cut is even, so every phase has a
     closed form. Per epoch: one training forward and backward, one evaluation forward."""
     n, (d0, d1, d2), g = 48, (4, 8, 4), 8
-    want = _predicted((2, 2, 2), (d0, d1, d2), n, forwards=2, backwards=1)
+    want = _predicted("gcn", (2, 2, 2), (d0, d1, d2), n, forwards=2, backwards=1)
     # gradients: layer 0 (rows z, cols x, feats y) completes blocks of d1/2 x d0/2 weights
     # plus, on feats replica 0, d1/2 biases: 12 or 8 entries, reduce-scattered along Z (all
     # of the block counted); layer 1 (rows y, cols z, feats x): 4 x 4 weights + 2 biases or

@@ -1,9 +1,18 @@
-"""Shared structure: a stack of graph layers with activation and dropout between them."""
+"""Shared structure: a stack of graph layers with activation and dropout between them, and
+the one description of a graph layer's maths that every strategy evaluates."""
 
 from __future__ import annotations
 
+import operator
+from dataclasses import dataclass
+from functools import reduce
+from typing import Callable, Optional
+
 import torch
 from torch import nn
+
+# The operator name of the identity: a term on H itself, with no aggregation.
+SELF = "self"
 
 
 def layer_dims(in_dim: int, hidden: int, out_dim: int, layers: int) -> list[tuple[int, int]]:
@@ -35,9 +44,78 @@ class LayerStack(nn.Module):
         return h
 
 
-def propagate_linear(view, lin: nn.Linear, h: torch.Tensor, op: str) -> torch.Tensor:
-    """``A_op @ (h W)`` computed in the cheaper order: aggregate the narrower of input and
-    output (both orders are the same linear map; the choice depends only on the shapes)."""
-    if lin.out_features <= lin.in_features:
-        return view.spmm(h @ lin.weight.t(), op)
-    return view.spmm(h, op) @ lin.weight.t()
+@dataclass(frozen=True, eq=False)
+class Term:
+    """One summand ``c (A_op H) W^T`` of a layer's linear map: ``op`` names a graph operator
+    (``SELF``: H itself), ``weight`` is W ``[out, in]``, and ``c`` is 1, or ``1 + eps`` for a
+    learned scalar ``eps``."""
+
+    op: str
+    weight: torch.Tensor
+    eps: Optional[torch.Tensor] = None
+
+    def scaled(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.eps is None else (1 + self.eps) * x
+
+
+@dataclass(frozen=True, eq=False)
+class Maths:
+    """A graph layer as ``out(act(sum of terms + bias))``, or ``sum of terms + bias`` when
+    ``out`` is None. ``evaluate`` runs it on any GraphView; a strategy that lays the
+    matrices out differently (grid3d) composes the same pieces with its block operations."""
+
+    terms: tuple
+    bias: Optional[torch.Tensor]
+    act: Optional[Callable] = None
+    out: Optional[nn.Linear] = None  # a second linear map, after ``act``
+
+    @property
+    def in_features(self) -> int:
+        return self.terms[0].weight.shape[1]
+
+    @property
+    def hidden(self) -> int:
+        """The width of the summed linear map."""
+        return self.terms[0].weight.shape[0]
+
+    @property
+    def out_features(self) -> int:
+        return self.out.out_features if self.out is not None else self.hidden
+
+    def by_weight(self) -> list:
+        """``[(W, [terms with that W])]`` in order of first use: terms sharing a linear map are
+        summed before multiplying by it."""
+        groups: dict = {}
+        for term in self.terms:
+            groups.setdefault(id(term.weight), (term.weight, []))[1].append(term)
+        return list(groups.values())
+
+    def evaluate(self, view, h: torch.Tensor) -> torch.Tensor:
+        """The layer's output on one process (any GraphView)."""
+        z = reduce(operator.add, (propagate_linear(view, w, h, terms) for w, terms in self.by_weight()))
+        if self.bias is not None:
+            z = z + self.bias
+        return z if self.out is None else self.out(self.act(z))
+
+
+class GraphLayer(nn.Module):
+    """A layer described by ``maths()``; its forward evaluates that description."""
+
+    def maths(self) -> Maths:
+        raise NotImplementedError
+
+    def forward(self, view, h):
+        return self.maths().evaluate(view, h)
+
+
+def aggregate(view, op: str, x: torch.Tensor) -> torch.Tensor:
+    return x if op == SELF else view.spmm(x, op)
+
+
+def propagate_linear(view, weight: torch.Tensor, h: torch.Tensor, terms) -> torch.Tensor:
+    """``sum_k c_k A_k (h W^T)`` computed in the cheaper order: aggregate the narrower of input
+    and output (both orders are the same linear map; the choice depends only on the shapes)."""
+    if weight.shape[0] <= weight.shape[1]:
+        z = h @ weight.t()
+        return reduce(operator.add, (t.scaled(aggregate(view, t.op, z)) for t in terms))
+    return reduce(operator.add, (t.scaled(aggregate(view, t.op, h)) for t in terms)) @ weight.t()

@@ -5,18 +5,18 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .base import LayerStack, layer_dims, propagate_linear
+from .base import GraphLayer, LayerStack, Maths, Term, layer_dims
 
 
-class GCNLayer(nn.Module):
+class GCNLayer(GraphLayer):
     def __init__(self, in_dim: int, out_dim: int):
         super().__init__()
         self.lin = nn.Linear(in_dim, out_dim, bias=False)
         self.bias = nn.Parameter(torch.zeros(out_dim))
         nn.init.xavier_uniform_(self.lin.weight)
 
-    def forward(self, view, h):
-        return propagate_linear(view, self.lin, h, "gcn") + self.bias
+    def maths(self) -> Maths:
+        return Maths((Term("gcn", self.lin.weight),), self.bias)
 
 
 class GCN(LayerStack):

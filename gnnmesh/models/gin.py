@@ -5,24 +5,20 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .base import LayerStack, layer_dims
+from .base import SELF, GraphLayer, LayerStack, Maths, Term, layer_dims
 
 
-class GINLayer(nn.Module):
+class GINLayer(GraphLayer):
     def __init__(self, in_dim: int, out_dim: int):
         super().__init__()
         self.eps = nn.Parameter(torch.zeros(1))
         self.mlp = nn.Sequential(nn.Linear(in_dim, out_dim), nn.ReLU(), nn.Linear(out_dim, out_dim))
 
-    def forward(self, view, h):
+    def maths(self) -> Maths:
+        # The MLP's first linear map commutes with the sum aggregation: ``(A H + (1 + eps) H) W_1^T``.
         first = self.mlp[0]
-        # The first linear map commutes with the sum aggregation: aggregate the narrower side.
-        if first.out_features < first.in_features:
-            z = h @ first.weight.t()
-            z = (1 + self.eps) * z + view.spmm(z, "sum") + first.bias
-        else:
-            z = first((1 + self.eps) * h + view.spmm(h, "sum"))
-        return self.mlp[2](self.mlp[1](z))
+        return Maths((Term("sum", first.weight), Term(SELF, first.weight, self.eps)), first.bias,
+                     act=self.mlp[1], out=self.mlp[2])
 
 
 class GIN(LayerStack):

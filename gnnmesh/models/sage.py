@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from torch import nn
 
-from .base import LayerStack, layer_dims, propagate_linear
+from .base import SELF, GraphLayer, LayerStack, Maths, Term, layer_dims
 
 
-class SAGELayer(nn.Module):
+class SAGELayer(GraphLayer):
     def __init__(self, in_dim: int, out_dim: int):
         super().__init__()
         self.lin_self = nn.Linear(in_dim, out_dim, bias=True)
         self.lin_neigh = nn.Linear(in_dim, out_dim, bias=False)
 
-    def forward(self, view, h):
-        return self.lin_self(h) + propagate_linear(view, self.lin_neigh, h, "mean")
+    def maths(self) -> Maths:
+        return Maths((Term("mean", self.lin_neigh.weight), Term(SELF, self.lin_self.weight)), self.lin_self.bias)
 
 
 class SAGE(LayerStack):

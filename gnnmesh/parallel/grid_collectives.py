@@ -83,30 +83,49 @@ class PartialSum(torch.autograd.Function):
         return grad, None
 
 
+class ScatterColumns(torch.autograd.Function):
+    """``Q = sum over an axis of P``, of which each rank keeps its column block (``sizes``:
+    the blocks' widths, in the axis's rank order): the reduce-scatter of a GEMM whose
+    replicas each multiply a different column block of their input (GIN's second linear
+    map). Each rank then uses only its own block, so backward gathers the blocks' gradients."""
+
+    @staticmethod
+    def forward(ctx, p, comm: Comm, sizes: list):
+        ctx.comm, ctx.sizes = comm, sizes
+        with comm.phase("gemm2_reducescatter"):
+            q = comm.reduce_scatter(p, sizes, dim=1)
+        return q.view_as(q)  # a fresh tensor even where the axis has one rank
+
+    @staticmethod
+    def backward(ctx, grad):
+        with ctx.comm.phase("dz_allgather"):
+            return ctx.comm.all_gather(grad.contiguous(), ctx.sizes, dim=1), None, None
+
+
 class ToLossRows(torch.autograd.Function):
     """The last layer's output block -> the logits of this rank's loss rows (an all-to-all
-    over the world, see ``OutputPlan``). Backward sends the gradients back and joins the
+    over the world, see ``grid_logits.LogitRoute``). Backward sends the gradients back and joins the
     replicas' shares along the feats axis."""
 
     @staticmethod
-    def forward(ctx, q, plan, world: Comm, feats: Comm, shape: tuple):
-        ctx.plan, ctx.world, ctx.feats = plan, world, feats
-        share = q[plan.share][plan.send_order]
+    def forward(ctx, q, route, world: Comm, feats: Comm, shape: tuple):
+        ctx.route, ctx.world, ctx.feats = route, world, feats
+        share = q[route.share][route.send_order]
         with world.phase("logits"):
-            got = world.all_to_all(share.reshape(-1), plan.send_counts, plan.recv_counts)
+            got = world.all_to_all(share.reshape(-1), route.send_counts, route.recv_counts)
         out = q.new_zeros(shape)
-        out.view(-1)[plan.recv_index] = got
+        out.view(-1)[route.recv_index] = got
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        plan = ctx.plan
-        back = grad.contiguous().view(-1)[plan.recv_index]
+        route = ctx.route
+        back = grad.contiguous().view(-1)[route.recv_index]
         with ctx.world.phase("logits"):
-            got = ctx.world.all_to_all(back, plan.recv_counts, plan.send_counts)
-        width = plan.columns.stop - plan.columns.start
-        share = grad.new_empty(len(plan.send_order), width)
-        share[plan.send_order] = got.view(share.shape)
+            got = ctx.world.all_to_all(back, route.recv_counts, route.send_counts)
+        width = route.columns.stop - route.columns.start
+        share = grad.new_empty(len(route.send_order), width)
+        share[route.send_order] = got.view(share.shape)
         with ctx.feats.phase("logits"):
-            full = ctx.feats.all_gather(share, plan.share_sizes)
+            full = ctx.feats.all_gather(share, route.share_sizes)
         return full, None, None, None, None
