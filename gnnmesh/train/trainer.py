@@ -191,11 +191,23 @@ class Trainer:
         self.history = [EpochResult(**r) for r in state["history"]]
         self.epoch = state["epoch"]
 
+    def _resume(self, path) -> None:
+        """``restore`` from the checkpoint at ``path``; any mismatch is a ConfigError naming it."""
+        state = checkpoint.load(path)
+        try:
+            self.restore(state)
+        except ConfigError as err:
+            raise ConfigError(f"{path}: {err}") from None
+        except (RuntimeError, TypeError, ValueError, KeyError, IndexError) as err:  # another model's
+            detail = " ".join(str(err).split())
+            raise ConfigError(f"{path}: not a checkpoint of this model ({type(err).__name__}: "
+                              f"{detail[:200]})") from None
+
     # -- the loop --------------------------------------------------------------------------------
     def fit(self, on_epoch: Optional[Callable[[EpochResult], None]] = None) -> Summary:
         cfg = self.config
         if cfg.resume:
-            self.restore(checkpoint.load(cfg.checkpoint))
+            self._resume(cfg.checkpoint)
             if self.epoch > cfg.epochs:
                 warnings.warn(f"{cfg.checkpoint}: the checkpoint is at epoch {self.epoch}, past --epochs "
                               f"{cfg.epochs}; nothing to train")
