@@ -124,3 +124,26 @@ def test_unlabeled_edge_list_says_how_to_train_on_it(tmp_path):
                    "has no labels", ":random_labels=K", "field 'labels'")
     result = gnnmesh("train", "--dataset", f"{edges}:random_labels=3", "--epochs", "2", "--threads", "1")
     assert result.returncode == 0 and "done:" in result.stdout, result.stderr
+
+
+def _diverging(tmp_path, *flags):
+    """A run that diverges (a huge learning rate): one line naming the epoch, exit 2, and the
+    checkpoint of the epoch before it left as it was."""
+    import re
+    import torch
+    ckpt = tmp_path / "c.pt"
+    result = gnnmesh("train", "--dataset", "sbm:nodes=200,classes=2,features=4", "--epochs", "10",
+                     "--lr", "1e20", "--checkpoint", str(ckpt), "--checkpoint-every", "1", "--quiet", *flags,
+                     timeout=240)
+    one_error_line(result, "training diverged", "loss nan")
+    epoch = int(re.search(r"error: epoch (\d+): training diverged", result.stderr).group(1))
+    assert epoch >= 2 and torch.load(ckpt, weights_only=True)["epoch"] == epoch - 1
+    assert "done:" not in result.stdout
+
+
+def test_diverging_training_stops_with_one_line(tmp_path):
+    _diverging(tmp_path)
+
+
+def test_diverging_training_stops_every_rank_alike(tmp_path):
+    _diverging(tmp_path, "--nproc", "2", "--strategy", "partition", "--partitioner", "rp", "--threads", "1")

@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 
-from gnnmesh import ConfigError
+from gnnmesh import ConfigError, TrainingDiverged
 from gnnmesh.config import Config
 from gnnmesh.train import Trainer
 
@@ -156,3 +156,27 @@ def test_graph_without_labels_or_split_is_refused(graph):
 def test_structural_features_when_graph_has_none(graph):
     summary = Trainer(Config(epochs=3), graph.replace(x=None)).fit()
     assert len(summary.history) == 3
+
+
+def test_diverging_run_stops_naming_the_epoch_and_keeps_the_last_checkpoint(graph, tmp_path):
+    ckpt, metrics = tmp_path / "c.pt", tmp_path / "m.jsonl"
+    trainer = Trainer(Config(epochs=10, lr=1e20, dropout=0.0, checkpoint=str(ckpt), checkpoint_every=1,
+                             metrics=str(metrics)), graph)
+    with pytest.raises(TrainingDiverged, match=r"^epoch 2: training diverged \(loss nan") as info:
+        trainer.fit()
+    assert isinstance(info.value, ConfigError) and "\n" not in str(info.value)
+    state = torch.load(ckpt, weights_only=True)
+    assert state["epoch"] == 1 and all(torch.isfinite(t).all() for t in state["model"].values())
+    assert [json.loads(line)["epoch"] for line in metrics.read_text().splitlines()] == [1]
+    assert trainer.epoch == 2 and len(trainer.history) == 1
+
+
+def test_non_finite_gradient_stops_before_the_update(graph):
+    trainer = Trainer(Config(epochs=5), graph)
+    trainer.run_epoch()
+    before = params(trainer).clone()
+    weight = next(p for p in trainer.model.parameters() if p.dim() == 2)
+    weight.register_hook(lambda grad: grad * float("nan"))  # the loss stays finite
+    with pytest.raises(TrainingDiverged, match=r"^epoch 2: training diverged \(loss \d\S*, a gradient not finite\)"):
+        trainer.fit()
+    assert torch.equal(params(trainer), before)  # the update was not applied
