@@ -1,9 +1,9 @@
 """gnnmesh: full-graph GNN training on one process or many."""
 
-from .errors import ConfigError, GraphError
+from .errors import ConfigError, GraphError, TrainingDiverged
 
 __version__ = "0.1.0"
-__all__ = ["Adjacency", "Graph", "GraphError", "ConfigError", "__version__"]
+__all__ = ["Adjacency", "Graph", "GraphError", "ConfigError", "TrainingDiverged", "__version__"]
 
 
 def __getattr__(name):

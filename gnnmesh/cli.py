@@ -44,17 +44,20 @@ HELP = {
     "eval_every": "evaluate every N epochs",
     "strategy": "parallel strategy",
     "nproc": "number of local processes (ranks) to start; under torchrun leave it out",
-    "partitioner": "vertex partitioner for --strategy partition (hp needs gnnmesh[partitioners])",
-    "epsilon": "allowed load imbalance of the partition",
-    "partition_file": "use this stored partition (from 'gnnmesh partition') instead of computing one",
+    "partitioner": "vertex partitioner for --strategy partition (default: hp, which needs "
+                   "gnnmesh[partitioners])",
+    "epsilon": "--strategy partition: allowed load imbalance of the partition (default: 0.01)",
+    "partition_file": "--strategy partition: use this stored partition (from 'gnnmesh partition') "
+                      "instead of computing one",
     "chunk_size": "tensor strategies: destination rows per aggregation chunk (default: the "
                   "whole graph in one chunk)",
-    "pipeline": "tensor strategies: overlap per-chunk split/gather with aggregation",
+    "pipeline": "tensor strategies: overlap per-chunk split/gather with aggregation (default: on)",
     "grid": "grid3d: process grid X,Y,Z (product = number of ranks; default: the most cubic "
             "grid; 'gnnmesh plan' ranks every grid by predicted epoch time)",
-    "permute": "grid3d: balance the 2D adjacency blocks with a row and a column permutation",
+    "permute": "grid3d: balance the 2D adjacency blocks with a row and a column permutation "
+               "(default: on)",
     "blocks": "grid3d: row blocks per aggregation, each block's all-reduce overlapping the next "
-              "block's SpMM",
+              "block's SpMM (default: 1)",
     "device": "compute device",
     "threads": "compute threads per process (default: torch's choice)",
     "checkpoint": "checkpoint file",

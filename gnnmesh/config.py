@@ -41,6 +41,18 @@ CHOICES = {
     "partitioner": ("hp", "gp", "rp", "contiguous"),
 }
 
+# Settings of one strategy only. Set for another strategy they are refused, not ignored;
+# left unset, ``resolved()`` gives them these defaults where they apply.
+STRATEGY_FIELDS = {"partitioner": "partition", "epsilon": "partition", "partition_file": "partition",
+                   "chunk_size": "tensor", "pipeline": "tensor",
+                   "grid": "grid3d", "permute": "grid3d", "blocks": "grid3d"}
+STRATEGY_DEFAULTS = {"partitioner": "hp", "epsilon": 0.01, "pipeline": True, "permute": True, "blocks": 1}
+# Decided when a parts directory is written ('gnnmesh partition --write-parts'): a --parts run
+# takes them from the parts.
+FIXED_BY_PARTS = ("partitioner", "epsilon", "partition_file", "permute")
+# What a stored partition (--partition-file) makes moot.
+FIXED_BY_PARTITION_FILE = ("partitioner", "epsilon")
+
 
 # The models whose layers grid3d lays out on its grid (not gat, nor any decoupled form).
 GRID3D_MODELS = ("gcn", "sage", "gin")
@@ -88,14 +100,14 @@ class Config:
     # [run]
     strategy: str = field(default="single", metadata=_section("run"))
     nproc: int = field(default=1, metadata=_section("run"))
-    partitioner: str = field(default="hp", metadata=_section("run"))
-    epsilon: float = field(default=0.01, metadata=_section("run"))
+    partitioner: Optional[str] = field(default=None, metadata=_section("run"))
+    epsilon: Optional[float] = field(default=None, metadata=_section("run"))
     partition_file: Optional[str] = field(default=None, metadata=_section("run"))
     chunk_size: Optional[int] = field(default=None, metadata=_section("run"))
-    pipeline: bool = field(default=True, metadata=_section("run"))
+    pipeline: Optional[bool] = field(default=None, metadata=_section("run"))
     grid: Optional[str] = field(default=None, metadata=_section("run"))
-    permute: bool = field(default=True, metadata=_section("run"))
-    blocks: int = field(default=1, metadata=_section("run"))
+    permute: Optional[bool] = field(default=None, metadata=_section("run"))
+    blocks: Optional[int] = field(default=None, metadata=_section("run"))
     device: str = field(default="cpu", metadata=_section("run"))
     threads: Optional[int] = field(default=None, metadata=_section("run"))
     checkpoint: Optional[str] = field(default=None, metadata=_section("run"))
@@ -143,13 +155,38 @@ class Config:
                               "reorder applies only when loading a dataset")
         if self.resume and not self.checkpoint:
             raise ConfigError("config field 'resume' needs 'checkpoint' (a file path)")
+        self._refuse_inapplicable()
         return self
 
+    def _refuse_inapplicable(self) -> None:
+        """A strategy's setting given for another strategy, or one the parts or a stored
+        partition decide, is an error rather than silently ignored. Under --parts without
+        --strategy the strategy is not known yet: the run checks again once the parts set it."""
+        for name, strategy in STRATEGY_FIELDS.items():
+            if getattr(self, name) is None:
+                continue
+            flag = ("--no-" if getattr(self, name) is False else "--") + name.replace("_", "-")
+            where = f"config field '{name}' ({flag})"
+            if self.parts and name in FIXED_BY_PARTS:
+                raise ConfigError(f"{where} does not apply to --parts: the parts were partitioned "
+                                  f"when they were written")
+            if self.partition_file is not None and name in FIXED_BY_PARTITION_FILE:
+                raise ConfigError(f"{where} does not apply with --partition-file: the stored "
+                                  f"partition is used as it is")
+            if self.strategy != strategy and not (self.parts and self.strategy == "single"):
+                raise ConfigError(f"{where} applies only to --strategy {strategy}; this run uses "
+                                  f"{self.strategy}")
+
     def resolved(self) -> "Config":
-        """A copy with the model's defaults filled in for every unset hyper-parameter and the
-        device made concrete ('auto' becomes 'cuda' or 'cpu'); a run resolves its config once,
-        before anything is built from it."""
+        """A copy with the model's defaults filled in for every unset hyper-parameter, the
+        strategy's for its unset settings (other strategies' stay unset), and the device made
+        concrete ('auto' becomes 'cuda' or 'cpu'); a run resolves its config once, before
+        anything is built from it."""
         changes = {k: v for k, v in self._model_defaults().items() if getattr(self, k) is None}
+        changes.update({k: v for k, v in STRATEGY_DEFAULTS.items()
+                        if getattr(self, k) is None and STRATEGY_FIELDS[k] == self.strategy
+                        and not (self.parts and k in FIXED_BY_PARTS)
+                        and not (self.partition_file is not None and k in FIXED_BY_PARTITION_FILE)})
         if self.device != "cpu":
             changes["device"] = _available_device(self.device)
         out = dataclasses.replace(self, **changes)

@@ -1,4 +1,4 @@
-"""Errors gnnmesh raises for bad input. Both are ValueErrors so callers can catch either."""
+"""Errors gnnmesh raises for bad input. All are ValueErrors so callers can catch any."""
 
 
 class GraphError(ValueError):
@@ -7,3 +7,9 @@ class GraphError(ValueError):
 
 class ConfigError(ValueError):
     """A configuration value (flag, TOML key) is invalid. The message names the field."""
+
+
+class TrainingDiverged(ConfigError):
+    """The loss or a gradient became NaN or infinite (often: a learning rate too high). The
+    message names the epoch; the update that would have spread it was not applied and no
+    checkpoint was written for it."""

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 
 
 def gnnmesh(*args, data_root=None, timeout=120):
@@ -124,3 +125,52 @@ def test_unlabeled_edge_list_says_how_to_train_on_it(tmp_path):
                    "has no labels", ":random_labels=K", "field 'labels'")
     result = gnnmesh("train", "--dataset", f"{edges}:random_labels=3", "--epochs", "2", "--threads", "1")
     assert result.returncode == 0 and "done:" in result.stdout, result.stderr
+
+
+def _diverging(tmp_path, *flags):
+    """A run that diverges (a huge learning rate): one line naming the epoch, exit 2, and the
+    checkpoint of the epoch before it left as it was."""
+    import re
+    import torch
+    ckpt = tmp_path / "c.pt"
+    result = gnnmesh("train", "--dataset", "sbm:nodes=200,classes=2,features=4", "--epochs", "10",
+                     "--lr", "1e20", "--checkpoint", str(ckpt), "--checkpoint-every", "1", "--quiet", *flags,
+                     timeout=240)
+    one_error_line(result, "training diverged", "loss nan")
+    epoch = int(re.search(r"error: epoch (\d+): training diverged", result.stderr).group(1))
+    assert epoch >= 2 and torch.load(ckpt, weights_only=True)["epoch"] == epoch - 1
+    assert "done:" not in result.stdout
+
+
+def test_diverging_training_stops_with_one_line(tmp_path):
+    _diverging(tmp_path)
+
+
+def test_diverging_training_stops_every_rank_alike(tmp_path):
+    _diverging(tmp_path, "--nproc", "2", "--strategy", "partition", "--partitioner", "rp", "--threads", "1")
+
+
+@pytest.mark.parametrize("flags, fragment", [
+    (["--chunk-size", "8"], "'chunk_size' (--chunk-size) applies only to --strategy tensor; this run uses single"),
+    (["--strategy", "partition", "--no-pipeline"], "'pipeline' (--no-pipeline) applies only to --strategy tensor"),
+    (["--strategy", "tensor", "--blocks", "2"], "'blocks' (--blocks) applies only to --strategy grid3d"),
+    (["--strategy", "tensor", "--no-permute"], "'permute' (--no-permute) applies only to --strategy grid3d"),
+    (["--strategy", "partition", "--grid", "2,1,1"], "'grid' (--grid) applies only to --strategy grid3d"),
+    (["--strategy", "grid3d", "--partitioner", "rp"], "'partitioner' (--partitioner) applies only to --strategy partition"),
+    (["--epsilon", "0.1"], "'epsilon' (--epsilon) applies only to --strategy partition"),
+    (["--strategy", "tensor", "--partition-file", "p.npy"], "'partition_file' (--partition-file) applies only"),
+])
+def test_a_flag_that_does_not_apply_is_one_line(flags, fragment):
+    one_error_line(gnnmesh("train", "--dataset", "sbm:nodes=100,classes=2,features=4", "--epochs", "1", *flags),
+                   fragment)
+
+
+def test_a_flag_that_does_not_apply_to_the_parts_strategy_is_one_line(tmp_path):
+    made = gnnmesh("partition", "--dataset", "sbm:nodes=100,classes=2,features=4", "--parts", "2",
+                   "--method", "contiguous", "--write-parts", str(tmp_path / "p"))
+    assert made.returncode == 0, made.stderr
+    parts = ["train", "--parts", str(tmp_path / "p"), "--nproc", "2", "--epochs", "1", "--threads", "1"]
+    # the strategy comes from the parts (partition): known only once they are opened
+    one_error_line(gnnmesh(*parts, "--chunk-size", "8", timeout=240),
+                   "'chunk_size' (--chunk-size) applies only to --strategy tensor; this run uses partition")
+    one_error_line(gnnmesh(*parts, "--partitioner", "rp"), "'partitioner' (--partitioner) does not apply to --parts")

@@ -1,7 +1,9 @@
+import re
+
 import pytest
 
 from gnnmesh import ConfigError
-from gnnmesh.config import MODEL_DEFAULTS, Config
+from gnnmesh.config import MODEL_DEFAULTS, STRATEGY_DEFAULTS, Config
 
 
 def test_defaults_resolve_per_model():
@@ -57,3 +59,46 @@ def test_updated_rejects_unknown_and_bad_values():
         Config().updated(lr=-1.0)
     with pytest.raises(ConfigError, match="expected int"):
         Config().updated(epochs=True)
+
+
+# -- settings of one strategy -----------------------------------------------------------------
+
+@pytest.mark.parametrize("fields, message", [
+    ({"chunk_size": 4}, "'chunk_size' (--chunk-size) applies only to --strategy tensor; this run uses single"),
+    ({"strategy": "partition", "pipeline": False}, "'pipeline' (--no-pipeline) applies only to --strategy tensor"),
+    ({"strategy": "grid3d", "pipeline": True}, "'pipeline' (--pipeline) applies only to --strategy tensor"),
+    ({"strategy": "tensor", "blocks": 2}, "'blocks' (--blocks) applies only to --strategy grid3d"),
+    ({"strategy": "partition", "permute": False}, "'permute' (--no-permute) applies only to --strategy grid3d"),
+    ({"strategy": "partition", "grid": "2,1,1"}, "'grid' (--grid) applies only to --strategy grid3d"),
+    ({"strategy": "tensor", "partitioner": "rp"}, "'partitioner' (--partitioner) applies only to --strategy partition"),
+    ({"strategy": "grid3d", "epsilon": 0.1}, "'epsilon' (--epsilon) applies only to --strategy partition"),
+    ({"partition_file": "p.npy"}, "'partition_file' (--partition-file) applies only to --strategy partition"),
+    ({"strategy": "partition", "partition_file": "p.npy", "epsilon": 0.1}, "'epsilon' (--epsilon) does not apply with --partition-file"),
+    ({"parts": "p", "partitioner": "rp"}, "'partitioner' (--partitioner) does not apply to --parts"),
+    ({"parts": "p", "strategy": "grid3d", "permute": True}, "'permute' (--permute) does not apply to --parts"),
+    ({"parts": "p", "strategy": "partition", "chunk_size": 4}, "'chunk_size' (--chunk-size) applies only to --strategy tensor"),
+])
+def test_a_setting_that_does_not_apply_is_refused(fields, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        Config(**fields)
+
+
+def test_settings_that_apply_are_kept_and_unset_ones_resolve_for_their_strategy():
+    assert Config(strategy="tensor", chunk_size=4, pipeline=False).resolved().pipeline is False
+    defaults = {"partition": {"partitioner": "hp", "epsilon": 0.01},
+                "tensor": {"pipeline": True}, "grid3d": {"permute": True, "blocks": 1}, "single": {}}
+    for strategy, filled in defaults.items():
+        cfg = Config(strategy=strategy).resolved()
+        assert {k: getattr(cfg, k) for k in STRATEGY_DEFAULTS if getattr(cfg, k) is not None} == filled
+        assert cfg.updated() == cfg  # a resolved config is a valid one
+    stored = Config(strategy="partition", partition_file="p.npy").resolved()
+    assert (stored.partitioner, stored.epsilon) == (None, None)  # the stored partition decides
+
+
+def test_under_parts_the_strategy_is_checked_once_the_parts_give_it():
+    cfg = Config(parts="p", chunk_size=4)  # the strategy is not known yet
+    assert cfg.updated(strategy="tensor").resolved().chunk_size == 4
+    with pytest.raises(ConfigError, match=r"'chunk_size' \(--chunk-size\) applies only to --strategy tensor; "
+                                          r"this run uses partition"):
+        cfg.updated(strategy="partition")
+    assert Config(parts="p", strategy="grid3d", blocks=2).resolved().permute is None  # the parts' own

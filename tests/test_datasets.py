@@ -291,10 +291,20 @@ def test_cache_round_trip(data_root, tmp_cache):
 def test_cached_arrays_are_writable_without_warnings(tmp_cache, monkeypatch):
     monkeypatch.setattr(cache_mod, "_MMAP_MIN_BYTES", 0)  # memory-map every array
     load("sbm", nodes=200, classes=2)
+    opened, np_load = {}, np.load
+
+    def spy(file, *args, **kwargs):
+        array = np_load(file, *args, **kwargs)
+        opened[os.path.basename(file)] = array
+        return array
+
+    monkeypatch.setattr(np, "load", spy)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         g = load("sbm", nodes=200, classes=2)
-    assert isinstance(g.x.numpy().base, np.memmap) or g.x.numpy().base is not None
+    x = opened["x.npy"]  # read from the cache, memory-mapped, and the very memory g.x uses
+    assert isinstance(x, np.memmap) and str(x.filename).startswith(str(tmp_cache)), type(x)
+    assert np.shares_memory(g.x.numpy(), x)
     g.x[0, 0] = 123.0  # copy-on-write: the file is untouched
     assert load("sbm", nodes=200, classes=2).x[0, 0] != 123.0
 

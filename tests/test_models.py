@@ -8,7 +8,12 @@ from gnnmesh.view import GraphView
 
 from helpers import random_graph
 
-pyg = pytest.importorskip("torch_geometric.nn")
+
+
+@pytest.fixture(scope="module")
+def pyg():
+    """PyG's layers, the reference; only the comparisons need them (gnnmesh[pyg])."""
+    return pytest.importorskip("torch_geometric.nn")
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["unweighted", "weighted"])
@@ -20,7 +25,7 @@ def _pyg_inputs(g):
     return g.x, g.edge_index(), g.adj.values
 
 
-def test_gcn_matches_pyg(graph):
+def test_gcn_matches_pyg(graph, pyg):
     model = build_model("gcn", 6, 3, hidden=5, layers=1).eval()
     ref = pyg.GCNConv(6, 3)
     ref.lin.weight.data.copy_(model.layers[0].lin.weight)
@@ -30,7 +35,7 @@ def test_gcn_matches_pyg(graph):
     assert torch.allclose(model(GraphView(graph.adj), x), ref(x, ei, w), atol=1e-5)
 
 
-def test_sage_matches_pyg(graph):
+def test_sage_matches_pyg(graph, pyg):
     model = build_model("sage", 6, 3, layers=1).eval()
     ref = pyg.SAGEConv(6, 3, aggr="mean")
     layer = model.layers[0]
@@ -43,7 +48,7 @@ def test_sage_matches_pyg(graph):
     assert torch.allclose(model(GraphView(graph.adj), x), ref(x, ei), atol=1e-5)
 
 
-def test_gat_matches_pyg(graph):
+def test_gat_matches_pyg(graph, pyg):
     model = build_model("gat", 6, 3, layers=1, out_heads=2).eval()
     ref = pyg.GATConv(6, 3, heads=2, concat=False)
     layer = model.layers[0]
@@ -57,7 +62,7 @@ def test_gat_matches_pyg(graph):
     assert torch.allclose(model(GraphView(graph.adj), x), ref(x, ei), atol=1e-5)
 
 
-def test_gin_matches_pyg(graph):
+def test_gin_matches_pyg(graph, pyg):
     for in_dim, out_dim in [(6, 3), (3, 6)]:  # both aggregation orders
         model = build_model("gin", in_dim, out_dim, layers=1).eval()
         layer = model.layers[0]
@@ -69,7 +74,7 @@ def test_gin_matches_pyg(graph):
         assert torch.allclose(model(GraphView(g.adj), x), ref(x, g.edge_index()), atol=1e-5)
 
 
-def test_decoupled_propagation_matches_appnp(graph):
+def test_decoupled_propagation_matches_appnp(graph, pyg):
     model = build_model("gcn", 6, 3, decoupled=True, k=5, alpha=0.2).eval()
     view = GraphView(graph.adj)
     h0 = model.transform(view, graph.x)

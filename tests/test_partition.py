@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 
@@ -21,8 +22,26 @@ from gnnmesh.transforms import gcn_norm
 
 from helpers import random_graph
 
-pytest.importorskip("pymetis")
-pytest.importorskip("mtkahypar")
+
+
+def _needs(module: str):
+    """Skip a test (or one parameter) whose partitioner needs ``module`` when it is missing;
+    the other tests of this file need neither partitioner."""
+    try:
+        importlib.import_module(module)
+        missing = False
+    except ImportError:
+        missing = True
+    return pytest.mark.skipif(missing, reason=f"needs {module} (gnnmesh[partitioners])")
+
+
+needs_pymetis, needs_mtkahypar = _needs("pymetis"), _needs("mtkahypar")
+NEEDS = {"gp": [needs_pymetis], "hp": [needs_mtkahypar]}
+
+
+def methods_params(names):
+    """``names`` as parameters, each skipped when its partitioner's package is missing."""
+    return [pytest.param(name, marks=NEEDS.get(name, [])) for name in names]
 
 
 def graphs():
@@ -51,7 +70,7 @@ def medium():
 
 
 # -- methods -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", methods_params(METHODS))
 @pytest.mark.parametrize("parts", [1, 2, 3, 4])
 def test_every_method_gives_a_valid_partition(method, parts):
     for name, adj in graphs().items():
@@ -66,7 +85,7 @@ def test_every_method_gives_a_valid_partition(method, parts):
             assert np.array_equal(owned, np.flatnonzero(a == rank)) and (np.diff(owned) > 0).all()
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", methods_params(METHODS))
 def test_deterministic_per_seed(method, medium):
     first = partition(medium, 4, method, seed=3, cache=False).assignment
     again = partition(medium, 4, method, seed=3, cache=False).assignment
@@ -84,7 +103,7 @@ def test_rp_and_contiguous_balance(medium):
     assert imbalance(a, 7, w) <= w.max() / (w.sum() / 7) + 1e-9  # within one row of perfect
 
 
-@pytest.mark.parametrize("method", ["gp", "hp"])
+@pytest.mark.parametrize("method", methods_params(["gp", "hp"]))
 def test_gp_and_hp_balance_within_epsilon(method, medium):
     eps = 0.03
     part = partition(medium, 4, method, epsilon=eps, cache=False)
@@ -101,6 +120,7 @@ def skewed():
     return load("rmat:nodes=20000,edges=200000,features=1,seed=5", cache=False).adj
 
 
+@needs_pymetis
 def test_gp_balances_vertex_counts_too(skewed):
     """A rank's memory follows its vertex count: gp keeps both counts and loads within
     epsilon (balancing loads alone gave one of 8 parts 3x the average count here)."""
@@ -112,6 +132,7 @@ def test_gp_balances_vertex_counts_too(skewed):
     assert q["node_imbalance"] == pytest.approx(imbalance(part.assignment, parts, np.ones(part.num_nodes)))
 
 
+@needs_pymetis
 def test_gp_without_exported_metis_balances_load_and_warns(skewed, monkeypatch):
     from gnnmesh.partition import metis_kway
     monkeypatch.setattr(metis_kway, "available", lambda: False)
@@ -120,6 +141,8 @@ def test_gp_without_exported_metis_balances_load_and_warns(skewed, monkeypatch):
     assert imbalance(a, 4, vertex_weights(skewed)) <= 0.05
 
 
+@needs_pymetis
+@needs_mtkahypar
 def test_gp_and_hp_cut_far_less_than_random(medium):
     rp = quality(medium, partition(medium, 4, "rp", cache=False))["volume_total"]
     for method in ("gp", "hp"):
@@ -170,6 +193,7 @@ def test_column_nets_leave_out_single_pin_and_large_nets(medium):
     assert everything[2] == 0 and everything[1].shape[0] == int(sizes[sizes > 1].sum())
 
 
+@needs_mtkahypar
 def test_hp_without_large_nets_is_valid_and_its_volume_counts_every_net(medium, monkeypatch):
     monkeypatch.setattr(methods, "MAX_NET_PINS", 3)  # most nets of the grid have 4-5 pins
     eps = 0.03
@@ -185,6 +209,7 @@ def test_hp_without_large_nets_is_valid_and_its_volume_counts_every_net(medium, 
     assert q["volume_total"] > seen  # the left-out nets are cut, and counted
 
 
+@needs_mtkahypar
 def test_hp_reports_progress_on_stderr(monkeypatch, capsys):
     monkeypatch.delenv("GNNMESH_HP_PRESET", raising=False)
     monkeypatch.delenv("GNNMESH_PARTITION_THREADS", raising=False)
@@ -201,6 +226,7 @@ def test_hp_reports_progress_on_stderr(monkeypatch, capsys):
     assert capsys.readouterr().err == ""
 
 
+@needs_mtkahypar
 def test_hp_preset_is_recorded_and_keys_the_store(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("GNNMESH_HP_PRESET", raising=False)
     argv = ["--dataset", "rmat:nodes=300,edges=2000,features=0", "--parts", "4", "--method", "hp",
@@ -229,6 +255,7 @@ def test_bad_hp_preset_is_a_one_line_error(monkeypatch, tmp_path, capsys):
     assert "\n" not in err and "GNNMESH_HP_PRESET must be one of default" in err and "'fastest'" in err
 
 
+@needs_mtkahypar
 def test_mtkahypar_failure_names_the_cause(monkeypatch, tmp_path):
     worker = tmp_path / "worker.py"
     worker.write_text("import sys\nsys.exit('out of memory, say')\n")
@@ -274,7 +301,7 @@ def _brute_force_volume(adj: Adjacency, assignment) -> int:
     return total
 
 
-@pytest.mark.parametrize("method", METHODS + ("arbitrary",))
+@pytest.mark.parametrize("method", methods_params(METHODS + ("arbitrary",)))
 @pytest.mark.parametrize("parts", [1, 2, 3, 4])
 def test_volume_equals_connectivity_minus_one(method, parts):
     rng = np.random.default_rng(parts)
@@ -307,6 +334,8 @@ def test_quality_report_fields():
     assert quality(adj, np.zeros(adj.shape[0], np.int64))["volume_total"] == 0
 
 
+@needs_pymetis
+@needs_mtkahypar
 def test_hp_beats_rp_and_gp_on_cora(data_root):
     from gnnmesh import datasets
     adj = datasets.load("cora", root=data_root).adj
@@ -372,6 +401,7 @@ def test_comm_plan_rejects_bad_assignments():
 
 
 # -- store -------------------------------------------------------------------------------------
+@needs_mtkahypar
 def test_store_round_trip_and_reuse(tmp_path, monkeypatch):
     adj = graphs()["directed"]
     part = partition(adj, 3, "hp", epsilon=0.05, seed=2, cache_dir=tmp_path)
@@ -479,6 +509,7 @@ def _run_command(argv):
     return command.run(parser.parse_args(["partition"] + argv))
 
 
+@needs_pymetis
 def test_command_reports_and_stores(tmp_path, capsys):
     argv = ["--dataset", "rmat:nodes=300,edges=2000,features=0", "--parts", "4", "--method", "gp",
             "--cache-dir", str(tmp_path), "--feature-bytes", "256"]

@@ -83,7 +83,8 @@ class PartitionParallel(DistributedStrategy):
         self.fixed_assignment = assignment  # an explicit vertex -> rank array, mostly for tests
 
     def describe(self) -> str:
-        return f"partition ({self.method}, {self.world_size} ranks)"
+        method = self.partition.method if self.partition is not None else self.method  # a stored one's
+        return f"partition ({method}, {self.world_size} ranks)"
 
     def shard(self, graph, x, seed, device):
         assignment = self._assignment(graph)

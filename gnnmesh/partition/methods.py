@@ -218,7 +218,7 @@ def run_mtkahypar(n: int, starts: np.ndarray, pins: np.ndarray, weights: np.ndar
             lines = (folder / "stderr.txt").read_text(errors="replace").strip().splitlines()
             raise RuntimeError(f"mt-KaHyPar failed (exit status {code}): "
                                f"{lines[-1] if lines else 'no message'}")
-        return np.load(folder / "output.npy")
+        return np.load(folder / "output.npy", allow_pickle=False)
 
 
 class _Progress:

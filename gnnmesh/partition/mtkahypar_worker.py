@@ -16,7 +16,7 @@ def main(folder: str) -> None:
     import mtkahypar
     import numpy as np
 
-    data = np.load(f"{folder}/input.npz")
+    data = np.load(f"{folder}/input.npz", allow_pickle=False)
     n, parts, threads, seed = (int(data[k]) for k in ("n", "parts", "threads", "seed"))
     epsilon, preset = float(data["epsilon"]), str(data["preset"])
     starts, pins = data["net_starts"].tolist(), data["pins"].tolist()  # Python ints convert fastest

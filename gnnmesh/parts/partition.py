@@ -62,7 +62,7 @@ def write_partition_parts(graph: Graph, partition: Partition, directory, dataset
             if op.values is not None:
                 values = op.values.numpy()
                 for r, folder in enumerate(folders):
-                    entries = np.load(folder / f"{structure}.entries.npy")
+                    entries = np.load(folder / f"{structure}.entries.npy", allow_pickle=False)
                     save_array(folder, f"{name}.values", values[entries], files[r])
             operators[name] = {"structure": structure, "values": op.values is not None}
             del op

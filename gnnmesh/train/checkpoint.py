@@ -1,10 +1,20 @@
 """Checkpoints, written atomically (see ``gnnmesh.atomic``): a crash or a signal mid-write
-never leaves a truncated checkpoint behind, nor (after the next run) a temporary file."""
+never leaves a truncated checkpoint behind, nor (after the next run) a temporary file.
+
+Reading one never runs code: it is unpickled by torch's weights-only loader, which builds
+tensors, dicts, lists, tuples, numbers, strings and None and refuses anything else (a
+pickle naming a function or class to call), and its structure is then checked against
+what the trainer writes. A damaged, foreign or hostile file is a ConfigError naming it.
+"""
 
 from __future__ import annotations
 
+import re
+import warnings
+from numbers import Real
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..atomic import atomic_file
@@ -13,14 +23,91 @@ from ..errors import ConfigError
 
 def save(path, state: dict) -> None:
     with atomic_file(path) as fh:  # an OSError (disk full) reaches the CLI, which names the file
-        torch.save(state, fh)
+        torch.save({k: _plain(v) if k in ("history", "config") else v for k, v in state.items()}, fh)
 
 
 def load(path) -> dict:
+    """The checkpoint at ``path``, checked to have the trainer's structure."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no checkpoint to resume from")
     try:
-        return torch.load(path, map_location="cpu", weights_only=False)
+        with warnings.catch_warnings():  # e.g. on the pickle protocol of a foreign file
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises several types for a damaged file
-        raise ConfigError(f"{path}: unreadable checkpoint ({type(err).__name__}: {err})") from None
+        raise ConfigError(f"{path}: unreadable checkpoint ({_reason(err)})") from None
+    problem = structure_problem(state)
+    if problem:
+        raise ConfigError(f"{path}: not a gnnmesh checkpoint ({problem})")
+    return state
+
+
+def structure_problem(state) -> str:
+    """What keeps ``state`` from being a checkpoint the trainer wrote ('' if nothing)."""
+    if not isinstance(state, dict):
+        return f"holds {type(state).__name__}, not a dict"
+    missing = [k for k in ("epoch", "model", "optimizer", "best", "history", "config") if k not in state]
+    if missing:
+        return f"no {', '.join(repr(k) for k in missing)}"
+    if not _count(state["epoch"]):
+        return "'epoch' is not a non-negative integer"
+    if not _tensors(state["model"]):
+        return "'model' is not a dict of tensors"
+    optimizer = state["optimizer"]
+    if not (isinstance(optimizer, dict) and isinstance(optimizer.get("state"), dict)
+            and isinstance(optimizer.get("param_groups"), list)
+            and all(isinstance(g, dict) for g in optimizer["param_groups"])):
+        return "'optimizer' is not an optimizer's state"
+    best = state["best"]
+    if not (isinstance(best, dict) and _count(best.get("epoch")) and _number(best.get("val_acc"))
+            and _number(best.get("test_acc")) and (best.get("state") is None or _tensors(best["state"]))):
+        return "'best' is not a model selection (epoch, val_acc, test_acc, state)"
+    history = state["history"]
+    if not (isinstance(history, list) and all(_record(r) for r in history)):
+        return "'history' is not a list of epoch records"
+    if not (isinstance(state["config"], dict) and all(isinstance(k, str) for k in state["config"])):
+        return "'config' is not a dict of settings"
+    return ""
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _number(value) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool)
+
+
+def _tensors(value) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                           for k, v in value.items())
+
+
+def _record(value) -> bool:
+    return (isinstance(value, dict) and _count(value.get("epoch")) and _number(value.get("loss"))
+            and all(isinstance(k, str) for k in value))
+
+
+def _reason(err: Exception) -> str:
+    """One line on why torch could not load a file."""
+    text = " ".join(str(err).split())
+    refused = re.search(r"Unsupported global: GLOBAL (\S+)", text)
+    if refused:
+        return (f"it asks to call {refused.group(1)}, which no checkpoint does; refused without "
+                f"running it")
+    detail = re.search(r"WeightsUnpickler error: (.*?)(?: Check the documentation|$)", text)
+    text = detail.group(1) if detail else text
+    return f"{type(err).__name__}: {text[:200]}" if text else type(err).__name__
+
+
+def _plain(value):
+    """``value`` with NumPy scalars made Python numbers, so that the epoch records (whatever
+    a strategy reports) hold only what the weights-only loader reads back."""
+    if isinstance(value, dict):
+        return type(value)((k, _plain(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

@@ -8,6 +8,7 @@ local vertex rows), reduces counts across ranks and keeps gradients in sync.
 from __future__ import annotations
 
 import copy
+import math
 import os
 import time
 import warnings
@@ -20,7 +21,7 @@ import torch.nn.functional as F
 from .. import comm, memory
 from ..config import Config
 from ..datasets import structural_features
-from ..errors import ConfigError
+from ..errors import ConfigError, TrainingDiverged
 from ..graph import Graph
 from ..layout import ParallelLayout
 from ..models import build_model
@@ -132,8 +133,23 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.strategy.sync_gradients(self.model)
+        # One all-reduce for the loss and the number of ranks with a non-finite gradient: every
+        # rank sees the same two numbers, so all stop alike, before the update is applied.
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        finite = torch.stack([torch.isfinite(g).all() for g in grads]).all() if grads else torch.tensor(True)
+        totals = self.strategy.all_reduce(torch.stack([loss.detach().reshape(()).cpu(),
+                                                       (~finite).to(loss.dtype).cpu()]))
+        value, bad_grads = float(totals[0]), int(totals[1])
+        if bad_grads or not math.isfinite(value):
+            what = f"loss {value}"
+            if bad_grads:
+                ranks = self.strategy.world_size
+                what += (", a gradient not finite" if ranks == 1 else
+                         f", gradients not finite on {bad_grads} of {ranks} ranks")
+            raise TrainingDiverged(f"epoch {self.epoch}: training diverged ({what}); stopped before "
+                                   f"this update, no checkpoint written for it (a lower --lr may help)")
         self.optimizer.step()
-        return float(self.strategy.all_reduce(loss.detach().reshape(1).cpu())[0])
+        return value
 
     @torch.no_grad()
     def evaluate(self) -> list[float]:
@@ -191,11 +207,23 @@ class Trainer:
         self.history = [EpochResult(**r) for r in state["history"]]
         self.epoch = state["epoch"]
 
+    def _resume(self, path) -> None:
+        """``restore`` from the checkpoint at ``path``; any mismatch is a ConfigError naming it."""
+        state = checkpoint.load(path)
+        try:
+            self.restore(state)
+        except ConfigError as err:
+            raise ConfigError(f"{path}: {err}") from None
+        except (RuntimeError, TypeError, ValueError, KeyError, IndexError) as err:  # another model's
+            detail = " ".join(str(err).split())
+            raise ConfigError(f"{path}: not a checkpoint of this model ({type(err).__name__}: "
+                              f"{detail[:200]})") from None
+
     # -- the loop --------------------------------------------------------------------------------
     def fit(self, on_epoch: Optional[Callable[[EpochResult], None]] = None) -> Summary:
         cfg = self.config
         if cfg.resume:
-            self.restore(checkpoint.load(cfg.checkpoint))
+            self._resume(cfg.checkpoint)
             if self.epoch > cfg.epochs:
                 warnings.warn(f"{cfg.checkpoint}: the checkpoint is at epoch {self.epoch}, past --epochs "
                               f"{cfg.epochs}; nothing to train")

@@ -1,0 +1,64 @@
+"""CI fails when a dev extra is missing, instead of skipping the tests that need it."""
+
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DEV_MODULES = ("pytest", "pytest_timeout", "psutil", "torch_geometric", "pymetis", "mtkahypar")
+
+
+@pytest.fixture()
+def check():
+    spec = importlib.util.spec_from_file_location("check_dev_extras", ROOT / ".ci" / "check_dev_extras.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture()
+def all_present(monkeypatch):
+    """Every dev module importable, whatever this environment has installed."""
+    for name in DEV_MODULES:
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+
+
+def test_every_dev_extra_is_checked(check):
+    names = check.dev_requirements(ROOT / "pyproject.toml")
+    assert {"pytest-timeout", "psutil", "torch-geometric", "pymetis", "mtkahypar"} <= set(names)
+    assert sorted(check.IMPORT_NAMES[n] for n in names) == sorted(DEV_MODULES)
+
+
+def test_passes_when_every_dev_extra_imports(check, all_present, capsys):
+    assert check.main() == 0
+    assert "pymetis" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("module", DEV_MODULES)
+def test_fails_naming_a_missing_dev_extra(check, all_present, monkeypatch, capsys, module):
+    monkeypatch.setitem(sys.modules, module, None)  # makes the import fail
+    assert check.main() != 0
+    err = capsys.readouterr().err
+    assert err.startswith("dev extra missing:") and f"import {module}:" in err
+    assert sum(f"import {m}:" in err for m in DEV_MODULES) == 1  # only the missing one
+
+
+def test_a_dev_requirement_without_an_import_name_fails(check, all_present, tmp_path, capsys):
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project]\nname = "gnnmesh"\n[project.optional-dependencies]\n'
+                         'extra = ["somepkg>=1"]\ndev = ["pytest>=7", "gnnmesh[extra]"]\n')
+    assert check.dev_requirements(pyproject) == ["pytest", "somepkg"]
+    assert check.main(pyproject) != 0
+    assert "somepkg (no import name known" in capsys.readouterr().err
+
+
+def test_ci_checks_the_extras_after_installing_and_before_testing():
+    lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    install = next(i for i, line in enumerate(lines) if line.startswith("pip install"))
+    check = lines.index("python .ci/check_dev_extras.py")
+    test = next(i for i, line in enumerate(lines) if line.startswith("python -m pytest"))
+    assert install < check < test
+    assert "set -euo pipefail" in lines  # a failed check stops the script
