@@ -22,35 +22,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
-import sys
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
 from scipy.stats import spearmanr
 
+from driver import epochs, spread, train
+
 from gnnmesh.grid import model as m
 from gnnmesh.grid.plan import graph_size
 
 
-def measure(args, grid: m.Grid, metrics: Path) -> dict:
+def measure(args, grid: m.Grid) -> dict:
     """Medians over the kept epochs of one training run: epoch time, rank 0's compute and
     communication time, and the per-rank bytes."""
-    cmd = [sys.executable, "-m", "gnnmesh", "train", "--strategy", "grid3d", "--grid", f"{grid.x},{grid.y},{grid.z}",
-           "--nproc", str(grid.size), "--dataset", args.dataset, "--epochs", str(args.epochs),
-           "--hidden", str(args.hidden), "--layers", str(args.layers), "--dropout", "0",
-           "--eval-every", str(args.epochs), "--metrics", str(metrics), "--quiet"]
+    flags = ["--strategy", "grid3d", "--grid", f"{grid.x},{grid.y},{grid.z}", "--nproc", grid.size,
+             "--dataset", args.dataset, "--epochs", args.epochs, "--hidden", args.hidden, "--layers", args.layers,
+             "--dropout", "0", "--eval-every", args.epochs]
     if args.threads:
-        cmd += ["--threads", str(args.threads)]
-    if args.data_root:
-        cmd += ["--data-root", args.data_root]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    kept = [json.loads(line) for line in metrics.read_text().splitlines()][args.warmup:-1]
+        flags += ["--threads", args.threads]
+    kept = epochs(train(flags, data_root=args.data_root), first=args.warmup, last=1)
 
     def median(field):
-        return statistics.median(r.get(field, 0.0) for r in kept)
+        return spread(kept, field).median
     return {"measured": median("epoch_time"), "compute": median("aggregate_time") + median("dense_time"),
             "comm": median("comm_time"), "bytes": median("bytes_total") / grid.size}
 
@@ -91,13 +85,12 @@ def replay(path: Path) -> tuple:
 def collect_runs(args, worlds: list) -> dict:
     """{grid: [measure() of each run]}, the repeats going round all grids in turn."""
     runs: dict = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for repeat in range(args.repeats):
-            for world in worlds:
-                for grid in m.factorizations(world):
-                    got = measure(args, grid, Path(tmp) / f"{grid}.jsonl")
-                    runs.setdefault(str(grid), []).append(got)
-                    print(f"  run {repeat + 1}, {grid}: {got['measured'] * 1e3:.1f} ms", flush=True)
+    for repeat in range(args.repeats):
+        for world in worlds:
+            for grid in m.factorizations(world):
+                got = measure(args, grid)
+                runs.setdefault(str(grid), []).append(got)
+                print(f"  run {repeat + 1}, {grid}: {got['measured'] * 1e3:.1f} ms", flush=True)
     return runs
 
 
