@@ -59,6 +59,11 @@ class Spread:
     low: float
     high: float
 
+    @classmethod
+    def of(cls, values) -> "Spread":
+        values = [float(v) for v in values]
+        return cls(statistics.median(values), min(values), max(values))
+
     def format(self, digits: int = 2, scale: float = 1.0) -> str:
         """``median (low-high)``, each multiplied by ``scale``; the median alone when all are equal."""
         values = [f"{v * scale:.{digits}f}" for v in (self.median, self.low, self.high)]
@@ -75,8 +80,7 @@ def spread(records: list, field: Field) -> Spread:
     """Median, min and max over ``records`` of a metrics field: a name (a missing or null
     value counts as 0) or a function of one record."""
     get = field if callable(field) else (lambda r: r.get(field) or 0.0)
-    values = [float(get(r)) for r in records]
-    return Spread(statistics.median(values), min(values), max(values))
+    return Spread.of(get(r) for r in records)
 
 
 def imbalance(record: dict) -> float:
