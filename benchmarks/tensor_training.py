@@ -7,8 +7,10 @@ many aggregations as the GCN has layers). Under ``--strategy tensor`` the GCN sw
 layouts around every aggregation and the decoupled GCN once each way; either runs its
 aggregation in chunks, one after the other or pipelined (``--pipeline``).
 
-The table shows, over the measured epochs (first and last left out: warm-up and
-evaluation), the median and min-max of the epoch time, of the compute time max/min across
+With ``--repeats R`` every configuration runs R times, the configurations taking turns, so
+that a burst of load from elsewhere hits them alike. The table shows, over the measured
+epochs of all its runs (first and last of each left out: warm-up and evaluation), the
+median and min-max of the epoch time, of the compute time max/min across
 ranks and of the time ranks were blocked on layout switches; the bytes moved per epoch and
 the collective layout rounds per epoch (exact). For each pipelined run, "hidden" is the
 share of the same model's unpipelined blocked time (medians) that pipelining removed.
@@ -46,8 +48,7 @@ def configurations(chunks: int, nodes: int, k: int) -> dict:
     }
 
 
-def summarize(records: list) -> dict:
-    kept = epochs(records, first=1, last=1)
+def summarize(kept: list) -> dict:
     return {"epoch": spread(kept, "epoch_time"), "mib": spread(kept, "bytes_total").median / 2**20,
             "rounds": spread(kept, "layout_rounds").median, "balance": spread(kept, imbalance),
             "blocked": spread(kept, "layout_wait_max"), "epochs": len(kept)}
@@ -62,6 +63,7 @@ def main():
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--k", type=int, default=2, help="propagation steps of the decoupled GCN")
     parser.add_argument("--chunks", type=int, default=8, help="aggregation chunks under --strategy tensor")
+    parser.add_argument("--repeats", type=int, default=1, help="runs per configuration, taking turns")
     parser.add_argument("--only", help="comma-separated configurations to run, of: "
                                        + ", ".join(configurations(1, 1, 2)))
     args = parser.parse_args()
@@ -76,17 +78,21 @@ def main():
         configs = {key: configs[key] for key in keys}
     common = ["--dataset", args.dataset, "--nproc", args.nproc, "--epochs", args.epochs, "--model", "gcn",
               "--hidden", args.hidden, "--dropout", "0", "--eval-every", args.epochs, "--threads", "1"]
-    rows = {}
-    for key, (*_, flags) in configs.items():
-        rows[key] = summarize(train(common + flags, data_root=args.data_root))
-        print(f"  {key}: {rows[key]['epoch']} s/epoch", file=sys.stderr, flush=True)
+    kept = {key: [] for key in configs}
+    for repeat in range(args.repeats):
+        for key, (*_, flags) in configs.items():
+            run = epochs(train(common + flags, data_root=args.data_root), first=1, last=1)
+            kept[key] += run
+            print(f"  run {repeat + 1}, {key}: {spread(run, 'epoch_time')} s/epoch", file=sys.stderr, flush=True)
+    rows = {key: summarize(records) for key, records in kept.items()}
 
     first = next(iter(rows))
     base = rows[first]["epoch"].median
-    measured = rows[first]["epochs"]
+    runs = f"{args.repeats} runs taking turns, " if args.repeats > 1 else ""
     print(f"{args.dataset}: {graph.num_nodes} nodes, {graph.num_edges} edges; {args.nproc} ranks, one thread "
           f"each; GCN {graph.num_features}-{args.hidden}-{graph.num_classes}, no dropout; {args.chunks} chunks; "
-          f"{args.epochs} epochs, median (min-max) of the {measured} between the first and the last\n")
+          f"{runs}{args.epochs} epochs each; median (min-max) of the {rows[first]['epochs']} epochs measured "
+          f"(each run's first and last left out)\n")
     print(f"| strategy | model | schedule | epoch (s) | vs. {' '.join(configs[first][:2])} | MiB per epoch | "
           "layout rounds | "
           "compute max/min | blocked on layout (s) | hidden |")
