@@ -2,9 +2,10 @@
 
 Each configuration is one `gnnmesh train --nproc N --strategy partition` run; the table
 shows the epoch time (median and min-max over the epochs between the first, which warms up,
-and the last, which also evaluates), halo bytes per
-epoch, compute/communication time (min-max over ranks and epochs), and each method's median
-epoch time relative to RP's.
+and the last, which also evaluates), halo bytes per training epoch, compute and
+communication time (min-max over ranks and epochs), and each method's median epoch time
+relative to RP's. With ``--repeats R`` every method runs R times, the methods
+taking turns, and the figures cover the measured epochs of all its runs.
 
     python benchmarks/partition_training.py                      # R-MAT, 2M edges, 4 ranks
     python benchmarks/partition_training.py --dataset facebook --data-root ../shared/data
@@ -33,11 +34,15 @@ def main():
     parser.add_argument("--model", default="gcn")
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--methods", default="rp,gp,hp")
+    parser.add_argument("--repeats", type=int, default=1, help="runs per method, taking turns")
     args = parser.parse_args()
 
+    kept = {method: [] for method in args.methods.split(",")}
+    for _ in range(args.repeats):
+        for method in kept:
+            kept[method] += epochs(run(args, method), first=1, last=1)
     rows = {}
-    for method in args.methods.split(","):
-        records = epochs(run(args, method), first=1, last=1)
+    for method, records in kept.items():
         rows[method] = {
             "epoch": spread(records, "epoch_time"),
             "halo_mib": records[-1]["halo_bytes"] / 2**20,
@@ -45,8 +50,9 @@ def main():
             "comm": (min(r["comm_time_min"] for r in records), max(r["comm_time_max"] for r in records)),
         }
     base = rows.get("rp", next(iter(rows.values())))["epoch"].median
-    print(f"{args.dataset}, {args.nproc} ranks, {args.model} hidden {args.hidden}, {args.epochs} epochs "
-          f"(median and min-max of all but the first and the last)\n")
+    runs = f"{args.repeats} runs each, taking turns, of " if args.repeats > 1 else ""
+    print(f"{args.dataset}, {args.nproc} ranks, {args.model} hidden {args.hidden}, {runs}{args.epochs} epochs "
+          f"(median and min-max of all but a run's first and last)\n")
     print("| partitioner | epoch (s) | vs. RP | halo per epoch (MiB) | compute min-max (s) | comm min-max (s) |")
     print("|---|---|---|---|---|---|")
     for method, r in rows.items():
