@@ -2,6 +2,7 @@
 numbers the models' papers report.
 
     python benchmarks/accuracy.py --data-root ../shared/data [--seeds 10]
+    python benchmarks/accuracy.py --data-root ../shared/data --coupled-only
     python benchmarks/accuracy.py --data-root ../shared/data --decoupled-only --datasets cora
 
 A decoupled form (``--decoupled``: the model's MLP, then k propagation steps) is held
@@ -48,7 +49,8 @@ def selected(args) -> list:
     models, names = set(args.models.split(",")), set(args.datasets.split(","))
 
     def asked(model, decoupled, name):
-        return model in models and name in names and (decoupled or not args.decoupled_only)
+        wanted = not args.coupled_only if decoupled else not args.decoupled_only
+        return model in models and name in names and wanted
     reference = {name for model, decoupled, name, *_ in CASES if decoupled and asked(model, decoupled, name)}
     return [case for case in CASES
             if asked(*case[:3]) or (case[:2] == ("gcn", False) and case[2] in reference)]
@@ -62,8 +64,10 @@ def main():
     parser.add_argument("--models", default=",".join(sorted({c[0] for c in CASES})))
     parser.add_argument("--datasets", default=",".join(dict.fromkeys(c[2] for c in CASES)))
     parser.add_argument("--threads", type=int, default=1, help="compute threads (these graphs are small)")
-    parser.add_argument("--decoupled-only", action="store_true",
-                        help="only the decoupled forms, and the coupled GCN they are held against")
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument("--decoupled-only", action="store_true",
+                      help="only the decoupled forms, and the coupled GCN they are held against")
+    only.add_argument("--coupled-only", action="store_true", help="only the models as they are")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
