@@ -89,8 +89,10 @@ def main():
     first = next(iter(rows))
     base = rows[first]["epoch"].median
     runs = f"{args.repeats} runs taking turns, " if args.repeats > 1 else ""
+    # a graph without features trains on its degree features: in-degree, and out-degree if directed
+    width = graph.num_features if graph.x is not None else f"{1 + graph.directed} (degrees)"
     print(f"{args.dataset}: {graph.num_nodes} nodes, {graph.num_edges} edges; {args.nproc} ranks, one thread "
-          f"each; GCN {graph.num_features}-{args.hidden}-{graph.num_classes}, no dropout; {args.chunks} chunks; "
+          f"each; GCN {width}-{args.hidden}-{graph.num_classes}, no dropout; {args.chunks} chunks; "
           f"{runs}{args.epochs} epochs each; median (min-max) of the {rows[first]['epochs']} epochs measured "
           f"(each run's first and last left out)\n")
     print(f"| strategy | model | schedule | epoch (s) | vs. {' '.join(configs[first][:2])} | MiB per epoch | "
