@@ -2,9 +2,9 @@
 
 For every X x Y x Z grid of each rank count, `gnnmesh train --strategy grid3d --grid X,Y,Z`
 gives the measured epoch time: the median over the epochs after the warm-up (the last one,
-which evaluates, left out), and the smallest such median over ``--repeats`` runs, which go
-round all grids in turn so that a burst of other load on the machine hits every grid
-alike. The model, with rates probed on this machine first (all-reduce bandwidth with as
+which evaluates, left out), and the median (min-max) of those over ``--repeats`` runs,
+which go round all grids in turn so that a burst of other load on the machine hits every
+grid alike. The model, with rates probed on this machine first (all-reduce bandwidth with as
 many processes as the job has ranks, since they share the cores), gives the predicted time.
 
 Reported: both times per grid, the Spearman rank correlation per rank count and over all
@@ -22,35 +22,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
-import sys
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
 from scipy.stats import spearmanr
 
+from driver import Spread, epochs, spread, train
+
 from gnnmesh.grid import model as m
 from gnnmesh.grid.plan import graph_size
 
 
-def measure(args, grid: m.Grid, metrics: Path) -> dict:
+def measure(args, grid: m.Grid) -> dict:
     """Medians over the kept epochs of one training run: epoch time, rank 0's compute and
     communication time, and the per-rank bytes."""
-    cmd = [sys.executable, "-m", "gnnmesh", "train", "--strategy", "grid3d", "--grid", f"{grid.x},{grid.y},{grid.z}",
-           "--nproc", str(grid.size), "--dataset", args.dataset, "--epochs", str(args.epochs),
-           "--hidden", str(args.hidden), "--layers", str(args.layers), "--dropout", "0",
-           "--eval-every", str(args.epochs), "--metrics", str(metrics), "--quiet"]
+    flags = ["--strategy", "grid3d", "--grid", f"{grid.x},{grid.y},{grid.z}", "--nproc", grid.size,
+             "--dataset", args.dataset, "--epochs", args.epochs, "--hidden", args.hidden, "--layers", args.layers,
+             "--dropout", "0", "--eval-every", args.epochs]
     if args.threads:
-        cmd += ["--threads", str(args.threads)]
-    if args.data_root:
-        cmd += ["--data-root", args.data_root]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    kept = [json.loads(line) for line in metrics.read_text().splitlines()][args.warmup:-1]
+        flags += ["--threads", args.threads]
+    kept = epochs(train(flags, data_root=args.data_root), first=args.warmup, last=1)
 
     def median(field):
-        return statistics.median(r.get(field, 0.0) for r in kept)
+        return spread(kept, field).median
     return {"measured": median("epoch_time"), "compute": median("aggregate_time") + median("dense_time"),
             "comm": median("comm_time"), "bytes": median("bytes_total") / grid.size}
 
@@ -80,55 +74,58 @@ def machine(args, worlds: list) -> tuple:
 
 
 def replay(path: Path) -> tuple:
-    """(rates, networks, runs) of an --out file; each grid's kept run stands for all of them."""
+    """(rates, networks, runs) of an --out file: each run's epoch time, with the medians of
+    the other figures standing for every run's."""
     data = json.loads(path.read_text())
     networks = {int(world): m.Network(**n) for world, n in data["networks"].items()}
-    runs = {r["grid"]: [{"measured": r["measured"], "compute": r["measured_compute"], "comm": r["measured_comm"],
-                         "bytes": r["measured_bytes"]}] for r in data["results"]}
+    runs = {r["grid"]: [{"measured": t, "compute": r["measured_compute"], "comm": r["measured_comm"],
+                         "bytes": r["measured_bytes"]} for t in r["runs"]] for r in data["results"]}
     return m.ComputeRates(**data["rates"]), networks, runs
 
 
 def collect_runs(args, worlds: list) -> dict:
     """{grid: [measure() of each run]}, the repeats going round all grids in turn."""
     runs: dict = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for repeat in range(args.repeats):
-            for world in worlds:
-                for grid in m.factorizations(world):
-                    got = measure(args, grid, Path(tmp) / f"{grid}.jsonl")
-                    runs.setdefault(str(grid), []).append(got)
-                    print(f"  run {repeat + 1}, {grid}: {got['measured'] * 1e3:.1f} ms", flush=True)
+    for repeat in range(args.repeats):
+        for world in worlds:
+            for grid in m.factorizations(world):
+                got = measure(args, grid)
+                runs.setdefault(str(grid), []).append(got)
+                print(f"  run {repeat + 1}, {grid}: {got['measured'] * 1e3:.1f} ms", flush=True)
     return runs
 
 
 def compare(args, work: m.Workload, rates: m.ComputeRates, networks: dict, runs: dict) -> list:
-    """One row per grid: the prediction and the fastest run."""
+    """One row per grid: the prediction and the median (min-max) over the runs."""
     results = []
     for world, network in networks.items():
         slowdown = max(1.0, world * args.threads / args.cores)   # ranks beyond the cores take turns
         for grid in m.factorizations(world):
             predicted = m.predict(work, grid, rates.scaled(slowdown), network)
-            best = min(runs[str(grid)], key=lambda r: r["measured"])
+            got = runs[str(grid)]
+            measured = spread(got, "measured")
             results.append({"ranks": world, "grid": str(grid), "predicted": predicted.total,
                             "compute": predicted.compute, "comm": predicted.communication,
-                            "measured": best["measured"], "measured_compute": best["compute"],
-                            "measured_comm": best["comm"], "model_bytes": counted_bytes(work, grid),
-                            "measured_bytes": best["bytes"], "runs": [r["measured"] for r in runs[str(grid)]]})
+                            "measured": measured.median, "measured_low": measured.low,
+                            "measured_high": measured.high, "measured_compute": spread(got, "compute").median,
+                            "measured_comm": spread(got, "comm").median, "model_bytes": counted_bytes(work, grid),
+                            "measured_bytes": spread(got, "bytes").median, "runs": [r["measured"] for r in got]})
     return results
 
 
 def print_table(results: list) -> None:
-    print("\n| ranks | grid XxYxZ | predicted ms (compute + comm) | measured ms (rank 0: compute + comm) "
-          "| rank pred / meas | MB per rank model / counted |")
-    print("|---|---|---|---|---|---|")
+    print("\n| ranks | grid XxYxZ | predicted ms (compute + comm) | measured ms, median (min-max) "
+          "| rank 0: compute + comm ms | rank pred / meas | MB per rank model / counted |")
+    print("|---|---|---|---|---|---|---|")
     for world in sorted({r["ranks"] for r in results}):
         rows = [r for r in results if r["ranks"] == world]
         pred_rank = {r["grid"]: i for i, r in enumerate(sorted(rows, key=lambda r: r["predicted"]), 1)}
         meas_rank = {r["grid"]: i for i, r in enumerate(sorted(rows, key=lambda r: r["measured"]), 1)}
         for r in sorted(rows, key=lambda r: r["measured"]):
             print(f"| {world} | {r['grid']} | {r['predicted'] * 1e3:.0f} ({r['compute'] * 1e3:.0f} + "
-                  f"{r['comm'] * 1e3:.0f}) | {r['measured'] * 1e3:.0f} ({r['measured_compute'] * 1e3:.0f} + "
-                  f"{r['measured_comm'] * 1e3:.0f}) | {pred_rank[r['grid']]} / {meas_rank[r['grid']]} "
+                  f"{r['comm'] * 1e3:.0f}) | {Spread.of(r['runs']).format(0, 1e3)} | "
+                  f"{r['measured_compute'] * 1e3:.0f} + {r['measured_comm'] * 1e3:.0f} | "
+                  f"{pred_rank[r['grid']]} / {meas_rank[r['grid']]} "
                   f"| {r['model_bytes'] / 1e6:.2f} / {r['measured_bytes'] / 1e6:.2f} |")
 
 
@@ -170,7 +167,7 @@ def main():
     parser.add_argument("--threads", type=int, default=1, help="compute threads per rank")
     parser.add_argument("--cores", type=int, default=os.cpu_count(),
                         help="cores the ranks share: compute slows by ranks x threads / cores beyond it")
-    parser.add_argument("--repeats", type=int, default=2, help="runs per grid; the fastest counts")
+    parser.add_argument("--repeats", type=int, default=2, help="runs per grid; their median counts")
     parser.add_argument("--rates", help="rates JSON ('gnnmesh plan --probe --save-rates') instead of probing")
     parser.add_argument("--out", help="write the results to this JSON file")
     parser.add_argument("--replay", help="take rates and measurements from an --out file instead of "
@@ -189,7 +186,7 @@ def main():
     else:
         rates, networks = machine(args, worlds)
     print(f"{name}: {nodes:,} nodes, {work.nnz:,} entries with self-loops, GCN {'-'.join(map(str, work.widths))}; "
-          f"{args.epochs} epochs, median of {args.epochs - args.warmup - 1}, best of {args.repeats} runs")
+          f"{args.epochs} epochs, median of {args.epochs - args.warmup - 1}; median (min-max) of {args.repeats} runs")
     print(f"rates: {rates}")
     for world, network in networks.items():
         print(f"network, {world} processes: {network.intra_bw / 1e9:.3f} GB/s, {network.intra_latency * 1e6:.0f} us")

@@ -8,9 +8,10 @@ For each rank count N, every configuration is one ``gnnmesh train --nproc N`` ru
 3. ``--strategy partition --partitioner hp`` (or ``--partitioner``) and ``--strategy tensor``.
 
 Every epoch trains and evaluates (``--eval-every 1``), so epochs do the same work; the first
-``--warmup`` ones are left out and the table shows the medians of the rest: epoch time and
-bytes moved per epoch, both also relative to the partition run at the same N (measured in the
-same invocation), and compute time max/min over ranks. It also names the grid the
+``--warmup`` ones are left out and the table shows, over the rest, the epoch time and the
+compute time max/min over ranks as median (min-max), and the bytes moved per epoch; time
+and bytes also relative to the partition run at the same N (medians, measured in the same
+invocation). It also names the grid the
 performance model ranks first (``gnnmesh plan``: with its nominal GPU rates, and with
 ``--probe`` also with rates measured here) and the grid3d default when no ``--grid`` is given.
 
@@ -24,15 +25,12 @@ them ahead of time (mt-KaHyPar may take long on a large graph), so that a run's 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
+import driver
+from driver import epochs, imbalance, spread
 from gnnmesh.grid import plan
 from gnnmesh.grid.model import GPU_NETWORK, GPU_RATES, Workload, factorizations, rank_grids
 from gnnmesh.parallel.grid_layout import default_grid
@@ -47,24 +45,17 @@ def grid3d_flags(grid, permute: bool, blocks: int) -> list:
             "--permute" if permute else "--no-permute", "--blocks", str(blocks)]
 
 
-def train(args, nproc: int, flags: list, metrics: Path) -> dict:
-    """Medians of one run's measured epochs, or ``{"error": why}``."""
-    cmd = [sys.executable, "-m", "gnnmesh", "train", "--dataset", args.dataset, "--nproc", str(nproc),
-           "--model", "gcn", "--hidden", str(args.hidden), "--epochs", str(args.epochs), "--eval-every", "1",
-           "--threads", "1", "--metrics", str(metrics), "--quiet"] + flags
-    if args.data_root:
-        cmd += ["--data-root", args.data_root]
+def train(args, nproc: int, flags: list) -> dict:
+    """Median (min-max) of one run's measured epochs, or ``{"error": why}``."""
+    common = ["--dataset", args.dataset, "--nproc", nproc, "--model", "gcn", "--hidden", args.hidden,
+              "--epochs", args.epochs, "--eval-every", "1", "--threads", "1"]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"over {args.timeout} s"}
-    if done.returncode:
-        lines = done.stderr.strip().splitlines()
-        return {"error": lines[-1] if lines else f"exit status {done.returncode}"}
-    records = [json.loads(line) for line in metrics.read_text().splitlines()][args.warmup:]
-    median = (lambda f: statistics.median(f(r) for r in records))
-    return {"epoch": median(lambda r: r["epoch_time"]), "mib": median(lambda r: r["bytes_total"]) / 2**20,
-            "balance": median(lambda r: r["compute_time_max"] / max(r["compute_time_min"], 1e-9))}
+        records = epochs(driver.train(common + flags, timeout=args.timeout, data_root=args.data_root),
+                         first=args.warmup)
+    except driver.TrainFailed as err:
+        return {"error": str(err)}
+    return {"epoch": spread(records, "epoch_time"), "mib": spread(records, "bytes_total").median / 2**20,
+            "balance": spread(records, imbalance)}
 
 
 def model_pick(args, nproc: int, machine) -> str:
@@ -75,15 +66,15 @@ def model_pick(args, nproc: int, machine) -> str:
     return grid_name({"x": best.x, "y": best.y, "z": best.z})
 
 
-def measure(args, nproc: int, tmp: Path) -> list:
+def measure(args, nproc: int) -> list:
     """[(name, grid or "", result)] for one rank count, in the order run."""
     rows = []
 
     def run(name, grid, flags):
         start = time.perf_counter()
-        result = train(args, nproc, flags, tmp / f"{nproc}-{len(rows)}.jsonl")
+        result = train(args, nproc, flags)
         rows.append((name, grid, result))
-        took = f"{result['epoch']:.2f} s/epoch" if "error" not in result else result["error"]
+        took = f"{result['epoch']} s/epoch" if "error" not in result else result["error"]
         print(f"  {nproc} ranks, {name} {grid}".rstrip() + f": {took} ({time.perf_counter() - start:.0f} s in all)",
               file=sys.stderr, flush=True)
         return result
@@ -94,7 +85,7 @@ def measure(args, nproc: int, tmp: Path) -> list:
     swept = {grid_name(g): run("grid3d", grid_name(g), grid3d_flags(g, True, 1)) for g in grids}
     timed = [g for g in grids if "error" not in swept[grid_name(g)]]
     if timed:
-        best = min(timed, key=lambda g: swept[grid_name(g)]["epoch"])
+        best = min(timed, key=lambda g: swept[grid_name(g)]["epoch"].median)
         for permute, blocks in ((False, 1), (True, args.blocks)):  # one switch at a time
             label = f"grid3d{'' if permute else ', no permutation'}{f', {blocks} blocks' if blocks > 1 else ''}"
             run(label, grid_name(best), grid3d_flags(best, permute, blocks))
@@ -103,7 +94,8 @@ def measure(args, nproc: int, tmp: Path) -> list:
 
 def table(nproc: int, rows: list, picks: dict) -> list:
     base = rows[0][2] if "error" not in rows[0][2] else None  # the partition run
-    ratio = (lambda r, key: f"{r[key] / base[key]:.2f}x" if base else "-")
+    value = (lambda r, key: r[key].median if key == "epoch" else r[key])
+    ratio = (lambda r, key: f"{value(r, key) / value(base, key):.2f}x" if base else "-")
     out = []
     for name, grid, r in rows:
         notes = ", ".join(who for who, g in picks.items() if g == grid and name == "grid3d")
@@ -111,8 +103,8 @@ def table(nproc: int, rows: list, picks: dict) -> list:
         if "error" in r:
             out.append(f"| {nproc} | {label} | failed: {r['error']} | | | | |")
             continue
-        out.append(f"| {nproc} | {label} | {r['epoch']:.2f} | {ratio(r, 'epoch')} | {r['mib']:.1f} | "
-                   f"{ratio(r, 'mib')} | {r['balance']:.2f} |")
+        out.append(f"| {nproc} | {label} | {r['epoch']} | {ratio(r, 'epoch')} | {r['mib']:.1f} | "
+                   f"{ratio(r, 'mib')} | {r['balance']} |")
     return out
 
 
@@ -139,13 +131,12 @@ def main():
         machines["model's pick, probed"] = (probe_compute("cpu", 1), probe_network())
     lines = []
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        for nproc in map(int, args.nproc.split(",")):
-            picks = {who: model_pick(args, nproc, machine) for who, machine in machines.items()}
-            picks["default"] = grid_name(default_grid(nproc))
-            lines += table(nproc, measure(args, nproc, Path(tmp)), picks)
-    print(f"{args.dataset}: GCN, hidden {args.hidden}, {args.epochs} epochs ({args.warmup} warm-up), "
-          f"1 thread per rank; grids X x Y x Z; {time.perf_counter() - start:.0f} s in all\n")
+    for nproc in map(int, args.nproc.split(",")):
+        picks = {who: model_pick(args, nproc, machine) for who, machine in machines.items()}
+        picks["default"] = grid_name(default_grid(nproc))
+        lines += table(nproc, measure(args, nproc), picks)
+    print(f"{args.dataset}: GCN, hidden {args.hidden}, {args.epochs} epochs ({args.warmup} warm-up; median "
+          f"(min-max) of the rest), 1 thread per rank; grids X x Y x Z; {time.perf_counter() - start:.0f} s in all\n")
     base = f"vs. partition {args.partitioner}"
     print(f"| ranks | configuration | epoch (s) | {base} | MiB per epoch | {base} | compute max/min |")
     print("|---|---|---|---|---|---|---|")

@@ -23,12 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import driver
+from driver import epochs, spread
 
 CONFIGS = ("partition-rp", "partition-gp", "partition-hp", "tensor", "grid3d")
 
@@ -66,17 +68,14 @@ def data_root(args) -> list:
     return ["--data-root", args.data_root] if args.data_root else []
 
 
-def train(args, metrics: Path, parts=None, strategy="single", ranks=1) -> list:
-    cmd = [sys.executable, "-m", "gnnmesh", "train", "--epochs", str(args.epochs), "--hidden", str(args.hidden),
-           "--eval-every", str(args.epochs), "--metrics", str(metrics), "--quiet"]
+def train(args, parts=None, strategy="single", ranks=1) -> list:
+    flags = ["--epochs", args.epochs, "--hidden", args.hidden, "--eval-every", args.epochs]
     if parts is None:
-        cmd += ["--dataset", args.dataset] + data_root(args)
-    else:
-        cmd += ["--parts", str(parts), "--strategy", strategy, "--nproc", str(ranks)]
-        if strategy == "grid3d":
-            cmd += ["--grid", grid(ranks)]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    return [json.loads(line) for line in metrics.read_text().splitlines()]
+        return driver.train(flags + ["--dataset", args.dataset], data_root=args.data_root)
+    flags += ["--parts", parts, "--strategy", strategy, "--nproc", ranks]
+    if strategy == "grid3d":
+        flags += ["--grid", grid(ranks)]
+    return driver.train(flags)
 
 
 def halo_rows(parts: Path) -> int:
@@ -100,7 +99,7 @@ def main():
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        records = train(args, tmp / "single.jsonl")
+        records = train(args)
         single = records[-1]["peak_rss_mib_max"]
         startup = {1: startup_cost(args, tmp, 1)}
         rows = [("single", 1, single, single, median_epoch(records), None, None, None)]
@@ -111,7 +110,7 @@ def main():
                 parts = tmp / f"{config}-{ranks}"
                 seconds, prep_peak = write_parts(args, config, ranks, parts)
                 strategy = config.split("-")[0]
-                records = train(args, tmp / f"{config}-{ranks}.jsonl", parts, strategy, ranks)
+                records = train(args, parts, strategy, ranks)
                 features = features or json.loads((parts / "manifest.json").read_text())["num_features"]
                 # each layer keeps the halo rows it received (input width, then hidden) for backward
                 halo_mib = halo_rows(parts) * 4 * (features + args.hidden) / 2**20
@@ -121,7 +120,7 @@ def main():
                 print(f"  done: {config} at {ranks} ranks", file=sys.stderr, flush=True)
     print(f"{args.dataset}, gcn hidden {args.hidden}, {args.epochs} epochs (epoch time: median of all "
           f"but the first); peaks are resident memory (VmHWM)\n")
-    print(f"start-up cost of a process (largest rank training a 400-node graph): "
+    print("start-up cost of a process (largest rank training a 400-node graph): "
           + ", ".join(f"{startup[r]:,.0f} MiB at {r} rank{'s' if r > 1 else ''}" for r in sorted(startup)) + "\n")
     print("| run | ranks | largest rank (MiB) | vs. single | net vs. single | all ranks (MiB) | vs. single | "
           "epoch (s) | preprocessing (s) | preprocessing peak (MiB) | goal (MiB) | net goal (MiB) |")
@@ -143,16 +142,15 @@ def startup_cost(args, tmp: Path, ranks: int) -> float:
     spec = "sbm:nodes=400,classes=3,features=8"
     if ranks == 1:
         small = argparse.Namespace(**{**vars(args), "dataset": spec, "data_root": None})
-        return train(small, tmp / "startup-1.jsonl")[-1]["peak_rss_mib_max"]
+        return train(small)[-1]["peak_rss_mib_max"]
     parts = tmp / f"startup-{ranks}"
     measured([sys.executable, "-m", "gnnmesh", "partition", "--dataset", spec, "--method", "rp",
               "--parts", str(ranks), "--write-parts", str(parts)])
-    return train(args, tmp / f"startup-{ranks}.jsonl", parts, "partition", ranks)[-1]["peak_rss_mib_max"]
+    return train(args, parts, "partition", ranks)[-1]["peak_rss_mib_max"]
 
 
 def median_epoch(records: list) -> float:
-    times = [r["epoch_time"] for r in records[1:]] or [records[0]["epoch_time"]]
-    return statistics.median(times)
+    return spread(epochs(records, first=1), "epoch_time").median
 
 
 if __name__ == "__main__":

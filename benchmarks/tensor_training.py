@@ -1,62 +1,57 @@
 """Tensor parallelism against 1D partitioning, side by side at N ranks (NeutronTP's claims).
 
-Each configuration is one ``gnnmesh train --nproc N`` run; the table shows the median epoch
-time (first and last epochs left out: warm-up and evaluation), bytes moved per epoch, the
-collective layout rounds per epoch, compute time max/min across ranks, and the time ranks
-spent blocked on layout switches. For each pipelined run, "hidden" is the share of the
-same schedule's unpipelined blocked time that pipelining removed.
+Each configuration is one ``gnnmesh train --nproc N`` run of a model under a strategy with
+one schedule of its communication. Models: a 2-layer GCN, and its decoupled form
+(``--decoupled --k 2``: the same 2-layer network on rows, then k = 2 propagation steps, as
+many aggregations as the GCN has layers). Under ``--strategy tensor`` the GCN switches
+layouts around every aggregation and the decoupled GCN once each way; either runs its
+aggregation in chunks, one after the other or pipelined (``--pipeline``).
 
-Naive strategies train a 2-layer GCN; ``tensor-decoupled`` trains its decoupled form with
-k = 2 propagation steps (as many aggregations as the GCN has layers).
+With ``--repeats R`` every configuration runs R times, the configurations taking turns, so
+that a burst of load from elsewhere hits them alike. The table shows, over the measured
+epochs of all its runs (first and last of each left out: warm-up and evaluation), the
+median and min-max of the epoch time, of the compute time max/min across
+ranks and of the time ranks were blocked on layout switches; the bytes moved per epoch and
+the collective layout rounds per epoch (exact). For each pipelined run, "hidden" is the
+share of the same model's unpipelined blocked time (medians) that pipelining removed.
 
     python benchmarks/tensor_training.py                          # R-MAT 10M edges, 4 ranks
-    python benchmarks/tensor_training.py --dataset slashdot --data-root ../shared/data
+    python benchmarks/tensor_training.py --dataset slashdot:random_labels=8 --data-root ../shared/data
+    python benchmarks/tensor_training.py --only partition-rp,tensor-gcn,tensor-decoupled-gcn
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
+from driver import epochs, imbalance, spread, train
 from gnnmesh import datasets
 
 
-def configurations(chunks: int, nodes: int) -> list:
-    size = str(max(1, -(-nodes // chunks)))
-    tensor = ["--chunk-size", size]
-    return [
-        ("partition rp", ["--strategy", "partition", "--partitioner", "rp"]),
-        ("partition hp", ["--strategy", "partition", "--partitioner", "hp"]),
-        ("tensor", ["--strategy", "tensor", "--no-pipeline"] + tensor),
-        ("tensor pipelined", ["--strategy", "tensor", "--pipeline"] + tensor),
-        ("tensor-decoupled", ["--strategy", "tensor-decoupled", "--k", "2", "--no-pipeline"] + tensor),
-        ("tensor-decoupled pipelined", ["--strategy", "tensor-decoupled", "--k", "2", "--pipeline"] + tensor),
-    ]
+def configurations(chunks: int, nodes: int, k: int) -> dict:
+    """{key: (strategy, model, schedule, flags)}."""
+    tensor = ["--strategy", "tensor", "--chunk-size", str(max(1, -(-nodes // chunks)))]
+    decoupled = ["--decoupled", "--k", str(k)]
+    model, dmodel = "gcn", f"gcn --decoupled --k {k}"
+    per_aggregation, once = "split + gather per aggregation", f"one split, {k} steps, one gather"
+    return {
+        "partition-rp": ("partition rp", model, "halo rows per layer", ["--strategy", "partition", "--partitioner", "rp"]),
+        "partition-hp": ("partition hp", model, "halo rows per layer", ["--strategy", "partition", "--partitioner", "hp"]),
+        "partition-rp-decoupled-gcn": ("partition rp", dmodel, "halo rows per step",
+                                       ["--strategy", "partition", "--partitioner", "rp"] + decoupled),
+        "tensor-gcn": ("tensor", model, per_aggregation, tensor + ["--no-pipeline"]),
+        "tensor-gcn-pipelined": ("tensor", model, per_aggregation + ", pipelined", tensor + ["--pipeline"]),
+        "tensor-decoupled-gcn": ("tensor", dmodel, once, tensor + decoupled + ["--no-pipeline"]),
+        "tensor-decoupled-gcn-pipelined": ("tensor", dmodel, once + ", pipelined", tensor + decoupled + ["--pipeline"]),
+    }
 
 
-def run(args, flags: list, metrics: Path) -> list:
-    cmd = [sys.executable, "-m", "gnnmesh", "train", "--dataset", args.dataset, "--nproc", str(args.nproc),
-           "--epochs", str(args.epochs), "--model", "gcn", "--hidden", str(args.hidden), "--dropout", "0",
-           "--eval-every", str(args.epochs), "--threads", "1", "--metrics", str(metrics), "--quiet"] + flags
-    if args.data_root:
-        cmd += ["--data-root", args.data_root]
-    subprocess.run(cmd, check=True)
-    records = [json.loads(line) for line in metrics.read_text().splitlines()]
-    return records[1:-1] or records[-1:]
-
-
-def summarize(records: list) -> dict:
-    median = (lambda key: statistics.median(r.get(key, 0) for r in records))
-    return {"epoch": median("epoch_time"), "mib": median("bytes_total") / 2**20,
-            "rounds": median("layout_rounds"),
-            "balance": statistics.median(r["compute_time_max"] / max(r["compute_time_min"], 1e-9) for r in records),
-            "blocked": median("layout_wait_max")}
+def summarize(kept: list) -> dict:
+    return {"epoch": spread(kept, "epoch_time"), "mib": spread(kept, "bytes_total").median / 2**20,
+            "rounds": spread(kept, "layout_rounds").median, "balance": spread(kept, imbalance),
+            "blocked": spread(kept, "layout_wait_max"), "epochs": len(kept)}
 
 
 def main():
@@ -66,35 +61,53 @@ def main():
     parser.add_argument("--nproc", type=int, default=4)
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--chunks", type=int, default=8, help="aggregation chunks for the tensor strategies")
-    parser.add_argument("--only", help="comma-separated configuration names to run")
+    parser.add_argument("--k", type=int, default=2, help="propagation steps of the decoupled GCN")
+    parser.add_argument("--chunks", type=int, default=8, help="aggregation chunks under --strategy tensor")
+    parser.add_argument("--repeats", type=int, default=1, help="runs per configuration, taking turns")
+    parser.add_argument("--only", help="comma-separated configurations to run, of: "
+                                       + ", ".join(configurations(1, 1, 2)))
     args = parser.parse_args()
 
     graph = datasets.load(args.dataset, root=args.data_root)
-    configs = configurations(args.chunks, graph.num_nodes)
+    configs = configurations(args.chunks, graph.num_nodes, args.k)
     if args.only:
-        keep = set(args.only.split(","))
-        configs = [c for c in configs if c[0] in keep]
-    rows = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for i, (name, flags) in enumerate(configs):
-            rows[name] = summarize(run(args, flags, Path(tmp) / f"{i}.jsonl"))
-            print(f"  {name}: {rows[name]['epoch']:.2f} s/epoch", file=sys.stderr, flush=True)
+        keys = args.only.split(",")
+        unknown = [key for key in keys if key not in configs]
+        if unknown:
+            parser.error(f"unknown configuration {unknown[0]!r}; choose from {', '.join(configs)}")
+        configs = {key: configs[key] for key in keys}
+    common = ["--dataset", args.dataset, "--nproc", args.nproc, "--epochs", args.epochs, "--model", "gcn",
+              "--hidden", args.hidden, "--dropout", "0", "--eval-every", args.epochs, "--threads", "1"]
+    kept = {key: [] for key in configs}
+    for repeat in range(args.repeats):
+        for key, (*_, flags) in configs.items():
+            run = epochs(train(common + flags, data_root=args.data_root), first=1, last=1)
+            kept[key] += run
+            print(f"  run {repeat + 1}, {key}: {spread(run, 'epoch_time')} s/epoch", file=sys.stderr, flush=True)
+    rows = {key: summarize(records) for key, records in kept.items()}
 
-    base = next(iter(rows.values()))["epoch"]
-    print(f"{args.dataset}: {graph.num_nodes} nodes, {graph.num_edges} edges; {args.nproc} ranks, "
-          f"hidden {args.hidden}, {args.chunks} chunks, {args.epochs} epochs\n")
-    print(f"| strategy | epoch (s) | vs. {next(iter(rows))} | MiB per epoch | layout rounds | "
+    first = next(iter(rows))
+    base = rows[first]["epoch"].median
+    runs = f"{args.repeats} runs taking turns, " if args.repeats > 1 else ""
+    # a graph without features trains on its degree features: in-degree, and out-degree if directed
+    width = graph.num_features if graph.x is not None else f"{1 + graph.directed} (degrees)"
+    print(f"{args.dataset}: {graph.num_nodes} nodes, {graph.num_edges} edges; {args.nproc} ranks, one thread "
+          f"each; GCN {width}-{args.hidden}-{graph.num_classes}, no dropout; {args.chunks} chunks; "
+          f"{runs}{args.epochs} epochs each; median (min-max) of the {rows[first]['epochs']} epochs measured "
+          f"(each run's first and last left out)\n")
+    print(f"| strategy | model | schedule | epoch (s) | vs. {' '.join(configs[first][:2])} | MiB per epoch | "
+          "layout rounds | "
           "compute max/min | blocked on layout (s) | hidden |")
-    print("|---|---|---|---|---|---|---|---|")
-    for name, r in rows.items():
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for key, r in rows.items():
+        strategy, model, schedule, _ = configs[key]
         hidden = "-"
-        if name.endswith(" pipelined") and name[:-len(" pipelined")] in rows:
-            serial = rows[name[:-len(" pipelined")]]["blocked"]
-            hidden = f"{100 * (1 - r['blocked'] / serial):.0f}%" if serial > 0 else "-"
+        unpipelined = rows.get(key[:-len("-pipelined")]) if key.endswith("-pipelined") else None
+        if unpipelined and unpipelined["blocked"].median > 0:
+            hidden = f"{100 * (1 - r['blocked'].median / unpipelined['blocked'].median):.0f}%"
         rounds = f"{r['rounds']:.0f}" if r["rounds"] else "-"
-        print(f"| {name} | {r['epoch']:.2f} | {r['epoch'] / base:.2f}x | {r['mib']:.1f} | {rounds} | "
-              f"{r['balance']:.2f} | {r['blocked']:.2f} | {hidden} |")
+        print(f"| {strategy} | {model} | {schedule} | {r['epoch']} | {r['epoch'].median / base:.2f}x | "
+              f"{r['mib']:.1f} | {rounds} | {r['balance']} | {r['blocked']} | {hidden} |")
 
 
 if __name__ == "__main__":

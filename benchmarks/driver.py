@@ -1,0 +1,88 @@
+"""The training benchmarks' one driver: run ``gnnmesh train`` in a fresh process, read its
+per-epoch metrics, and summarize them as median (min-max).
+
+    from driver import TrainFailed, epochs, spread, train
+
+    records = train(["--dataset", "cora", "--nproc", "2", "--strategy", "partition"])
+    kept = epochs(records, first=1, last=1)        # leave out warm-up and a final evaluation
+    print(spread(kept, "epoch_time"))              # '0.043 (0.041-0.050)'
+
+A benchmark run as ``python benchmarks/NAME.py`` finds this module beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Sequence, Union
+
+
+class TrainFailed(RuntimeError):
+    """A ``gnnmesh train`` run that exited with an error or ran out of time; the message is
+    the run's last line of error output (or the time limit)."""
+
+
+def train(flags: Sequence[str], timeout: Optional[float] = None, data_root: Optional[str] = None) -> list:
+    """Run ``python -m gnnmesh train FLAGS --metrics FILE --quiet`` and return its per-epoch
+    records (one dict per epoch, as the metrics file holds them). ``data_root`` adds
+    ``--data-root`` when given. Output is captured; a failure raises ``TrainFailed``."""
+    flags = [str(f) for f in flags] + (["--data-root", str(data_root)] if data_root else [])
+    with tempfile.TemporaryDirectory(prefix="gnnmesh-bench-") as tmp:
+        metrics = Path(tmp) / "metrics.jsonl"
+        cmd = [sys.executable, "-m", "gnnmesh", "train", *flags, "--metrics", str(metrics), "--quiet"]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise TrainFailed(f"over {timeout:g} s") from None
+        if done.returncode:
+            lines = done.stderr.strip().splitlines()
+            raise TrainFailed(lines[-1] if lines else f"exit status {done.returncode}")
+        return [json.loads(line) for line in metrics.read_text().splitlines()]
+
+
+def epochs(records: list, first: int = 0, last: int = 0) -> list:
+    """The epochs that count: all but the ``first`` (warm-up) and the ``last`` (an epoch that
+    also evaluates, say); the final epoch alone if that leaves none."""
+    kept = records[first:len(records) - last]
+    return kept or records[-1:]
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Median and range of one figure over the epochs (or runs) measured."""
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values) -> "Spread":
+        values = [float(v) for v in values]
+        return cls(statistics.median(values), min(values), max(values))
+
+    def format(self, digits: int = 2, scale: float = 1.0) -> str:
+        """``median (low-high)``, each multiplied by ``scale``; the median alone when all are equal."""
+        values = [f"{v * scale:.{digits}f}" for v in (self.median, self.low, self.high)]
+        return values[0] if values[1] == values[2] else f"{values[0]} ({values[1]}-{values[2]})"
+
+    def __str__(self) -> str:
+        return self.format()
+
+
+Field = Union[str, Callable[[dict], float]]
+
+
+def spread(records: list, field: Field) -> Spread:
+    """Median, min and max over ``records`` of a metrics field: a name (a missing or null
+    value counts as 0) or a function of one record."""
+    get = field if callable(field) else (lambda r: r.get(field) or 0.0)
+    return Spread.of(get(r) for r in records)
+
+
+def imbalance(record: dict) -> float:
+    """Compute time of the slowest rank over that of the fastest, in one epoch."""
+    return record["compute_time_max"] / max(record["compute_time_min"], 1e-9)

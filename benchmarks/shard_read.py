@@ -1,0 +1,86 @@
+"""Memory a reader of 2D shard files needs: the growth of a fresh process's peak resident
+memory (VmHWM) while it reads and merges some blocks of a shard set, against the size of
+the whole graph's CSR (int64 row pointers and column ids).
+
+The shard set is written once (``write_shards``, the writer behind ``gnnmesh partition
+--method permute2 --write-shards DIR``); each reading is a new interpreter that imports
+gnnmesh and opens the manifest, then reads: one block, one row of blocks, every block. The
+readings alternate within each repeat; the table shows median (min-max) over the repeats.
+
+    python benchmarks/shard_read.py          # R-MAT 250k nodes / 4M edges, 4 x 4 blocks, 5 repeats
+    python benchmarks/shard_read.py --dataset rmat:nodes=1000000,edges=10000000,features=0 --grid 8,8
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+from driver import Spread
+from gnnmesh import datasets
+from gnnmesh.grid.shards import write_shards
+
+PROBE = textwrap.dedent("""
+    import sys
+    from gnnmesh.grid.shards import open_shards
+
+    def peak():
+        with open("/proc/self/status") as fh:
+            return next(int(l.split()[1]) * 1024 for l in fh if l.startswith("VmHWM:"))
+
+    shards = open_shards(sys.argv[1])
+    before = peak()
+    block = shards.block(*eval(sys.argv[2]))
+    print(peak() - before, block.nnz)
+""")
+
+
+def read(path: Path, blocks: str) -> tuple:
+    """(growth of peak RSS in bytes, nonzeros read) in a fresh interpreter."""
+    done = subprocess.run([sys.executable, "-c", PROBE, str(path), blocks], capture_output=True, text=True,
+                          check=True)
+    grown, nnz = map(int, done.stdout.split())
+    return grown, nnz
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="rmat:nodes=250000,edges=4000000,features=0")
+    parser.add_argument("--data-root", default=os.environ.get("GNNMESH_DATA"))
+    parser.add_argument("--grid", default="4,4", help="blocks R,C")
+    parser.add_argument("--seed", type=int, default=0, help="permutation seed of the shard set")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    rows, cols = map(int, args.grid.split(","))
+
+    graph = datasets.load(args.dataset, root=args.data_root)
+    whole = graph.adj.indptr.numel() * 8 + graph.adj.indices.numel() * 8
+    cases = {"one block": "(0, 0)", "one row of blocks": f"(0, (0, {cols}))",
+             "every block": f"((0, {rows}), (0, {cols}))"}
+    got = {name: [] for name in cases}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_shards(graph.replace(y=None, train_mask=None, val_mask=None, test_mask=None),
+                            Path(tmp) / "shards", (rows, cols), seed=args.seed)
+        del graph
+        for _ in range(args.repeats):
+            for name, blocks in cases.items():
+                got[name].append(read(path, blocks))
+    print(f"{args.dataset}: {rows} x {cols} blocks, whole graph's CSR {whole / 2**20:.1f} MiB; growth of a "
+          f"reader's peak RSS, median (min-max) of {args.repeats} fresh processes\n")
+    print("| read | nonzeros | share of nonzeros | peak RSS growth (MiB) | vs. whole graph |")
+    print("|---|---|---|---|---|")
+    total = got["every block"][0][1]
+    for name, runs in got.items():
+        nnz = runs[0][1]
+        grown = Spread.of(g for g, _ in runs)
+        print(f"| {name} | {nnz:,} | {nnz / total:.3f} | {grown.format(1, 1 / 2**20)} | "
+              f"{grown.format(2, 1 / whole)} |")
+
+
+if __name__ == "__main__":
+    main()
