@@ -29,11 +29,12 @@ from scipy.stats import spearmanr
 
 from driver import Spread, epochs, spread, train
 
-from gnnmesh.grid import model as m
-from gnnmesh.grid.plan import graph_size
+from gnnmesh.commands.plan import graph_size
+from gnnmesh.layout.grid import Grid, factorizations
+from gnnmesh.planner import grid3d as m
 
 
-def measure(args, grid: m.Grid) -> dict:
+def measure(args, grid: Grid) -> dict:
     """Medians over the kept epochs of one training run: epoch time, rank 0's compute and
     communication time, and the per-rank bytes."""
     flags = ["--strategy", "grid3d", "--grid", f"{grid.x},{grid.y},{grid.z}", "--nproc", grid.size,
@@ -49,7 +50,7 @@ def measure(args, grid: m.Grid) -> dict:
             "comm": median("comm_time"), "bytes": median("bytes_total") / grid.size}
 
 
-def counted_bytes(work: m.Workload, grid: m.Grid) -> float:
+def counted_bytes(work: m.Workload, grid: Grid) -> float:
     """The model's per-rank payload as the strategy's counters count it: an all-reduce its
     buffer, an all-gather this rank's piece, a reduce-scatter its whole input, an all-to-all
     what leaves the rank."""
@@ -68,7 +69,7 @@ def machine(args, worlds: list) -> tuple:
         data = json.loads(Path(args.rates).read_text())
         network = m.Network(**data["network"])
         return m.ComputeRates(**data["compute"]), {world: network for world in worlds}
-    from gnnmesh.grid.probe import probe_compute, probe_network
+    from gnnmesh.planner.probe import probe_compute, probe_network
     print("probing SpMM/GEMM/elementwise rates and gloo all-reduce bandwidth ...", flush=True)
     return probe_compute("cpu", args.threads), {world: probe_network(world) for world in worlds}
 
@@ -88,7 +89,7 @@ def collect_runs(args, worlds: list) -> dict:
     runs: dict = {}
     for repeat in range(args.repeats):
         for world in worlds:
-            for grid in m.factorizations(world):
+            for grid in factorizations(world):
                 got = measure(args, grid)
                 runs.setdefault(str(grid), []).append(got)
                 print(f"  run {repeat + 1}, {grid}: {got['measured'] * 1e3:.1f} ms", flush=True)
@@ -100,7 +101,7 @@ def compare(args, work: m.Workload, rates: m.ComputeRates, networks: dict, runs:
     results = []
     for world, network in networks.items():
         slowdown = max(1.0, world * args.threads / args.cores)   # ranks beyond the cores take turns
-        for grid in m.factorizations(world):
+        for grid in factorizations(world):
             predicted = m.predict(work, grid, rates.scaled(slowdown), network)
             got = runs[str(grid)]
             measured = spread(got, "measured")

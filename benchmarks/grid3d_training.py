@@ -31,9 +31,9 @@ import time
 
 import driver
 from driver import epochs, imbalance, spread
-from gnnmesh.grid import plan
-from gnnmesh.grid.model import GPU_NETWORK, GPU_RATES, Workload, factorizations, rank_grids
-from gnnmesh.parallel.grid_layout import default_grid
+from gnnmesh.commands import plan
+from gnnmesh.layout.grid import factorizations, most_cubic_grid
+from gnnmesh.planner.grid3d import GPU_NETWORK, GPU_RATES, Workload, rank_grids
 
 
 def grid_name(grid) -> str:
@@ -127,13 +127,13 @@ def main():
 
     machines = {"model's pick": (GPU_RATES, GPU_NETWORK)}
     if args.probe:
-        from gnnmesh.grid.probe import probe_compute, probe_network
+        from gnnmesh.planner.probe import probe_compute, probe_network
         machines["model's pick, probed"] = (probe_compute("cpu", 1), probe_network())
     lines = []
     start = time.perf_counter()
     for nproc in map(int, args.nproc.split(",")):
         picks = {who: model_pick(args, nproc, machine) for who, machine in machines.items()}
-        picks["default"] = grid_name(default_grid(nproc))
+        picks["default"] = grid_name(most_cubic_grid(nproc).dims())
         lines += table(nproc, measure(args, nproc), picks)
     print(f"{args.dataset}: GCN, hidden {args.hidden}, {args.epochs} epochs ({args.warmup} warm-up; median "
           f"(min-max) of the rest), 1 thread per rank; grids X x Y x Z; {time.perf_counter() - start:.0f} s in all\n")

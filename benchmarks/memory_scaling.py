@@ -59,8 +59,8 @@ def write_parts(args, config: str, ranks: int, out: Path) -> tuple:
 
 def grid(ranks: int) -> str:
     """The grid3d default: the most cubic grid."""
-    from gnnmesh.parallel.grid_layout import default_grid
-    dims = default_grid(ranks)
+    from gnnmesh.layout.grid import most_cubic_grid
+    dims = most_cubic_grid(ranks).dims()
     return ",".join(str(dims[a]) for a in "xyz")
 
 

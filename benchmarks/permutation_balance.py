@@ -35,10 +35,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from partition_quality import load_graph, real_graphs  # noqa: E402
 
-from gnnmesh.grid.permute import (balance, balanced_permutations, block_nnz, max_over_mean,  # noqa: E402
+from gnnmesh.partition.blocks import (balance, balanced_permutations, block_nnz, max_over_mean,  # noqa: E402
                                   peak_bound)
 from gnnmesh.transforms import add_self_loops  # noqa: E402
-from gnnmesh.partition.command import parse_grid  # noqa: E402
+from gnnmesh.commands.partition import parse_block_grid  # noqa: E402
 
 RMAT = "rmat:nodes=1000000,edges=10000000,features=0,permute=false"
 GOAL = 1.01
@@ -62,7 +62,7 @@ def main():
     parser.add_argument("--seed", type=int, default=0, help="permutation seed")
     parser.add_argument("--output", help="also write the markdown to this file")
     args = parser.parse_args()
-    grid = parse_grid(args.grid)
+    grid = parse_block_grid(args.grid)
     names = real_graphs(args.data_root) + [RMAT] if args.graphs == ["all"] else args.graphs
 
     rows = {True: [], False: []}

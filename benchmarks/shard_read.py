@@ -23,11 +23,11 @@ from pathlib import Path
 
 from driver import Spread
 from gnnmesh import datasets
-from gnnmesh.grid.shards import write_shards
+from gnnmesh.partition.shards import write_shards
 
 PROBE = textwrap.dedent("""
     import sys
-    from gnnmesh.grid.shards import open_shards
+    from gnnmesh.partition.shards import open_shards
 
     def peak():
         with open("/proc/self/status") as fh:
