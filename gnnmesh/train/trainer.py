@@ -133,19 +133,13 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.strategy.sync_gradients(self.model)
-        # One all-reduce for the loss and the number of ranks with a non-finite gradient: every
-        # rank sees the same two numbers, so all stop alike, before the update is applied.
+        # Every rank sees the same summed loss and, after the sync, the same gradients, so all
+        # stop alike, before the update is applied, at no extra communication.
+        value = float(self.strategy.all_reduce(loss.detach().reshape(1).cpu())[0])
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        finite = torch.stack([torch.isfinite(g).all() for g in grads]).all() if grads else torch.tensor(True)
-        totals = self.strategy.all_reduce(torch.stack([loss.detach().reshape(()).cpu(),
-                                                       (~finite).to(loss.dtype).cpu()]))
-        value, bad_grads = float(totals[0]), int(totals[1])
+        bad_grads = bool(grads) and not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
         if bad_grads or not math.isfinite(value):
-            what = f"loss {value}"
-            if bad_grads:
-                ranks = self.strategy.world_size
-                what += (", a gradient not finite" if ranks == 1 else
-                         f", gradients not finite on {bad_grads} of {ranks} ranks")
+            what = f"loss {value}" + (", a gradient not finite" if bad_grads else "")
             raise TrainingDiverged(f"epoch {self.epoch}: training diverged ({what}); stopped before "
                                    f"this update, no checkpoint written for it (a lower --lr may help)")
         self.optimizer.step()
