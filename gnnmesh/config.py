@@ -2,6 +2,8 @@
 
 Model hyper-parameters left unset (``None``) take the model's literature defaults
 (``MODEL_DEFAULTS``); ``resolved()`` fills them in, and ``--print-config`` shows the result.
+A strategy's own settings (``STRATEGY_FIELDS``) likewise take ``STRATEGY_DEFAULTS`` when
+unset, and are refused when set for another strategy.
 TOML files may group keys in tables (``[data]``, ``[model]``, ``[train]``, ``[run]``); the
 tables are only for reading, every key names one field.
 """
