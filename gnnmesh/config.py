@@ -183,7 +183,9 @@ class Config:
         """A copy with the model's defaults filled in for every unset hyper-parameter, the
         strategy's for its unset settings (other strategies' stay unset), and the device made
         concrete ('auto' becomes 'cuda' or 'cpu'); a run resolves its config once, before
-        anything is built from it."""
+        anything is built from it. A resolved config is its own resolution."""
+        if getattr(self, "_resolved", False):
+            return self
         changes = {k: v for k, v in self._model_defaults().items() if getattr(self, k) is None}
         changes.update({k: v for k, v in STRATEGY_DEFAULTS.items()
                         if getattr(self, k) is None and STRATEGY_FIELDS[k] == self.strategy
@@ -192,12 +194,8 @@ class Config:
         if self.device != "cpu":
             changes["device"] = _available_device(self.device)
         out = dataclasses.replace(self, **changes)
-        out._resolved = True
+        out._resolved = True  # ``updated`` copies are built afresh, unresolved
         return out
-
-    def is_resolved(self) -> bool:
-        """Whether this config came from ``resolved()`` (``updated`` copies are not)."""
-        return getattr(self, "_resolved", False)
 
     def updated(self, **changes) -> "Config":
         unknown = set(changes) - {f.name for f in fields(self)}

@@ -10,7 +10,7 @@ from .single import SingleProcess
 def build_strategy(config, layout, device) -> Strategy:
     """The strategy ``config.strategy`` for this rank on ``layout`` (a ParallelLayout checked
     against the job's ranks; the process group must be initialized)."""
-    config = config if config.is_resolved() else config.resolved()  # the strategy's defaults
+    config = config.resolved()  # the strategy's defaults, if the caller left them unset
     if config.strategy == "single":
         return SingleProcess()
     if config.strategy == "partition":

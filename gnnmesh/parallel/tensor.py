@@ -150,15 +150,16 @@ class TensorParallel(DistributedStrategy):
         h0 = model.transform(view, x)  # NN layers on this rank's rows
         values = view.edge_values(model.op, model.edge_weights(view, h0), h0)
         chunks, width, aggregate, last = view.chunks(model.op), h0.shape[-1], self.engine, model.k - 1
-        h0_cols = {}  # H_0's column slice, which the first step's split brings
+        h0_cols = None  # H_0's column slice, which the first step's split brings
 
         def step(h, i):
+            nonlocal h0_cols
             if i == last:  # gathered back to rows; the last combine is row-wise, on h0's own rows
                 return aggregate(chunks, h, values, width, split_input=i == 0, gather_output=True), h0
             if i == 0:
-                h0_cols["h0"], agg = aggregate(chunks, h0, values, width, split_input=True, return_input=True)
-                return agg, h0_cols["h0"]
-            return aggregate(chunks, h, values, width), h0_cols["h0"]
+                h0_cols, agg = aggregate(chunks, h0, values, width, split_input=True, return_input=True)
+                return agg, h0_cols
+            return aggregate(chunks, h, values, width), h0_cols
 
         return model.propagate(h0, step)
 

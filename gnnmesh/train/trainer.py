@@ -88,7 +88,7 @@ class Trainer:
         """``data``: a Graph, or a parts directory opened with ``gnnmesh.parts.open_parts``
         (each rank then reads only its own folder). ``strategy``: one built by the caller;
         by default the config's, on the layout it gives for this job's ranks."""
-        self.config = config if config.is_resolved() else config.resolved()
+        self.config = config.resolved()
         self.device = rank_device(self.config)
         if strategy is None:
             layout = ParallelLayout.for_strategy(self.config.strategy, comm.world_size(), self.config.grid)
