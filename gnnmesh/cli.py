@@ -44,7 +44,7 @@ HELP = {
     "eval_every": "evaluate every N epochs",
     "strategy": "parallel strategy",
     "nproc": "number of local processes (ranks) to start; under torchrun leave it out",
-    "partitioner": "vertex partitioner for --strategy partition (default: hp, which needs "
+    "partitioner": "vertex partitioner for --strategy partition or offload (default: hp, which needs "
                    "gnnmesh[partitioners])",
     "epsilon": "--strategy partition: allowed load imbalance of the partition (default: 0.01)",
     "partition_file": "--strategy partition: use this stored partition (from 'gnnmesh partition') "
@@ -58,6 +58,19 @@ HELP = {
                "(default: on)",
     "blocks": "grid3d: row blocks per aggregation, each block's all-reduce overlapping the next "
               "block's SpMM (default: 1)",
+    "device_memory": "offload: the fast tier's budget, e.g. 512MiB or 2GiB (the GPU's memory with "
+                     "--device cuda, the process's working memory on CPU; default: 1GiB)",
+    "host_store": "offload: where every layer's vertex data and gradients live: ram (pinned on "
+                  "CUDA) or file (one file per layer under --store-dir; default: ram)",
+    "store_dir": "offload with --host-store file: directory for the per-layer files",
+    "chunks": "offload: chunks of destination rows per rank, or auto: the fewest that fit "
+              "--device-memory (default: auto)",
+    "intermediates": "offload: cache each layer's aggregation in the host tier and recompute "
+                     "only its update (gcn, sage, gin), or recompute whole layers; auto: cache "
+                     "where the model allows (default)",
+    "dedup": "offload: load rows shared by a batch's chunks once (inter), keep rows consecutive "
+             "chunks share (intra), both, or none (default: both)",
+    "reorganize": "offload: regroup and reorder chunks to share more rows (default: on)",
     "device": "compute device",
     "threads": "compute threads per process (default: torch's choice)",
     "checkpoint": "checkpoint file",

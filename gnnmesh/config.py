@@ -19,7 +19,7 @@ from typing import Optional
 
 from .errors import ConfigError
 from .layout.grid import parse_grid
-from .validate import SEED_RANGE, Range
+from .validate import SEED_RANGE, Range, parse_bytes
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -39,16 +39,25 @@ CHOICES = {
     "model": tuple(MODEL_DEFAULTS),
     "reorder": ("none", "rcm", "degree"),
     "device": ("cpu", "cuda", "auto"),
-    "strategy": ("single", "partition", "tensor", "grid3d"),
+    "strategy": ("single", "partition", "tensor", "grid3d", "offload"),
     "partitioner": ("hp", "gp", "rp", "contiguous"),
+    "host_store": ("ram", "file"),
+    "intermediates": ("auto", "recompute", "cache"),
+    "dedup": ("none", "inter", "intra", "both"),
 }
 
 # Settings of one strategy only. Set for another strategy they are refused, not ignored;
 # left unset, ``resolved()`` gives them these defaults where they apply.
-STRATEGY_FIELDS = {"partitioner": "partition", "epsilon": "partition", "partition_file": "partition",
-                   "chunk_size": "tensor", "pipeline": "tensor",
-                   "grid": "grid3d", "permute": "grid3d", "blocks": "grid3d"}
-STRATEGY_DEFAULTS = {"partitioner": "hp", "epsilon": 0.01, "pipeline": True, "permute": True, "blocks": 1}
+STRATEGY_FIELDS = {"partitioner": ("partition", "offload"), "epsilon": ("partition", "offload"),
+                   "partition_file": ("partition", "offload"),
+                   "chunk_size": ("tensor",), "pipeline": ("tensor",),
+                   "grid": ("grid3d",), "permute": ("grid3d",), "blocks": ("grid3d",),
+                   "device_memory": ("offload",), "host_store": ("offload",), "store_dir": ("offload",),
+                   "chunks": ("offload",), "intermediates": ("offload",), "dedup": ("offload",),
+                   "reorganize": ("offload",)}
+STRATEGY_DEFAULTS = {"partitioner": "hp", "epsilon": 0.01, "pipeline": True, "permute": True, "blocks": 1,
+                     "device_memory": "1GiB", "host_store": "ram", "chunks": "auto", "intermediates": "auto",
+                     "dedup": "both", "reorganize": True}
 # Decided when a parts directory is written ('gnnmesh partition --write-parts'): a --parts run
 # takes them from the parts.
 FIXED_BY_PARTS = ("partitioner", "epsilon", "partition_file", "permute")
@@ -108,6 +117,13 @@ class Config:
     chunk_size: Optional[int] = field(default=None, metadata=_section("run"))
     pipeline: Optional[bool] = field(default=None, metadata=_section("run"))
     grid: Optional[str] = field(default=None, metadata=_section("run"))
+    device_memory: Optional[str] = field(default=None, metadata=_section("run"))
+    host_store: Optional[str] = field(default=None, metadata=_section("run"))
+    store_dir: Optional[str] = field(default=None, metadata=_section("run"))
+    chunks: Optional[str] = field(default=None, metadata=_section("run"))
+    intermediates: Optional[str] = field(default=None, metadata=_section("run"))
+    dedup: Optional[str] = field(default=None, metadata=_section("run"))
+    reorganize: Optional[bool] = field(default=None, metadata=_section("run"))
     permute: Optional[bool] = field(default=None, metadata=_section("run"))
     blocks: Optional[int] = field(default=None, metadata=_section("run"))
     device: str = field(default="cpu", metadata=_section("run"))
@@ -128,6 +144,9 @@ class Config:
             if value is None:
                 continue
             base = _base_type(f.type)
+            if f.name == "chunks" and isinstance(value, int) and not isinstance(value, bool):
+                value = str(value)  # a count written as a TOML integer
+                setattr(self, f.name, value)
             if base is float and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
                 setattr(self, f.name, value)
@@ -139,6 +158,14 @@ class Config:
             value = getattr(self, name)
             if value is not None:
                 allowed.check(name, value)
+        if self.device_memory is not None:
+            parse_bytes(self.device_memory, "device_memory")
+        if self.chunks is not None and self.chunks != "auto" and not (self.chunks.isdigit() and int(self.chunks) >= 1):
+            raise ConfigError(f"config field 'chunks': {self.chunks!r} is neither 'auto' nor a positive integer")
+        if self.host_store == "file" and not self.store_dir:
+            raise ConfigError("config field 'host_store': 'file' needs 'store_dir' (--store-dir DIR)")
+        if self.store_dir and self.host_store != "file":
+            raise ConfigError("config field 'store_dir' applies only with host_store = 'file' (--host-store file)")
         if self.grid is not None:
             parse_grid(self.grid)  # its shape; the number of ranks is checked against the job's
         if self.checkpoint_every and not self.checkpoint:
@@ -175,9 +202,9 @@ class Config:
             if self.partition_file is not None and name in FIXED_BY_PARTITION_FILE:
                 raise ConfigError(f"{where} does not apply with --partition-file: the stored "
                                   f"partition is used as it is")
-            if self.strategy != strategy and not (self.parts and self.strategy == "single"):
-                raise ConfigError(f"{where} applies only to --strategy {strategy}; this run uses "
-                                  f"{self.strategy}")
+            if self.strategy not in strategy and not (self.parts and self.strategy == "single"):
+                raise ConfigError(f"{where} applies only to --strategy {' or '.join(strategy)}; this run "
+                                  f"uses {self.strategy}")
 
     def resolved(self) -> "Config":
         """A copy with the model's defaults filled in for every unset hyper-parameter, the
@@ -188,7 +215,7 @@ class Config:
             return self
         changes = {k: v for k, v in self._model_defaults().items() if getattr(self, k) is None}
         changes.update({k: v for k, v in STRATEGY_DEFAULTS.items()
-                        if getattr(self, k) is None and STRATEGY_FIELDS[k] == self.strategy
+                        if getattr(self, k) is None and self.strategy in STRATEGY_FIELDS[k]
                         and not (self.parts and k in FIXED_BY_PARTS)
                         and not (self.partition_file is not None and k in FIXED_BY_PARTITION_FILE)})
         if self.device != "cpu":

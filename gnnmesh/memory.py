@@ -15,15 +15,27 @@ import torch
 _STATUS = "/proc/self/status"
 
 
-def peak_rss_mib() -> float:
-    """This process's peak resident memory (VmHWM), in MiB."""
+def _status_mib(field: str):
     try:
         with open(_STATUS) as fh:
             for line in fh:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) / 1024  # kB
     except OSError:
         pass
+    return None
+
+
+def current_rss_mib() -> float:
+    """This process's resident memory now (VmRSS), in MiB (0 where unknown)."""
+    return _status_mib("VmRSS") or 0.0
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory (VmHWM), in MiB."""
+    peak = _status_mib("VmHWM")
+    if peak is not None:
+        return peak
     import resource
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB elsewhere

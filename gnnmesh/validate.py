@@ -40,3 +40,22 @@ def check_seed(seed, name: str = "seed") -> int:
     if isinstance(seed, bool) or not isinstance(seed, int) or not low <= seed <= high:
         raise ConfigError(f"{name} must be an integer in [{low}, {high}], got {seed!r}")
     return seed
+
+
+_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb": 10**6, "mib": 2**20,
+          "g": 2**30, "gb": 10**9, "gib": 2**30, "t": 2**40, "tb": 10**12, "tib": 2**40}
+
+
+def parse_bytes(text, name: str) -> int:
+    """A size such as ``512MiB``, ``2GiB``, ``1.5G`` or ``1048576`` in bytes; a ConfigError naming
+    ``name`` otherwise (binary units for K/M/G alone and for KiB/MiB/GiB, decimal for kB/MB/GB)."""
+    raw = str(text).strip()
+    number = raw.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ")
+    unit = raw[len(number):].strip().lower()
+    try:
+        value = float(number)
+    except ValueError:
+        value = None
+    if value is None or unit not in _UNITS or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"config field '{name}': {text!r} is not a size (e.g. 512MiB, 2GiB, 1.5G)")
+    return int(value * _UNITS[unit])

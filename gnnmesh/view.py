@@ -130,6 +130,11 @@ class GraphView:
     def spmm(self, x: torch.Tensor, op: str = "gcn", values=None) -> torch.Tensor:
         return ops.spmm(self.operator(op), x, values)
 
+    def destinations(self, x: torch.Tensor) -> torch.Tensor:
+        """The rows of ``x`` (rows this view reads) that its outputs are for: all of them,
+        unless the view reads more rows than it writes (an out-of-core chunk)."""
+        return x
+
     def sddmm(self, dst: torch.Tensor, src: torch.Tensor, op: str = "loop", kind: str = "add"):
         return ops.sddmm(self.operator(op), dst, src, kind)
 
@@ -137,8 +142,19 @@ class GraphView:
         return ops.edge_softmax(self.operator(op), scores)
 
     # -- randomness that must agree across processes ------------------------------------------
-    def set_epoch(self, epoch: int) -> None:
-        self._epoch, self._draws = epoch, 0
+    def set_epoch(self, epoch: int, draws: int = 0) -> None:
+        """Start epoch ``epoch``'s draws; ``draws`` of them already made (a view that replays
+        part of the epoch, as out-of-core training does layer by layer)."""
+        self._epoch, self._draws = epoch, draws
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def draws(self) -> int:
+        """Masks drawn so far this epoch."""
+        return self._draws
 
     def _next_seed(self) -> int:
         self._draws += 1

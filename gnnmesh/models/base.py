@@ -90,6 +90,19 @@ class Maths:
             groups.setdefault(id(term.weight), (term.weight, []))[1].append(term)
         return list(groups.values())
 
+    def aggregates(self, view, h: torch.Tensor) -> list:
+        """Every term's ``A_op H`` (the fixed aggregation half of the layer, before any weight)."""
+        return [aggregate(view, t.op, h) for t in self.terms]
+
+    def update(self, aggregates: list) -> torch.Tensor:
+        """The layer's output from its terms' aggregates (the learned half): ``evaluate``
+        with the aggregation done first, whatever the shapes."""
+        z = reduce(operator.add, (reduce(operator.add, (t.scaled(aggregates[self.terms.index(t)]) for t in terms))
+                                  @ w.t() for w, terms in self.by_weight()))
+        if self.bias is not None:
+            z = z + self.bias
+        return z if self.out is None else self.out(self.act(z))
+
     def evaluate(self, view, h: torch.Tensor) -> torch.Tensor:
         """The layer's output on one process (any GraphView)."""
         z = reduce(operator.add, (propagate_linear(view, w, h, terms) for w, terms in self.by_weight()))
@@ -109,7 +122,7 @@ class GraphLayer(nn.Module):
 
 
 def aggregate(view, op: str, x: torch.Tensor) -> torch.Tensor:
-    return x if op == SELF else view.spmm(x, op)
+    return view.destinations(x) if op == SELF else view.spmm(x, op)
 
 
 def propagate_linear(view, weight: torch.Tensor, h: torch.Tensor, terms) -> torch.Tensor:

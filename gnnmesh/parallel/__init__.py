@@ -3,6 +3,7 @@ dense parameters and metrics in agreement across ranks."""
 
 from __future__ import annotations
 
+from ..validate import parse_bytes
 from .base import Shard, Strategy
 from .single import SingleProcess
 
@@ -23,6 +24,14 @@ def build_strategy(config, layout, device) -> Strategy:
     if config.strategy == "grid3d":
         from .grid3d import Grid3D
         return Grid3D(layout, device, permute=config.permute, blocks=config.blocks, seed=config.seed)
+    if config.strategy == "offload":
+        from .offload import Offload
+        return Offload(layout, device, device_memory=parse_bytes(config.device_memory, "device_memory"),
+                       host_store=config.host_store, store_dir=config.store_dir,
+                       chunks=None if config.chunks == "auto" else int(config.chunks),
+                       intermediates=config.intermediates, dedup=config.dedup, reorganize=config.reorganize,
+                       method=config.partitioner, epsilon=config.epsilon, seed=config.seed,
+                       partition_file=config.partition_file)
     raise ValueError(f"unknown strategy {config.strategy!r}")
 
 

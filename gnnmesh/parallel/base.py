@@ -41,6 +41,9 @@ class Strategy:
         (``gnnmesh.parts``) without ever holding the whole graph."""
         raise ConfigError(f"strategy '{self.name}' cannot train from --parts")
 
+    def prepare(self, model: torch.nn.Module) -> None:
+        """Plan what depends on the model (called once it is built, before training)."""
+
     def forward(self, model: torch.nn.Module, view: GraphView, x: torch.Tensor) -> torch.Tensor:
         """The model's output for this rank's rows. Strategies that change the data layout
         between a model's stages (tensor with a decoupled model, grid3d) override this."""

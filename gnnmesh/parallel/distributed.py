@@ -67,7 +67,8 @@ class DistributedStrategy(Strategy):
         self.take_counters()
 
     def rank_figures(self) -> dict:
-        """Extra per-rank numbers for the report; summed over ranks."""
+        """Extra per-rank numbers for the report; summed over ranks (those named ``*_max``:
+        the largest)."""
         return {}
 
     def report(self, epoch_time: float, peaks: dict) -> dict:
@@ -93,7 +94,8 @@ class DistributedStrategy(Strategy):
             out[f"{phase}_wait_max"] = max(p[2] for p in per_rank)  # seconds blocked, slowest rank
             out[f"rank_{phase}_bytes"] = [p[0] for p in per_rank]
         for key in mine["figures"]:
-            out[key] = sum(r["figures"][key] for r in everyone)
+            values = [r["figures"][key] for r in everyone]
+            out[key] = max(values) if key.endswith("_max") else sum(values)
         out.update(memory.fields([r["memory"] for r in everyone]))
         return out
 

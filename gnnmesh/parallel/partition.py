@@ -104,30 +104,41 @@ class PartitionParallel(DistributedStrategy):
                      pick("test_mask"))
 
     def _assignment(self, graph) -> torch.Tensor:
-        """Rank 0 computes (or loads) the partition; everyone receives the same one."""
-        if self.world_size > graph.num_nodes:
-            raise ConfigError(f"{self.world_size} ranks for a graph of {graph.num_nodes} nodes: "
-                              "every rank needs at least one node")
         if self.fixed_assignment is not None:
+            check_ranks(self.world_size, graph.num_nodes)
             return torch.as_tensor(np.asarray(self.fixed_assignment), dtype=torch.int64)
-        result = None
-        if self.rank == 0:
-            result = self._compute_partition(graph)
-        result = setup_comm().broadcast_object(result)  # partitioning may take long
-        if isinstance(result, Exception):
-            raise result
-        self.partition = result
-        return torch.from_numpy(np.asarray(result.assignment, dtype=np.int64))
+        self.partition, assignment = agreed_partition(graph, self.world_size, self.rank, self.method,
+                                                      self.epsilon, self.seed, self.partition_file)
+        return assignment
 
-    def _compute_partition(self, graph):
-        try:
-            from .. import partition as partitioning
-            if self.partition_file:
-                return partitioning.load_partition(self.partition_file, graph, parts=self.world_size)
-            return partitioning.partition(graph, self.world_size, self.method, epsilon=self.epsilon,
-                                          seed=self.seed)
-        except Exception as err:  # shipped to the other ranks so that all stop with the same error
-            return err
+
+def check_ranks(world: int, nodes: int) -> None:
+    if world > nodes:
+        raise ConfigError(f"{world} ranks for a graph of {nodes} nodes: every rank needs at least one node")
+
+
+def agreed_partition(graph, world: int, rank: int, method: str, epsilon: float, seed: int,
+                     partition_file: Optional[str] = None):
+    """(the partition, its vertex -> rank tensor): rank 0 computes (or loads) it and every
+    rank receives the same one."""
+    check_ranks(world, graph.num_nodes)
+    result = None
+    if rank == 0:
+        result = _compute_partition(graph, world, method, epsilon, seed, partition_file)
+    result = setup_comm().broadcast_object(result)  # partitioning may take long
+    if isinstance(result, Exception):
+        raise result
+    return result, torch.from_numpy(np.asarray(result.assignment, dtype=np.int64))
+
+
+def _compute_partition(graph, world, method, epsilon, seed, partition_file):
+    try:
+        from .. import partition as partitioning
+        if partition_file:
+            return partitioning.load_partition(partition_file, graph, parts=world)
+        return partitioning.partition(graph, world, method, epsilon=epsilon, seed=seed)
+    except Exception as err:  # shipped to the other ranks so that all stop with the same error
+        return err
 
 
 def part_operator(part, name: str, comm, device):

@@ -110,6 +110,7 @@ class Trainer:
         self.model = build_model(self.config.model, num_features, self.num_classes,
                                  decoupled=self.config.decoupled,
                                  **model_options(self.config)).to(self.device)
+        self.strategy.prepare(self.model)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.config.lr,
                                           weight_decay=self.config.weight_decay)
         counts = torch.tensor([float(m.sum()) for m in

@@ -1,0 +1,251 @@
+"""Out-of-core full-graph training (HongTu, Wang et al., SIGMOD 2024): ``--strategy offload``.
+
+Every layer's vertex data and gradients live in a host tier (``host_store``: RAM, or files);
+the fast tier (the GPU, or on CPU the process's working memory) holds one chunk of one
+stage at a time, within ``--device-memory``. Ranks own a vertex partition; each rank's part is
+cut into chunks of destinations (``chunking``), the model into stages (``stages``), and
+``engine`` runs them batch by batch, forward and back, loading rows once per batch and
+keeping rows consecutive batches share (``transfers``). ``costs`` predicts the traffic and
+the footprint from the plan alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from ... import memory
+from ...comm import agreed
+from ...errors import ConfigError
+from ...host_store import HostStore
+from ...layout import ParallelLayout
+from ...view import GraphView
+from ..base import Shard
+from ..distributed import DistributedStrategy
+from ..partition import agreed_partition
+from . import costs
+from .chunking import Chunking
+from .engine import FEATURES, Schedule
+from .stages import stages_of
+from .view import ChunkView
+
+_CLEAR_REFS = "/proc/self/clear_refs"
+
+
+class OffloadView(GraphView):
+    """This rank's rows; the trainer sets the epoch here, the chunks' views follow it."""
+
+    operators_on_device = False
+
+    def __init__(self, adj, owned: torch.Tensor, seed: int, device):
+        super().__init__(adj, seed=seed, device=device)
+        self.owned = owned
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.owned.numel())
+
+    def rows(self):
+        return self.owned
+
+
+class _Offloaded(torch.autograd.Function):
+    """The whole out-of-core pass as one autograd node: forward returns the logits, backward
+    runs the chunked backward pass and returns the parameters' gradients."""
+
+    @staticmethod
+    def forward(ctx, schedule, views, epoch, *params):
+        ctx.schedule, ctx.views, ctx.epoch, ctx.params = schedule, views, epoch, params
+        return schedule.forward(views, epoch, training=True)
+
+    @staticmethod
+    def backward(ctx, grad_logits):
+        grads = ctx.schedule.backward(ctx.views, ctx.epoch, grad_logits.contiguous(), list(ctx.params))
+        return (None, None, None, *grads)
+
+
+class Offload(DistributedStrategy):
+    name = "offload"
+    reported_phases = ("offload",)
+
+    def __init__(self, layout: ParallelLayout, device, device_memory: int, host_store: str = "ram",
+                 store_dir: Optional[str] = None, chunks: Optional[int] = None, intermediates: str = "auto",
+                 dedup: str = "both", reorganize: bool = True, method: str = "hp", epsilon: float = 0.01,
+                 seed: int = 0, partition_file: Optional[str] = None):
+        """``chunks``: K, or None to take the smallest K whose estimated footprint fits
+        ``device_memory`` (bytes)."""
+        super().__init__(layout, device, "rows")
+        self.budget, self.chunks, self.intermediates = int(device_memory), chunks, intermediates
+        self.dedup, self.reorganize = dedup, reorganize
+        self.method, self.epsilon, self.seed, self.partition_file = method, epsilon, seed, partition_file
+        where = None if store_dir is None else str(Path(store_dir) / f"rank{self.rank}")
+        self.store = agreed(lambda: HostStore(host_store, self.device, where))  # refused before any loading
+        self.kind = host_store
+        self.schedule = self.views = None
+        self._passes = {"train": 0, "eval": 0}
+        self._epoch_start_rss = 0.0
+
+    def describe(self) -> str:
+        if self.schedule is None:
+            return f"offload ({self.world_size} ranks)"
+        plan = self.schedule.plan
+        return (f"offload ({self.world_size} ranks, {plan.k} chunks each, dedup {plan.mode}"
+                f"{', reorganized' if plan.reorganized else ''}, {self.kind} host store, "
+                f"budget {self.budget / 2**20:.0f} MiB)")
+
+    # -- setup ----------------------------------------------------------------------------------
+    def shard(self, graph, x, seed, device):
+        if self.world_size > 1:
+            _, assignment = agreed_partition(graph, self.world_size, self.rank, self.method, self.epsilon,
+                                             self.seed, self.partition_file)
+            assignment = assignment.numpy()
+        else:
+            assignment = np.zeros(graph.num_nodes, dtype=np.int64)
+        self.adj, self.seed_ = graph.adj, seed
+        self.owned = [np.flatnonzero(assignment == r) for r in range(self.world_size)]
+        mine = torch.from_numpy(self.owned[self.rank])
+        self.in_dim = x.shape[1]
+        self.store.create(FEATURES, len(mine), self.in_dim)
+        self.store.write(FEATURES, range(len(mine)), x[mine])
+        self.store.take()
+        self.comm.take()
+        view = OffloadView(graph.adj, mine, seed, device)
+        pick = (lambda t: t[mine].to(device))
+        # The features live in the host tier: the shard's x is an empty stand-in.
+        return Shard(view, torch.empty((len(mine), 0)), pick(graph.y), pick(graph.train_mask),
+                     pick(graph.val_mask), pick(graph.test_mask))
+
+    def prepare(self, model) -> None:
+        stages = stages_of(model, self.in_dim, self.intermediates)
+        classes, heads = stages[-1].width, getattr(model, "heads", 1)
+        if self.chunks is not None:
+            plan = self._plan(self.chunks)
+            need = max(costs.footprint(plan, stages, classes, heads))
+            if need > self.budget:
+                raise ConfigError(f"config field 'device_memory': {_mib(self.budget)} is too small for "
+                                  f"{self.chunks} chunks per rank (their largest needs about {_mib(need)}); "
+                                  f"give at least {_mib(need)}, or more chunks (--chunks auto)")
+        else:
+            plan = self._auto(stages, classes, heads)
+        self.schedule = Schedule(plan, stages, self.store, self.comm, self.device)
+        operators: dict = {}
+        self.views = [ChunkView(self.adj, plan.chunk(self.rank, b), operators, self.seed_, self.device)
+                      for b in range(plan.batches)]
+        self.stages, self.classes, self.heads = stages, classes, heads
+
+    def _plan(self, k: int) -> Chunking:
+        return Chunking(self.adj, self.owned, k, self.dedup, self.reorganize, self.rank, self.in_dim)
+
+    def _auto(self, stages, classes, heads) -> Chunking:
+        """The smallest K whose estimated footprint fits the budget (doubling, then bisecting)."""
+        rows = max(len(ids) for ids in self.owned)
+        fits = {}
+
+        def plan_of(k):
+            plan = self._plan(k)
+            fits[k] = (max(costs.footprint(plan, stages, classes, heads)), plan)
+            return fits[k][0] <= self.budget
+
+        k = 1
+        while not plan_of(k):
+            if k >= rows:
+                raise ConfigError(f"config field 'device_memory': {_mib(self.budget)} is too small even for "
+                                  f"chunks of one row; give at least {_mib(fits[k][0])}")
+            k = min(2 * k, rows)
+        low = k // 2 + 1
+        while low < k:  # the smallest fitting K lies in (k/2, k]
+            mid = (low + k) // 2
+            if plan_of(mid):
+                k = mid
+            else:
+                low = mid + 1
+        return fits[k][1]
+
+    # -- training -------------------------------------------------------------------------------
+    def forward(self, model, view, x):
+        if self.schedule is None:
+            self.prepare(model)
+        if torch.is_grad_enabled() and model.training:
+            self._passes["train"] += 1
+            params = [p for p in model.parameters() if p.requires_grad]
+            return _Offloaded.apply(self.schedule, self.views, view.epoch, *params)
+        self._passes["eval"] += 1
+        with torch.no_grad():
+            return self.schedule.forward(self.views, view.epoch, training=model.training)
+
+    # -- reporting ------------------------------------------------------------------------------
+    def reset_counters(self) -> None:
+        super().reset_counters()
+        self.store.take()
+        self._passes = {"train": 0, "eval": 0}
+        if self.schedule is not None:
+            self.schedule.kept_bytes, self.schedule.recompute_seconds = 0, 0.0
+        self._epoch_start_rss = _reset_peak()
+
+    def rank_figures(self) -> dict:
+        io = self.store.take()
+        out = {"offload_load_bytes": io["load_bytes"], "offload_store_bytes": io["store_bytes"],
+               "offload_kept_bytes": 0, "recompute_time": 0.0, "accumulate_time": io["accumulate_seconds"],
+               "host_io_time": io["load_seconds"] + io["store_seconds"]}
+        if self.schedule is not None:
+            out["offload_kept_bytes"] = self.schedule.kept_bytes
+            out["recompute_time"] = self.schedule.recompute_seconds
+            self.schedule.kept_bytes, self.schedule.recompute_seconds = 0, 0.0
+        peak = (torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda"
+                else max(0.0, memory.peak_rss_mib() - self._epoch_start_rss) * 2**20)
+        out["fast_peak_bytes_max"] = peak
+        return out
+
+    def report(self, epoch_time, peaks):
+        passes = dict(self._passes)
+        out = super().report(epoch_time, peaks)
+        plan = self.schedule.plan
+        baseline = costs.epoch_traffic(plan.with_mode("none"), self.stages, passes["train"], passes["eval"])
+        inter = costs.epoch_traffic(plan.with_mode("inter"), self.stages, passes["train"], passes["eval"])
+        base, load = baseline.total("load"), out["offload_load_bytes"]
+        inter_saved = base - inter.total("load") if plan.mode in ("inter", "both") else 0
+        out.update({"offload_baseline_load_bytes": base,
+                    "dedup_saving_pct": _pct(base - load, base),
+                    "dedup_inter_pct": _pct(inter_saved, base),
+                    "dedup_intra_pct": _pct(base - load - inter_saved, base),
+                    "replication": round(plan.replication(), 4), "chunks": plan.k,
+                    "budget_bytes": self.budget,
+                    "footprint_estimate_bytes": max(costs.footprint(plan, self.stages, self.classes, self.heads))})
+        self._passes = {"train": 0, "eval": 0}
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self._epoch_start_rss = _reset_peak()
+        return out
+
+    def report_lines(self, extra: dict) -> list:
+        lines = super().report_lines(extra)
+        lines.append(f"offload: host->fast {extra['offload_load_bytes'] / 2**20:.2f} MiB "
+                     f"(no dedup: {extra['offload_baseline_load_bytes'] / 2**20:.2f} MiB, saved "
+                     f"{extra['dedup_saving_pct']:.1f}%: inter {extra['dedup_inter_pct']:.1f}%, intra "
+                     f"{extra['dedup_intra_pct']:.1f}%), fast->host {extra['offload_store_bytes'] / 2**20:.2f} MiB, "
+                     f"kept {extra['offload_kept_bytes'] / 2**20:.2f} MiB, alpha {extra['replication']:.2f}, "
+                     f"{extra['chunks']} chunks, fast-tier peak {extra['fast_peak_bytes_max'] / 2**20:.1f} MiB "
+                     f"of {extra['budget_bytes'] / 2**20:.0f} MiB")
+        return lines
+
+
+def _pct(part: float, whole: float) -> float:
+    return round(100.0 * part / whole, 2) if whole else 0.0
+
+
+def _mib(nbytes: float) -> str:
+    return f"{nbytes / 2**20:.1f} MiB"
+
+
+def _reset_peak() -> float:
+    """Restart the process's resident-memory high-water mark (Linux); the resident memory now."""
+    try:
+        with open(_CLEAR_REFS, "w") as fh:
+            fh.write("5")
+    except OSError:
+        pass
+    return memory.current_rss_mib()
+

@@ -1,0 +1,100 @@
+"""What a plan costs, from the plan alone: the bytes an epoch moves between the tiers and
+ranks (exactly what the counters will show), and the fast tier's peak footprint (an upper
+estimate), from which ``--chunks auto`` picks the smallest K that fits the budget."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import transfers
+from .engine import FEATURES
+
+FLOAT = 4
+# Fast-tier bytes per element of a chunk's working set, beyond the loaded rows themselves:
+# dropout copies and masks, a layer's products and their autograd saves while recomputing.
+# Measured with benchmarks/offload.py's budget runs (peak RSS over the estimate stays below 1).
+WORK_FACTOR = 6
+EDGE_BYTES = 40  # per entry: block structure, attention scores, softmax and dropout per head
+
+
+@dataclass
+class Traffic:
+    """Bytes one epoch moves, per rank: host tier -> fast tier (``load``), fast -> host
+    (``store``), to other ranks (``peer``), and rows reused in place (``kept``)."""
+
+    load: list
+    store: list
+    peer: list
+    kept: list
+    baseline_load: list = field(default_factory=list)  # ``load`` with no dedup at all
+
+    def total(self, name: str) -> int:
+        return int(sum(getattr(self, name)))
+
+
+def _rows(chunking, steps: list) -> transfers.Rows:
+    return transfers.count(steps, chunking.world)
+
+
+def epoch_traffic(chunking, stages: list, train: int = 1, evaluate: int = 1) -> Traffic:
+    """The bytes of ``train`` training passes (forward and backward) and ``evaluate``
+    evaluation passes (forward): an epoch is one of each, or one training pass when it
+    does not evaluate."""
+    world = chunking.world
+    rows = [chunking.chunks[r][-1].hi for r in range(world)]
+    out = Traffic([0] * world, [0] * world, [0] * world, [0] * world)
+    forward, reverse = _rows(chunking, chunking.steps_forward), _rows(chunking, chunking.steps_reverse)
+
+    def move(moved: transfers.Rows, width: int, into: str) -> None:
+        for r in range(world):
+            getattr(out, into)[r] += moved.read[r] * width * FLOAT
+            out.peer[r] += moved.sent[r] * width * FLOAT
+            out.kept[r] += moved.kept[r] * width * FLOAT
+
+    def rows_of(width: int, into: str) -> None:
+        for r in range(world):
+            getattr(out, into)[r] += rows[r] * width * FLOAT
+
+    widths = {FEATURES: chunking.in_dim, **{s.output: s.width for s in stages}}
+    last = len(stages) - 1
+    passes = [True] * train + [False] * evaluate
+    for train in passes:
+        for s, stage in enumerate(stages):
+            for name, wide in zip(stage.inputs, stage.wide):
+                move(forward, widths[name], "load") if wide else rows_of(widths[name], "load")
+            if stage.cached and train:
+                rows_of(sum(stage.split.widths), "store")
+            if s != last:
+                rows_of(stage.width, "store")
+        if not train:
+            continue
+        for s in range(last, -1, -1):
+            stage = stages[s]
+            if s != last:
+                rows_of(stage.width, "load")  # the output's gradient
+            if stage.cached:
+                rows_of(sum(stage.split.widths), "load")
+            for name, wide in zip(stage.inputs, stage.wide):
+                if not stage.cached:
+                    move(reverse, widths[name], "load") if wide else rows_of(widths[name], "load")
+                if name != FEATURES:
+                    move(forward, widths[name], "store") if wide else rows_of(widths[name], "store")
+    return out
+
+
+def footprint(chunking, stages: list, classes: int, heads: int = 1) -> list:
+    """Upper estimate of each rank's peak fast-tier bytes: the largest working set of any
+    batch in any stage (loaded rows, the buffers the next batch reuses, the products of the
+    chunk's computation), plus the logits and what the loss makes of them."""
+    widest = max([chunking.in_dim] + [s.width for s in stages])
+    terms = max([len(s.split.widths) if s.split else 1 for s in stages])
+    copies = 1 if chunking.mode == "none" else 2  # rows the next batch reuses stay loaded
+    peaks = []
+    for r in range(chunking.world):
+        worst = 0
+        for b, row in enumerate(chunking.steps_forward):
+            step, chunk = row[r], chunking.chunk(r, b)
+            rows = copies * (step.input_rows + step.buffer_rows) + WORK_FACTOR * terms * step.input_rows
+            worst = max(worst, rows * widest * FLOAT + EDGE_BYTES * heads * chunk.entries)
+        peaks.append(worst + 4 * chunking.chunks[r][-1].hi * classes * FLOAT)
+    return peaks

@@ -1,0 +1,260 @@
+"""The chunked schedule (HongTu §4.3, Algorithm 1): stage by stage, batch by batch.
+
+Forward: for every chunk, load the stage's input rows (through ``transfers``), compute the
+destinations' output, write it to the host tier and let it go. Backward, from the last
+stage: reload the chunk's inputs (or its cached aggregates), recompute the stage with
+autograd, and push the input rows' gradients back where the host tier sums them into their
+owners' rows. Parameter gradients are summed over chunks in a fixed order.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .stages import Stage
+
+FEATURES = "h0"
+
+
+def grad_table(name: str) -> str:
+    return "grad." + name
+
+
+def cache_table(stage: int, term: int) -> str:
+    return f"cache{stage}.{term}"
+
+
+class Loader:
+    """Loads one table's rows for a sequence of batches (one pass over them), keeping what
+    the next batch reuses."""
+
+    def __init__(self, run, name: str, width: int, steps: list):
+        self.run, self.name, self.width, self.steps = run, name, width, steps
+        self.buffer = self.input = None
+
+    def load(self, b: int) -> torch.Tensor:
+        run, step = self.run, self.steps[b][self.run.rank]
+        buffer = torch.empty((step.buffer_rows, self.width), device=run.device)
+        start = 0
+        for rows in step.reads:
+            if len(rows):
+                buffer[step.fresh_to[start:start + len(rows)]] = run.store.read(self.name, rows)
+            start += len(rows)
+        if len(step.keep[0]):
+            buffer[step.keep[1]] = self.buffer[step.keep[0]]
+            run.count_kept(len(step.keep[0]), self.width)
+        pieces = [buffer[idx] for idx in step.send]
+        arrived = run.exchange(pieces, [len(p) for p in step.place], self.width)
+        rows = torch.empty((step.input_rows, self.width), device=run.device)
+        for p, place in enumerate(step.place):
+            rows[place] = arrived[p]
+        if len(step.input_keep[0]):
+            rows[step.input_keep[1]] = self.input[step.input_keep[0]]
+            run.count_kept(len(step.input_keep[0]), self.width)
+        self.buffer = buffer if len(self.steps) > b + 1 and _keeps(self.steps[b + 1][run.rank], "keep") else None
+        self.input = rows if len(self.steps) > b + 1 and _keeps(self.steps[b + 1][run.rank], "input_keep") else None
+        return rows
+
+
+class Pusher:
+    """The adjoint of a Loader's pass, run over its batches in reverse: pushes the gradients
+    of a batch's loaded rows to their owners, who add them up and accumulate them into the
+    host tier, or carry rows the batch before had loaded as well."""
+
+    def __init__(self, run, name: str, width: int, steps: list):
+        self.run, self.name, self.width, self.steps = run, name, width, steps
+        self.carry_buffer = self.carry_input = None
+
+    def push(self, b: int, grad: torch.Tensor) -> None:
+        run, step = self.run, self.steps[b][self.run.rank]
+        if self.carry_input is not None:
+            grad = grad + self.carry_input
+        pieces = [grad[place] for place in step.place]
+        arrived = run.exchange(pieces, [len(s) for s in step.send], self.width)
+        buffer = (self.carry_buffer if self.carry_buffer is not None
+                  else grad.new_zeros((step.buffer_rows, self.width)))
+        for q, idx in enumerate(step.send):  # rank order: the sum is deterministic
+            if len(idx):
+                buffer.index_add_(0, torch.as_tensor(idx, device=run.device), arrived[q])
+        start = 0
+        for rows in step.reads:
+            if len(rows):
+                run.store.accumulate(self.name, rows, buffer[step.fresh_to[start:start + len(rows)]])
+            start += len(rows)
+        self.carry_buffer = self.carry_input = None
+        if len(step.keep[0]):
+            self.carry_buffer = grad.new_zeros((self.steps[b - 1][run.rank].buffer_rows, self.width))
+            self.carry_buffer[step.keep[0]] = buffer[step.keep[1]]
+            run.count_kept(len(step.keep[0]), self.width)
+        if len(step.input_keep[0]):
+            self.carry_input = grad.new_zeros((self.steps[b - 1][run.rank].input_rows, self.width))
+            self.carry_input[step.input_keep[0]] = grad[step.input_keep[1]]
+            run.count_kept(len(step.input_keep[0]), self.width)
+
+
+def _keeps(step, field: str) -> bool:
+    return len(getattr(step, field)[0]) > 0
+
+
+class Schedule:
+    """One rank's out-of-core passes over ``stages`` for a plan (chunks, batch order, steps)."""
+
+    def __init__(self, plan, stages: list, store, comm, device):
+        self.plan, self.stages, self.store, self.comm = plan, stages, store, comm
+        self.rank, self.device = comm.rank, torch.device(device)
+        self.kept_bytes = 0
+        self.recompute_seconds = 0.0
+        self._draws_end: dict = {}
+        for i, stage in enumerate(stages[:-1]):
+            store.create(stage.output, plan.rows, stage.width)
+            store.create(grad_table(stage.output), plan.rows, stage.width)
+        for i, stage in enumerate(stages):
+            if stage.cached:
+                for t, width in enumerate(stage.split.widths):
+                    store.create(cache_table(i, t), plan.rows, width)
+
+    # -- moving rows ----------------------------------------------------------------------------
+    def count_kept(self, rows: int, width: int) -> None:
+        self.kept_bytes += rows * width * 4
+
+    def exchange(self, pieces: list, recv_rows: list, width: int) -> list:
+        """``pieces[q]`` to rank q; returns what each rank sent here (own piece included)."""
+        me = self.rank
+        if self.comm.world_size == 1:
+            return pieces
+        send = torch.cat([p for q, p in enumerate(pieces) if q != me] or [pieces[me][:0]]).flatten()
+        send_counts = [0 if q == me else len(p) * width for q, p in enumerate(pieces)]
+        recv_counts = [0 if p == me else n * width for p, n in enumerate(recv_rows)]
+        with self.comm.phase("offload"):
+            flat = self.comm.all_to_all(send, send_counts, recv_counts)
+        out = list(flat.split(recv_counts))
+        out = [t.view(-1, width) for t in out]
+        out[me] = pieces[me]
+        return out
+
+    def read_rows(self, name: str, chunk) -> torch.Tensor:
+        return self.store.read(name, range(chunk.lo, chunk.hi))
+
+    def inputs(self, stage: Stage, loaders: dict, b: int, chunk) -> list:
+        return [loaders[name].load(b) if wide else self.read_rows(name, chunk)
+                for name, wide in zip(stage.inputs, stage.wide)]
+
+    # -- the passes -----------------------------------------------------------------------------
+    def forward(self, views: list, epoch: int, training: bool) -> torch.Tensor:
+        """Every stage over every batch; returns this rank's logits (the last stage's output)."""
+        plan, last = self.plan, len(self.stages) - 1
+        logits = None
+        for s, stage in enumerate(self.stages):
+            loaders = {name: Loader(self, name, self.width(name), plan.steps_forward)
+                       for name, wide in zip(stage.inputs, stage.wide) if wide}
+            start = self._draws_start(stage)
+            if s == last:
+                logits = torch.empty((plan.rows, stage.width), device=self.device)
+            for b in range(plan.batches):
+                chunk, view = plan.chunk(self.rank, b), views[b]
+                view.set_epoch(epoch, start)
+                view.wide = any(stage.wide)
+                inputs = self.inputs(stage, loaders, b, chunk)
+                with torch.no_grad():
+                    if stage.cached and training:
+                        aggregates = stage.split.aggregate(view, *inputs)
+                        for t, agg in enumerate(aggregates):
+                            self.store.write(cache_table(s, t), range(chunk.lo, chunk.hi), agg)
+                        out = stage.split.update(aggregates)
+                    else:
+                        out = stage.run(view, *inputs)
+                del inputs
+                self._draws_end[s] = view.draws
+                if s == last:
+                    logits[chunk.lo:chunk.hi] = out
+                else:
+                    self.store.write(stage.output, range(chunk.lo, chunk.hi), out)
+        return logits
+
+    def backward(self, views: list, epoch: int, grad_logits: torch.Tensor, params: list) -> list:
+        """The parameters' gradients, given the logits' (the backward pass of ``forward``)."""
+        plan, last = self.plan, len(self.stages) - 1
+        grads = [torch.zeros_like(p) for p in params]
+        for stage in self.stages[:-1]:
+            self.store.zero(grad_table(stage.output))
+        for s in range(last, -1, -1):
+            stage = self.stages[s]
+            needs = [name != FEATURES for name in stage.inputs]
+            recomputed = not stage.cached
+            loaders = {name: Loader(self, name, self.width(name), plan.steps_reverse)
+                       for name, wide in zip(stage.inputs, stage.wide) if wide and recomputed}
+            pushers = {name: Pusher(self, grad_table(name), self.width(name), plan.steps_forward)
+                       for name, wide, need in zip(stage.inputs, stage.wide, needs) if wide and need}
+            start = self._draws_start(stage)
+            for b in range(plan.batches - 1, -1, -1):
+                chunk, view = plan.chunk(self.rank, b), views[b]
+                view.wide = any(stage.wide)
+                grad_out = (grad_logits[chunk.lo:chunk.hi] if s == last
+                            else self.read_rows(grad_table(stage.output), chunk))
+                t0 = time.perf_counter()
+                if recomputed:
+                    view.set_epoch(epoch, start)
+                    inputs = [_leaf(t, need) for t, need in
+                              zip(_reversed_load(self, stage, loaders, plan.batches - 1 - b, b, chunk), needs)]
+                    with torch.enable_grad():
+                        out = stage.run(view, *inputs)
+                        wanted = [t for t in inputs if t.requires_grad]
+                        found = torch.autograd.grad(out, params + wanted, grad_out, allow_unused=True)
+                    input_grads = iter(found[len(params):])
+                    input_grads = [next(input_grads) if t.requires_grad else None for t in inputs]
+                else:
+                    input_grads, found = self._cached_backward(stage, s, view, epoch, start, chunk,
+                                                                grad_out, params, needs[0])
+                self.recompute_seconds += time.perf_counter() - t0
+                for acc, g in zip(grads, found[:len(params)]):
+                    if g is not None:
+                        acc += g
+                for name, wide, g in zip(stage.inputs, stage.wide, input_grads):
+                    if g is None:
+                        continue
+                    if wide:
+                        pushers[name].push(b, g)
+                    else:
+                        self.store.accumulate(grad_table(name), range(chunk.lo, chunk.hi), g)
+        return grads
+
+    def _cached_backward(self, stage, s, view, epoch, start, chunk, grad_out, params, needs_input):
+        """Backward of a cached stage: the update from its aggregates; the aggregation's
+        adjoint (linear, parameter-free) gives the loaded rows' gradients without loading them."""
+        aggregates = [self.read_rows(cache_table(s, t), chunk).requires_grad_()
+                      for t in range(len(stage.split.widths))]
+        with torch.enable_grad():
+            out = stage.split.update(aggregates)
+            found = torch.autograd.grad(out, params + aggregates, grad_out, allow_unused=True)
+        input_grad = None
+        if needs_input:
+            with torch.enable_grad():
+                view.set_epoch(epoch, start)
+                zero = torch.zeros((len(chunk.neighbours), self.width(stage.inputs[0])), device=self.device,
+                                   requires_grad=True)
+                again = stage.split.aggregate(view, zero)
+                pairs = [(a, g) for a, g in zip(again, found[len(params):]) if g is not None]
+                input_grad = torch.autograd.grad([a for a, _ in pairs], zero, [g for _, g in pairs])[0]
+        return [input_grad], found
+
+    # -- bookkeeping ----------------------------------------------------------------------------
+    def width(self, name: str) -> int:
+        if name == FEATURES:
+            return self.plan.in_dim
+        return next(stage.width for stage in self.stages if stage.output == name)
+
+    def _draws_start(self, stage: Stage) -> int:
+        return 0 if stage.draws_after is None else self._draws_end.get(stage.draws_after, 0)
+
+
+def _leaf(t: torch.Tensor, needs_grad: bool) -> torch.Tensor:
+    return t.detach().requires_grad_(needs_grad)
+
+
+def _reversed_load(run, stage, loaders, position: int, b: int, chunk) -> list:
+    """A stage's inputs for batch ``b``, the ``position``-th of the reversed pass."""
+    return [loaders[name].load(position) if wide else run.read_rows(name, chunk)
+            for name, wide in zip(stage.inputs, stage.wide)]
+

@@ -1,0 +1,99 @@
+"""What a model sees of one chunk: its destination rows, and the loaded rows they read.
+
+A chunk's block of every operator has its destinations as rows and its loaded rows (sorted
+global ids, destinations among them) as columns, so a layer called on the loaded rows
+returns the destinations' rows. Masks are keyed by global ids as on one process, and a
+stage replays the epoch's draws from where the whole-graph pass would be
+(``set_epoch(epoch, draws)``), so every chunk, and every recomputation, draws the same masks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ... import ops
+from ...graph import Adjacency
+from ...view import OPERATORS, GraphView
+
+
+class Chunk:
+    """Destinations ``dst`` (global ids, ascending; local owned positions ``lo:hi``) and the
+    rows they read, ``neighbours`` (global ids, ascending, ``dst`` among them); ``entries``:
+    their in-edges and self-loops (a bound on any operator's entries in the chunk)."""
+
+    def __init__(self, rank: int, lo: int, hi: int, dst: np.ndarray, neighbours: np.ndarray, entries: int = 0):
+        self.rank, self.lo, self.hi = rank, lo, hi
+        self.dst, self.neighbours, self.entries = dst, neighbours, entries
+
+    @property
+    def rows(self) -> int:
+        return self.hi - self.lo
+
+
+def neighbourhood(adj: Adjacency, dst: np.ndarray) -> np.ndarray:
+    """The sorted global ids whose rows destinations ``dst`` read: in-neighbours and themselves
+    (every operator's pattern lies within A + I)."""
+    indptr, indices = adj.indptr.numpy(), adj.indices.numpy()
+    return np.union1d(dst, indices[_entry_ids(indptr, dst)])
+
+
+def _entry_ids(indptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """CSR positions of the entries of ``rows``, row by row."""
+    starts, counts = indptr[rows], indptr[rows + 1] - indptr[rows]
+    offsets = np.repeat(np.cumsum(counts) - counts, counts)
+    return np.arange(int(counts.sum()), dtype=np.int64) - offsets + np.repeat(starts, counts)
+
+
+class ChunkView(GraphView):
+    """One chunk's rows of the whole graph's operators. ``wide``: the vertex data passed in
+    holds the loaded rows (``chunk.neighbours``), else the destinations only."""
+
+    def __init__(self, adj: Adjacency, chunk: Chunk, operators: dict, seed: int, device):
+        super().__init__(adj, seed=seed, device=device)
+        self.chunk = chunk
+        self._global_operators = operators  # shared by all chunks of a rank
+        self._blocks: dict = {}
+        self.wide = True
+        self._dst_pos = torch.from_numpy(np.searchsorted(chunk.neighbours, chunk.dst)).to(self.device)
+
+    @property
+    def num_nodes(self) -> int:
+        return self.chunk.rows
+
+    def block(self, name: str):
+        """(rows of ``name`` for the destinations, columns relabelled to loaded rows; global entry ids)."""
+        if name not in self._blocks:
+            if name not in OPERATORS:
+                raise ValueError(f"unknown graph operator {name!r}; choose from {sorted(OPERATORS)}")
+            if name not in self._global_operators:
+                self._global_operators[name] = OPERATORS[name](self.adj)
+            op = self._global_operators[name]
+            indptr = op.indptr.numpy()
+            entries = _entry_ids(indptr, self.chunk.dst)
+            counts = indptr[self.chunk.dst + 1] - indptr[self.chunk.dst]
+            local_ptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+            columns = np.searchsorted(self.chunk.neighbours, op.indices.numpy()[entries])  # order kept
+            values = None if op.values is None else op.values[torch.from_numpy(entries)].to(self.device)
+            sub = Adjacency(torch.from_numpy(local_ptr), torch.from_numpy(columns.astype(np.int64)), values,
+                            (len(self.chunk.dst), len(self.chunk.neighbours)))
+            self._blocks[name] = (sub, entries)
+        return self._blocks[name]
+
+    def destinations(self, x: torch.Tensor) -> torch.Tensor:
+        return x[self._dst_pos] if self.wide else x
+
+    def spmm(self, x, op="gcn", values=None):
+        return ops.spmm(self.block(op)[0], x, values)
+
+    def sddmm(self, dst, src, op="loop", kind="add"):
+        return ops.sddmm(self.block(op)[0], self.destinations(dst), src, kind)
+
+    def edge_softmax(self, scores, op="loop"):
+        return ops.edge_softmax(self.block(op)[0], scores)
+
+    def rows(self):
+        return self.chunk.neighbours if self.wide else self.chunk.dst
+
+    def entries(self, op):
+        return self.block(op)[1]
