@@ -1,0 +1,247 @@
+"""The slow tier of out-of-core training (every layer's vertex data and gradients, in host
+RAM or in files), while the device holds one chunk at a time. Only this module touches it,
+counting the bytes and time each way, as ``comm.Comm`` counts communication. Files go
+through positioned I/O and a reused window buffer, never a memory map: a map counts every
+touched page as resident memory, which would defeat a memory budget."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+import numpy as np
+import torch
+
+from .errors import ConfigError
+
+WINDOW_BYTES = 4 << 20  # the reused I/O buffer: bounds the memory the file kind adds
+GAP_BYTES = 64 << 10    # wanted rows this close share one read (cheaper than another syscall)
+COUNTERS = ("load_bytes", "store_bytes", "load_seconds", "store_seconds", "accumulate_seconds")
+
+
+@dataclass
+class _Table:
+    rows: int
+    width: int
+    data: Optional[torch.Tensor] = None  # kind "ram"
+    fd: int = -1                          # kind "file"
+    path: str = ""
+
+
+def _io(call, fd: int, buf: np.ndarray, offset: int) -> None:
+    """All of ``buf`` through ``os.preadv``/``os.pwritev`` at ``offset`` (one call may do less)."""
+    view, done = memoryview(buf.reshape(-1).view(np.uint8)), 0
+    while done < len(view):
+        n = call(fd, [view[done:]], offset + done)
+        if n <= 0:
+            raise OSError(f"short {call.__name__} at byte {offset + done} (file truncated?)")
+        done += n
+
+
+class HostStore:
+    """A set of named 2-D float32 tables (rows x width), each this rank's rows of one array."""
+
+    def __init__(self, kind: str, device="cpu", directory: Optional[str] = None,
+                 window_bytes: int = WINDOW_BYTES, gap_bytes: int = GAP_BYTES):
+        """``kind`` "ram" (host tensors, pinned for CUDA) or "file" (one file per table in
+        ``directory``, created if missing; checked writable here so training refuses early)."""
+        if kind not in ("ram", "file"):
+            raise ConfigError(f"host store kind must be 'ram' or 'file', not {kind!r}")
+        self.kind, self.device = kind, torch.device(device)
+        self.pin = self.device.type == "cuda" and torch.cuda.is_available()
+        self.window_bytes, self.gap_bytes = int(window_bytes), int(gap_bytes)
+        self.directory, self._made_dir, self._count = directory, False, 0
+        self._tables: dict[str, _Table] = {}
+        self._window = np.empty(0, np.uint8)  # grown on first use, then reused
+        self._counts: dict = {}
+        self.take()
+        if kind == "file":
+            if not directory:
+                raise ConfigError("host store kind 'file' needs a directory")
+            try:
+                self._made_dir = not os.path.isdir(directory)
+                os.makedirs(directory, exist_ok=True)
+                with tempfile.TemporaryFile(dir=directory) as probe:  # removed on closing
+                    probe.write(b"0")
+            except OSError as err:
+                raise ConfigError(f"host store directory {directory!r} is not writable: "
+                                  f"{err.strerror or err}") from None
+
+    def create(self, name: str, rows: int, width: int) -> None:
+        """A zero-filled table; re-creating a name replaces it."""
+        if rows < 0 or width < 1:
+            raise ValueError(f"table {name!r}: need rows >= 0 and width >= 1, got {rows} x {width}")
+        old = self._tables.get(name)
+        table = self._tables[name] = _Table(int(rows), int(width))
+        if self.kind == "ram":
+            table.data = torch.zeros(rows, width, pin_memory=self.pin)
+            return
+        if old is not None:  # keep its file
+            table.fd, table.path = old.fd, old.path
+        else:  # pid and count keep ranks sharing a directory apart
+            self._count += 1
+            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:64]
+            table.path = os.path.join(self.directory, f"{os.getpid()}-{self._count}-{safe}.f32")
+            table.fd = os.open(table.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        os.ftruncate(table.fd, 0)  # zeros come from the file system, not from writing them
+        os.ftruncate(table.fd, rows * width * 4)
+
+    def zero(self, name: str) -> None:
+        """Set the whole table to 0."""
+        table, _ = self._lookup(name, range(0))
+        if table.data is not None:
+            table.data.zero_()
+        else:
+            self.create(name, table.rows, table.width)
+
+    def nbytes(self) -> int:
+        """Total bytes of all tables."""
+        return sum(t.rows * t.width * 4 for t in self._tables.values())
+
+    def read(self, name: str, rows, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``table[rows]`` as a [len(rows), width] float32 tensor on the device (``out`` if given).
+        ``rows``: ascending unique positions (LongTensor or int array), or a ``range``/slice."""
+        start = time.perf_counter()
+        table, rows = self._lookup(name, rows)
+        shape = (len(rows), table.width)
+        out = torch.empty(shape, dtype=torch.float32, device=self.device) if out is None else out
+        if (tuple(out.shape), out.dtype, out.device.type) != (shape, torch.float32, self.device.type) \
+                or not out.is_contiguous():
+            raise ValueError(f"table {name!r}: out must be contiguous float32 {shape} on {self.device}")
+        if table.data is not None:
+            if isinstance(rows, range):
+                src = table.data[rows.start:rows.stop]
+            else:  # gather on the host; for CUDA into pinned memory
+                src = out if out.device.type == "cpu" else torch.empty(shape, pin_memory=self.pin)
+                torch.index_select(table.data, 0, torch.from_numpy(rows), out=src)
+            if src is not out:
+                out.copy_(src, non_blocking=self.pin)  # only pinned memory copies asynchronously
+        else:
+            host = out.numpy() if out.device.type == "cpu" else None
+            for lo, hi, pick, k, n in self._pieces(table, rows):
+                # CUDA: stage in pinned memory; torch's caching allocator keeps it until copied
+                stage = None if host is not None else torch.empty(n, table.width, pin_memory=self.pin)
+                dst = host[k:k + n] if host is not None else stage.numpy()
+                if isinstance(pick, slice):  # every row of the span: straight into place
+                    _io(os.preadv, table.fd, dst, lo * table.width * 4)
+                else:  # mode "clip": "raise" would gather into a temporary first
+                    np.take(self._span(table, lo, hi), pick, axis=0, out=dst, mode="clip")
+                if stage is not None:
+                    out[k:k + n].copy_(stage, non_blocking=self.pin)
+        self._counts["load_bytes"] += shape[0] * shape[1] * 4
+        self._counts["load_seconds"] += time.perf_counter() - start
+        return out
+
+    def write(self, name: str, rows, values: torch.Tensor) -> None:
+        """``table[rows] = values``."""
+        self._put(name, rows, values, add=False)
+
+    def accumulate(self, name: str, rows, values: torch.Tensor) -> None:
+        """``table[rows] += values``, in float32; its time goes to ``accumulate_seconds``."""
+        self._put(name, rows, values, add=True)
+
+    def _put(self, name: str, rows, values: torch.Tensor, add: bool) -> None:
+        start = time.perf_counter()
+        table, rows = self._lookup(name, rows)
+        if tuple(values.shape) != (len(rows), table.width):
+            raise ValueError(f"table {name!r}: values of shape {tuple(values.shape)} for "
+                             f"{len(rows)} rows of width {table.width}")
+        values = values.detach().to(torch.float32)
+        if table.data is not None:
+            if self.pin and values.device.type == "cpu":  # an asynchronous read may still be
+                torch.cuda.current_stream(self.device).synchronize()  # copying these rows out
+            if isinstance(rows, range):
+                dst = table.data[rows.start:rows.stop]
+                (dst.add_ if add else dst.copy_)(values.cpu())
+            else:
+                index = torch.from_numpy(rows)
+                (table.data.index_add_ if add else table.data.index_copy_)(0, index, values.cpu())
+        else:
+            host = values.contiguous().numpy() if values.device.type == "cpu" else None
+            for lo, hi, pick, k, n in self._pieces(table, rows):
+                src = host[k:k + n] if host is not None else values[k:k + n].cpu().numpy()
+                if add or not isinstance(pick, slice):  # read-modify-write the covering span
+                    span = self._span(table, lo, hi)
+                    span[pick] = span[pick] + src if add else src
+                    src = span
+                _io(os.pwritev, table.fd, src, lo * table.width * 4)
+        self._counts["store_bytes"] += len(rows) * table.width * 4
+        self._counts["accumulate_seconds" if add else "store_seconds"] += time.perf_counter() - start
+
+    def _lookup(self, name: str, rows) -> tuple[_Table, range | np.ndarray]:
+        """The table, and ``rows`` as a step-1 ``range`` or an ascending unique int64 array."""
+        table = self._tables.get(name)
+        if table is None:
+            raise KeyError(f"no table {name!r} in this host store")
+        if isinstance(rows, slice):
+            rows = range(rows.start or 0, table.rows if rows.stop is None else rows.stop,
+                         rows.step or 1)
+        if isinstance(rows, range) and rows.step == 1:
+            if len(rows) and (rows.start < 0 or rows.stop > table.rows):
+                raise IndexError(f"table {name!r}: rows {rows.start}..{rows.stop - 1} "
+                                 f"outside 0..{table.rows - 1}")
+            return table, rows
+        if isinstance(rows, torch.Tensor):
+            rows = rows.cpu().numpy()
+        rows = np.ascontiguousarray(rows, dtype=np.int64).reshape(-1)
+        if len(rows) > 1 and not (np.diff(rows) > 0).all():
+            raise ValueError(f"table {name!r}: rows must be ascending and unique")
+        if len(rows) and (rows[0] < 0 or rows[-1] >= table.rows):
+            raise IndexError(f"table {name!r}: rows {rows[0]}..{rows[-1]} outside 0..{table.rows - 1}")
+        return table, rows
+
+    def _pieces(self, table: _Table, rows) -> Iterator[tuple]:
+        """(lo, hi, pick, k, n): one I/O covers file rows lo..hi; of those, ``pick`` (a slice
+        when all) are the n wanted ones, rows k..k+n of the caller's block."""
+        step = max(1, self.window_bytes // (table.width * 4))  # rows per window
+        if isinstance(rows, range):
+            for lo in range(rows.start, rows.stop, step):
+                hi = min(lo + step, rows.stop)
+                yield lo, hi, slice(None), lo - rows.start, hi - lo
+            return
+        breaks = np.flatnonzero(np.diff(rows) > self.gap_bytes // (table.width * 4) + 1) + 1
+        for first, last in zip(np.r_[0, breaks], np.r_[breaks, len(rows)]):
+            i = int(first)
+            while i < last:  # cut each run of close rows into window-sized spans
+                j = i + int(np.searchsorted(rows[i:last], rows[i] + step))
+                lo, hi = int(rows[i]), int(rows[j - 1]) + 1
+                yield lo, hi, slice(None) if hi - lo == j - i else rows[i:j] - lo, i, j - i
+                i = j
+
+    def _span(self, table: _Table, lo: int, hi: int) -> np.ndarray:
+        """File rows lo..hi read into the reused window buffer, as a [hi - lo, width] view."""
+        size = (hi - lo) * table.width * 4
+        if len(self._window) < size:  # only a row wider than the window grows it past its size
+            self._window = np.empty(max(size, self.window_bytes), np.uint8)
+        span = self._window[:size].view(np.float32).reshape(hi - lo, table.width)
+        _io(os.preadv, table.fd, span, lo * table.width * 4)
+        return span
+
+    def take(self) -> dict:
+        """Bytes and seconds moved each way (``COUNTERS``) since the last call, then reset."""
+        out = self._counts
+        self._counts = {key: 0 if key.endswith("bytes") else 0.0 for key in COUNTERS}
+        return out
+
+    def close(self) -> None:
+        """Drop every table, deleting its files (and the directory if this store made it)."""
+        tables, self._tables = self._tables, {}
+        for table in tables.values():
+            if table.fd >= 0:
+                os.close(table.fd)
+                with suppress(FileNotFoundError):
+                    os.remove(table.path)
+        if self._made_dir:
+            self._made_dir = False
+            with suppress(OSError):  # something else put files there: leave it
+                os.rmdir(self.directory)
+
+    def __enter__(self) -> "HostStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

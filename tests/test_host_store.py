@@ -1,0 +1,244 @@
+"""The slow tier: host RAM and file tables agree with a numpy reference, count their bytes
+exactly, refuse an unwritable directory up front, clean up, and keep memory bounded."""
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gnnmesh import host_store
+from gnnmesh.errors import ConfigError
+from gnnmesh.host_store import HostStore
+
+REPO = Path(__file__).resolve().parents[1]
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device"))]
+# (rows, width): width 1, widths that divide nothing, a row wider than the 256-byte window
+SHAPES = {"one": (700, 1), "seven": (413, 7), "odd": (129, 33), "wide": (40, 100), "empty": (0, 5)}
+
+
+def store(kind, tmp_path, device="cpu", **kw):
+    kw.setdefault("window_bytes", 256)  # many windows per table, so spans get cut
+    kw.setdefault("gap_bytes", 64)
+    return HostStore(kind, device, str(tmp_path / "tier") if kind == "file" else None, **kw)
+
+
+def random_rows(rng, n):
+    """Row sets of every shape a caller may pass, with their positions as an array."""
+    choice = rng.integers(7) if n else 6
+    if choice == 0:  # scattered, some close enough to share a read
+        rows = np.sort(rng.choice(n, size=rng.integers(1, n + 1), replace=False))
+        return torch.from_numpy(rows), rows
+    if choice == 1:  # clustered: runs with small and large gaps
+        rows = np.unique(np.concatenate([np.arange(s, min(n, s + rng.integers(1, 30)))
+                                         for s in rng.integers(0, n, size=4)]))
+        return rows, rows
+    if choice in (2, 3):  # a contiguous span
+        lo = int(rng.integers(n))
+        hi = int(rng.integers(lo, n + 1))
+        return (range(lo, hi) if choice == 2 else slice(lo, hi)), np.arange(lo, hi)
+    if choice == 4:  # every row, given as positions
+        return torch.arange(n), np.arange(n)
+    if choice == 5:  # a strided range
+        step = int(rng.integers(2, 5))
+        return range(1, n, step), np.arange(1, n, step)
+    return torch.empty(0, dtype=torch.long), np.arange(0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["ram", "file"])
+def test_agrees_with_numpy(kind, device, tmp_path):
+    rng = np.random.default_rng(7)
+    ref = {}
+    with store(kind, tmp_path, device) as hs:
+        for name, (n, w) in SHAPES.items():
+            hs.create(name, n, w)
+            ref[name] = np.zeros((n, w), np.float32)
+        for _ in range(400):
+            name = list(SHAPES)[rng.integers(len(SHAPES))]
+            n, w = ref[name].shape
+            op = rng.choice(["read", "read_out", "write", "accumulate", "zero", "create"],
+                            p=[.25, .1, .3, .25, .05, .05])
+            rows, pos = random_rows(rng, n)
+            values = torch.from_numpy(rng.standard_normal((len(pos), w)).astype(np.float32))
+            if op == "read":
+                got = hs.read(name, rows)
+                assert got.dtype == torch.float32 and got.device.type == device
+                np.testing.assert_array_equal(got.cpu().numpy(), ref[name][pos])
+            elif op == "read_out":
+                out = torch.full((len(pos), w), 5.0, device=device)
+                assert hs.read(name, rows, out=out) is out
+                np.testing.assert_array_equal(out.cpu().numpy(), ref[name][pos])
+            elif op == "write":
+                if rng.integers(2):
+                    values = values.double()  # cast to float32 on the way in
+                hs.write(name, rows, values.to(device))
+                ref[name][pos] = values.float().numpy()
+            elif op == "accumulate":
+                hs.accumulate(name, rows, values.to(device))
+                ref[name][pos] += values.numpy()
+            elif op == "zero":
+                hs.zero(name)
+                ref[name][:] = 0
+            else:  # re-created: zeros again
+                hs.create(name, n, w)
+                ref[name][:] = 0
+        for name in SHAPES:
+            np.testing.assert_array_equal(hs.read(name, range(len(ref[name]))).cpu().numpy(), ref[name])
+        assert hs.nbytes() == sum(n * w * 4 for n, w in SHAPES.values())
+
+
+def test_read_into_out(tmp_path):
+    with store("file", tmp_path) as hs:
+        hs.create("t", 10, 3)
+        hs.write("t", range(10), torch.arange(30.).reshape(10, 3))
+        out = torch.empty(3, 3)
+        assert hs.read("t", np.array([0, 4, 9]), out=out) is out
+        assert out[:, 0].tolist() == [0.0, 12.0, 27.0]
+        with pytest.raises(ValueError, match="out must be"):
+            hs.read("t", range(3), out=torch.empty(2, 3))
+
+
+@pytest.mark.parametrize("kind", ["ram", "file"])
+def test_byte_counters(kind, tmp_path):
+    with store(kind, tmp_path) as hs:
+        hs.create("t", 100, 7)
+        assert hs.take() == {"load_bytes": 0, "store_bytes": 0, "load_seconds": 0.0,
+                             "store_seconds": 0.0, "accumulate_seconds": 0.0}
+        hs.write("t", range(10, 30), torch.ones(20, 7))
+        counts = hs.take()
+        assert (counts["store_bytes"], counts["load_bytes"]) == (20 * 7 * 4, 0)
+        assert counts["store_seconds"] > 0 and counts["accumulate_seconds"] == 0
+        hs.accumulate("t", np.array([0, 3, 60, 99]), torch.ones(4, 7))
+        counts = hs.take()
+        assert (counts["store_bytes"], counts["load_bytes"]) == (4 * 7 * 4, 0)
+        assert counts["accumulate_seconds"] > 0 and counts["store_seconds"] == 0
+        hs.read("t", torch.tensor([1, 2, 50]))
+        hs.read("t", range(0, 100))
+        hs.read("t", range(5, 5))
+        counts = hs.take()
+        assert (counts["load_bytes"], counts["store_bytes"]) == ((3 + 100) * 7 * 4, 0)
+        assert counts["load_seconds"] > 0
+        assert hs.take()["load_bytes"] == 0
+
+
+@pytest.mark.parametrize("kind", ["ram", "file"])
+def test_bad_rows(kind, tmp_path):
+    with store(kind, tmp_path) as hs:
+        hs.create("feat", 10, 2)
+        for rows in (torch.tensor([3, 10]), np.array([-1, 2]), range(5, 11), slice(-1, 3)):
+            with pytest.raises(IndexError, match="feat"):
+                hs.read("feat", rows)
+        with pytest.raises(IndexError, match="feat"):
+            hs.write("feat", torch.tensor([10]), torch.zeros(1, 2))
+        with pytest.raises(ValueError, match="ascending"):
+            hs.accumulate("feat", torch.tensor([3, 3]), torch.zeros(2, 2))
+        with pytest.raises(ValueError, match="shape"):
+            hs.write("feat", range(2), torch.zeros(2, 3))
+        with pytest.raises(KeyError, match="nope"):
+            hs.read("nope", range(0))
+        assert hs.read("feat", []).shape == (0, 2)
+
+
+def test_unwritable_directory(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(ConfigError, match="a-file"):
+        HostStore("file", "cpu", str(blocker / "tier"))
+    with pytest.raises(ConfigError, match="directory"):
+        HostStore("file", "cpu")
+    with pytest.raises(ConfigError, match="kind"):
+        HostStore("disk", "cpu", str(tmp_path))
+    if os.geteuid() != 0:  # root writes through any mode bits
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        with pytest.raises(ConfigError, match="locked"):
+            HostStore("file", "cpu", str(locked))
+
+
+def test_close_removes_what_it_made(tmp_path):
+    fresh = tmp_path / "new" / "tier"
+    with HostStore("file", "cpu", str(fresh)) as hs:
+        hs.create("a", 5, 3)
+        hs.create("a", 8, 3)  # replaced, still one file
+        hs.create("b/../c", 2, 1)  # names are not paths
+        assert len(list(fresh.iterdir())) == 2
+    assert not fresh.exists() and fresh.parent.exists()
+    hs.close()  # again: nothing left to do
+
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "other").write_text("x")
+    hs = HostStore("file", "cpu", str(kept))
+    hs.create("a", 4, 4)
+    hs.close()
+    hs.close()
+    assert [p.name for p in kept.iterdir()] == ["other"]
+
+
+def test_files_are_never_mapped():
+    tree = ast.parse(Path(host_store.__file__).read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree)
+                if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.module}
+    assert "mmap" not in imported
+    assert "np.memmap" not in Path(host_store.__file__).read_text()
+
+
+MEMORY_SCRIPT = """
+import json, numpy as np, os, sys, tempfile, torch
+from gnnmesh.host_store import HostStore
+
+def hwm_kib():
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:"))
+
+try:
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")
+except OSError as err:
+    print(json.dumps({"skip": str(err)}))
+    sys.exit()
+rows, width, block = 65536, 1024, 1024            # 256 MiB table, 4 MiB blocks
+with HostStore("file", "cpu", sys.argv[1], window_bytes=4 << 20) as hs:
+    hs.create("t", rows, width)
+    marks = torch.empty(2, width)
+    for b, lo in enumerate(range(0, rows, block)):  # mark each block's first and last row
+        hs.write("t", np.array([lo, lo + block - 1]), marks.fill_(b + 1))
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")
+    base, bad = hwm_kib(), []
+    for b, lo in enumerate(range(0, rows, block)):
+        x = hs.read("t", range(lo, lo + block))                # straight into the result
+        if (x[0, 0], x[-1, -1], x[1, 0]) != (b + 1, b + 1, 0):
+            bad.append(b)
+        del x
+        x = hs.read("t", np.arange(lo, lo + block, 2))        # through the window
+        if x[0, 0] != b + 1 or x.shape != (block // 2, width):
+            bad.append(b)
+        del x
+    print(json.dumps({"rise_kib": hwm_kib() - base, "bad": bad}))
+"""
+
+
+def test_reading_a_file_table_keeps_memory_bounded(tmp_path):
+    # a fixed mmap threshold makes glibc hand freed blocks back at once; by default it raises
+    # the threshold after the first free and keeps up to 8 MiB of freed heap resident
+    env = dict(os.environ, PYTHONPATH=str(REPO), MALLOC_MMAP_THRESHOLD_=str(1 << 20))
+    done = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT, str(tmp_path / "tier")],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if "skip" in result:
+        pytest.skip(f"cannot reset the peak resident memory: {result['skip']}")
+    assert result["bad"] == []
+    window, block, slack = 4 << 10, 4 << 10, 8 << 10  # KiB
+    assert result["rise_kib"] <= window + block + slack, result
+    assert not (tmp_path / "tier").exists()
