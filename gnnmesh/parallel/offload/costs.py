@@ -60,8 +60,11 @@ def epoch_traffic(chunking, stages: list, train: int = 1, evaluate: int = 1) -> 
     passes = [True] * train + [False] * evaluate
     for train in passes:
         for s, stage in enumerate(stages):
+            for name in _wide(stage):
+                move(forward, widths[name], "load")
             for name, wide in zip(stage.inputs, stage.wide):
-                move(forward, widths[name], "load") if wide else rows_of(widths[name], "load")
+                if not wide:
+                    rows_of(widths[name], "load")
             if stage.cached and train:
                 rows_of(sum(stage.split.widths), "store")
             if s != last:
@@ -74,12 +77,23 @@ def epoch_traffic(chunking, stages: list, train: int = 1, evaluate: int = 1) -> 
                 rows_of(stage.width, "load")  # the output's gradient
             if stage.cached:
                 rows_of(sum(stage.split.widths), "load")
-            for name, wide in zip(stage.inputs, stage.wide):
+            for name in _wide(stage):
                 if not stage.cached:
-                    move(reverse, widths[name], "load") if wide else rows_of(widths[name], "load")
+                    move(reverse, widths[name], "load")
                 if name != FEATURES:
-                    move(forward, widths[name], "store") if wide else rows_of(widths[name], "store")
+                    move(forward, widths[name], "store")
+            for name, wide in zip(stage.inputs, stage.wide):
+                if not wide:
+                    if not stage.cached:
+                        rows_of(widths[name], "load")
+                    if name != FEATURES:
+                        rows_of(widths[name], "store")
     return out
+
+
+def _wide(stage) -> list:
+    """The tables a stage loads at its chunks' loaded rows, each once."""
+    return list(dict.fromkeys(name for name, wide in zip(stage.inputs, stage.wide) if wide))
 
 
 def footprint(chunking, stages: list, classes: int, heads: int = 1) -> list:

@@ -137,8 +137,11 @@ class Schedule:
     def read_rows(self, name: str, chunk) -> torch.Tensor:
         return self.store.read(name, range(chunk.lo, chunk.hi))
 
-    def inputs(self, stage: Stage, loaders: dict, b: int, chunk) -> list:
-        return [loaders[name].load(b) if wide else self.read_rows(name, chunk)
+    def inputs(self, stage: Stage, loaders: dict, position: int, chunk) -> list:
+        """The stage's inputs for ``chunk``, the ``position``-th batch of its loaders' pass
+        (a table read twice, wide and at the destinations, is loaded once)."""
+        loaded = {name: loader.load(position) for name, loader in loaders.items()}
+        return [loaded[name] if wide else self.read_rows(name, chunk)
                 for name, wide in zip(stage.inputs, stage.wide)]
 
     # -- the passes -----------------------------------------------------------------------------
@@ -197,7 +200,7 @@ class Schedule:
                 if recomputed:
                     view.set_epoch(epoch, start)
                     inputs = [_leaf(t, need) for t, need in
-                              zip(_reversed_load(self, stage, loaders, plan.batches - 1 - b, b, chunk), needs)]
+                              zip(self.inputs(stage, loaders, plan.batches - 1 - b, chunk), needs)]
                     with torch.enable_grad():
                         out = stage.run(view, *inputs)
                         wanted = [t for t in inputs if t.requires_grad]
@@ -211,13 +214,16 @@ class Schedule:
                 for acc, g in zip(grads, found[:len(params)]):
                     if g is not None:
                         acc += g
+                pushed: dict = {}
                 for name, wide, g in zip(stage.inputs, stage.wide, input_grads):
                     if g is None:
                         continue
-                    if wide:
-                        pushers[name].push(b, g)
+                    if wide:  # a table loaded once for two inputs gets their gradients' sum
+                        pushed[name] = g if name not in pushed else pushed[name] + g
                     else:
                         self.store.accumulate(grad_table(name), range(chunk.lo, chunk.hi), g)
+                for name, g in pushed.items():
+                    pushers[name].push(b, g)
         return grads
 
     def _cached_backward(self, stage, s, view, epoch, start, chunk, grad_out, params, needs_input):
@@ -251,10 +257,3 @@ class Schedule:
 
 def _leaf(t: torch.Tensor, needs_grad: bool) -> torch.Tensor:
     return t.detach().requires_grad_(needs_grad)
-
-
-def _reversed_load(run, stage, loaders, position: int, b: int, chunk) -> list:
-    """A stage's inputs for batch ``b``, the ``position``-th of the reversed pass."""
-    return [loaders[name].load(position) if wide else run.read_rows(name, chunk)
-            for name, wide in zip(stage.inputs, stage.wide)]
-

@@ -1,0 +1,103 @@
+"""Out-of-core training (--strategy offload) equals the single-process run, and its counters
+equal the plan's predictions, on 1 to 4 real ranks."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from dist import run_ranks
+from helpers import model_fields, random_graph
+from parity import assert_same_run, train
+
+from gnnmesh.config import Config
+from gnnmesh.errors import ConfigError
+
+MODELS = ["gcn", "sage", "gin", "gat", "decoupled-gcn", "decoupled-sage", "decoupled-gat"]
+CHUNKS = [1, 3, 8]
+# Every dedup mode, reorganized and not, meets every model and K across the runs.
+MODES = list(itertools.product(["none", "inter", "intra", "both"], [True, False]))
+EPOCHS = 20
+
+
+def graph():
+    return random_graph(n=61, e=260, features=7, classes=3, directed=True, isolated=3)
+
+
+def runs(world: int) -> list:
+    """(model, K, dedup, reorganize) for a world size: every model at every K, the modes
+    rotating so that each (mode, reorganize) pair meets several models and every K."""
+    out = []
+    for i, (model, k) in enumerate(itertools.product(MODELS, CHUNKS)):
+        dedup, reorganize = MODES[(i + 3 * world) % len(MODES)]
+        out.append((model, k, dedup, reorganize))
+    return out
+
+
+def config(model, **fields) -> Config:
+    extra = {"heads": 2} if model.endswith("gat") else {}
+    return Config(dataset="random", epochs=EPOCHS, seed=3, hidden=8, k=3, **model_fields(model), **extra,
+                  **fields)
+
+
+def offload_config(model, k, dedup, reorganize, world, intermediates="auto") -> Config:
+    partition = {"partitioner": "rp"} if world > 1 else {}
+    return config(model, strategy="offload", nproc=world, chunks=str(k), dedup=dedup, reorganize=reorganize,
+                  intermediates=intermediates, **partition)
+
+
+def _rank_runs(rank, world, cases):
+    from gnnmesh.parallel.offload import costs
+    from gnnmesh.train import Trainer
+    out = []
+    for model, k, dedup, reorganize, intermediates in cases:
+        trainer = Trainer(offload_config(model, k, dedup, reorganize, world, intermediates), graph())
+        result = trainer.fit()
+        strategy = trainer.strategy
+        per_pass = costs.epoch_traffic(strategy.schedule.plan, strategy.stages, 1, 1)
+        out.append({"losses": [r.loss for r in result.history],
+                    "params": {n: v.detach().clone() for n, v in trainer.model.state_dict().items()},
+                    "extra": [r.extra for r in result.history],
+                    "predicted": {"load": per_pass.total("load"), "store": per_pass.total("store"),
+                                  "peer": per_pass.total("peer"), "kept": per_pass.total("kept")}})
+    return out
+
+
+def _check(got, model):
+    want = train(graph(), config(model))
+    assert_same_run(got, want)
+    for extra in got["extra"]:  # every epoch trains and evaluates: one pass of each
+        assert extra["offload_load_bytes"] == got["predicted"]["load"]
+        assert extra["offload_store_bytes"] == got["predicted"]["store"]
+        assert extra["offload_bytes"] == got["predicted"]["peer"]
+        assert extra["offload_kept_bytes"] == got["predicted"]["kept"]
+        assert extra["offload_load_bytes"] <= extra["offload_baseline_load_bytes"]
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_offload_equals_single_process(world):
+    cases = [(m, k, d, r, "auto") for m, k, d, r in runs(world)]
+    if world == 1:
+        results = _rank_runs(0, 1, cases)
+    else:
+        results = run_ranks(_rank_runs, world, cases, timeout=900)[0]
+    for (model, k, dedup, reorganize, _), got in zip(cases, results):
+        try:
+            _check(got, model)
+        except AssertionError as err:
+            raise AssertionError(f"{model}, K={k}, dedup {dedup}, reorganize {reorganize}: {err}") from None
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage", "gin"])
+def test_recomputing_equals_caching(model):
+    cases = [(model, 3, "both", True, how) for how in ("recompute", "cache")]
+    for got in _rank_runs(0, 1, cases):
+        _check(got, model)
+
+
+def test_cache_is_refused_where_layers_recompute():
+    from gnnmesh.train import Trainer
+    for model in ("gat", "decoupled-gcn"):
+        with pytest.raises(ConfigError, match="intermediates"):
+            Trainer(offload_config(model, 2, "both", True, 1, "cache"), graph())
