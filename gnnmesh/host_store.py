@@ -78,7 +78,9 @@ class HostStore:
         old = self._tables.get(name)
         table = self._tables[name] = _Table(int(rows), int(width))
         if self.kind == "ram":
-            table.data = torch.zeros(rows, width, pin_memory=self.pin)
+            # Written now, so that every page is resident from the start: the host tier's
+            # memory is taken when it is made, never later inside the fast tier's accounting.
+            table.data = torch.empty(rows, width, pin_memory=self.pin).zero_()
             return
         if old is not None:  # keep its file
             table.fd, table.path = old.fd, old.path

@@ -28,72 +28,67 @@ OPERATORS = {
 }
 
 
-# Masks are drawn in fixed blocks of global rows (or of operator entries, in CSR order), each
-# from its own generator keyed by (draw, block): a process draws only the blocks its own ids
-# touch, never a mask over all rows, and the mask of any id set is the same however the ids
-# are split among processes. Sizes measured with benchmarks/masks.py: from 1024 rows of 16 or
-# more values up, seeding a generator per block (~10 us) costs little (the time is flat up
-# to 16384 rows), and smaller blocks waste less on scattered ids (a partition's rows).
-ROW_BLOCK = 1024
-EDGE_BLOCK = 65536
+# A mask value is a hash of (draw key, global id, position in the row): the mask of any set of
+# ids costs in proportion to the set, however scattered its ids are (a partition's rows, an
+# out-of-core chunk's neighbours), and is the same however the ids are split among processes
+# or chunks. SplitMix64's finalizer gives 64 well-mixed bits per counter, four values each.
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX = (np.uint64(30), np.uint64(0xBF58476D1CE4E5B9), np.uint64(27), np.uint64(0x94D049BB133111EB),
+        np.uint64(31))
+_WORDS_PER_PIECE = 1 << 16  # bounds the hash's temporaries
 
 
 def rows_mask(ids, row_shape, p: float, key: int, device, columns: slice = slice(None)) -> torch.Tensor:
     """Keep-mask (probability ``1 - p``, resolution 2^-16) of the global rows ``ids`` (a
     LongTensor or array in any order, or a ``range``) of a matrix with rows of ``row_shape``,
     for the draw ``key``: ``[len(ids), *row_shape]``, or only ``columns`` of the last axis."""
-    return _block_mask(ids, ROW_BLOCK, tuple(row_shape), p, key, device, columns)
+    return _mask(ids, tuple(row_shape), p, key, device, columns)
 
 
 def entries_mask(entry_ids, edge_shape, p: float, key: int, device) -> torch.Tensor:
     """``rows_mask`` over global entry ids of an operator (per-edge values of ``edge_shape``)."""
-    return _block_mask(entry_ids, EDGE_BLOCK, tuple(edge_shape), p, key, device, slice(None))
+    return _mask(entry_ids, tuple(edge_shape), p, key ^ 0x5DEECE66D, device, slice(None))
 
 
-def _draw(key: int, block: int, count: int) -> np.ndarray:
-    """``count`` uniform uint16 of ``block``: raw PCG64 words, several times faster than
-    Generator.bytes or torch.rand. Little-endian, so every platform draws the same mask."""
-    words = np.random.PCG64([key, block]).random_raw(-(-count // 4))
-    return words.astype("<u8", copy=False).view("<u2")[:count]
+def _mix(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's finalizer, in place."""
+    shift1, mult1, shift2, mult2, shift3 = _MIX
+    z ^= z >> shift1
+    z *= mult1
+    z ^= z >> shift2
+    z *= mult2
+    z ^= z >> shift3
+    return z
 
 
-def _block_mask(ids, size: int, shape: tuple, p: float, key: int, device, columns: slice) -> torch.Tensor:
-    if not isinstance(ids, range):
-        ids = _as_range(np.asarray(ids.cpu() if torch.is_tensor(ids) else ids, dtype=np.int64))
-    threshold = round(p * 65536)
-    out_shape = shape[:-1] + (len(range(shape[-1])[columns]),) if shape else ()
-    out = np.empty((len(ids),) + out_shape, dtype=bool)
-    for block, rows, dest in _segments(ids, size):
-        draws = _draw(key, block, size * int(np.prod(shape))).reshape((size,) + shape)
-        out[dest] = (draws[..., columns] if shape else draws)[rows] >= threshold
-    return torch.from_numpy(out).to(device)
+def _draw(key: int, ids: np.ndarray, width: int) -> np.ndarray:
+    """``[len(ids), width]`` uniform uint16 of the rows ``ids`` for draw ``key``: row i's
+    values are the little-endian halves of the hashes of counters ``i * words + w``, so
+    every platform draws the same mask."""
+    words = -(-width // 4)
+    salt = _mix(np.array([key], dtype=np.uint64))[0]
+    offsets = np.arange(words, dtype=np.uint64)
+    out = np.empty((len(ids), words), dtype="<u8")
+    step = max(1, _WORDS_PER_PIECE // words)
+    with np.errstate(over="ignore"):
+        for start in range(0, len(ids), step):
+            z = ids[start:start + step, None].astype(np.uint64) * np.uint64(words) + offsets
+            z *= _GOLDEN
+            z += salt
+            out[start:start + step] = _mix(z)
+    return out.view("<u2").reshape(len(ids), 4 * words)[:, :width]
 
 
-def _as_range(ids: np.ndarray):
-    """``ids`` as a ``range`` when they are one ascending run (the fast path), else as given."""
-    if not len(ids):
-        return range(0)
-    if ids[-1] - ids[0] == len(ids) - 1 and np.all(ids[1:] > ids[:-1]):
-        return range(int(ids[0]), int(ids[-1]) + 1)
-    return ids
-
-
-def _segments(ids, size: int):
-    """For every block of ``size`` ids that ``ids`` touch: (the block, the rows of it wanted,
-    where they go in the output), slices for a range, index arrays otherwise."""
+def _mask(ids, shape: tuple, p: float, key: int, device, columns: slice) -> torch.Tensor:
     if isinstance(ids, range):
-        for block in range(ids.start // size, -(-ids.stop // size)):
-            lo, hi = max(ids.start, block * size), min(ids.stop, (block + 1) * size)
-            yield block, slice(lo - block * size, hi - block * size), slice(lo - ids.start, hi - ids.start)
-        return
-    ascending = bool(np.all(ids[1:] >= ids[:-1]))
-    order = None if ascending else np.argsort(ids, kind="stable")
-    ids = ids if ascending else ids[order]
-    blocks = ids // size
-    cuts = np.concatenate(([0], np.flatnonzero(blocks[1:] != blocks[:-1]) + 1, [len(ids)]))
-    for a, z in zip(cuts[:-1], cuts[1:]):
-        block = int(blocks[a])
-        yield block, ids[a:z] - block * size, slice(a, z) if ascending else order[a:z]
+        ids = np.arange(ids.start, ids.stop, dtype=np.int64)
+    else:
+        ids = np.asarray(ids.cpu() if torch.is_tensor(ids) else ids, dtype=np.int64)
+    width = int(np.prod(shape))
+    draws = _draw(key, ids, width).reshape((len(ids),) + shape)
+    if shape:
+        draws = draws[..., columns]
+    return torch.from_numpy(draws >= round(p * 65536)).to(device)
 
 
 class GraphView:

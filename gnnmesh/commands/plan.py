@@ -13,6 +13,7 @@ from typing import Optional
 from ..atomic import write_file
 from ..errors import ConfigError
 from ..layout.grid import AXES, RANK_ORDER, WORLD, rank_orders
+from . import plan_offload
 from ..planner.grid3d import GPU_NETWORK, GPU_RATES, ComputeRates, Network, SpMM, Workload, rank_grids
 
 DEFAULT_HIDDEN, DEFAULT_LAYERS = 16, 2           # the train command's GCN defaults
@@ -22,9 +23,9 @@ DEFAULT_FEATURES, DEFAULT_CLASSES = 128, 10      # for a graph given by its size
 def add_parser(subparsers) -> argparse.ArgumentParser:
     cmd = subparsers.add_parser("plan", help="rank the process grids of a parallel strategy by "
                                 "predicted epoch time")
-    cmd.add_argument("--strategy", choices=("grid3d",), default="grid3d",
+    cmd.add_argument("--strategy", choices=("grid3d", "offload"), default="grid3d",
                      help="parallel strategy to plan (default grid3d)")
-    cmd.add_argument("--nproc", type=int, required=True, metavar="G", help="number of ranks (GPUs) G")
+    cmd.add_argument("--nproc", type=int, metavar="G", help="number of ranks (GPUs) G (offload: default 1)")
     cmd.add_argument("--gpus-per-node", dest="per_node", type=int, metavar="K",
                      help="ranks per node (default: all G on one node)")
     graph = cmd.add_argument_group("graph and model (a dataset, or its size)")
@@ -37,8 +38,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                        "counts twice); self-loops are added")
     graph.add_argument("--features", type=int, metavar="F", help="input width (default: the dataset's, "
                        f"else {DEFAULT_FEATURES})")
-    graph.add_argument("--hidden", type=int, default=DEFAULT_HIDDEN, metavar="H",
-                       help=f"hidden width (default {DEFAULT_HIDDEN})")
+    graph.add_argument("--hidden", type=int, metavar="H",
+                       help=f"hidden width (default: grid3d {DEFAULT_HIDDEN}, offload the model's)")
     graph.add_argument("--classes", type=int, metavar="C", help="output width (default: the dataset's, "
                        f"else {DEFAULT_CLASSES})")
     graph.add_argument("--layers", type=int, default=DEFAULT_LAYERS, metavar="L",
@@ -65,10 +66,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      help=f"grid axes from slowest to fastest varying rank number (default {RANK_ORDER}, "
                           "the grid3d strategy's)")
     cmd.add_argument("--top", type=int, metavar="N", help="show only the best N grids")
+    plan_offload.add_arguments(cmd)
     return cmd
 
 
 def run(args) -> int:
+    if args.strategy == "offload":
+        args.hidden_given = args.hidden is not None
+        return plan_offload.run(args)
+    if args.nproc is None:
+        raise ConfigError("--nproc G: the number of ranks to plan grids for")
+    args.hidden = args.hidden or DEFAULT_HIDDEN
     _check(args)
     name, work = workload(args)
     rates, network = machine(args)

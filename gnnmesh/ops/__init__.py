@@ -1,7 +1,19 @@
 """Sparse kernels with autograd: the three primitives every model is written with."""
 
+from ._index import cols, csr, rows, transpose_perm
 from .softmax import edge_softmax
 from .spmm import spmm
 from .sddmm import sddmm
 
-__all__ = ["spmm", "sddmm", "edge_softmax"]
+
+def index(adj, device) -> None:
+    """Build, now, the index arrays the kernels would build on first use of ``adj`` (its
+    CSR and transpose, entry rows and columns) on ``device``."""
+    for transpose in (False, True):
+        csr(adj, transpose, device)
+    transpose_perm(adj, device)
+    rows(adj, device)
+    cols(adj, device)
+
+
+__all__ = ["spmm", "sddmm", "edge_softmax", "index"]

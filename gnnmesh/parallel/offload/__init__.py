@@ -86,7 +86,7 @@ class Offload(DistributedStrategy):
         self.kind = host_store
         self.schedule = self.views = None
         self._passes = {"train": 0, "eval": 0}
-        self._epoch_start_rss = 0.0
+        self._baseline_rss = 0.0
 
     def describe(self) -> str:
         if self.schedule is None:
@@ -121,48 +121,20 @@ class Offload(DistributedStrategy):
     def prepare(self, model) -> None:
         stages = stages_of(model, self.in_dim, self.intermediates)
         classes, heads = stages[-1].width, getattr(model, "heads", 1)
-        if self.chunks is not None:
-            plan = self._plan(self.chunks)
-            need = max(costs.footprint(plan, stages, classes, heads))
-            if need > self.budget:
-                raise ConfigError(f"config field 'device_memory': {_mib(self.budget)} is too small for "
-                                  f"{self.chunks} chunks per rank (their largest needs about {_mib(need)}); "
-                                  f"give at least {_mib(need)}, or more chunks (--chunks auto)")
-        else:
-            plan = self._auto(stages, classes, heads)
+        plan = make_plan(self.adj, self.owned, self.rank, self.in_dim, stages, classes, heads, self.budget,
+                         self.chunks, self.dedup, self.reorganize)
+        plan.keep_own_steps()  # built and counted now, before the budget's baseline
         self.schedule = Schedule(plan, stages, self.store, self.comm, self.device)
-        operators: dict = {}
+        operators: dict = {}  # the whole graph's, only while the chunks' blocks are cut from them
         self.views = [ChunkView(self.adj, plan.chunk(self.rank, b), operators, self.seed_, self.device)
                       for b in range(plan.batches)]
+        for view in self.views:  # the topology is built before training, not inside the budget
+            view.build({name for stage in stages for name in stage.operators})
+        operators.clear()
+        # Per training and per evaluation pass: loads without dedup, and with inter-rank dedup only.
+        self._compare = {mode: [costs.epoch_traffic(plan, stages, *passes, mode=mode).total("load")
+                                for passes in ((1, 0), (0, 1))] for mode in ("none", "inter")}
         self.stages, self.classes, self.heads = stages, classes, heads
-
-    def _plan(self, k: int) -> Chunking:
-        return Chunking(self.adj, self.owned, k, self.dedup, self.reorganize, self.rank, self.in_dim)
-
-    def _auto(self, stages, classes, heads) -> Chunking:
-        """The smallest K whose estimated footprint fits the budget (doubling, then bisecting)."""
-        rows = max(len(ids) for ids in self.owned)
-        fits = {}
-
-        def plan_of(k):
-            plan = self._plan(k)
-            fits[k] = (max(costs.footprint(plan, stages, classes, heads)), plan)
-            return fits[k][0] <= self.budget
-
-        k = 1
-        while not plan_of(k):
-            if k >= rows:
-                raise ConfigError(f"config field 'device_memory': {_mib(self.budget)} is too small even for "
-                                  f"chunks of one row; give at least {_mib(fits[k][0])}")
-            k = min(2 * k, rows)
-        low = k // 2 + 1
-        while low < k:  # the smallest fitting K lies in (k/2, k]
-            mid = (low + k) // 2
-            if plan_of(mid):
-                k = mid
-            else:
-                low = mid + 1
-        return fits[k][1]
 
     # -- training -------------------------------------------------------------------------------
     def forward(self, model, view, x):
@@ -183,7 +155,7 @@ class Offload(DistributedStrategy):
         self._passes = {"train": 0, "eval": 0}
         if self.schedule is not None:
             self.schedule.kept_bytes, self.schedule.recompute_seconds = 0, 0.0
-        self._epoch_start_rss = _reset_peak()
+        self._baseline_rss = _reset_peak()  # setup is done: the topology and host tier are in place
 
     def rank_figures(self) -> dict:
         io = self.store.take()
@@ -195,7 +167,7 @@ class Offload(DistributedStrategy):
             out["recompute_time"] = self.schedule.recompute_seconds
             self.schedule.kept_bytes, self.schedule.recompute_seconds = 0, 0.0
         peak = (torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda"
-                else max(0.0, memory.peak_rss_mib() - self._epoch_start_rss) * 2**20)
+                else max(0.0, memory.peak_rss_mib() - self._baseline_rss) * 2**20)
         out["fast_peak_bytes_max"] = peak
         return out
 
@@ -203,10 +175,10 @@ class Offload(DistributedStrategy):
         passes = dict(self._passes)
         out = super().report(epoch_time, peaks)
         plan = self.schedule.plan
-        baseline = costs.epoch_traffic(plan.with_mode("none"), self.stages, passes["train"], passes["eval"])
-        inter = costs.epoch_traffic(plan.with_mode("inter"), self.stages, passes["train"], passes["eval"])
-        base, load = baseline.total("load"), out["offload_load_bytes"]
-        inter_saved = base - inter.total("load") if plan.mode in ("inter", "both") else 0
+        base, inter = ((passes["train"] * train + passes["eval"] * evaluate)
+                       for train, evaluate in (self._compare["none"], self._compare["inter"]))
+        load = out["offload_load_bytes"]
+        inter_saved = base - inter if plan.mode in ("inter", "both") else 0
         out.update({"offload_baseline_load_bytes": base,
                     "dedup_saving_pct": _pct(base - load, base),
                     "dedup_inter_pct": _pct(inter_saved, base),
@@ -217,7 +189,7 @@ class Offload(DistributedStrategy):
         self._passes = {"train": 0, "eval": 0}
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
-        self._epoch_start_rss = _reset_peak()
+        _reset_peak()
         return out
 
     def report_lines(self, extra: dict) -> list:
@@ -230,6 +202,57 @@ class Offload(DistributedStrategy):
                      f"{extra['chunks']} chunks, fast-tier peak {extra['fast_peak_bytes_max'] / 2**20:.1f} MiB "
                      f"of {extra['budget_bytes'] / 2**20:.0f} MiB")
         return lines
+
+
+def make_plan(adj, owned: list, rank: int, in_dim: int, stages: list, classes: int, heads: int, budget: int,
+              chunks: Optional[int], dedup: str, reorganize: bool) -> Chunking:
+    """The plan of every rank (owning the ids ``owned[r]``) for ``stages``: ``chunks`` per
+    rank, refused if its estimated footprint exceeds ``budget`` bytes, or (None) the
+    smallest K whose estimate fits."""
+    def plan(k, reorganized=reorganize):
+        return Chunking(adj, owned, k, dedup, reorganized, rank, in_dim)
+
+    def need(chunking):
+        return max(costs.footprint(chunking, stages, classes, heads))
+
+    if chunks is not None:
+        chosen = plan(chunks)
+        if need(chosen) > budget:
+            raise ConfigError(f"config field 'device_memory': {_mib(budget)} is too small for {chunks} chunks "
+                              f"per rank (their largest needs about {_mib(need(chosen))}); give at least "
+                              f"{_mib(need(chosen))}, or more chunks (--chunks auto)")
+        return chosen
+    floor = costs.footprint_floor(adj, owned, stages, classes, heads, in_dim, dedup)
+    if floor > budget:
+        raise ConfigError(f"config field 'device_memory': {_mib(budget)} is too small even for chunks of "
+                          f"one row; give at least {_mib(floor)}")
+    # Doubling, then bisecting, over plans in chunk order; the reorganized plan of the chosen
+    # K is kept if it fits as well.
+    rows = max(len(ids) for ids in owned)
+    fits = {}
+
+    def fitting(k):
+        fits[k] = plan(k, False)
+        return need(fits[k]) <= budget
+
+    k = 1
+    while not fitting(k):
+        if k >= rows:
+            raise ConfigError(f"config field 'device_memory': {_mib(budget)} is too small for this graph; "
+                              f"give at least {_mib(need(fits[k]))}")
+        k = min(2 * k, rows)
+    low = k // 2 + 1
+    while low < k:  # the smallest fitting K lies in (k/2, k]
+        mid = (low + k) // 2
+        if fitting(mid):
+            k = mid
+        else:
+            low = mid + 1
+    if reorganize and k > 1:
+        chosen = plan(k)
+        if need(chosen) <= budget:
+            return chosen
+    return fits[k]
 
 
 def _pct(part: float, whole: float) -> float:

@@ -4,7 +4,7 @@ the topology and the vertex-to-rank assignment, so no plan ever travels."""
 
 from __future__ import annotations
 
-import copy
+from functools import cached_property
 
 import numpy as np
 
@@ -30,18 +30,18 @@ class Chunking:
         self.chunks = []
         for r, ids in enumerate(owned):
             bounds = cut(degrees[ids] + 1, k)
-            self.chunks.append([Chunk(r, int(lo), int(hi), ids[lo:hi], neighbourhood(adj, ids[lo:hi]),
-                                      int(degrees[ids[lo:hi]].sum()) + int(hi - lo))
-                                for lo, hi in zip(bounds[:-1], bounds[1:])])
-        identity = [list(range(k)) for _ in owned]
-        self.order = identity
+            mine = []
+            for lo, hi in zip(bounds[:-1], bounds[1:]):
+                dst = ids[lo:hi]
+                mine.append(Chunk(r, int(lo), int(hi), dst, neighbourhood(adj, dst), int(degrees[dst].sum()) + len(dst)))
+            self.chunks.append(mine)
+        self._moved: dict = {}
+        self.order = [list(range(k)) for _ in owned]
         self.reorganized = False
         if reorganized and k > 1:
             candidate = reorganize([[c.neighbours for c in mine] for mine in self.chunks])
-            if self._cost(candidate) < self._cost(identity):  # greedy: keep it only when it helps
+            if self._read(candidate) < self._read(self.order):  # greedy: keep it only when it helps
                 self.order, self.reorganized = candidate, True
-        self.steps_forward = self._steps(self.order, mode)
-        self.steps_reverse = self._steps([mine[::-1] for mine in self.order], mode)
 
     @property
     def batches(self) -> int:
@@ -59,22 +59,49 @@ class Chunking:
         """``needs[b][q]``: N(q, b) under ``order``."""
         return [[self.chunks[q][order[q][b]].neighbours for q in range(self.world)] for b in range(self.k)]
 
-    def _steps(self, order: list, mode: str) -> list:
-        return transfers.steps(self.needs(order), self.owner, self.local, self.world, mode)
+    @cached_property
+    def steps_forward(self) -> list:
+        return self._steps(self.order)
 
-    def _cost(self, order: list) -> int:
+    @cached_property
+    def steps_reverse(self) -> list:
+        return self._steps([mine[::-1] for mine in self.order])
+
+    def _steps(self, order: list) -> list:
+        return transfers.steps(self.needs(order), self.owner, self.local, self.world, self.mode)
+
+    def moved(self, mode=None, reverse: bool = False) -> transfers.Rows:
+        """Rows one load of every batch reads, sends and keeps, per rank, under dedup ``mode``
+        (default: the plan's), over the batches in order or ``reverse``d."""
+        mode = mode or self.mode
+        key = (mode, reverse and mode not in ("none", "inter"))
+        if key not in self._moved:
+            if mode in ("none", "inter"):  # nothing stays loaded: the order does not matter
+                self._moved[key] = transfers.count_unordered(self.needs(self.order), self.owner, self.world, mode)
+            elif mode != self.mode:
+                raise ValueError(f"dedup mode {mode!r}: only the plan's own ordered mode is counted")
+            else:
+                self._moved[key] = transfers.count(self.steps_reverse if reverse else self.steps_forward,
+                                                   self.world)
+        return self._moved[key]
+
+    def keep_own_steps(self) -> None:
+        """Count every rank's transfers, then keep only this rank's steps (the others' were
+        needed for the counts alone)."""
+        for mode in dict.fromkeys((self.mode, "none", "inter")):
+            for reverse in (False, True):
+                self.moved(mode, reverse)
+        for steps in (self.steps_forward, self.steps_reverse):
+            for row in steps:
+                for r in range(self.world):
+                    if r != self.rank:
+                        row[r] = None
+
+    def _read(self, order: list) -> int:
         """Host-tier rows a load reads under ``order`` (what reorganizing aims to lower)."""
-        return transfers.count(self._steps(order, self.mode), self.world).total("read")
-
-    def with_mode(self, mode: str) -> "Chunking":
-        """The same chunks and order, loaded under dedup ``mode`` (for comparing modes)."""
-        if mode == self.mode:
-            return self
-        other = copy.copy(self)
-        other.mode = mode
-        other.steps_forward = self._steps(self.order, mode)
-        other.steps_reverse = self._steps([mine[::-1] for mine in self.order], mode)
-        return other
+        if self.mode in ("none", "inter"):
+            return transfers.count_unordered(self.needs(order), self.owner, self.world, self.mode).total("read")
+        return transfers.count(self._steps(order), self.world).total("read")
 
     def replication(self) -> float:
         """alpha: loaded rows per vertex, summed over all chunks (HongTu §4.3)."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from . import transfers
 from .engine import FEATURES
 
@@ -32,18 +34,14 @@ class Traffic:
         return int(sum(getattr(self, name)))
 
 
-def _rows(chunking, steps: list) -> transfers.Rows:
-    return transfers.count(steps, chunking.world)
-
-
-def epoch_traffic(chunking, stages: list, train: int = 1, evaluate: int = 1) -> Traffic:
+def epoch_traffic(chunking, stages: list, train: int = 1, evaluate: int = 1, mode=None) -> Traffic:
     """The bytes of ``train`` training passes (forward and backward) and ``evaluate``
     evaluation passes (forward): an epoch is one of each, or one training pass when it
-    does not evaluate."""
+    does not evaluate. ``mode``: another dedup mode keeping nothing (none, inter)."""
     world = chunking.world
     rows = [chunking.chunks[r][-1].hi for r in range(world)]
     out = Traffic([0] * world, [0] * world, [0] * world, [0] * world)
-    forward, reverse = _rows(chunking, chunking.steps_forward), _rows(chunking, chunking.steps_reverse)
+    forward, reverse = chunking.moved(mode), chunking.moved(mode, reverse=True)
 
     def move(moved: transfers.Rows, width: int, into: str) -> None:
         for r in range(world):
@@ -98,17 +96,46 @@ def _wide(stage) -> list:
 
 def footprint(chunking, stages: list, classes: int, heads: int = 1) -> list:
     """Upper estimate of each rank's peak fast-tier bytes: the largest working set of any
-    batch in any stage (loaded rows, the buffers the next batch reuses, the products of the
-    chunk's computation), plus the logits and what the loss makes of them."""
-    widest = max([chunking.in_dim] + [s.width for s in stages])
-    terms = max([len(s.split.widths) if s.split else 1 for s in stages])
+    batch in any stage (its loaded rows, what owners read for it, the rows the next batch
+    reuses, the products of the chunk's computation), plus the logits and what the loss
+    makes of them. From the chunks alone, so that ``--chunks auto`` can try many K."""
     copies = 1 if chunking.mode == "none" else 2  # rows the next batch reuses stay loaded
+    shapes = _stage_shapes(chunking, stages)
     peaks = []
     for r in range(chunking.world):
         worst = 0
-        for b, row in enumerate(chunking.steps_forward):
-            step, chunk = row[r], chunking.chunk(r, b)
-            rows = copies * (step.input_rows + step.buffer_rows) + WORK_FACTOR * terms * step.input_rows
-            worst = max(worst, rows * widest * FLOAT + EDGE_BYTES * heads * chunk.entries)
+        for b in range(chunking.batches):
+            chunk = chunking.chunk(r, b)
+            loaded = len(chunk.neighbours)
+            served = sum(int(np.count_nonzero(chunking.owner[chunking.chunk(q, b).neighbours] == r))
+                         for q in range(chunking.world)) if chunking.world > 1 else loaded
+            for width_in, width, terms in shapes:
+                work = (copies * (loaded + served) * width_in + WORK_FACTOR * terms * loaded * width) * FLOAT
+                worst = max(worst, work + EDGE_BYTES * heads * chunk.entries)
         peaks.append(worst + 4 * chunking.chunks[r][-1].hi * classes * FLOAT)
     return peaks
+
+
+def _stage_shapes(chunking, stages: list) -> list:
+    """(widest input, widest of input and output, aggregates) of every stage."""
+    widths = {FEATURES: chunking.in_dim, **{s.output: s.width for s in stages}}
+    out = []
+    for stage in stages:
+        width_in = max(widths[name] for name in stage.inputs)
+        out.append((width_in, max(width_in, stage.width), len(stage.split.widths) if stage.split else 1))
+    return out
+
+
+def footprint_floor(adj, owned: list, stages: list, classes: int, heads: int, in_dim: int, mode: str) -> int:
+    """A lower bound of ``footprint`` over every plan (chunks of one row, no row served to
+    another rank): no budget below it can work."""
+    widest = max([in_dim] + [s.width for s in stages])
+    terms = max([len(s.split.widths) if s.split else 1 for s in stages])
+    copies = 1 if mode == "none" else 2
+    degrees = adj.degrees().numpy()
+    floor = 0
+    for ids in owned:
+        rows = int(degrees[ids].max()) + 1 if len(ids) else 0  # a row's neighbourhood, itself included
+        work = (copies + WORK_FACTOR * terms) * rows * widest * FLOAT + EDGE_BYTES * heads * rows
+        floor = max(floor, work + 4 * len(ids) * classes * FLOAT)
+    return floor

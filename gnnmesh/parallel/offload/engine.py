@@ -35,26 +35,35 @@ class Loader:
         self.buffer = self.input = None
 
     def load(self, b: int) -> torch.Tensor:
-        run, step = self.run, self.steps[b][self.run.rank]
-        buffer = torch.empty((step.buffer_rows, self.width), device=run.device)
-        start = 0
-        for rows in step.reads:
-            if len(rows):
-                buffer[step.fresh_to[start:start + len(rows)]] = run.store.read(self.name, rows)
-            start += len(rows)
-        if len(step.keep[0]):
-            buffer[step.keep[1]] = self.buffer[step.keep[0]]
-            run.count_kept(len(step.keep[0]), self.width)
-        pieces = [buffer[idx] for idx in step.send]
-        arrived = run.exchange(pieces, [len(p) for p in step.place], self.width)
-        rows = torch.empty((step.input_rows, self.width), device=run.device)
-        for p, place in enumerate(step.place):
-            rows[place] = arrived[p]
-        if len(step.input_keep[0]):
-            rows[step.input_keep[1]] = self.input[step.input_keep[0]]
-            run.count_kept(len(step.input_keep[0]), self.width)
-        self.buffer = buffer if len(self.steps) > b + 1 and _keeps(self.steps[b + 1][run.rank], "keep") else None
-        self.input = rows if len(self.steps) > b + 1 and _keeps(self.steps[b + 1][run.rank], "input_keep") else None
+        run, me = self.run, self.run.rank
+        step = self.steps[b][me]
+        if step.read_whole:  # the buffer is one read, in order
+            buffer = run.store.read(self.name, step.reads[0])
+        else:
+            buffer = torch.empty((step.buffer_rows, self.width), device=run.device)
+            start = 0
+            for rows in step.reads:
+                if len(rows):
+                    buffer.index_copy_(0, step.fresh_to[start:start + len(rows)], run.store.read(self.name, rows))
+                start += len(rows)
+            if len(step.keep[0]):
+                buffer.index_copy_(0, step.keep[1], self.buffer.index_select(0, step.keep[0]))
+                run.count_kept(len(step.keep[0]), self.width)
+        arrived = run.exchange({q: buffer.index_select(0, idx) for q, idx in enumerate(step.send) if q != me},
+                               [len(p) for p in step.place], self.width)
+        if step.identity:  # this rank's own rows are the whole input, in order
+            rows = buffer
+        else:
+            rows = torch.empty((step.input_rows, self.width), device=run.device)
+            rows.index_copy_(0, step.place[me], buffer.index_select(0, step.send[me]))
+            for p, piece in arrived.items():
+                rows.index_copy_(0, step.place[p], piece)
+            if len(step.input_keep[0]):
+                rows.index_copy_(0, step.input_keep[1], self.input.index_select(0, step.input_keep[0]))
+                run.count_kept(len(step.input_keep[0]), self.width)
+        following = self.steps[b + 1][me] if b + 1 < len(self.steps) else None
+        self.buffer = buffer if following is not None and _keeps(following, "keep") else None
+        self.input = rows if following is not None and _keeps(following, "input_keep") else None
         return rows
 
 
@@ -68,29 +77,36 @@ class Pusher:
         self.carry_buffer = self.carry_input = None
 
     def push(self, b: int, grad: torch.Tensor) -> None:
-        run, step = self.run, self.steps[b][self.run.rank]
+        run, me = self.run, self.run.rank
+        step = self.steps[b][me]
         if self.carry_input is not None:
             grad = grad + self.carry_input
-        pieces = [grad[place] for place in step.place]
-        arrived = run.exchange(pieces, [len(s) for s in step.send], self.width)
-        buffer = (self.carry_buffer if self.carry_buffer is not None
-                  else grad.new_zeros((step.buffer_rows, self.width)))
-        for q, idx in enumerate(step.send):  # rank order: the sum is deterministic
-            if len(idx):
-                buffer.index_add_(0, torch.as_tensor(idx, device=run.device), arrived[q])
-        start = 0
-        for rows in step.reads:
-            if len(rows):
-                run.store.accumulate(self.name, rows, buffer[step.fresh_to[start:start + len(rows)]])
-            start += len(rows)
+        arrived = run.exchange({p: grad.index_select(0, place) for p, place in enumerate(step.place) if p != me},
+                               [len(s) for s in step.send], self.width)
+        if step.identity and self.carry_buffer is None:
+            buffer = grad
+        else:
+            buffer = (self.carry_buffer if self.carry_buffer is not None
+                      else grad.new_zeros((step.buffer_rows, self.width)))
+            buffer.index_add_(0, step.send[me], grad.index_select(0, step.place[me]))
+        for q, piece in arrived.items():  # rank order: the sum is deterministic
+            buffer.index_add_(0, step.send[q], piece)
+        if step.read_whole:
+            run.store.accumulate(self.name, step.reads[0], buffer)
+        else:
+            start = 0
+            for rows in step.reads:
+                if len(rows):
+                    run.store.accumulate(self.name, rows, buffer.index_select(0, step.fresh_to[start:start + len(rows)]))
+                start += len(rows)
         self.carry_buffer = self.carry_input = None
         if len(step.keep[0]):
-            self.carry_buffer = grad.new_zeros((self.steps[b - 1][run.rank].buffer_rows, self.width))
-            self.carry_buffer[step.keep[0]] = buffer[step.keep[1]]
+            self.carry_buffer = grad.new_zeros((self.steps[b - 1][me].buffer_rows, self.width))
+            self.carry_buffer.index_copy_(0, step.keep[0], buffer.index_select(0, step.keep[1]))
             run.count_kept(len(step.keep[0]), self.width)
         if len(step.input_keep[0]):
-            self.carry_input = grad.new_zeros((self.steps[b - 1][run.rank].input_rows, self.width))
-            self.carry_input[step.input_keep[0]] = grad[step.input_keep[1]]
+            self.carry_input = grad.new_zeros((self.steps[b - 1][me].input_rows, self.width))
+            self.carry_input.index_copy_(0, step.input_keep[0], grad.index_select(0, step.input_keep[1]))
             run.count_kept(len(step.input_keep[0]), self.width)
 
 
@@ -119,20 +135,18 @@ class Schedule:
     def count_kept(self, rows: int, width: int) -> None:
         self.kept_bytes += rows * width * 4
 
-    def exchange(self, pieces: list, recv_rows: list, width: int) -> list:
-        """``pieces[q]`` to rank q; returns what each rank sent here (own piece included)."""
-        me = self.rank
-        if self.comm.world_size == 1:
-            return pieces
-        send = torch.cat([p for q, p in enumerate(pieces) if q != me] or [pieces[me][:0]]).flatten()
-        send_counts = [0 if q == me else len(p) * width for q, p in enumerate(pieces)]
+    def exchange(self, pieces: dict, recv_rows: list, width: int) -> dict:
+        """``pieces[q]`` to every other rank q; returns what each other rank sent here."""
+        me, world = self.rank, self.comm.world_size
+        if world == 1:
+            return {}
+        send = torch.cat([pieces[q].reshape(-1) for q in sorted(pieces)]
+                         or [torch.empty(0, device=self.device)])
+        send_counts = [0 if q == me else len(pieces[q]) * width for q in range(world)]
         recv_counts = [0 if p == me else n * width for p, n in enumerate(recv_rows)]
         with self.comm.phase("offload"):
             flat = self.comm.all_to_all(send, send_counts, recv_counts)
-        out = list(flat.split(recv_counts))
-        out = [t.view(-1, width) for t in out]
-        out[me] = pieces[me]
-        return out
+        return {p: t.view(-1, width) for p, t in enumerate(flat.split(recv_counts)) if p != me}
 
     def read_rows(self, name: str, chunk) -> torch.Tensor:
         return self.store.read(name, range(chunk.lo, chunk.hi))

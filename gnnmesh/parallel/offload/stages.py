@@ -16,7 +16,7 @@ import torch
 
 from ...errors import ConfigError
 from ...models import Decoupled
-from ...models.base import GraphLayer, LayerStack
+from ...models.base import SELF, GraphLayer, LayerStack
 
 INTERMEDIATES = ("auto", "recompute", "cache")
 
@@ -41,6 +41,7 @@ class Stage:
     draws_after: Optional[int]  # the stage whose draws this one follows (None: the epoch's first)
     split: Optional[Split] = None
     cached: bool = False   # keep ``split``'s aggregates in the host tier
+    operators: tuple = ()  # the graph operators it multiplies with
 
 
 def table(index: int) -> str:
@@ -82,10 +83,12 @@ def _layer_stack(model: LayerStack, in_dim: int, cache: bool) -> list:
                           lambda aggs, layer=layer, finish=finish: finish(layer.maths().update(aggs)),
                           (width,) * len(maths.terms))
             width_out = maths.out_features
+            operators = tuple(dict.fromkeys(t.op for t in maths.terms if t.op != SELF))
         else:  # a GAT layer: its output width is what it returns
             width_out = layer.heads * layer.out_dim if layer.concat else layer.out_dim
+            operators = ("loop",)
         out.append(Stage((table(i),), (True,), table(i + 1), width_out, run, i - 1 if i else None,
-                         split, cached=cache and split is not None))
+                         split, cached=cache and split is not None, operators=operators))
         width = width_out
     return out
 
@@ -99,7 +102,8 @@ def _decoupled(model: Decoupled, in_dim: int) -> list:
             return model.combine(view.spmm(h, model.op, weights), view.destinations(h0))
 
         previous = "p0" if step == 0 else f"p{step}"
-        stages.append(Stage((previous, "p0"), (True, True), f"p{step + 1}", classes, run, 0))
+        stages.append(Stage((previous, "p0"), (True, True), f"p{step + 1}", classes, run, 0,
+                            operators=(model.op,)))
     if not model.attention:  # H_0 is needed at the destinations only
         for stage in stages[1:]:
             stage.wide = (True, False)

@@ -50,6 +50,8 @@ class Step:
     place: list               # per owner p: input positions of the rows it sends
     input_keep: tuple         # (previous input positions, input positions) kept in place
     input_rows: int
+    read_whole: bool = False  # one read fills the buffer in order
+    identity: bool = False    # the input is this rank's buffer as it is
 
     @property
     def rows_read(self) -> int:
@@ -109,11 +111,18 @@ def steps(batches: list, owner: np.ndarray, local: np.ndarray, world: int, mode:
                 input_keep = (_positions(kept, prev), _positions(kept, need))
             else:
                 input_keep = (_EMPTY, _EMPTY)
+            read_whole = len(reads) == 1 and len(keep[0]) == 0 and len(reads[0]) == buffer_rows
+            identity = (len(send[r]) == buffer_rows == len(need) and len(place[r]) == len(need)
+                        and len(input_keep[0]) == 0 and _in_order(send[r]) and _in_order(place[r]))
             row.append(Step(reads, _t(fresh_to), buffer_rows, _t(keep), _t(send), _t(place), _t(input_keep),
-                            len(need)))
+                            len(need), read_whole and _in_order(fresh_to), identity))
         prev_need = list(needs)
         out.append(row)
     return out
+
+
+def _in_order(positions: np.ndarray) -> bool:
+    return bool(np.array_equal(positions, np.arange(len(positions))))
 
 
 def _t(positions):
@@ -144,4 +153,20 @@ def count(batch_steps: list, world: int) -> Rows:
             rows.read[r] += step.rows_read
             rows.sent[r] += step.rows_sent(r)
             rows.kept[r] += step.rows_kept
+    return rows
+
+
+def count_unordered(batches: list, owner: np.ndarray, world: int, mode: str) -> Rows:
+    """``count`` for the modes that keep nothing (none, inter), from the needs alone."""
+    rows = Rows([0] * world, [0] * world, [0] * world)
+    for needs in batches:
+        by_owner = np.stack([np.bincount(owner[need], minlength=world) for need in needs])  # [q, r]
+        sent = by_owner.sum(axis=0) - np.diag(by_owner)
+        if mode == "inter":
+            union = np.bincount(owner[np.unique(np.concatenate(needs))], minlength=world)
+        else:
+            union = by_owner.sum(axis=0)
+        for r in range(world):
+            rows.read[r] += int(union[r])
+            rows.sent[r] += int(sent[r])
     return rows

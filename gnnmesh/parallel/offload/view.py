@@ -80,6 +80,12 @@ class ChunkView(GraphView):
             self._blocks[name] = (sub, entries)
         return self._blocks[name]
 
+    def build(self, names) -> None:
+        """Cut the blocks of operators ``names``, with the index arrays the kernels use
+        (the structure a training pass would otherwise build on first use)."""
+        for name in sorted(names):
+            ops.index(self.block(name)[0], self.device)
+
     def destinations(self, x: torch.Tensor) -> torch.Tensor:
         return x[self._dst_pos] if self.wide else x
 

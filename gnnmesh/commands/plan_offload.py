@@ -1,0 +1,116 @@
+"""``gnnmesh plan --strategy offload``: the out-of-core plan of a dataset and model under a
+fast-tier budget, without training: the chosen K, the fast tier's estimated peak, the host
+tier's size and the bytes an epoch moves (what the training run's counters will show)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import Config
+from ..errors import ConfigError
+from ..models import build_model
+from ..parallel.offload import costs, make_plan
+from ..parallel.offload.engine import grad_table
+from ..parallel.offload.stages import stages_of
+from ..validate import parse_bytes
+from ..train.trainer import model_options
+
+MiB = 2**20
+
+
+def add_arguments(cmd) -> None:
+    off = cmd.add_argument_group("offload (--strategy offload)")
+    off.add_argument("--device-memory", dest="device_memory", metavar="SIZE",
+                     help="the fast tier's budget, e.g. 512MiB (required for offload)")
+    off.add_argument("--model", default="gcn", choices=("gcn", "sage", "gat", "gin"), help="GNN model")
+    off.add_argument("--decoupled", action="store_true", help="the model's decoupled form")
+    off.add_argument("--chunks", default="auto", help="chunks per rank, or auto (default)")
+    off.add_argument("--dedup", default="both", choices=("none", "inter", "intra", "both"),
+                     help="transfer deduplication (default both)")
+    off.add_argument("--intermediates", default="auto", choices=("auto", "recompute", "cache"),
+                     help="cache aggregates or recompute layers (default auto)")
+    off.add_argument("--reorganize", action="store_true", default=None, help="regroup chunks (default)")
+    off.add_argument("--no-reorganize", dest="reorganize", action="store_false")
+    off.add_argument("--partitioner", default=None, help="vertex partitioner for several ranks (default hp)")
+
+
+def run(args) -> int:
+    if not args.dataset:
+        raise ConfigError("--strategy offload plans a dataset's own topology: give --dataset")
+    if not args.device_memory:
+        raise ConfigError("--strategy offload needs --device-memory SIZE (e.g. 512MiB)")
+    nproc = args.nproc or 1
+    config = Config(dataset=args.dataset, data_root=args.data_root, model=args.model, decoupled=args.decoupled,
+                    hidden=args.hidden if args.hidden_given else None, layers=args.layers,
+                    strategy="offload", nproc=nproc, device_memory=args.device_memory, chunks=args.chunks,
+                    dedup=args.dedup, intermediates=args.intermediates, reorganize=args.reorganize,
+                    partitioner=args.partitioner).resolved()
+    from .. import datasets
+    graph = datasets.load(config.dataset, root=config.data_root)
+    graph.require_node_classification()
+    in_dim = args.features or graph.num_features or (2 if graph.directed else 1)
+    classes = args.classes or graph.num_classes
+    model = build_model(config.model, in_dim, classes, decoupled=config.decoupled, **model_options(config))
+    stages = stages_of(model, in_dim, config.intermediates)
+    owned = _owned(graph, nproc, config)
+    budget = parse_bytes(config.device_memory, "device_memory")
+    chunks = None if config.chunks == "auto" else int(config.chunks)
+    heads = getattr(model, "heads", 1)
+    plan = make_plan(graph.adj, owned, 0, in_dim, stages, stages[-1].width, heads, budget, chunks,
+                     config.dedup, config.reorganize)
+    for line in describe(graph, config, plan, stages, stages[-1].width, heads, budget, chunks is None):
+        print(line)
+    return 0
+
+
+def _owned(graph, nproc: int, config: Config) -> list:
+    if nproc == 1:
+        return [np.arange(graph.num_nodes)]
+    from .. import partition
+    result = partition.partition(graph, nproc, config.partitioner, epsilon=config.epsilon, seed=config.seed)
+    assignment = np.asarray(result.assignment)
+    return [np.flatnonzero(assignment == r) for r in range(nproc)]
+
+
+def host_bytes(plan, stages: list) -> list:
+    """Each rank's host tier: features, every stage's output and its gradient, cached aggregates."""
+    tables = {"h0": plan.in_dim}
+    for stage in stages[:-1]:
+        tables[stage.output] = tables[grad_table(stage.output)] = stage.width
+    for i, stage in enumerate(stages):
+        if stage.cached:
+            tables.update({f"cache{i}.{t}": w for t, w in enumerate(stage.split.widths)})
+    width = sum(tables.values())
+    return [plan.chunks[r][-1].hi * width * costs.FLOAT for r in range(plan.world)]
+
+
+def describe(graph, config, plan, stages, classes, heads, budget, auto) -> list:
+    traffic = costs.epoch_traffic(plan, stages, 1, 1)
+    base = costs.epoch_traffic(plan, stages, 1, 1, mode="none").total("load")
+    inter = costs.epoch_traffic(plan, stages, 1, 1, mode="inter").total("load")
+    load = traffic.total("load")
+    inter_saved = base - inter if plan.mode in ("inter", "both") else 0
+    peaks = costs.footprint(plan, stages, classes, heads)
+    host = host_bytes(plan, stages)
+    widths = "-".join(str(w) for w in [plan.in_dim] + [s.width for s in stages])
+    how = ", ".join(sorted({"cached aggregates" if s.cached else "recomputed" for s in stages}))
+    model = f"{'decoupled ' if config.decoupled else ''}{config.model} {widths} ({how})"
+    return [
+        f"offload plan: {graph.name}, {graph.num_nodes:,} nodes, {graph.adj.nnz:,} adjacency entries; "
+        f"{model} on {plan.world} rank{'s' if plan.world > 1 else ''}",
+        f"budget {budget / MiB:.1f} MiB: {plan.k} chunks per rank ({'auto' if auto else 'given'}), dedup "
+        f"{plan.mode}{', reorganized' if plan.reorganized else ''}; alpha {plan.replication():.2f}",
+        f"fast tier (estimate): {max(peaks) / MiB:.1f} MiB per rank at most",
+        f"host tier: {max(host) / MiB:.1f} MiB per rank of vertex data, gradients and cached aggregates "
+        f"({sum(host) / max(budget, 1):.1f}x the budget in all)",
+        "per epoch (a training pass and an evaluation pass):",
+        f"  host -> fast  {load / MiB:12.2f} MiB  (no dedup {base / MiB:.2f} MiB: saved "
+        f"{_pct(base - load, base)}%, inter {_pct(inter_saved, base)}%, intra {_pct(base - load - inter_saved, base)}%)",
+        f"  fast -> host  {traffic.total('store') / MiB:12.2f} MiB",
+        f"  between ranks {traffic.total('peer') / MiB:12.2f} MiB",
+        f"  kept in place {traffic.total('kept') / MiB:12.2f} MiB",
+    ]
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100.0 * part / whole:.1f}" if whole else "0.0"
