@@ -135,6 +135,7 @@ class Offload(DistributedStrategy):
         self._compare = {mode: [costs.epoch_traffic(plan, stages, *passes, mode=mode).total("load")
                                 for passes in ((1, 0), (0, 1))] for mode in ("none", "inter")}
         self.stages, self.classes, self.heads = stages, classes, heads
+        self._host_bytes = sum(self.comm.all_gather_object(self.store.nbytes()))
 
     # -- training -------------------------------------------------------------------------------
     def forward(self, model, view, x):
@@ -184,7 +185,7 @@ class Offload(DistributedStrategy):
                     "dedup_inter_pct": _pct(inter_saved, base),
                     "dedup_intra_pct": _pct(base - load - inter_saved, base),
                     "replication": round(plan.replication(), 4), "chunks": plan.k,
-                    "budget_bytes": self.budget,
+                    "budget_bytes": self.budget, "host_tier_bytes": self._host_bytes,
                     "footprint_estimate_bytes": max(costs.footprint(plan, self.stages, self.classes, self.heads))})
         self._passes = {"train": 0, "eval": 0}
         if self.device.type == "cuda":

@@ -97,8 +97,8 @@ def _wide(stage) -> list:
 def footprint(chunking, stages: list, classes: int, heads: int = 1) -> list:
     """Upper estimate of each rank's peak fast-tier bytes: the largest working set of any
     batch in any stage (its loaded rows, what owners read for it, the rows the next batch
-    reuses, the products of the chunk's computation), plus the logits and what the loss
-    makes of them. From the chunks alone, so that ``--chunks auto`` can try many K."""
+    reuses, the products of the chunk's computation) beside the logits, or the loss. From
+    the chunks alone, so that ``--chunks auto`` can try many K."""
     copies = 1 if chunking.mode == "none" else 2  # rows the next batch reuses stay loaded
     shapes = _stage_shapes(chunking, stages)
     peaks = []
@@ -112,8 +112,14 @@ def footprint(chunking, stages: list, classes: int, heads: int = 1) -> list:
             for width_in, width, terms in shapes:
                 work = (copies * (loaded + served) * width_in + WORK_FACTOR * terms * loaded * width) * FLOAT
                 worst = max(worst, work + EDGE_BYTES * heads * chunk.entries)
-        peaks.append(worst + 4 * chunking.chunks[r][-1].hi * classes * FLOAT)
+        peaks.append(_with_logits(worst, chunking.chunks[r][-1].hi * classes * FLOAT))
     return peaks
+
+
+def _with_logits(work: int, logits: int) -> int:
+    """The logits and their gradient stay in the fast tier beside every chunk's working set;
+    the loss, between the passes, takes about four times the logits."""
+    return max(work + 2 * logits, 4 * logits)
 
 
 def _stage_shapes(chunking, stages: list) -> list:
@@ -137,5 +143,5 @@ def footprint_floor(adj, owned: list, stages: list, classes: int, heads: int, in
     for ids in owned:
         rows = int(degrees[ids].max()) + 1 if len(ids) else 0  # a row's neighbourhood, itself included
         work = (copies + WORK_FACTOR * terms) * rows * widest * FLOAT + EDGE_BYTES * heads * rows
-        floor = max(floor, work + 4 * len(ids) * classes * FLOAT)
+        floor = max(floor, _with_logits(work, len(ids) * classes * FLOAT))
     return floor

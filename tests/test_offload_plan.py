@@ -1,0 +1,154 @@
+"""The offload plan: dedup modes and reorganization order their costs as they should, the
+budget picks K, bad budgets and store directories are refused in one line, and a graph
+whose vertex data is several times the budget trains within it (measured)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from helpers import random_graph
+
+from gnnmesh.errors import ConfigError
+from gnnmesh.models import build_model
+from gnnmesh.parallel.offload import costs, make_plan
+from gnnmesh.parallel.offload.chunking import Chunking
+from gnnmesh.parallel.offload.stages import stages_of
+
+MODES = ("none", "inter", "intra", "both")
+
+
+def graph():
+    return random_graph(n=400, e=2400, features=16, classes=4, directed=True, isolated=5, seed=7)
+
+
+def owned_by(graph, world, seed=0):
+    assignment = np.random.default_rng(seed).integers(0, world, graph.num_nodes)
+    return [np.flatnonzero(assignment == r) for r in range(world)]
+
+
+def stages(in_dim=16, model="sage"):
+    return stages_of(build_model(model, in_dim, 4, hidden=8), in_dim)
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_dedup_modes_never_load_more(world, k):
+    g, s = graph(), stages()
+    owned = owned_by(g, world)
+    load = {mode: costs.epoch_traffic(Chunking(g.adj, owned, k, mode, False, 0, 16), s).total("load")
+            for mode in MODES}
+    assert load["both"] <= load["inter"] <= load["none"]
+    assert load["both"] <= load["intra"] <= load["none"]
+    if k > 1:  # consecutive chunks of a random graph share rows
+        assert load["intra"] < load["none"]
+    if world > 1:  # so do concurrent chunks
+        assert load["inter"] < load["none"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_reorganized_order_costs_no_more(mode, world):
+    g, s = graph(), stages()
+    owned = owned_by(g, world, seed=world)
+    plain = Chunking(g.adj, owned, 8, mode, False, 0, 16)
+    organized = Chunking(g.adj, owned, 8, mode, True, 0, 16)
+    assert costs.epoch_traffic(organized, s).total("load") <= costs.epoch_traffic(plain, s).total("load")
+    for r in range(world):  # every rank still runs each of its chunks once
+        assert sorted(organized.order[r]) == list(range(8))
+
+
+def test_auto_takes_the_smallest_fitting_k():
+    g, s = graph(), stages()
+    owned = owned_by(g, 1)
+
+    def need(k):
+        return max(costs.footprint(Chunking(g.adj, owned, k, "both", False, 0, 16), s, 4))
+
+    budget = need(6)
+    chosen = make_plan(g.adj, owned, 0, 16, s, 4, 1, budget, None, "both", False)
+    assert need(chosen.k) <= budget and (chosen.k == 1 or need(chosen.k - 1) > budget)
+    smaller = make_plan(g.adj, owned, 0, 16, s, 4, 1, budget // 2, None, "both", False)
+    assert smaller.k > chosen.k
+
+
+def test_too_small_a_budget_names_one_that_works():
+    g, s = graph(), stages()
+    owned = owned_by(g, 1)
+    with pytest.raises(ConfigError, match="device_memory") as err:
+        make_plan(g.adj, owned, 0, 16, s, 4, 1, 1000, None, "both", True)
+    named = float(re.search(r"give at least ([\d.]+) MiB", str(err.value)).group(1))
+    plan = make_plan(g.adj, owned, 0, 16, s, 4, 1, int((named + 0.1) * 2**20), None, "both", True)
+    assert plan.k >= 1
+    with pytest.raises(ConfigError, match="too small for 2 chunks"):
+        make_plan(g.adj, owned, 0, 16, s, 4, 1, 1000, 2, "both", True)
+
+
+def _gnnmesh(*args, cwd=None, timeout=300):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")])))
+    return subprocess.run([sys.executable, "-m", "gnnmesh", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=cwd)
+
+
+def test_unwritable_store_dir_is_one_line_before_training(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    out = _gnnmesh("train", "--dataset", "sbm:nodes=200", "--strategy", "offload", "--host-store", "file",
+                   "--store-dir", str(blocker / "store"), "--epochs", "2", "--metrics", str(tmp_path / "m.jsonl"))
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(blocker) in lines[0], out.stderr
+    assert "epoch" not in out.stdout and not (tmp_path / "m.jsonl").exists()
+
+
+def test_flags_refused_elsewhere_and_file_store_needs_a_directory():
+    out = _gnnmesh("train", "--dataset", "sbm:nodes=200", "--device-memory", "1GiB", "--epochs", "1")
+    assert out.returncode == 2 and "applies only to --strategy offload" in out.stderr
+    out = _gnnmesh("train", "--dataset", "sbm:nodes=200", "--strategy", "offload", "--host-store", "file")
+    assert out.returncode == 2 and "store_dir" in out.stderr
+    out = _gnnmesh("train", "--dataset", "sbm:nodes=200", "--strategy", "offload", "--device-memory", "lots")
+    assert out.returncode == 2 and "'lots' is not a size" in out.stderr
+
+
+def test_plan_command_prints_what_training_counts(tmp_path):
+    spec = "sbm:nodes=300,features=12"
+    out = _gnnmesh("plan", "--strategy", "offload", "--dataset", spec, "--device-memory", "2MiB",
+                   "--chunks", "4")
+    assert out.returncode == 0, out.stderr
+    planned = float(re.search(r"host -> fast\s+([\d.]+) MiB", out.stdout).group(1))
+    metrics = tmp_path / "m.jsonl"
+    out = _gnnmesh("train", "--dataset", spec, "--strategy", "offload", "--device-memory", "2MiB", "--chunks", "4",
+                   "--epochs", "2", "--metrics", str(metrics))
+    assert out.returncode == 0, out.stderr
+    for line in metrics.read_text().splitlines():
+        assert round(json.loads(line)["offload_load_bytes"] / 2**20, 2) == planned
+
+
+# A uniform R-MAT (no hubs) of 90k nodes: all layers' vertex data, gradients and cached
+# aggregates take about 104 MiB of host tier, over 4x the larger budget.
+BIG = "rmat:nodes=90000,edges=900000,features=128,classes=4,a=0.25,b=0.25,c=0.25"
+SLACK = 64 * 2**20
+
+
+def test_training_stays_within_the_budget(tmp_path):
+    runs = {}
+    for budget in (24, 12):
+        metrics = tmp_path / f"{budget}.jsonl"
+        out = _gnnmesh("train", "--dataset", BIG, "--strategy", "offload", "--device-memory", f"{budget}MiB",
+                       "--host-store", "file", "--store-dir", str(tmp_path / "store"), "--epochs", "1",
+                       "--metrics", str(metrics), "--quiet", timeout=600)
+        assert out.returncode == 0, out.stderr
+        runs[budget] = [json.loads(line) for line in metrics.read_text().splitlines()]
+    for budget, records in runs.items():
+        for r in records:
+            assert r["host_tier_bytes"] >= 4 * budget * 2**20
+            assert r["footprint_estimate_bytes"] <= budget * 2**20
+            assert r["fast_peak_bytes_max"] <= budget * 2**20 + SLACK
+    assert runs[12][0]["chunks"] > runs[24][0]["chunks"]
+    assert runs[12][0]["fast_peak_bytes_max"] < runs[24][0]["fast_peak_bytes_max"]
