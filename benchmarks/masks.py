@@ -1,8 +1,8 @@
-"""Dropout mask cost: the global draw every rank used to make (one PCG64 stream over all V
-rows, then keep its own) against the block-keyed draw of only a rank's own rows.
+"""Dropout mask cost: the global draw every rank once made (one PCG64 stream over all V
+rows, then keep its own), the draw per block of 1024 rows that followed (one PCG64 stream
+per block a rank's rows touch), and the hash per global id used now (only the rows asked for).
 
     python benchmarks/masks.py [--rows 1000000] [--width 128] [--ranks 4] [--repeats 5]
-                               [--row-blocks 256,1024,4096]
 
 Time and peak resident memory above the memory held before the call (the process
 high-water mark, reset before every call), median of the repeats and their min-max; the
@@ -32,6 +32,23 @@ def old_mask(ids, rows: int, shape: tuple, p: float, seed: int) -> torch.Tensor:
     draws = np.frombuffer(np.random.default_rng(seed).bytes(2 * count), dtype=np.uint16)
     keep = torch.from_numpy(draws.reshape((rows,) + shape) >= round(p * 65536))
     return keep[ids.start:ids.stop] if isinstance(ids, range) else keep[ids]
+
+
+BLOCK = 1024
+
+
+def block_mask(ids, rows: int, shape: tuple, p: float, seed: int) -> torch.Tensor:
+    """The former per-block scheme: every block of BLOCK rows that ``ids`` touch is drawn whole."""
+    ids = np.arange(ids.start, ids.stop) if isinstance(ids, range) else np.asarray(ids)
+    width = int(np.prod(shape))
+    out = np.empty((len(ids), width), dtype=bool)
+    blocks = ids // BLOCK
+    for block in np.unique(blocks):
+        words = np.random.PCG64([seed, int(block)]).random_raw(-(-BLOCK * width // 4))
+        draws = words.astype("<u8", copy=False).view("<u2")[:BLOCK * width].reshape(BLOCK, width)
+        mine = blocks == block
+        out[mine] = draws[ids[mine] - block * BLOCK] >= round(p * 65536)
+    return torch.from_numpy(out.reshape((len(ids),) + shape))
 
 
 def new_mask(ids, rows, shape, p, seed):
@@ -76,7 +93,6 @@ def main():
     parser.add_argument("--width", type=int, default=128)
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--row-blocks", default=str(masks.ROW_BLOCK), help="ROW_BLOCK values to compare")
     args = parser.parse_args()
     if os.environ.get("MALLOC_MMAP_THRESHOLD_") is None:  # large buffers straight from mmap, so
         env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")  # freed memory leaves the process
@@ -87,14 +103,12 @@ def main():
           f"median (min-max); peak = resident memory above the memory held before the call")
     print("| ids | scheme | time | peak above start |")
     print("|---|---|---|---|")
-    schemes = [("global draw (old)", old_mask, None)]
-    schemes += [(f"row blocks of {b} (new)", new_mask, int(b)) for b in args.row_blocks.split(",")]
+    schemes = [("global draw (first)", old_mask), (f"blocks of {BLOCK} rows (second)", block_mask),
+               ("hash per id (now)", new_mask)]
     for name, ids in cases(args.rows, args.ranks).items():
-        runs = {label: [] for label, _, _ in schemes}
+        runs = {label: [] for label, _ in schemes}
         for r in range(args.repeats):  # schemes alternate, so that load from elsewhere hits all alike
-            for label, fn, block in schemes:
-                if block:
-                    masks.ROW_BLOCK = block
+            for label, fn in schemes:
                 runs[label].append(measure_once(fn, ids, args.rows, shape, 1234 + r))
         for label, got in runs.items():
             times, peaks = zip(*got)

@@ -26,13 +26,13 @@ def graph():
 
 
 def runs(world: int) -> list:
-    """(model, K, dedup, reorganize) for a world size: every model at every K, the modes
-    rotating so that each (mode, reorganize) pair meets several models and every K."""
-    out = []
-    for i, (model, k) in enumerate(itertools.product(MODELS, CHUNKS)):
-        dedup, reorganize = MODES[(i + 3 * world) % len(MODES)]
-        out.append((model, k, dedup, reorganize))
-    return out
+    """(model, K, dedup, reorganize) for a world size. On 1 and 2 ranks every model at every
+    K, the modes rotating so that each (mode, reorganize) pair meets several models and every
+    K; on 3 and 4 ranks (slower to run) every model once, K and the modes rotating."""
+    pairs = list(itertools.product(MODELS, CHUNKS))
+    if world > 2:
+        pairs = [(model, CHUNKS[(i + world) % len(CHUNKS)]) for i, model in enumerate(MODELS)]
+    return [(model, k, *MODES[(i + 3 * world) % len(MODES)]) for i, (model, k) in enumerate(pairs)]
 
 
 def config(model, **fields) -> Config:

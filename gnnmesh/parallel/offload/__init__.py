@@ -11,6 +11,7 @@ the footprint from the plan alone.
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 from typing import Optional
 
@@ -82,7 +83,8 @@ class Offload(DistributedStrategy):
         self.dedup, self.reorganize = dedup, reorganize
         self.method, self.epsilon, self.seed, self.partition_file = method, epsilon, seed, partition_file
         where = None if store_dir is None else str(Path(store_dir) / f"rank{self.rank}")
-        self.store = agreed(lambda: HostStore(host_store, self.device, where))  # refused before any loading
+        self.store = agreed(lambda: HostStore(host_store, self.device, where))  # refused before training
+        weakref.finalize(self, self.store.close)  # its files go when the run ends, however it ends
         self.kind = host_store
         self.schedule = self.views = None
         self._passes = {"train": 0, "eval": 0}

@@ -100,7 +100,7 @@ def footprint(chunking, stages: list, classes: int, heads: int = 1) -> list:
     reuses, the products of the chunk's computation) beside the logits, or the loss. From
     the chunks alone, so that ``--chunks auto`` can try many K."""
     copies = 1 if chunking.mode == "none" else 2  # rows the next batch reuses stay loaded
-    shapes = _stage_shapes(chunking, stages)
+    shapes = _stage_shapes(chunking.in_dim, stages)
     peaks = []
     for r in range(chunking.world):
         worst = 0
@@ -122,9 +122,9 @@ def _with_logits(work: int, logits: int) -> int:
     return max(work + 2 * logits, 4 * logits)
 
 
-def _stage_shapes(chunking, stages: list) -> list:
+def _stage_shapes(in_dim: int, stages: list) -> list:
     """(widest input, widest of input and output, aggregates) of every stage."""
-    widths = {FEATURES: chunking.in_dim, **{s.output: s.width for s in stages}}
+    widths = {FEATURES: in_dim, **{s.output: s.width for s in stages}}
     out = []
     for stage in stages:
         width_in = max(widths[name] for name in stage.inputs)
@@ -133,15 +133,15 @@ def _stage_shapes(chunking, stages: list) -> list:
 
 
 def footprint_floor(adj, owned: list, stages: list, classes: int, heads: int, in_dim: int, mode: str) -> int:
-    """A lower bound of ``footprint`` over every plan (chunks of one row, no row served to
-    another rank): no budget below it can work."""
-    widest = max([in_dim] + [s.width for s in stages])
-    terms = max([len(s.split.widths) if s.split else 1 for s in stages])
+    """A lower bound of ``footprint`` over every plan: chunks of one row (on several ranks,
+    with no row served to another): no budget below it can work."""
     copies = 1 if mode == "none" else 2
+    served = 1 if len(owned) == 1 else 0  # one rank serves itself every row it loads
     degrees = adj.degrees().numpy()
     floor = 0
     for ids in owned:
         rows = int(degrees[ids].max()) + 1 if len(ids) else 0  # a row's neighbourhood, itself included
-        work = (copies + WORK_FACTOR * terms) * rows * widest * FLOAT + EDGE_BYTES * heads * rows
-        floor = max(floor, _with_logits(work, len(ids) * classes * FLOAT))
+        work = max((copies * (1 + served) * width_in + WORK_FACTOR * terms * width) * rows * FLOAT
+                   for width_in, width, terms in _stage_shapes(in_dim, stages))
+        floor = max(floor, _with_logits(work + EDGE_BYTES * heads * rows, len(ids) * classes * FLOAT))
     return floor

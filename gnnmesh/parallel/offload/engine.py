@@ -123,7 +123,11 @@ class Schedule:
         self.kept_bytes = 0
         self.recompute_seconds = 0.0
         self._draws_end: dict = {}
-        for i, stage in enumerate(stages[:-1]):
+        if self.device.type != "cpu":  # index where the rows are
+            for steps in (plan.steps_forward, plan.steps_reverse):
+                for row in steps:
+                    row[self.rank] = row[self.rank].to(self.device)
+        for stage in stages[:-1]:
             store.create(stage.output, plan.rows, stage.width)
             store.create(grad_table(stage.output), plan.rows, stage.width)
         for i, stage in enumerate(stages):

@@ -19,7 +19,7 @@ before. Both therefore move exactly the same number of rows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -52,6 +52,13 @@ class Step:
     input_rows: int
     read_whole: bool = False  # one read fills the buffer in order
     identity: bool = False    # the input is this rank's buffer as it is
+
+    def to(self, device) -> "Step":
+        """The same step with its index tensors on ``device`` (the host-tier reads stay numpy)."""
+        move = (lambda t: t.to(device))
+        return replace(self, fresh_to=move(self.fresh_to), keep=tuple(map(move, self.keep)),
+                       send=[move(t) for t in self.send], place=[move(t) for t in self.place],
+                       input_keep=tuple(map(move, self.input_keep)))
 
     @property
     def rows_read(self) -> int:
