@@ -75,6 +75,8 @@ def _owned(graph, nproc: int, config: Config) -> list:
 def host_bytes(plan, stages: list) -> list:
     """Each rank's host tier: features, every stage's output and its gradient, cached aggregates."""
     tables = {"h0": plan.in_dim}
+    if stages[0].input_dropout > 0:
+        tables["h0.dropped"] = plan.in_dim
     for stage in stages[:-1]:
         tables[stage.output] = tables[grad_table(stage.output)] = stage.width
     for i, stage in enumerate(stages):

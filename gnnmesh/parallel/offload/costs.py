@@ -57,6 +57,10 @@ def epoch_traffic(chunking, stages: list, train: int = 1, evaluate: int = 1, mod
     last = len(stages) - 1
     passes = [True] * train + [False] * evaluate
     for train in passes:
+        first = stages[0]
+        if train and first.input_dropout > 0 and first.inputs[0] == FEATURES:  # the masked features
+            rows_of(chunking.in_dim, "load")
+            rows_of(chunking.in_dim, "store")
         for s, stage in enumerate(stages):
             for name in _wide(stage):
                 move(forward, widths[name], "load")

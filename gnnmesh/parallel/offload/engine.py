@@ -16,6 +16,7 @@ import torch
 from .stages import Stage
 
 FEATURES = "h0"
+DROPPED_FEATURES = "h0.dropped"  # the features with the first layer's dropout, rewritten every epoch
 
 
 def grad_table(name: str) -> str:
@@ -127,6 +128,8 @@ class Schedule:
             for steps in (plan.steps_forward, plan.steps_reverse):
                 for row in steps:
                     row[self.rank] = row[self.rank].to(self.device)
+        if stages[0].input_dropout > 0 and stages[0].inputs[0] == FEATURES:
+            store.create(DROPPED_FEATURES, plan.rows, plan.in_dim)
         for stage in stages[:-1]:
             store.create(stage.output, plan.rows, stage.width)
             store.create(grad_table(stage.output), plan.rows, stage.width)
@@ -155,12 +158,11 @@ class Schedule:
     def read_rows(self, name: str, chunk) -> torch.Tensor:
         return self.store.read(name, range(chunk.lo, chunk.hi))
 
-    def inputs(self, stage: Stage, loaders: dict, position: int, chunk) -> list:
-        """The stage's inputs for ``chunk``, the ``position``-th batch of its loaders' pass
-        (a table read twice, wide and at the destinations, is loaded once)."""
+    def inputs(self, names: list, wide: tuple, loaders: dict, position: int, chunk) -> list:
+        """A stage's inputs (tables ``names``) for ``chunk``, the ``position``-th batch of its
+        loaders' pass (a table read twice, wide and at the destinations, is loaded once)."""
         loaded = {name: loader.load(position) for name, loader in loaders.items()}
-        return [loaded[name] if wide else self.read_rows(name, chunk)
-                for name, wide in zip(stage.inputs, stage.wide)]
+        return [loaded[name] if w else self.read_rows(name, chunk) for name, w in zip(names, wide)]
 
     # -- the passes -----------------------------------------------------------------------------
     def forward(self, views: list, epoch: int, training: bool) -> torch.Tensor:
@@ -168,16 +170,21 @@ class Schedule:
         plan, last = self.plan, len(self.stages) - 1
         logits = None
         for s, stage in enumerate(self.stages):
-            loaders = {name: Loader(self, name, self.width(name), plan.steps_forward)
-                       for name, wide in zip(stage.inputs, stage.wide) if wide}
             start = self._draws_start(stage)
+            dropping = training and stage.input_dropout > 0
+            if dropping and stage.inputs[0] == FEATURES:
+                self._drop_features(views, epoch, start, stage.input_dropout)
+            names = self._loaded(stage, training)
+            loaders = {name: Loader(self, name, self.width(name), plan.steps_forward)
+                       for name, wide in zip(names, stage.wide) if wide}
+            following = self.stages[s + 1] if s < last else None
             if s == last:
                 logits = torch.empty((plan.rows, stage.width), device=self.device)
             for b in range(plan.batches):
                 chunk, view = plan.chunk(self.rank, b), views[b]
-                view.set_epoch(epoch, start)
+                view.set_epoch(epoch, start + dropping)  # the input's dropout drew first
                 view.wide = any(stage.wide)
-                inputs = self.inputs(stage, loaders, b, chunk)
+                inputs = self.inputs(names, stage.wide, loaders, b, chunk)
                 with torch.no_grad():
                     if stage.cached and training:
                         aggregates = stage.split.aggregate(view, *inputs)
@@ -190,8 +197,10 @@ class Schedule:
                 self._draws_end[s] = view.draws
                 if s == last:
                     logits[chunk.lo:chunk.hi] = out
-                else:
-                    self.store.write(stage.output, range(chunk.lo, chunk.hi), out)
+                    continue
+                if training and following.input_dropout > 0:  # the next stage's input, masked once
+                    out = self._drop(view, epoch, view.draws, out, following.input_dropout)
+                self.store.write(stage.output, range(chunk.lo, chunk.hi), out)
         return logits
 
     def backward(self, views: list, epoch: int, grad_logits: torch.Tensor, params: list) -> list:
@@ -202,23 +211,31 @@ class Schedule:
             self.store.zero(grad_table(stage.output))
         for s in range(last, -1, -1):
             stage = self.stages[s]
+            names = self._loaded(stage, True)
             needs = [name != FEATURES for name in stage.inputs]
             recomputed = not stage.cached
             loaders = {name: Loader(self, name, self.width(name), plan.steps_reverse)
-                       for name, wide in zip(stage.inputs, stage.wide) if wide and recomputed}
+                       for name, wide in zip(names, stage.wide) if wide and recomputed}
             pushers = {name: Pusher(self, grad_table(name), self.width(name), plan.steps_forward)
                        for name, wide, need in zip(stage.inputs, stage.wide, needs) if wide and need}
             start = self._draws_start(stage)
+            dropping = stage.input_dropout > 0
+            following = self.stages[s + 1] if s < last else None
             for b in range(plan.batches - 1, -1, -1):
                 chunk, view = plan.chunk(self.rank, b), views[b]
+                if s == last:
+                    grad_out = grad_logits[chunk.lo:chunk.hi]
+                else:  # the gradient of the masked rows the next stage read, through the mask
+                    grad_out = self.read_rows(grad_table(stage.output), chunk)
+                    if following.input_dropout > 0:
+                        grad_out = self._drop(view, epoch, self._draws_start(following), grad_out,
+                                              following.input_dropout)
                 view.wide = any(stage.wide)
-                grad_out = (grad_logits[chunk.lo:chunk.hi] if s == last
-                            else self.read_rows(grad_table(stage.output), chunk))
+                view.set_epoch(epoch, start + dropping)
                 t0 = time.perf_counter()
                 if recomputed:
-                    view.set_epoch(epoch, start)
                     inputs = [_leaf(t, need) for t, need in
-                              zip(self.inputs(stage, loaders, plan.batches - 1 - b, chunk), needs)]
+                              zip(self.inputs(names, stage.wide, loaders, plan.batches - 1 - b, chunk), needs)]
                     with torch.enable_grad():
                         out = stage.run(view, *inputs)
                         wanted = [t for t in inputs if t.requires_grad]
@@ -226,8 +243,7 @@ class Schedule:
                     input_grads = iter(found[len(params):])
                     input_grads = [next(input_grads) if t.requires_grad else None for t in inputs]
                 else:
-                    input_grads, found = self._cached_backward(stage, s, view, epoch, start, chunk,
-                                                                grad_out, params, needs[0])
+                    input_grads, found = self._cached_backward(stage, s, view, chunk, grad_out, params, needs[0])
                 self.recompute_seconds += time.perf_counter() - t0
                 for acc, g in zip(grads, found[:len(params)]):
                     if g is not None:
@@ -244,7 +260,26 @@ class Schedule:
                     pushers[name].push(b, g)
         return grads
 
-    def _cached_backward(self, stage, s, view, epoch, start, chunk, grad_out, params, needs_input):
+    def _loaded(self, stage: Stage, training: bool) -> list:
+        """The tables a stage reads: in training, the masked features for a first layer with dropout."""
+        dropped = training and stage.input_dropout > 0
+        return [DROPPED_FEATURES if dropped and name == FEATURES else name for name in stage.inputs]
+
+    def _drop(self, view, epoch: int, draws: int, rows: torch.Tensor, p: float) -> torch.Tensor:
+        """Dropout (or, alike, its adjoint) on ``rows`` of the view's destinations, with the mask
+        drawn after ``draws`` draws of the epoch."""
+        view.set_epoch(epoch, draws)
+        view.wide = False
+        return view.dropout(rows, p, True)
+
+    def _drop_features(self, views: list, epoch: int, draws: int, p: float) -> None:
+        """The features masked for this epoch's first layer, a pass over this rank's rows."""
+        for b in range(self.plan.batches):
+            chunk = self.plan.chunk(self.rank, b)
+            rows = self._drop(views[b], epoch, draws, self.read_rows(FEATURES, chunk), p)
+            self.store.write(DROPPED_FEATURES, range(chunk.lo, chunk.hi), rows)
+
+    def _cached_backward(self, stage, s, view, chunk, grad_out, params, needs_input):
         """Backward of a cached stage: the update from its aggregates; the aggregation's
         adjoint (linear, parameter-free) gives the loaded rows' gradients without loading them."""
         aggregates = [self.read_rows(cache_table(s, t), chunk).requires_grad_()
@@ -255,7 +290,6 @@ class Schedule:
         input_grad = None
         if needs_input:
             with torch.enable_grad():
-                view.set_epoch(epoch, start)
                 zero = torch.zeros((len(chunk.neighbours), self.width(stage.inputs[0])), device=self.device,
                                    requires_grad=True)
                 again = stage.split.aggregate(view, zero)
@@ -265,7 +299,7 @@ class Schedule:
 
     # -- bookkeeping ----------------------------------------------------------------------------
     def width(self, name: str) -> int:
-        if name == FEATURES:
+        if name in (FEATURES, DROPPED_FEATURES):
             return self.plan.in_dim
         return next(stage.width for stage in self.stages if stage.output == name)
 

@@ -1,7 +1,8 @@
 """A model as the stages out-of-core training runs one at a time over all chunks.
 
 A stage maps host-tier tables to one output table, a destination row at a time: a layer of
-a layer stack (input H_l at the chunk's loaded rows), or a decoupled model's transform
+a layer stack (input H_l at the chunk's loaded rows, its dropout applied as H_l is written),
+or a decoupled model's transform
 (features at the destinations) and each propagation step (H_k at the loaded rows, H_0 as
 well). A stage with a ``split`` is "fixed aggregation, then update" (HongTu §4.2): its
 aggregates can be cached in the host tier so that the backward pass recomputes only the update.
@@ -42,6 +43,10 @@ class Stage:
     split: Optional[Split] = None
     cached: bool = False   # keep ``split``'s aggregates in the host tier
     operators: tuple = ()  # the graph operators it multiplies with
+    # Dropout on the (one, wide) input in training, outside ``run``: applied once per row as
+    # the table is written (by the stage before, or a pass over the features), so that rows
+    # loaded by many chunks are not masked once per chunk. Its draw precedes the stage's own.
+    input_dropout: float = 0.0
 
 
 def table(index: int) -> str:
@@ -73,13 +78,12 @@ def _layer_stack(model: LayerStack, in_dim: int, cache: bool) -> list:
         finish = (lambda h: h) if i == last else model.activation
 
         def run(view, h, layer=layer, finish=finish):
-            return finish(layer(view, view.dropout(h, model.dropout, model.training)))
+            return finish(layer(view, h))
 
         split = None
         if isinstance(layer, GraphLayer):
             maths = layer.maths()
-            split = Split(lambda view, h, layer=layer: layer.maths().aggregates(
-                              view, view.dropout(h, model.dropout, model.training)),
+            split = Split(lambda view, h, layer=layer: layer.maths().aggregates(view, h),
                           lambda aggs, layer=layer, finish=finish: finish(layer.maths().update(aggs)),
                           (width,) * len(maths.terms))
             width_out = maths.out_features
@@ -88,7 +92,8 @@ def _layer_stack(model: LayerStack, in_dim: int, cache: bool) -> list:
             width_out = layer.heads * layer.out_dim if layer.concat else layer.out_dim
             operators = ("loop",)
         out.append(Stage((table(i),), (True,), table(i + 1), width_out, run, i - 1 if i else None,
-                         split, cached=cache and split is not None, operators=operators))
+                         split, cached=cache and split is not None, operators=operators,
+                         input_dropout=model.dropout))
         width = width_out
     return out
 
