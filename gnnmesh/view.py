@@ -67,16 +67,12 @@ def _draw(key: int, ids: np.ndarray, width: int) -> np.ndarray:
     every platform draws the same mask."""
     words = -(-width // 4)
     salt = _mix(np.array([key], dtype=np.uint64))[0]
-    offsets = np.arange(words, dtype=np.uint64)
-    out = np.empty((len(ids), words), dtype="<u8")
-    step = max(1, _WORDS_PER_PIECE // words)
     with np.errstate(over="ignore"):
-        for start in range(0, len(ids), step):
-            z = ids[start:start + step, None].astype(np.uint64) * np.uint64(words) + offsets
-            z *= _GOLDEN
-            z += salt
-            out[start:start + step] = _mix(z)
-    return out.view("<u2").reshape(len(ids), 4 * words)[:, :width]
+        z = ids.astype(np.uint64)[:, None] * np.uint64(words) + np.arange(words, dtype=np.uint64)
+        z *= _GOLDEN
+        z += salt
+        z = _mix(z).astype("<u8", copy=False)
+    return z.view("<u2").reshape(len(ids), 4 * words)[:, :width]
 
 
 def _mask(ids, shape: tuple, p: float, key: int, device, columns: slice) -> torch.Tensor:
@@ -84,11 +80,14 @@ def _mask(ids, shape: tuple, p: float, key: int, device, columns: slice) -> torc
         ids = np.arange(ids.start, ids.stop, dtype=np.int64)
     else:
         ids = np.asarray(ids.cpu() if torch.is_tensor(ids) else ids, dtype=np.int64)
-    width = int(np.prod(shape))
-    draws = _draw(key, ids, width).reshape((len(ids),) + shape)
-    if shape:
-        draws = draws[..., columns]
-    return torch.from_numpy(draws >= round(p * 65536)).to(device)
+    width, threshold = int(np.prod(shape)), round(p * 65536)
+    kept = shape[:-1] + (len(range(shape[-1])[columns]),) if shape else ()
+    out = np.empty((len(ids),) + kept, dtype=bool)
+    step = max(1, _WORDS_PER_PIECE // -(-width // 4))  # rows per piece: bounded temporaries
+    for start in range(0, len(ids), step):
+        draws = _draw(key, ids[start:start + step], width).reshape((-1,) + shape)
+        out[start:start + step] = (draws[..., columns] if shape else draws) >= threshold
+    return torch.from_numpy(out).to(device)
 
 
 class GraphView:
