@@ -15,37 +15,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
-import sys
 import tempfile
-import textwrap
 from pathlib import Path
 
 from driver import Spread
 from gnnmesh import datasets
-from gnnmesh.partition.shards import write_shards
-
-PROBE = textwrap.dedent("""
-    import sys
-    from gnnmesh.partition.shards import open_shards
-
-    def peak():
-        with open("/proc/self/status") as fh:
-            return next(int(l.split()[1]) * 1024 for l in fh if l.startswith("VmHWM:"))
-
-    shards = open_shards(sys.argv[1])
-    before = peak()
-    block = shards.block(*eval(sys.argv[2]))
-    print(peak() - before, block.nnz)
-""")
-
-
-def read(path: Path, blocks: str) -> tuple:
-    """(growth of peak RSS in bytes, nonzeros read) in a fresh interpreter."""
-    done = subprocess.run([sys.executable, "-c", PROBE, str(path), blocks], capture_output=True, text=True,
-                          check=True)
-    grown, nnz = map(int, done.stdout.split())
-    return grown, nnz
+from gnnmesh.partition.shards import read_cost, write_shards
 
 
 def main():
@@ -69,7 +44,7 @@ def main():
         del graph
         for _ in range(args.repeats):
             for name, blocks in cases.items():
-                got[name].append(read(path, blocks))
+                got[name].append(read_cost(path, blocks))
     print(f"{args.dataset}: {rows} x {cols} blocks, whole graph's CSR {whole / 2**20:.1f} MiB; growth of a "
           f"reader's peak RSS, median (min-max) of {args.repeats} fresh processes\n")
     print("| read | nonzeros | share of nonzeros | peak RSS growth (MiB) | vs. whole graph |")

@@ -1,9 +1,7 @@
 """2D shard files: written once, each rank reads and merges only its blocks."""
 
 import json
-import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -13,7 +11,7 @@ from gnnmesh import cli, datasets
 from gnnmesh.graph import sparse_csr
 from gnnmesh.errors import ConfigError, GraphError
 from gnnmesh.partition.blocks import inverse, permutations, permute_adjacency
-from gnnmesh.partition.shards import open_shards, write_shards
+from gnnmesh.partition.shards import open_shards, read_cost, write_shards
 from gnnmesh.partition import graph_key
 
 from helpers import random_graph
@@ -180,24 +178,6 @@ def test_command_writes_shards(tmp_path, capsys):
                      "--write-shards", str(out)]) == 2
 
 
-# Peak RSS while reading, over the peak after imports and opening the manifest. The child's
-# own high-water mark (VmHWM) is used: ru_maxrss would start at the parent's peak, which a
-# process started from a big parent inherits at exec on Linux, and then never grow.
-PROBE = textwrap.dedent("""
-    import sys
-    from gnnmesh.partition.shards import open_shards
-
-    def peak():
-        with open("/proc/self/status") as fh:
-            return next(int(l.split()[1]) * 1024 for l in fh if l.startswith("VmHWM:"))
-
-    shards = open_shards(sys.argv[1])
-    before = peak()
-    block = shards.block(*eval(sys.argv[2]))
-    print(peak() - before, block.nnz)
-""")
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 def test_a_rank_reads_a_fraction_of_the_graph(tmp_path):
     graph = datasets.load("rmat:nodes=250000,edges=4000000,features=0", cache=False)
@@ -207,11 +187,7 @@ def test_a_rank_reads_a_fraction_of_the_graph(tmp_path):
     del graph
 
     def peak(blocks):  # (extra peak RSS, nonzeros read) in a fresh interpreter
-        run = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "s"), blocks],
-                             capture_output=True, text=True, timeout=120)
-        assert run.returncode == 0, run.stderr
-        grown, nnz = map(int, run.stdout.split())
-        return grown, nnz
+        return read_cost(tmp_path / "s", blocks, timeout=120)
 
     one, nnz = peak("(0, 0)")
     assert 0.04 * 4_000_000 < nnz < 0.1 * 4_000_000  # about 1/16 of the entries

@@ -19,7 +19,10 @@ sees either the old complete set or the new one.
 
 from __future__ import annotations
 
+import ast
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -30,6 +33,7 @@ import torch
 from ..atomic import staged_directory
 from ..errors import ConfigError, GraphError
 from ..graph import Adjacency, Graph, sparse_csr
+from ..memory import peak_rss_mib
 from .base import graph_key
 from .blocks import block_bounds, check_grid, inverse, permutations, permute_adjacency
 
@@ -285,3 +289,28 @@ def _span(spec, count: int, what: str) -> range:
         raise ConfigError(f"{what} blocks {spec.start}..{spec.stop - 1} are not a non-empty "
                           f"range of consecutive blocks within 0..{count - 1}")
     return spec
+
+
+def read_cost(directory, blocks: str, timeout: float = 300) -> tuple:
+    """(growth of the peak resident memory in bytes, nonzeros read) of reading ``blocks`` of
+    the shard set in ``directory`` (``Shards.block``'s arguments as a Python literal, e.g.
+    ``"(0, (0, 4))"``) in a fresh interpreter that has imported gnnmesh and opened the
+    manifest: what one reader pays, apart from any other process's history. A peak started
+    anew is the child's own high-water mark: ru_maxrss would start at the parent's peak."""
+    done = subprocess.run([sys.executable, "-m", "gnnmesh.partition.shards", str(directory), blocks],
+                          capture_output=True, text=True, timeout=timeout)
+    if done.returncode:
+        raise RuntimeError(f"reading {blocks} of {directory} failed:\n{done.stderr}")
+    grown, nnz = map(int, done.stdout.split())
+    return grown, nnz
+
+
+def _print_read_cost(directory: str, blocks: str) -> None:
+    shards = open_shards(directory)
+    before = peak_rss_mib()
+    block = shards.block(*ast.literal_eval(blocks))
+    print(int((peak_rss_mib() - before) * 2**20), block.nnz)
+
+
+if __name__ == "__main__":
+    _print_read_cost(*sys.argv[1:3])
