@@ -13,6 +13,7 @@ import sys
 import torch
 
 _STATUS = "/proc/self/status"
+_CLEAR_REFS = "/proc/self/clear_refs"  # writing "5" restarts VmHWM from the current size
 
 
 def _status_mib(field: str):
@@ -31,8 +32,8 @@ def current_rss_mib() -> float:
     return _status_mib("VmRSS") or 0.0
 
 
-def peak_rss_mib() -> float:
-    """This process's peak resident memory (VmHWM), in MiB."""
+def _high_water_mib() -> float:
+    """The process's resident high-water mark since it started or was last restarted."""
     peak = _status_mib("VmHWM")
     if peak is not None:
         return peak
@@ -41,12 +42,51 @@ def peak_rss_mib() -> float:
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB elsewhere
 
 
+# The peaks from before the last ``restart_peaks``: the run's figures never go down.
+_carried: dict = {}
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory over the whole run, in MiB."""
+    return max(_carried.get("rss", 0.0), _high_water_mib())
+
+
+def _device_peak_mib(device) -> float:
+    return max(_carried.get(str(device), 0.0), torch.cuda.max_memory_allocated(device) / 2**20)
+
+
+def restart_peaks(device) -> float:
+    """Start measuring peaks afresh from now (the run's peaks above are kept): the resident
+    high-water mark (Linux; elsewhere it keeps running) and, on CUDA, the device's. For a
+    strategy that bounds each epoch's memory. Returns the resident memory now, in MiB."""
+    _carried["rss"] = peak_rss_mib()
+    try:
+        with open(_CLEAR_REFS, "w") as fh:
+            fh.write("5")
+    except OSError:
+        pass
+    device = torch.device(device)
+    if device.type == "cuda":
+        _carried[str(device)] = _device_peak_mib(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    return current_rss_mib()
+
+
+def peaks_since_restart(device) -> float:
+    """Bytes at the peak since the last ``restart_peaks``: the device's allocations on CUDA,
+    else the resident memory's high-water mark."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return float(torch.cuda.max_memory_allocated(device))
+    return _high_water_mib() * 2**20
+
+
 def rank_peaks(device) -> dict:
-    """This rank's peaks: ``rss`` and, on CUDA, ``device`` (MiB)."""
+    """This rank's peaks over the run: ``rss`` and, on CUDA, ``device`` (MiB)."""
     peaks = {"rss": peak_rss_mib()}
     device = torch.device(device)
     if device.type == "cuda":
-        peaks["device"] = torch.cuda.max_memory_allocated(device) / 2**20
+        peaks["device"] = _device_peak_mib(device)
     return peaks
 
 

@@ -10,7 +10,7 @@ from ..config import Config
 from ..errors import ConfigError
 from ..models import build_model
 from ..parallel.offload import costs, make_plan
-from ..parallel.offload.engine import grad_table
+from ..parallel.offload.engine import tables
 from ..parallel.offload.stages import stages_of
 from ..validate import parse_bytes
 from ..train.trainer import model_options
@@ -73,16 +73,8 @@ def _owned(graph, nproc: int, config: Config) -> list:
 
 
 def host_bytes(plan, stages: list) -> list:
-    """Each rank's host tier: features, every stage's output and its gradient, cached aggregates."""
-    tables = {"h0": plan.in_dim}
-    if stages[0].input_dropout > 0:
-        tables["h0.dropped"] = plan.in_dim
-    for stage in stages[:-1]:
-        tables[stage.output] = tables[grad_table(stage.output)] = stage.width
-    for i, stage in enumerate(stages):
-        if stage.cached:
-            tables.update({f"cache{i}.{t}": w for t, w in enumerate(stage.split.widths)})
-    width = sum(tables.values())
+    """Each rank's host tier: the features and every table a run creates."""
+    width = plan.in_dim + sum(tables(stages, plan.in_dim).values())
     return [plan.chunks[r][-1].hi * width * costs.FLOAT for r in range(plan.world)]
 
 
@@ -91,7 +83,7 @@ def describe(graph, config, plan, stages, classes, heads, budget, auto) -> list:
     base = costs.epoch_traffic(plan, stages, 1, 1, mode="none").total("load")
     inter = costs.epoch_traffic(plan, stages, 1, 1, mode="inter").total("load")
     load = traffic.total("load")
-    inter_saved = base - inter if plan.mode in ("inter", "both") else 0
+    saved = costs.savings(load, base, inter, plan.mode)
     peaks = costs.footprint(plan, stages, classes, heads)
     host = host_bytes(plan, stages)
     widths = "-".join(str(w) for w in [plan.in_dim] + [s.width for s in stages])
@@ -107,12 +99,10 @@ def describe(graph, config, plan, stages, classes, heads, budget, auto) -> list:
         f"({sum(host) / max(budget, 1):.1f}x the budget in all)",
         "per epoch (a training pass and an evaluation pass):",
         f"  host -> fast  {load / MiB:12.2f} MiB  (no dedup {base / MiB:.2f} MiB: saved "
-        f"{_pct(base - load, base)}%, inter {_pct(inter_saved, base)}%, intra {_pct(base - load - inter_saved, base)}%)",
+        f"{saved['dedup_saving_pct']:.1f}%, inter {saved['dedup_inter_pct']:.1f}%, intra "
+        f"{saved['dedup_intra_pct']:.1f}%)",
         f"  fast -> host  {traffic.total('store') / MiB:12.2f} MiB",
         f"  between ranks {traffic.total('peer') / MiB:12.2f} MiB",
         f"  kept in place {traffic.total('kept') / MiB:12.2f} MiB",
     ]
 
-
-def _pct(part: float, whole: float) -> str:
-    return f"{100.0 * part / whole:.1f}" if whole else "0.0"

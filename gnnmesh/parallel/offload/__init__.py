@@ -33,9 +33,6 @@ from .engine import FEATURES, Schedule
 from .stages import stages_of
 from .view import ChunkView
 
-_CLEAR_REFS = "/proc/self/clear_refs"
-
-
 class OffloadView(GraphView):
     """This rank's rows; the trainer sets the epoch here, the chunks' views follow it."""
 
@@ -85,7 +82,6 @@ class Offload(DistributedStrategy):
         where = None if store_dir is None else str(Path(store_dir) / f"rank{self.rank}")
         self.store = agreed(lambda: HostStore(host_store, self.device, where))  # refused before training
         weakref.finalize(self, self.store.close)  # its files go when the run ends, however it ends
-        self.kind = host_store
         self.schedule = self.views = None
         self._passes = {"train": 0, "eval": 0}
         self._baseline_rss = 0.0
@@ -95,7 +91,7 @@ class Offload(DistributedStrategy):
             return f"offload ({self.world_size} ranks)"
         plan = self.schedule.plan
         return (f"offload ({self.world_size} ranks, {plan.k} chunks each, dedup {plan.mode}"
-                f"{', reorganized' if plan.reorganized else ''}, {self.kind} host store, "
+                f"{', reorganized' if plan.reorganized else ''}, {self.store.kind} host store, "
                 f"budget {self.budget / 2**20:.0f} MiB)")
 
     # -- setup ----------------------------------------------------------------------------------
@@ -106,7 +102,7 @@ class Offload(DistributedStrategy):
             assignment = assignment.numpy()
         else:
             assignment = np.zeros(graph.num_nodes, dtype=np.int64)
-        self.adj, self.seed_ = graph.adj, seed
+        self.adj, self.mask_seed = graph.adj, seed
         self.owned = [np.flatnonzero(assignment == r) for r in range(self.world_size)]
         mine = torch.from_numpy(self.owned[self.rank])
         self.in_dim = x.shape[1]
@@ -128,7 +124,7 @@ class Offload(DistributedStrategy):
         plan.keep_own_steps()  # built and counted now, before the budget's baseline
         self.schedule = Schedule(plan, stages, self.store, self.comm, self.device)
         operators: dict = {}  # the whole graph's, only while the chunks' blocks are cut from them
-        self.views = [ChunkView(self.adj, plan.chunk(self.rank, b), operators, self.seed_, self.device)
+        self.views = [ChunkView(self.adj, plan.chunk(self.rank, b), operators, self.mask_seed, self.device)
                       for b in range(plan.batches)]
         for view in self.views:  # the topology is built before training, not inside the budget
             view.build({name for stage in stages for name in stage.operators})
@@ -136,8 +132,12 @@ class Offload(DistributedStrategy):
         # Per training and per evaluation pass: loads without dedup, and with inter-rank dedup only.
         self._compare = {mode: [costs.epoch_traffic(plan, stages, *passes, mode=mode).total("load")
                                 for passes in ((1, 0), (0, 1))] for mode in ("none", "inter")}
-        self.stages, self.classes, self.heads = stages, classes, heads
-        self._host_bytes = sum(self.comm.all_gather_object(self.store.nbytes()))
+        self.stages = stages
+        # What every epoch reports of the plan, which does not change.
+        self._plan_figures = {"replication": round(plan.replication(), 4), "chunks": plan.k,
+                              "budget_bytes": self.budget,
+                              "host_tier_bytes": sum(self.comm.all_gather_object(self.store.nbytes())),
+                              "footprint_estimate_bytes": max(costs.footprint(plan, stages, classes, heads))}
 
     # -- training -------------------------------------------------------------------------------
     def forward(self, model, view, x):
@@ -158,7 +158,8 @@ class Offload(DistributedStrategy):
         self._passes = {"train": 0, "eval": 0}
         if self.schedule is not None:
             self.schedule.kept_bytes, self.schedule.recompute_seconds = 0, 0.0
-        self._baseline_rss = _reset_peak()  # setup is done: the topology and host tier are in place
+        # Setup is done: the topology and host tier are in place, the fast tier's use starts here.
+        self._baseline_rss = memory.restart_peaks(self.device)
 
     def rank_figures(self) -> dict:
         io = self.store.take()
@@ -169,30 +170,22 @@ class Offload(DistributedStrategy):
             out["offload_kept_bytes"] = self.schedule.kept_bytes
             out["recompute_time"] = self.schedule.recompute_seconds
             self.schedule.kept_bytes, self.schedule.recompute_seconds = 0, 0.0
-        peak = (torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda"
-                else max(0.0, memory.peak_rss_mib() - self._baseline_rss) * 2**20)
+        peak = memory.peaks_since_restart(self.device)
+        if self.device.type != "cuda":  # resident memory: what setup left is not the fast tier's
+            peak = max(0.0, peak - self._baseline_rss * 2**20)
         out["fast_peak_bytes_max"] = peak
         return out
 
     def report(self, epoch_time, peaks):
         passes = dict(self._passes)
         out = super().report(epoch_time, peaks)
-        plan = self.schedule.plan
         base, inter = ((passes["train"] * train + passes["eval"] * evaluate)
                        for train, evaluate in (self._compare["none"], self._compare["inter"]))
-        load = out["offload_load_bytes"]
-        inter_saved = base - inter if plan.mode in ("inter", "both") else 0
-        out.update({"offload_baseline_load_bytes": base,
-                    "dedup_saving_pct": _pct(base - load, base),
-                    "dedup_inter_pct": _pct(inter_saved, base),
-                    "dedup_intra_pct": _pct(base - load - inter_saved, base),
-                    "replication": round(plan.replication(), 4), "chunks": plan.k,
-                    "budget_bytes": self.budget, "host_tier_bytes": self._host_bytes,
-                    "footprint_estimate_bytes": max(costs.footprint(plan, self.stages, self.classes, self.heads))})
+        out["offload_baseline_load_bytes"] = base
+        out.update(costs.savings(out["offload_load_bytes"], base, inter, self.schedule.plan.mode))
+        out.update(self._plan_figures)
         self._passes = {"train": 0, "eval": 0}
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
-        _reset_peak()
+        memory.restart_peaks(self.device)  # the next epoch's peak is its own
         return out
 
     def report_lines(self, extra: dict) -> list:
@@ -220,10 +213,11 @@ def make_plan(adj, owned: list, rank: int, in_dim: int, stages: list, classes: i
 
     if chunks is not None:
         chosen = plan(chunks)
-        if need(chosen) > budget:
+        needed = need(chosen)
+        if needed > budget:
             raise ConfigError(f"config field 'device_memory': {_mib(budget)} is too small for {chunks} chunks "
-                              f"per rank (their largest needs about {_mib(need(chosen))}); give at least "
-                              f"{_mib(need(chosen))}, or more chunks (--chunks auto)")
+                              f"per rank (their largest needs about {_mib(needed)}); give at least "
+                              f"{_mib(needed)}, or more chunks (--chunks auto)")
         return chosen
     floor = costs.footprint_floor(adj, owned, stages, classes, heads, in_dim, dedup)
     if floor > budget:
@@ -258,20 +252,6 @@ def make_plan(adj, owned: list, rank: int, in_dim: int, stages: list, classes: i
     return fits[k]
 
 
-def _pct(part: float, whole: float) -> float:
-    return round(100.0 * part / whole, 2) if whole else 0.0
-
-
 def _mib(nbytes: float) -> str:
     return f"{nbytes / 2**20:.1f} MiB"
-
-
-def _reset_peak() -> float:
-    """Restart the process's resident-memory high-water mark (Linux); the resident memory now."""
-    try:
-        with open(_CLEAR_REFS, "w") as fh:
-            fh.write("5")
-    except OSError:
-        pass
-    return memory.current_rss_mib()
 

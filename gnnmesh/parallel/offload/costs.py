@@ -4,7 +4,7 @@ estimate), from which ``--chunks auto`` picks the smallest K that fits the budge
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,7 +28,6 @@ class Traffic:
     store: list
     peer: list
     kept: list
-    baseline_load: list = field(default_factory=list)  # ``load`` with no dedup at all
 
     def total(self, name: str) -> int:
         return int(sum(getattr(self, name)))
@@ -91,6 +90,19 @@ def epoch_traffic(chunking, stages: list, train: int = 1, evaluate: int = 1, mod
                     if name != FEATURES:
                         rows_of(widths[name], "store")
     return out
+
+
+def savings(load: int, baseline: int, inter_only: int, mode: str) -> dict:
+    """What dedup saved of the ``baseline`` load (no dedup), in percent: in all, by sharing
+    between ranks (the load with inter-rank dedup only, ``inter_only``, below the baseline)
+    and by keeping rows in place (the rest)."""
+    inter = baseline - inter_only if mode in ("inter", "both") else 0
+
+    def pct(part):
+        return round(100.0 * part / baseline, 2) if baseline else 0.0
+
+    return {"dedup_saving_pct": pct(baseline - load), "dedup_inter_pct": pct(inter),
+            "dedup_intra_pct": pct(baseline - load - inter)}
 
 
 def _wide(stage) -> list:

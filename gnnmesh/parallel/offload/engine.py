@@ -27,6 +27,20 @@ def cache_table(stage: int, term: int) -> str:
     return f"cache{stage}.{term}"
 
 
+def tables(stages: list, in_dim: int) -> dict:
+    """``{name: width}`` of the host-tier tables a run over ``stages`` creates besides the
+    features: the masked features, every stage's output and its gradient, cached aggregates."""
+    out = {}
+    if stages[0].input_dropout > 0 and stages[0].inputs[0] == FEATURES:
+        out[DROPPED_FEATURES] = in_dim
+    for stage in stages[:-1]:
+        out[stage.output] = out[grad_table(stage.output)] = stage.width
+    for i, stage in enumerate(stages):
+        if stage.cached:
+            out.update({cache_table(i, t): width for t, width in enumerate(stage.split.widths)})
+    return out
+
+
 class Loader:
     """Loads one table's rows for a sequence of batches (one pass over them), keeping what
     the next batch reuses."""
@@ -42,11 +56,8 @@ class Loader:
             buffer = run.store.read(self.name, step.reads[0])
         else:
             buffer = torch.empty((step.buffer_rows, self.width), device=run.device)
-            start = 0
-            for rows in step.reads:
-                if len(rows):
-                    buffer.index_copy_(0, step.fresh_to[start:start + len(rows)], run.store.read(self.name, rows))
-                start += len(rows)
+            for rows, where in step.segments():
+                buffer.index_copy_(0, where, run.store.read(self.name, rows))
             if len(step.keep[0]):
                 buffer.index_copy_(0, step.keep[1], self.buffer.index_select(0, step.keep[0]))
                 run.count_kept(len(step.keep[0]), self.width)
@@ -95,11 +106,8 @@ class Pusher:
         if step.read_whole:
             run.store.accumulate(self.name, step.reads[0], buffer)
         else:
-            start = 0
-            for rows in step.reads:
-                if len(rows):
-                    run.store.accumulate(self.name, rows, buffer.index_select(0, step.fresh_to[start:start + len(rows)]))
-                start += len(rows)
+            for rows, where in step.segments():
+                run.store.accumulate(self.name, rows, buffer.index_select(0, where))
         self.carry_buffer = self.carry_input = None
         if len(step.keep[0]):
             self.carry_buffer = grad.new_zeros((self.steps[b - 1][me].buffer_rows, self.width))
@@ -128,15 +136,8 @@ class Schedule:
             for steps in (plan.steps_forward, plan.steps_reverse):
                 for row in steps:
                     row[self.rank] = row[self.rank].to(self.device)
-        if stages[0].input_dropout > 0 and stages[0].inputs[0] == FEATURES:
-            store.create(DROPPED_FEATURES, plan.rows, plan.in_dim)
-        for stage in stages[:-1]:
-            store.create(stage.output, plan.rows, stage.width)
-            store.create(grad_table(stage.output), plan.rows, stage.width)
-        for i, stage in enumerate(stages):
-            if stage.cached:
-                for t, width in enumerate(stage.split.widths):
-                    store.create(cache_table(i, t), plan.rows, width)
+        for name, width in tables(stages, plan.in_dim).items():
+            store.create(name, plan.rows, width)
 
     # -- moving rows ----------------------------------------------------------------------------
     def count_kept(self, rows: int, width: int) -> None:

@@ -36,14 +36,15 @@ def _positions(of: np.ndarray, within: np.ndarray) -> np.ndarray:
 class Step:
     """One rank's part of loading one batch's rows.
 
-    As owner: read ``reads`` (segments of local row positions, each ascending) into a buffer
-    laid out as the segments one after another, except that with owner reuse the buffer is
-    the batch's union ``keep_to``/``fresh_to`` places rows in; ``send[q]`` are the buffer
-    rows requester q gets. As requester: rows from owner p go to ``place[p]`` of the input,
-    and ``input_keep`` copies rows of the previous input."""
+    As owner: read ``reads`` (segments of local row positions, each ascending) into the
+    buffer rows ``fresh_to`` gives them (with inter-rank dedup the buffer is the batch's
+    union, else the segments one after another), copy the rows ``keep`` names from the
+    previous buffer; ``send[q]`` are the buffer rows requester q gets. As requester: rows
+    from owner p go to ``place[p]`` of the input, and ``input_keep`` copies rows of the
+    previous input."""
 
     reads: list               # [ascending local positions], read in this order
-    fresh_to: np.ndarray      # buffer positions of the rows read (all reads concatenated)
+    fresh_to: torch.Tensor    # buffer positions of the rows read (all reads concatenated)
     buffer_rows: int
     keep: tuple               # (previous buffer positions, buffer positions) kept in place
     send: list                # per requester q: buffer positions of its rows
@@ -59,6 +60,14 @@ class Step:
         return replace(self, fresh_to=move(self.fresh_to), keep=tuple(map(move, self.keep)),
                        send=[move(t) for t in self.send], place=[move(t) for t in self.place],
                        input_keep=tuple(map(move, self.input_keep)))
+
+    def segments(self):
+        """(local positions read, their buffer positions) of every non-empty read."""
+        start = 0
+        for rows in self.reads:
+            if len(rows):
+                yield rows, self.fresh_to[start:start + len(rows)]
+            start += len(rows)
 
     @property
     def rows_read(self) -> int:
