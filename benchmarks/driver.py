@@ -86,3 +86,30 @@ def spread(records: list, field: Field) -> Spread:
 def imbalance(record: dict) -> float:
     """Compute time of the slowest rank over that of the fastest, in one epoch."""
     return record["compute_time_max"] / max(record["compute_time_min"], 1e-9)
+
+
+def split_specs(text: str) -> list:
+    """Dataset specs separated by commas, a spec's own options (``key=value``) kept with it."""
+    out = []
+    for piece in text.split(","):
+        if out and "=" in piece and ":" not in piece:
+            out[-1] += "," + piece
+        else:
+            out.append(piece)
+    return out
+
+
+def out_of_core_parser(doc: str, datasets: str, ranks: int, ranks_help: str, ratio_help: str):
+    """The arguments the out-of-core benchmarks share: graphs, data root, ranks, budget ratio,
+    epochs, host store and time limit."""
+    import argparse
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--datasets", default=datasets)
+    ap.add_argument("--data-root", dest="root")
+    ap.add_argument("--ratio", type=float, default=4.0, help=ratio_help)
+    ap.add_argument("--ranks", type=int, default=ranks, help=ranks_help)
+    ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--store", choices=("ram", "file"), default="ram")
+    ap.add_argument("--timeout", type=float, default=3600)
+    return ap
+

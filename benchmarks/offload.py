@@ -19,14 +19,13 @@ fits in when that is more (a hub's neighbourhood at the widest layer), and K is 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from driver import TrainFailed, epochs, spread, train  # noqa: E402
+from driver import TrainFailed, epochs, out_of_core_parser, split_specs, spread, train  # noqa: E402
 
 from gnnmesh import datasets  # noqa: E402
 from gnnmesh.commands.plan_offload import host_bytes  # noqa: E402
@@ -38,17 +37,6 @@ from gnnmesh.parallel.offload.stages import stages_of  # noqa: E402
 MiB = 2**20
 MODES = ("none", "inter", "intra", "both")
 DEFAULT = "github,facebook,slashdot:random_labels=8,rmat:nodes=1000000,edges=10000000"
-
-
-def split_specs(text: str) -> list:
-    """Dataset specs separated by commas, a spec's own options (``key=value``) kept with it."""
-    out = []
-    for piece in text.split(","):
-        if out and "=" in piece and ":" not in piece:
-            out[-1] += "," + piece
-        else:
-            out.append(piece)
-    return out
 
 
 def plans(spec: str, root, ratio: float, ranks: int) -> dict:
@@ -95,15 +83,8 @@ def timing(spec: str, root, budget: int, store: str, epochs_: int, timeout: floa
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--datasets", default=DEFAULT)
-    ap.add_argument("--data-root", dest="root")
-    ap.add_argument("--ratio", type=float, default=4.0, help="host tier / budget (default 4)")
-    ap.add_argument("--ranks", type=int, default=4, help="ranks for the traffic table (default 4)")
-    ap.add_argument("--epochs", type=int, default=4)
-    ap.add_argument("--store", choices=("ram", "file"), default="ram")
-    ap.add_argument("--timeout", type=float, default=3600)
-    args = ap.parse_args()
+    args = out_of_core_parser(__doc__, DEFAULT, 4, "ranks for the traffic table (default 4)",
+                              "host tier / budget (default 4)").parse_args()
     print(f"offload benchmark: GCN 2 layers, budget = host tier / {args.ratio:g}, traffic on {args.ranks} "
           f"ranks (METIS), times on 1 rank, {args.store} store\n")
     print("traffic per epoch, host -> fast MiB (reorganized in brackets); saving = 1 - both / none")

@@ -49,28 +49,29 @@ HELP = {
     "epsilon": "--strategy partition: allowed load imbalance of the partition (default: 0.01)",
     "partition_file": "--strategy partition: use this stored partition (from 'gnnmesh partition') "
                       "instead of computing one",
-    "chunk_size": "tensor strategies: destination rows per aggregation chunk (default: the "
+    "chunk_size": "tensor in memory: destination rows per aggregation chunk (default: the "
                   "whole graph in one chunk)",
-    "pipeline": "tensor strategies: overlap per-chunk split/gather with aggregation (default: on)",
+    "pipeline": "tensor in memory: overlap per-chunk split/gather with aggregation (default: on)",
     "grid": "grid3d: process grid X,Y,Z (product = number of ranks; default: the most cubic "
             "grid; 'gnnmesh plan' ranks every grid by predicted epoch time)",
     "permute": "grid3d: balance the 2D adjacency blocks with a row and a column permutation "
                "(default: on)",
     "blocks": "grid3d: row blocks per aggregation, each block's all-reduce overlapping the next "
               "block's SpMM (default: 1)",
-    "device_memory": "offload: the fast tier's budget, e.g. 512MiB or 2GiB (the GPU's memory with "
+    "device_memory": "offload, tensor with --host-store: the fast tier's budget, e.g. 512MiB or 2GiB (the GPU's memory with "
                      "--device cuda, the process's working memory on CPU; default: 1GiB)",
     "host_store": "offload: where every layer's vertex data and gradients live: ram (pinned on "
-                  "CUDA) or file (one file per layer under --store-dir; default: ram)",
-    "store_dir": "offload with --host-store file: directory for the per-layer files",
-    "chunks": "offload: chunks of destination rows per rank, or auto: the fewest that fit "
+                  "CUDA) or file (one file per layer under --store-dir; default: ram); tensor: "
+                  "train out of core with this store (default: in memory)",
+    "store_dir": "offload or tensor with --host-store file: directory for the per-layer files",
+    "chunks": "offload, tensor with --host-store: chunks of destination rows per rank, or auto: the fewest that fit "
               "--device-memory (default: auto)",
     "intermediates": "offload: cache each layer's aggregation in the host tier and recompute "
                      "only its update (gcn, sage, gin), or recompute whole layers; auto: cache "
                      "where the model allows (default)",
-    "dedup": "offload: load rows shared by a batch's chunks once (inter), keep rows consecutive "
+    "dedup": "offload, tensor with --host-store (intra only): load rows shared by a batch's chunks once (inter), keep rows consecutive "
              "chunks share (intra), both, or none (default: both)",
-    "reorganize": "offload: regroup and reorder chunks to share more rows (default: on)",
+    "reorganize": "offload, tensor with --host-store: regroup and reorder chunks to share more rows (default: on)",
     "device": "compute device",
     "threads": "compute threads per process (default: torch's choice)",
     "checkpoint": "checkpoint file",

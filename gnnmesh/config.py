@@ -52,12 +52,21 @@ STRATEGY_FIELDS = {"partitioner": ("partition", "offload"), "epsilon": ("partiti
                    "partition_file": ("partition", "offload"),
                    "chunk_size": ("tensor",), "pipeline": ("tensor",),
                    "grid": ("grid3d",), "permute": ("grid3d",), "blocks": ("grid3d",),
-                   "device_memory": ("offload",), "host_store": ("offload",), "store_dir": ("offload",),
-                   "chunks": ("offload",), "intermediates": ("offload",), "dedup": ("offload",),
-                   "reorganize": ("offload",)}
+                   "device_memory": ("offload", "tensor"), "host_store": ("offload", "tensor"),
+                   "store_dir": ("offload", "tensor"), "chunks": ("offload", "tensor"),
+                   "intermediates": ("offload",), "dedup": ("offload", "tensor"),
+                   "reorganize": ("offload", "tensor")}
 STRATEGY_DEFAULTS = {"partitioner": "hp", "epsilon": 0.01, "pipeline": True, "permute": True, "blocks": 1,
                      "device_memory": "1GiB", "host_store": "ram", "chunks": "auto", "intermediates": "auto",
                      "dedup": "both", "reorganize": True}
+# Tensor parallelism has two engines: in memory (its own settings) and with the vertex data in a
+# host store (--host-store, and the host tier's settings). Each engine's settings are refused
+# under the other, and take their defaults only under their own.
+TENSOR_IN_MEMORY = ("chunk_size", "pipeline")
+HOST_TIER = ("device_memory", "store_dir", "chunks", "dedup", "reorganize")
+TENSOR_HOST_STORE_MODELS = ("--strategy tensor with --host-store trains decoupled models without attention "
+                            "(--decoupled with gcn or sage), whose propagation runs on column slices; for "
+                            "other models out of core use --strategy offload")
 # Decided when a parts directory is written ('gnnmesh partition --write-parts'): a --parts run
 # takes them from the parts.
 FIXED_BY_PARTS = ("partitioner", "epsilon", "partition_file", "permute")
@@ -179,6 +188,8 @@ class Config:
             got = f"decoupled {self.model}" if self.decoupled else self.model
             raise ConfigError(f"config field 'model': the grid3d strategy runs {', '.join(GRID3D_MODELS)} "
                               f"(not their decoupled forms), got {got}")
+        if self.strategy == "tensor" and self.host_store and (not self.decoupled or self.model == "gat"):
+            raise ConfigError(TENSOR_HOST_STORE_MODELS)
         if self.parts and self.reorder != "none":
             raise ConfigError("config field 'reorder': parts are written in their final order; "
                               "reorder applies only when loading a dataset")
@@ -205,6 +216,20 @@ class Config:
             if self.strategy not in strategy and not (self.parts and self.strategy == "single"):
                 raise ConfigError(f"{where} applies only to --strategy {' or '.join(strategy)}; this run "
                                   f"uses {self.strategy}")
+            refusal = self._tensor_engine_refuses(name)
+            if refusal:
+                raise ConfigError(f"{where} {refusal}")
+
+    def _tensor_engine_refuses(self, name: str) -> Optional[str]:
+        """Why setting ``name`` does not fit the tensor engine this config picks (None: it fits)."""
+        if self.strategy != "tensor":
+            return None
+        if self.host_store is not None and name in TENSOR_IN_MEMORY:
+            return ("does not apply with --host-store: the host store's chunks follow --chunks "
+                    "and --device-memory")
+        if self.host_store is None and name in HOST_TIER:
+            return "applies to --strategy tensor only with --host-store ram or file"
+        return None
 
     def resolved(self) -> "Config":
         """A copy with the model's defaults filled in for every unset hyper-parameter, the
@@ -216,6 +241,8 @@ class Config:
         changes = {k: v for k, v in self._model_defaults().items() if getattr(self, k) is None}
         changes.update({k: v for k, v in STRATEGY_DEFAULTS.items()
                         if getattr(self, k) is None and self.strategy in STRATEGY_FIELDS[k]
+                        and self._tensor_engine_refuses(k) is None
+                        and not (self.strategy == "tensor" and k == "host_store")  # in memory unless asked
                         and not (self.parts and k in FIXED_BY_PARTS)
                         and not (self.partition_file is not None and k in FIXED_BY_PARTITION_FILE)})
         if self.device != "cpu":

@@ -59,3 +59,14 @@ def parse_bytes(text, name: str) -> int:
     if value is None or unit not in _UNITS or not math.isfinite(value) or value <= 0:
         raise ConfigError(f"config field '{name}': {text!r} is not a size (e.g. 512MiB, 2GiB, 1.5G)")
     return int(value * _UNITS[unit])
+
+
+def format_bytes(nbytes: float) -> str:
+    """``nbytes`` in the largest binary unit that keeps it at least 1, rounded up to a tenth (a
+    size it names as needed is never below the need), in a form ``parse_bytes`` reads back."""
+    for unit in ("TiB", "GiB", "MiB", "KiB"):
+        scale = _UNITS[unit.lower()]
+        if nbytes >= scale:
+            return f"{math.ceil(10 * nbytes / scale) / 10:.1f} {unit}"
+    return f"{math.ceil(nbytes)} B"
+

@@ -18,6 +18,9 @@ def build_strategy(config, layout, device) -> Strategy:
         from .partition import PartitionParallel
         return PartitionParallel(layout, device, method=config.partitioner, epsilon=config.epsilon,
                                  seed=config.seed, partition_file=config.partition_file)
+    if config.strategy == "tensor" and config.host_store is not None:
+        from .offload.tensor import TensorOffload
+        return TensorOffload(layout, device, **_host_tier(config))
     if config.strategy == "tensor":
         from .tensor import TensorParallel
         return TensorParallel(layout, device, chunk_size=config.chunk_size, pipeline=config.pipeline)
@@ -26,13 +29,17 @@ def build_strategy(config, layout, device) -> Strategy:
         return Grid3D(layout, device, permute=config.permute, blocks=config.blocks, seed=config.seed)
     if config.strategy == "offload":
         from .offload import Offload
-        return Offload(layout, device, device_memory=parse_bytes(config.device_memory, "device_memory"),
-                       host_store=config.host_store, store_dir=config.store_dir,
-                       chunks=None if config.chunks == "auto" else int(config.chunks),
-                       intermediates=config.intermediates, dedup=config.dedup, reorganize=config.reorganize,
-                       method=config.partitioner, epsilon=config.epsilon, seed=config.seed,
-                       partition_file=config.partition_file)
+        return Offload(layout, device, intermediates=config.intermediates, method=config.partitioner,
+                       epsilon=config.epsilon, seed=config.seed, partition_file=config.partition_file,
+                       **_host_tier(config))
     raise ValueError(f"unknown strategy {config.strategy!r}")
+
+
+def _host_tier(config) -> dict:
+    """The settings of a strategy whose vertex data lives in a host store."""
+    return dict(device_memory=parse_bytes(config.device_memory, "device_memory"), host_store=config.host_store,
+                store_dir=config.store_dir, chunks=None if config.chunks == "auto" else int(config.chunks),
+                dedup=config.dedup, reorganize=config.reorganize)
 
 
 __all__ = ["Shard", "Strategy", "SingleProcess", "build_strategy"]

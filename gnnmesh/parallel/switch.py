@@ -72,13 +72,15 @@ class LayoutSwitch:
         return element_size * mid * sum(rows[r] * (width - cols[r]) for r in range(self.world))
 
     # -- rows -> columns ---------------------------------------------------------------------
-    def start_split(self, x_rows: torch.Tensor, rows_by_rank: list):
+    def start_split(self, x_rows: torch.Tensor, rows_by_rank: list, first: Optional[int] = None):
         """Send this rank's rows ``rows_by_rank[me]`` (global ids) of ``x_rows`` (its row
-        block, ``[num_owned, *mid, D]``) to every rank, each getting its column slice."""
+        block, ``[num_owned, *mid, D]``, or any run of its rows starting at global id
+        ``first``) to every rank, each getting its column slice."""
         width, mid_shape = x_rows.shape[-1], tuple(x_rows.shape[1:-1])
         mid = math.prod(mid_shape)
         cuts = self.col_bounds(width)
-        block = x_rows.index_select(0, rows_by_rank[self.rank].to(x_rows.device) - self.start)
+        offset = self.start if first is None else first
+        block = x_rows.index_select(0, rows_by_rank[self.rank].to(x_rows.device) - offset)
         send = torch.cat([block[..., cuts[c]:cuts[c + 1]].reshape(-1) for c in range(self.world)])
         n_mine = block.shape[0]
         send_counts = [n_mine * mid * (cuts[c + 1] - cuts[c]) for c in range(self.world)]

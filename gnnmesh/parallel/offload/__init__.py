@@ -23,6 +23,7 @@ from ...comm import agreed
 from ...errors import ConfigError
 from ...host_store import HostStore
 from ...layout import ParallelLayout
+from ...validate import format_bytes
 from ...view import GraphView
 from ..base import Shard
 from ..distributed import DistributedStrategy
@@ -51,23 +52,48 @@ class OffloadView(GraphView):
 
 
 class _Offloaded(torch.autograd.Function):
-    """The whole out-of-core pass as one autograd node: forward returns the logits, backward
-    runs the chunked backward pass and returns the parameters' gradients."""
+    """A whole out-of-core pass as one autograd node: forward returns the logits, backward
+    runs the chunked backward pass and returns the parameters' gradients. ``passes`` has
+    ``forward(epoch, training)`` and ``backward(epoch, grad_logits, params)``."""
 
     @staticmethod
-    def forward(ctx, schedule, views, epoch, *params):
-        ctx.schedule, ctx.views, ctx.epoch, ctx.params = schedule, views, epoch, params
-        return schedule.forward(views, epoch, training=True)
+    def forward(ctx, passes, epoch, *params):
+        ctx.passes, ctx.epoch, ctx.params = passes, epoch, params
+        return passes.forward(epoch, training=True)
 
     @staticmethod
     def backward(ctx, grad_logits):
-        grads = ctx.schedule.backward(ctx.views, ctx.epoch, grad_logits.contiguous(), list(ctx.params))
-        return (None, None, None, *grads)
+        grads = ctx.passes.backward(ctx.epoch, grad_logits.contiguous(), list(ctx.params))
+        return (None, None, *grads)
+
+
+class _Passes:
+    """A schedule's passes over the views of its chunks."""
+
+    def __init__(self, schedule, views: list):
+        self.schedule, self.views = schedule, views
+
+    def forward(self, epoch: int, training: bool) -> torch.Tensor:
+        return self.schedule.forward(self.views, epoch, training)
+
+    def backward(self, epoch: int, grad_logits: torch.Tensor, params: list) -> list:
+        return self.schedule.backward(self.views, epoch, grad_logits, params)
+
+
+def chunk_views(adj, plan, stages: list, rank: int, seed: int, device) -> list:
+    """One view per batch of ``plan`` for ``rank``, its operators' blocks cut now: the
+    topology is built before training, not inside the budget."""
+    operators: dict = {}  # the whole graph's, only while the chunks' blocks are cut from them
+    views = [ChunkView(adj, plan.chunk(rank, b), operators, seed, device) for b in range(plan.batches)]
+    for view in views:
+        view.build({name for stage in stages for name in stage.operators})
+    return views
 
 
 class Offload(DistributedStrategy):
     name = "offload"
     reported_phases = ("offload",)
+    mesh_dim = "rows"  # the layout's dimension its ranks lie on
 
     def __init__(self, layout: ParallelLayout, device, device_memory: int, host_store: str = "ram",
                  store_dir: Optional[str] = None, chunks: Optional[int] = None, intermediates: str = "auto",
@@ -75,14 +101,14 @@ class Offload(DistributedStrategy):
                  seed: int = 0, partition_file: Optional[str] = None):
         """``chunks``: K, or None to take the smallest K whose estimated footprint fits
         ``device_memory`` (bytes)."""
-        super().__init__(layout, device, "rows")
+        super().__init__(layout, device, self.mesh_dim)
         self.budget, self.chunks, self.intermediates = int(device_memory), chunks, intermediates
         self.dedup, self.reorganize = dedup, reorganize
         self.method, self.epsilon, self.seed, self.partition_file = method, epsilon, seed, partition_file
         where = None if store_dir is None else str(Path(store_dir) / f"rank{self.rank}")
         self.store = agreed(lambda: HostStore(host_store, self.device, where))  # refused before training
         weakref.finalize(self, self.store.close)  # its files go when the run ends, however it ends
-        self.schedule = self.views = None
+        self.schedule = self.passes = None
         self._passes = {"train": 0, "eval": 0}
         self._baseline_rss = 0.0
 
@@ -123,33 +149,34 @@ class Offload(DistributedStrategy):
                          self.chunks, self.dedup, self.reorganize)
         plan.keep_own_steps()  # built and counted now, before the budget's baseline
         self.schedule = Schedule(plan, stages, self.store, self.comm, self.device)
-        operators: dict = {}  # the whole graph's, only while the chunks' blocks are cut from them
-        self.views = [ChunkView(self.adj, plan.chunk(self.rank, b), operators, self.mask_seed, self.device)
-                      for b in range(plan.batches)]
-        for view in self.views:  # the topology is built before training, not inside the budget
-            view.build({name for stage in stages for name in stage.operators})
-        operators.clear()
-        # Per training and per evaluation pass: loads without dedup, and with inter-rank dedup only.
-        self._compare = {mode: [costs.epoch_traffic(plan, stages, *passes, mode=mode).total("load")
-                                for passes in ((1, 0), (0, 1))] for mode in ("none", "inter")}
+        self.passes = _Passes(self.schedule, chunk_views(self.adj, plan, stages, self.rank, self.mask_seed,
+                                                         self.device))
         self.stages = stages
+        self._loads = {mode: self.pass_traffic(mode)["load"] for mode in ("none", "inter")}
         # What every epoch reports of the plan, which does not change.
         self._plan_figures = {"replication": round(plan.replication(), 4), "chunks": plan.k,
                               "budget_bytes": self.budget,
                               "host_tier_bytes": sum(self.comm.all_gather_object(self.store.nbytes())),
                               "footprint_estimate_bytes": max(costs.footprint(plan, stages, classes, heads))}
 
+    def pass_traffic(self, mode: str) -> dict:
+        """``{"load": (training, evaluation), "store": (...)}``: host->fast and fast->host bytes of
+        one training pass and of one evaluation pass, all ranks', with dedup ``mode`` (the plan's,
+        or none or inter: the baselines the report compares with)."""
+        passes = [costs.epoch_traffic(self.schedule.plan, self.stages, *p, mode=mode) for p in ((1, 0), (0, 1))]
+        return {kind: tuple(t.total(kind) for t in passes) for kind in ("load", "store")}
+
     # -- training -------------------------------------------------------------------------------
     def forward(self, model, view, x):
-        if self.schedule is None:
+        if self.passes is None:
             self.prepare(model)
         if torch.is_grad_enabled() and model.training:
             self._passes["train"] += 1
             params = [p for p in model.parameters() if p.requires_grad]
-            return _Offloaded.apply(self.schedule, self.views, view.epoch, *params)
+            return _Offloaded.apply(self.passes, view.epoch, *params)
         self._passes["eval"] += 1
         with torch.no_grad():
-            return self.schedule.forward(self.views, view.epoch, training=model.training)
+            return self.passes.forward(view.epoch, training=model.training)
 
     # -- reporting ------------------------------------------------------------------------------
     def reset_counters(self) -> None:
@@ -180,9 +207,9 @@ class Offload(DistributedStrategy):
         passes = dict(self._passes)
         out = super().report(epoch_time, peaks)
         base, inter = ((passes["train"] * train + passes["eval"] * evaluate)
-                       for train, evaluate in (self._compare["none"], self._compare["inter"]))
+                       for train, evaluate in (self._loads["none"], self._loads["inter"]))
         out["offload_baseline_load_bytes"] = base
-        out.update(costs.savings(out["offload_load_bytes"], base, inter, self.schedule.plan.mode))
+        out.update(costs.savings(out["offload_load_bytes"], base, inter, self.dedup))
         out.update(self._plan_figures)
         self._passes = {"train": 0, "eval": 0}
         memory.restart_peaks(self.device)  # the next epoch's peak is its own
@@ -201,28 +228,28 @@ class Offload(DistributedStrategy):
 
 
 def make_plan(adj, owned: list, rank: int, in_dim: int, stages: list, classes: int, heads: int, budget: int,
-              chunks: Optional[int], dedup: str, reorganize: bool) -> Chunking:
+              chunks: Optional[int], dedup: str, reorganize: bool, reserved: int = 0) -> Chunking:
     """The plan of every rank (owning the ids ``owned[r]``) for ``stages``: ``chunks`` per
-    rank, refused if its estimated footprint exceeds ``budget`` bytes, or (None) the
-    smallest K whose estimate fits."""
+    rank, refused if its estimated footprint, plus ``reserved`` bytes the fast tier holds
+    beside it, exceeds ``budget`` bytes, or (None) the smallest K whose estimate fits."""
     def plan(k, reorganized=reorganize):
         return Chunking(adj, owned, k, dedup, reorganized, rank, in_dim)
 
     def need(chunking):
-        return max(costs.footprint(chunking, stages, classes, heads))
+        return reserved + max(costs.footprint(chunking, stages, classes, heads))
 
     if chunks is not None:
         chosen = plan(chunks)
         needed = need(chosen)
         if needed > budget:
-            raise ConfigError(f"config field 'device_memory': {_mib(budget)} is too small for {chunks} chunks "
-                              f"per rank (their largest needs about {_mib(needed)}); give at least "
-                              f"{_mib(needed)}, or more chunks (--chunks auto)")
+            raise ConfigError(f"config field 'device_memory': {format_bytes(budget)} is too small for {chunks} chunks "
+                              f"per rank (their largest needs about {format_bytes(needed)}); give at least "
+                              f"{format_bytes(needed)}, or more chunks (--chunks auto)")
         return chosen
-    floor = costs.footprint_floor(adj, owned, stages, classes, heads, in_dim, dedup)
+    floor = reserved + costs.footprint_floor(adj, owned, stages, classes, heads, in_dim, dedup)
     if floor > budget:
-        raise ConfigError(f"config field 'device_memory': {_mib(budget)} is too small even for chunks of "
-                          f"one row; give at least {_mib(floor)}")
+        raise ConfigError(f"config field 'device_memory': {format_bytes(budget)} is too small even for chunks of "
+                          f"one row; give at least {format_bytes(floor)}")
     # Doubling, then bisecting, over plans in chunk order; the reorganized plan of the chosen
     # K is kept if it fits as well.
     rows = max(len(ids) for ids in owned)
@@ -235,8 +262,8 @@ def make_plan(adj, owned: list, rank: int, in_dim: int, stages: list, classes: i
     k = 1
     while not fitting(k):
         if k >= rows:
-            raise ConfigError(f"config field 'device_memory': {_mib(budget)} is too small for this graph; "
-                              f"give at least {_mib(need(fits[k]))}")
+            raise ConfigError(f"config field 'device_memory': {format_bytes(budget)} is too small for this graph; "
+                              f"give at least {format_bytes(need(fits[k]))}")
         k = min(2 * k, rows)
     low = k // 2 + 1
     while low < k:  # the smallest fitting K lies in (k/2, k]
@@ -250,8 +277,3 @@ def make_plan(adj, owned: list, rank: int, in_dim: int, stages: list, classes: i
         if need(chosen) <= budget:
             return chosen
     return fits[k]
-
-
-def _mib(nbytes: float) -> str:
-    return f"{nbytes / 2**20:.1f} MiB"
-

@@ -33,10 +33,12 @@ class Traffic:
         return int(sum(getattr(self, name)))
 
 
-def epoch_traffic(chunking, stages: list, train: int = 1, evaluate: int = 1, mode=None) -> Traffic:
+def epoch_traffic(chunking, stages: list, train: int = 1, evaluate: int = 1, mode=None,
+                  input_grad: bool = False) -> Traffic:
     """The bytes of ``train`` training passes (forward and backward) and ``evaluate``
     evaluation passes (forward): an epoch is one of each, or one training pass when it
-    does not evaluate. ``mode``: another dedup mode keeping nothing (none, inter)."""
+    does not evaluate. ``mode``: another dedup mode keeping nothing (none, inter).
+    ``input_grad``: the features' gradient is summed too (``Schedule``'s flag)."""
     world = chunking.world
     rows = [chunking.chunks[r][-1].hi for r in range(world)]
     out = Traffic([0] * world, [0] * world, [0] * world, [0] * world)
@@ -81,13 +83,13 @@ def epoch_traffic(chunking, stages: list, train: int = 1, evaluate: int = 1, mod
             for name in _wide(stage):
                 if not stage.cached:
                     move(reverse, widths[name], "load")
-                if name != FEATURES:
+                if name != FEATURES or input_grad:
                     move(forward, widths[name], "store")
             for name, wide in zip(stage.inputs, stage.wide):
                 if not wide:
                     if not stage.cached:
                         rows_of(widths[name], "load")
-                    if name != FEATURES:
+                    if name != FEATURES or input_grad:
                         rows_of(widths[name], "store")
     return out
 
@@ -130,6 +132,13 @@ def footprint(chunking, stages: list, classes: int, heads: int = 1) -> list:
                 worst = max(worst, work + EDGE_BYTES * heads * chunk.entries)
         peaks.append(_with_logits(worst, chunking.chunks[r][-1].hi * classes * FLOAT))
     return peaks
+
+
+def row_footprint(in_dim: int, widest: int, out: int) -> int:
+    """Fast-tier bytes per row of a row-wise pass (a decoupled model's transform streamed
+    through in row chunks): its input, the working set of its widest layer, its output
+    sent and the columns received."""
+    return (2 * in_dim + WORK_FACTOR * widest + 2 * out) * FLOAT
 
 
 def _with_logits(work: int, logits: int) -> int:

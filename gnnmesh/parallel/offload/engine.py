@@ -27,10 +27,11 @@ def cache_table(stage: int, term: int) -> str:
     return f"cache{stage}.{term}"
 
 
-def tables(stages: list, in_dim: int) -> dict:
+def tables(stages: list, in_dim: int, input_grad: bool = False) -> dict:
     """``{name: width}`` of the host-tier tables a run over ``stages`` creates besides the
-    features: the masked features, every stage's output and its gradient, cached aggregates."""
-    out = {}
+    features: the masked features, every stage's output and its gradient, cached aggregates,
+    and with ``input_grad`` the features' gradient."""
+    out = {grad_table(FEATURES): in_dim} if input_grad else {}
     if stages[0].input_dropout > 0 and stages[0].inputs[0] == FEATURES:
         out[DROPPED_FEATURES] = in_dim
     for stage in stages[:-1]:
@@ -124,10 +125,13 @@ def _keeps(step, field: str) -> bool:
 
 
 class Schedule:
-    """One rank's out-of-core passes over ``stages`` for a plan (chunks, batch order, steps)."""
+    """One rank's out-of-core passes over ``stages`` for a plan (chunks, batch order, steps).
+    ``input_grad``: the backward pass also sums the gradient of the input table ``h0`` (when
+    it is another computation's output, as H_0 is for tensor parallelism's propagation)."""
 
-    def __init__(self, plan, stages: list, store, comm, device):
+    def __init__(self, plan, stages: list, store, comm, device, input_grad: bool = False):
         self.plan, self.stages, self.store, self.comm = plan, stages, store, comm
+        self.input_grad = input_grad
         self.rank, self.device = comm.rank, torch.device(device)
         self.kept_bytes = 0
         self.recompute_seconds = 0.0
@@ -136,7 +140,7 @@ class Schedule:
             for steps in (plan.steps_forward, plan.steps_reverse):
                 for row in steps:
                     row[self.rank] = row[self.rank].to(self.device)
-        for name, width in tables(stages, plan.in_dim).items():
+        for name, width in tables(stages, plan.in_dim, input_grad).items():
             store.create(name, plan.rows, width)
 
     # -- moving rows ----------------------------------------------------------------------------
@@ -210,10 +214,12 @@ class Schedule:
         grads = [torch.zeros_like(p) for p in params]
         for stage in self.stages[:-1]:
             self.store.zero(grad_table(stage.output))
+        if self.input_grad:
+            self.store.zero(grad_table(FEATURES))
         for s in range(last, -1, -1):
             stage = self.stages[s]
             names = self._loaded(stage, True)
-            needs = [name != FEATURES for name in stage.inputs]
+            needs = [name != FEATURES or self.input_grad for name in stage.inputs]
             recomputed = not stage.cached
             loaders = {name: Loader(self, name, self.width(name), plan.steps_reverse)
                        for name, wide in zip(names, stage.wide) if wide and recomputed}

@@ -1,0 +1,226 @@
+"""Tensor parallelism with the vertex data in the host tier (NeutronTP §4.2):
+``--strategy tensor --host-store ram|file``.
+
+As in memory (``parallel/tensor.py``), a decoupled model's NN transform runs on row blocks
+and its propagation on column slices, but no vertex data stays in the fast tier: the
+features (rows), H_0 and every propagation step (this rank's columns of all V rows) and
+their gradients live in the host store. The transform streams the rank's rows through the
+fast tier a row chunk at a time, each chunk switched to columns as soon as it is made (every
+rank takes its i-th chunk in the same step, so the all-to-alls pair up). The propagation is
+the out-of-core schedule (``engine``) over the rank's column slice, chunked by destinations,
+rows shared by consecutive chunks kept in place. A column slice needs no other rank's rows,
+so that schedule runs alone on each rank; the layout switches are the only exchanges.
+Backward mirrors it: the logits' gradient is split to columns, the propagation's backward
+sums H_0's gradient in the host tier, and each row chunk gathers its rows of it and
+recomputes the transform.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Optional
+
+import numpy as np
+import torch
+
+from ...config import TENSOR_HOST_STORE_MODELS
+from ...errors import ConfigError
+from ...validate import format_bytes
+from ...models import Decoupled
+from ...view import GraphView
+from ..base import Shard
+from ..switch import LayoutSwitch, even_bounds
+from . import Offload, OffloadView, chunk_views, costs, make_plan
+from .engine import FEATURES, Schedule, grad_table
+from .stages import stages_of
+
+ROWS = "x"  # the features, this rank's row block
+
+
+class _Alone:
+    """The communicator of a schedule that runs on one rank's column slice by itself."""
+
+    rank, world_size = 0, 1
+
+
+class _RowsView(GraphView):
+    """Global rows ``lo:hi``: what the transform's dropout masks are keyed by."""
+
+    operators_on_device = False
+
+    def __init__(self, adj, lo: int, hi: int, seed: int, device):
+        super().__init__(adj, seed=seed, device=device)
+        self.lo, self.hi = lo, hi
+
+    @property
+    def num_nodes(self) -> int:
+        return self.hi - self.lo
+
+    def rows(self):
+        return range(self.lo, self.hi)
+
+
+class _TensorPasses:
+    """One rank's passes: the transform over row chunks, the propagation over column chunks."""
+
+    def __init__(self, strategy: "TensorOffload", transform, propagates: bool, schedule: Optional[Schedule],
+                 views: list, steps: int):
+        """``propagates``: the model has propagation steps; ``schedule`` runs them on this
+        rank's column slice (None where the slice is empty: fewer classes than ranks)."""
+        self.transform, self.propagates, self.schedule, self.views = transform, propagates, schedule, views
+        sw = strategy.switch
+        self.switch, self.store, self.device = sw, strategy.store, strategy.device
+        # Row chunk i of every rank, as global ids: the i-th step's split and gather.
+        cuts = [np.asarray(even_bounds(b - a, steps)) + a for a, b in zip(sw.row_bounds[:-1], sw.row_bounds[1:])]
+        self.steps = [[torch.arange(int(c[i]), int(c[i + 1])) for c in cuts] for i in range(steps)]
+        self.row_views = [_RowsView(strategy.adj, int(rows[sw.rank][0]) if len(rows[sw.rank]) else sw.start,
+                                    int(rows[sw.rank][-1]) + 1 if len(rows[sw.rank]) else sw.start,
+                                    strategy.mask_seed, self.device) for rows in self.steps]
+        self.classes = transform.width
+        self.col_width = sw.col_width(self.classes)
+
+    def _local(self, view) -> range:
+        return range(view.lo - self.switch.start, view.hi - self.switch.start)
+
+    def _transform(self, i: int, epoch: int) -> tuple:
+        view = self.row_views[i]
+        view.set_epoch(epoch, 0)  # the transform makes the epoch's first draws
+        return view, self.store.read(ROWS, self._local(view))
+
+    def forward(self, epoch: int, training: bool) -> torch.Tensor:
+        sw = self.switch
+        logits = None if self.propagates else torch.empty((sw.num_owned, self.classes), device=self.device)
+        for i, rows in enumerate(self.steps):
+            view, x = self._transform(i, epoch)
+            with torch.no_grad():
+                h0 = self.transform.run(view, x)
+            del x
+            if not self.propagates:  # H_0 is the logits
+                logits[self._local(view)] = h0
+                continue
+            with sw.comm.phase("layout"):
+                pieces = sw.finish_split(sw.start_split(h0, rows, first=view.lo))
+            if self.schedule is not None:
+                for r, piece in zip(rows, pieces.split([len(p) for p in rows])):
+                    if len(r):
+                        self.store.write(FEATURES, range(int(r[0]), int(r[-1]) + 1), piece)
+        if not self.propagates:
+            return logits
+        cols = (self.schedule.forward(self.views, epoch, training) if self.schedule is not None
+                else torch.empty((sw.num_nodes, 0), device=self.device))
+        everyone = sw.owned_in(0, sw.num_nodes)
+        with sw.comm.phase("layout"):
+            return sw.finish_gather(sw.start_gather(cols, everyone, self.classes))
+
+    def backward(self, epoch: int, grad_logits: torch.Tensor, params: list) -> list:
+        sw = self.switch
+        grads = [torch.zeros_like(p) for p in params]
+        if self.propagates:
+            everyone = sw.owned_in(0, sw.num_nodes)
+            with sw.comm.phase("layout"):
+                grad_cols = sw.finish_split(sw.start_split(grad_logits, everyone))
+            if self.schedule is not None:
+                self.schedule.backward(self.views, epoch, grad_cols, [])  # sums H_0's gradient
+            del grad_cols
+        for i, rows in enumerate(self.steps):
+            view = self.row_views[i]
+            if not self.propagates:
+                grad_h0 = grad_logits[self._local(view)]
+            else:
+                mine = [self.store.read(grad_table(FEATURES), range(int(r[0]), int(r[-1]) + 1))
+                        if len(r) and self.schedule is not None
+                        else torch.empty((len(r), self.col_width), device=self.device) for r in rows]
+                with sw.comm.phase("layout"):
+                    grad_h0 = sw.finish_gather(sw.start_gather(torch.cat(mine), rows, self.classes))
+            view, x = self._transform(i, epoch)
+            with torch.enable_grad():
+                h0 = self.transform.run(view, x)
+                found = torch.autograd.grad(h0, params, grad_h0, allow_unused=True)
+            for acc, g in zip(grads, found):
+                if g is not None:
+                    acc += g
+        return grads
+
+
+class TensorOffload(Offload):
+    """Tensor parallelism whose vertex data lives in the host store (decoupled models)."""
+
+    name = "tensor"
+    reported_phases = ("layout",)
+    mesh_dim = "cols"
+
+    def describe(self) -> str:
+        if self.passes is None:
+            return f"tensor ({self.world_size} ranks, {self.store.kind} host store)"
+        plan = self.schedule.plan if self.schedule is not None else None
+        cols = f", {plan.k} column chunks" if plan is not None else ""
+        return (f"tensor ({self.world_size} ranks, {self.store.kind} host store, {len(self.passes.steps)} row "
+                f"chunks{cols}, budget {self.budget / 2**20:.0f} MiB)")
+
+    def shard(self, graph, x, seed, device):
+        if self.world_size > graph.num_nodes:
+            raise ConfigError(f"{self.world_size} ranks for a graph of {graph.num_nodes} nodes: "
+                              "every rank needs at least one node")
+        self.switch = LayoutSwitch(self.comm, graph.num_nodes)
+        self.adj, self.mask_seed, self.in_dim = graph.adj, seed, x.shape[1]
+        rows = slice(self.switch.start, self.switch.stop)
+        self.store.create(ROWS, self.switch.num_owned, self.in_dim)
+        self.store.write(ROWS, range(self.switch.num_owned), x[rows])
+        self.store.take()
+        self.comm.take()
+        view = OffloadView(graph.adj, torch.arange(self.switch.start, self.switch.stop), seed, device)
+        pick = (lambda t: t[rows].to(device))
+        return Shard(view, torch.empty((self.switch.num_owned, 0)), pick(graph.y), pick(graph.train_mask),
+                     pick(graph.val_mask), pick(graph.test_mask))
+
+    def prepare(self, model) -> None:
+        if not isinstance(model, Decoupled) or model.attention:
+            raise ConfigError(TENSOR_HOST_STORE_MODELS)
+        stages = stages_of(model, self.in_dim, self.intermediates)
+        transform, propagation = stages[0], stages[1:]
+        classes, sw = transform.width, self.switch
+        row_logits = 2 * max(sw.row_counts) * classes * costs.FLOAT  # the logits and their gradient
+        room = self.budget - row_logits
+        widest = max([self.in_dim] + [lin.out_features for lin in model.mlp])
+        per_row = costs.row_footprint(self.in_dim, widest, classes)
+        if room < per_row:
+            raise ConfigError(f"config field 'device_memory': {format_bytes(self.budget)} is too small for the "
+                              f"logits and one row; give at least {format_bytes(row_logits + per_row)}")
+        steps = max(1, math.ceil(max(sw.row_counts) * per_row / room))
+        cols = sw.col_width(classes)
+        self.columns = [replace(s, inputs=tuple(FEATURES if n == transform.output else n for n in s.inputs),
+                                width=cols) for s in propagation]
+        self.schedule, views, plan_need = None, [], 0
+        if self.columns and cols:
+            everything = [np.arange(sw.num_nodes)]
+            plan = make_plan(self.adj, everything, 0, cols, self.columns, cols, 1, self.budget, self.chunks,
+                             self.dedup, self.reorganize, reserved=row_logits)
+            plan.keep_own_steps()
+            self.store.create(FEATURES, sw.num_nodes, cols)
+            self.schedule = Schedule(plan, self.columns, self.store, _Alone(), self.device, input_grad=True)
+            views = chunk_views(self.adj, plan, self.columns, 0, self.mask_seed, self.device)
+            plan_need = max(costs.footprint(plan, self.columns, cols))
+        self.passes = _TensorPasses(self, transform, bool(self.columns), self.schedule, views, steps)
+        rows_need = math.ceil(max(sw.row_counts) / steps) * per_row
+        self._loads = {mode: self.pass_traffic(mode)["load"] for mode in ("none", "inter")}
+        plan = self.schedule.plan if self.schedule is not None else None
+        self._plan_figures = {"replication": round(plan.replication(), 4) if plan else 1.0,
+                              "chunks": plan.k if plan else 0, "row_chunks": steps, "budget_bytes": self.budget,
+                              "host_tier_bytes": sum(self.comm.all_gather_object(self.store.nbytes())),
+                              "footprint_estimate_bytes": row_logits + max(plan_need, rows_need)}
+
+    def pass_traffic(self, mode: str) -> dict:
+        """As ``Offload.pass_traffic``: the propagation's traffic, and the transform's: its rows
+        read forward and again to recompute, H_0's columns written, its gradient read back."""
+        x_rows = self.switch.num_owned * self.in_dim * costs.FLOAT
+        load, store = [2 * x_rows, x_rows], [0, 0]
+        if self.schedule is not None:
+            h0 = self.schedule.plan.rows * self.schedule.plan.in_dim * costs.FLOAT
+            for i, passes in enumerate(((1, 0), (0, 1))):
+                t = costs.epoch_traffic(self.schedule.plan, self.columns, *passes, mode=mode, input_grad=True)
+                load[i] += t.total("load") + (h0 if i == 0 else 0)
+                store[i] += t.total("store") + h0
+        # Summed over ranks, as the counters are (the ranks' column slices differ).
+        load, store = (tuple(map(sum, zip(*self.comm.all_gather_object(tuple(v))))) for v in (load, store))
+        return {"load": load, "store": store}
