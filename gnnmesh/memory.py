@@ -8,6 +8,9 @@ into the report's entries.
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import gc
 import sys
 
 import torch
@@ -79,6 +82,26 @@ def peaks_since_restart(device) -> float:
     if device.type == "cuda":
         return float(torch.cuda.max_memory_allocated(device))
     return _high_water_mib() * 2**20
+
+
+def release_freed(collect: bool = False) -> None:
+    """Return the memory the C allocator keeps after frees to the system (glibc's
+    ``malloc_trim``), so that resident memory follows live data: freed buffers are otherwise
+    kept, fragmented, and the next ones take fresh pages. For passes that bound their memory.
+    ``collect``: free unreachable Python objects first (slower; before taking a baseline)."""
+    if collect:
+        gc.collect()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.lru_cache(maxsize=None)
+def _malloc_trim():
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
 
 
 def rank_peaks(device) -> dict:

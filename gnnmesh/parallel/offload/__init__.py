@@ -185,7 +185,9 @@ class Offload(DistributedStrategy):
         self._passes = {"train": 0, "eval": 0}
         if self.schedule is not None:
             self.schedule.kept_bytes, self.schedule.recompute_seconds = 0, 0.0
-        # Setup is done: the topology and host tier are in place, the fast tier's use starts here.
+        # Setup is done: the topology and host tier are in place, the fast tier's use starts here,
+        # from what setup holds (not what it freed).
+        memory.release_freed(collect=True)
         self._baseline_rss = memory.restart_peaks(self.device)
 
     def rank_figures(self) -> dict:

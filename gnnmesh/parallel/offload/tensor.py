@@ -24,6 +24,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from ... import memory
 from ...config import TENSOR_HOST_STORE_MODELS
 from ...errors import ConfigError
 from ...validate import format_bytes
@@ -80,6 +81,13 @@ class _TensorPasses:
         self.classes = transform.width
         self.col_width = sw.col_width(self.classes)
 
+    def _release(self) -> None:
+        """On CPU the budget is resident memory: hand a row chunk's freed buffers back, or the
+        allocator keeps them and the next chunk's take fresh pages (measured: 100-150 MiB over
+        a 320 MiB budget on R-MAT 1M without it, at 10-15% of the epoch time with it)."""
+        if self.device.type == "cpu":
+            memory.release_freed()
+
     def _local(self, view) -> range:
         return range(view.lo - self.switch.start, view.hi - self.switch.start)
 
@@ -99,6 +107,7 @@ class _TensorPasses:
             if not self.propagates:  # H_0 is the logits
                 logits[self._local(view)] = h0
                 continue
+            self._release()
             with sw.comm.phase("layout"):
                 pieces = sw.finish_split(sw.start_split(h0, rows, first=view.lo))
             if self.schedule is not None:
@@ -140,6 +149,8 @@ class _TensorPasses:
             for acc, g in zip(grads, found):
                 if g is not None:
                     acc += g
+            del found, h0, x
+            self._release()
         return grads
 
 
@@ -180,7 +191,9 @@ class TensorOffload(Offload):
         stages = stages_of(model, self.in_dim, self.intermediates)
         transform, propagation = stages[0], stages[1:]
         classes, sw = transform.width, self.switch
-        row_logits = 2 * max(sw.row_counts) * classes * costs.FLOAT  # the logits and their gradient
+        # The logits stay beside every pass, and the loss's backward (the logits' gradient, the
+        # softmax it saved) beside the backward pass: about four times the logits, as offload's.
+        row_logits = 4 * max(sw.row_counts) * classes * costs.FLOAT
         room = self.budget - row_logits
         widest = max([self.in_dim] + [lin.out_features for lin in model.mlp])
         per_row = costs.row_footprint(self.in_dim, widest, classes)
