@@ -118,6 +118,7 @@ class _TensorPasses:
             return logits
         cols = (self.schedule.forward(self.views, epoch, training) if self.schedule is not None
                 else torch.empty((sw.num_nodes, 0), device=self.device))
+        self._release()
         everyone = sw.owned_in(0, sw.num_nodes)
         with sw.comm.phase("layout"):
             return sw.finish_gather(sw.start_gather(cols, everyone, self.classes))
@@ -125,6 +126,7 @@ class _TensorPasses:
     def backward(self, epoch: int, grad_logits: torch.Tensor, params: list) -> list:
         sw = self.switch
         grads = [torch.zeros_like(p) for p in params]
+        self._release()  # what the forward pass and the loss freed
         if self.propagates:
             everyone = sw.owned_in(0, sw.num_nodes)
             with sw.comm.phase("layout"):
@@ -132,6 +134,7 @@ class _TensorPasses:
             if self.schedule is not None:
                 self.schedule.backward(self.views, epoch, grad_cols, [])  # sums H_0's gradient
             del grad_cols
+            self._release()
         for i, rows in enumerate(self.steps):
             view = self.row_views[i]
             if not self.propagates:
