@@ -42,7 +42,7 @@ HELP = {
     "weight_decay": "L2 penalty; default: the model's",
     "seed": "random seed (weights, dropout, generated data splits)",
     "eval_every": "evaluate every N epochs",
-    "strategy": "parallel strategy",
+    "strategy": "parallel strategy (gdp: mini-batch data parallelism, with --minibatch)",
     "nproc": "number of local processes (ranks) to start; under torchrun leave it out",
     "partitioner": "vertex partitioner for --strategy partition or offload (default: hp, which needs "
                    "gnnmesh[partitioners])",
@@ -72,6 +72,11 @@ HELP = {
     "dedup": "offload, tensor with --host-store (intra only): load rows shared by a batch's chunks once (inter), keep rows consecutive "
              "chunks share (intra), both, or none (default: both)",
     "reorganize": "offload, tensor with --host-store: regroup and reorder chunks to share more rows (default: on)",
+    "minibatch": "train on sampled mini-batches instead of the whole graph (strategies single, gdp)",
+    "fanouts": "--minibatch: in-edges sampled per node at each hop, from the seeds outward, -1 for "
+               "all (e.g. 25,10; default: 10 per layer)",
+    "batch_size": "--minibatch: seed nodes per batch (default: 1024, or the training set if smaller)",
+    "eval_fanouts": "--minibatch: fanouts for evaluation (default: all neighbours)",
     "device": "compute device",
     "threads": "compute threads per process (default: torch's choice)",
     "checkpoint": "checkpoint file",

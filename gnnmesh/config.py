@@ -39,7 +39,7 @@ CHOICES = {
     "model": tuple(MODEL_DEFAULTS),
     "reorder": ("none", "rcm", "degree"),
     "device": ("cpu", "cuda", "auto"),
-    "strategy": ("single", "partition", "tensor", "grid3d", "offload"),
+    "strategy": ("single", "partition", "tensor", "grid3d", "offload", "gdp"),
     "partitioner": ("hp", "gp", "rp", "contiguous"),
     "host_store": ("ram", "file"),
     "intermediates": ("auto", "recompute", "cache"),
@@ -64,9 +64,9 @@ STRATEGY_DEFAULTS = {"partitioner": "hp", "epsilon": 0.01, "pipeline": True, "pe
 # under the other, and take their defaults only under their own.
 TENSOR_IN_MEMORY = ("chunk_size", "pipeline")
 HOST_TIER = ("device_memory", "store_dir", "chunks", "dedup", "reorganize")
-TENSOR_HOST_STORE_MODELS = ("--strategy tensor with --host-store trains decoupled models without attention "
-                            "(--decoupled with gcn or sage), whose propagation runs on column slices; for "
-                            "other models out of core use --strategy offload")
+# Mini-batch training (--minibatch): its settings, and the strategies that run it.
+MINIBATCH_FIELDS = ("fanouts", "batch_size", "eval_fanouts")
+MINIBATCH_STRATEGIES = ("single", "gdp")
 # Decided when a parts directory is written ('gnnmesh partition --write-parts'): a --parts run
 # takes them from the parts.
 FIXED_BY_PARTS = ("partitioner", "epsilon", "partition_file", "permute")
@@ -81,7 +81,7 @@ GRID3D_MODELS = ("gcn", "sage", "gin")
 _COUNT, _NON_NEGATIVE, _FRACTION = Range(1), Range(0), Range(0.0, 1.0, open="high")
 RANGES = {
     "hidden": _COUNT, "layers": _COUNT, "heads": _COUNT, "epochs": _COUNT, "nproc": _COUNT,
-    "eval_every": _COUNT, "log_every": _COUNT, "threads": _COUNT, "chunk_size": _COUNT, "blocks": _COUNT,
+    "eval_every": _COUNT, "log_every": _COUNT, "batch_size": _COUNT, "threads": _COUNT, "chunk_size": _COUNT, "blocks": _COUNT,
     "dropout": _FRACTION, "attn_dropout": _FRACTION,
     "k": _NON_NEGATIVE, "checkpoint_every": _NON_NEGATIVE, "lr": _NON_NEGATIVE,
     "weight_decay": _NON_NEGATIVE, "epsilon": _NON_NEGATIVE,
@@ -117,6 +117,10 @@ class Config:
     weight_decay: Optional[float] = field(default=None, metadata=_section("train"))
     seed: int = field(default=0, metadata=_section("train"))
     eval_every: int = field(default=1, metadata=_section("train"))
+    minibatch: bool = field(default=False, metadata=_section("train"))
+    fanouts: Optional[str] = field(default=None, metadata=_section("train"))
+    batch_size: Optional[int] = field(default=None, metadata=_section("train"))
+    eval_fanouts: Optional[str] = field(default=None, metadata=_section("train"))
     # [run]
     strategy: str = field(default="single", metadata=_section("run"))
     nproc: int = field(default=1, metadata=_section("run"))
@@ -156,6 +160,10 @@ class Config:
             if f.name == "chunks" and isinstance(value, int) and not isinstance(value, bool):
                 value = str(value)  # a count written as a TOML integer
                 setattr(self, f.name, value)
+            if f.name in ("fanouts", "eval_fanouts") and isinstance(value, (int, list)) \
+                    and not isinstance(value, bool):  # written in TOML as 10 or [25, 10]
+                value = ",".join(map(str, value if isinstance(value, list) else [value]))
+                setattr(self, f.name, value)
             if base is float and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
                 setattr(self, f.name, value)
@@ -188,8 +196,10 @@ class Config:
             got = f"decoupled {self.model}" if self.decoupled else self.model
             raise ConfigError(f"config field 'model': the grid3d strategy runs {', '.join(GRID3D_MODELS)} "
                               f"(not their decoupled forms), got {got}")
+        self._check_minibatch()
         if self.strategy == "tensor" and self.host_store and (not self.decoupled or self.model == "gat"):
-            raise ConfigError(TENSOR_HOST_STORE_MODELS)
+            from .parallel.offload.tensor import REFUSED_MODELS
+            raise ConfigError(REFUSED_MODELS)
         if self.parts and self.reorder != "none":
             raise ConfigError("config field 'reorder': parts are written in their final order; "
                               "reorder applies only when loading a dataset")
@@ -197,6 +207,30 @@ class Config:
             raise ConfigError("config field 'resume' needs 'checkpoint' (a file path)")
         self._refuse_inapplicable()
         return self
+
+    def _check_minibatch(self) -> None:
+        given = [name for name in MINIBATCH_FIELDS if getattr(self, name) is not None]
+        if not self.minibatch:
+            if given:
+                raise ConfigError(f"config field '{given[0]}' applies only with --minibatch")
+            if self.strategy in MINIBATCH_STRATEGIES[1:]:
+                raise ConfigError(f"config field 'strategy': {self.strategy} trains mini-batches; add --minibatch")
+            return
+        if self.strategy not in MINIBATCH_STRATEGIES:
+            raise ConfigError(f"config field 'strategy': mini-batch training runs with --strategy "
+                              f"{' or '.join(MINIBATCH_STRATEGIES)}, not {self.strategy}")
+        if self.decoupled:
+            raise ConfigError("config field 'decoupled': mini-batch training runs layer stacks; a decoupled "
+                              "model propagates k hops")
+        if self.parts:
+            raise ConfigError("config field 'parts': mini-batch training loads a dataset (every rank samples "
+                              "from the whole graph)")
+        from .sampling import parse_fanouts
+        for name in ("fanouts", "eval_fanouts"):
+            if getattr(self, name) is not None and len(parse_fanouts(getattr(self, name), name)) != self.layers:
+                raise ConfigError(f"config field '{name}': {getattr(self, name)!r} gives "
+                                  f"{len(parse_fanouts(getattr(self, name), name))} hops for a "
+                                  f"{self.layers}-layer model (one fanout per layer)")
 
     def _refuse_inapplicable(self) -> None:
         """A strategy's setting given for another strategy, or one the parts or a stored
@@ -245,6 +279,8 @@ class Config:
                         and not (self.strategy == "tensor" and k == "host_store")  # in memory unless asked
                         and not (self.parts and k in FIXED_BY_PARTS)
                         and not (self.partition_file is not None and k in FIXED_BY_PARTITION_FILE)})
+        if self.minibatch and self.fanouts is None:  # ten neighbours per hop
+            changes["fanouts"] = ",".join(["10"] * self.layers)
         if self.device != "cpu":
             changes["device"] = _available_device(self.device)
         out = dataclasses.replace(self, **changes)

@@ -66,13 +66,20 @@ def _draw(key: int, ids: np.ndarray, width: int) -> np.ndarray:
     values are the little-endian halves of the hashes of counters ``i * words + w``, so
     every platform draws the same mask."""
     words = -(-width // 4)
-    salt = _mix(np.array([key], dtype=np.uint64))[0]
     with np.errstate(over="ignore"):
         z = ids.astype(np.uint64)[:, None] * np.uint64(words) + np.arange(words, dtype=np.uint64)
-        z *= _GOLDEN
-        z += salt
-        z = _mix(z).astype("<u8", copy=False)
+    z = keyed_hash(key, z).astype("<u8", copy=False)
     return z.view("<u2").reshape(len(ids), 4 * words)[:, :width]
+
+
+def keyed_hash(key: int, counters: np.ndarray) -> np.ndarray:
+    """64 well-mixed bits for every uint64 counter under ``key``, overwriting ``counters``:
+    the same on every platform and process, whatever else is hashed beside them."""
+    salt = _mix(np.array([key & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64))[0]
+    with np.errstate(over="ignore"):
+        counters *= _GOLDEN
+        counters += salt
+    return _mix(counters)
 
 
 def _mask(ids, shape: tuple, p: float, key: int, device, columns: slice) -> torch.Tensor:
@@ -119,6 +126,11 @@ class GraphView:
                 op = op.with_values(op.values.to(self.device))
             self._operators[name] = op
         return self._operators[name]
+
+    def layer(self, index: int) -> "GraphView":
+        """The view layer ``index`` of a layer stack runs on: this one for every layer of a
+        whole graph (a sampled mini-batch gives each layer its own block)."""
+        return self
 
     # -- primitives ------------------------------------------------------------------------
     def spmm(self, x: torch.Tensor, op: str = "gcn", values=None) -> torch.Tensor:

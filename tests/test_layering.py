@@ -11,7 +11,7 @@ LAYERS = [
     ["errors", "validate", "atomic", "memory", "launch", "host_store"],
     ["graph", "transforms", "datasets"],
     ["ops"],
-    ["view", "models"],
+    ["view", "models", "sampling"],
     ["comm"],
     ["layout"],
     ["partition", "parts"],

@@ -23,7 +23,8 @@ from .grid import AXES, RANK_ORDER, Grid, most_cubic_grid, parse_grid
 # axes keep the order grid3d places ranks in (``RANK_ORDER``: Y groups share a node).
 MESH_ORDER = ("rows", "cols") + tuple(RANK_ORDER)
 # Which degrees each strategy uses (the others stay 1).
-STRATEGY_DIMS = {"single": (), "partition": ("rows",), "tensor": ("cols",), "grid3d": AXES, "offload": ("rows",)}
+STRATEGY_DIMS = {"single": (), "partition": ("rows",), "tensor": ("cols",), "grid3d": AXES, "offload": ("rows",),
+                 "gdp": ("rows",)}
 
 
 @dataclass(frozen=True)

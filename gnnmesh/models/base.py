@@ -37,8 +37,9 @@ class LayerStack(nn.Module):
     def forward(self, view, x: torch.Tensor) -> torch.Tensor:
         h = x
         for i, layer in enumerate(self.layers):
-            h = view.dropout(h, self.dropout, self.training)
-            h = layer(view, h)
+            at = view.layer(i)
+            h = at.dropout(h, self.dropout, self.training)
+            h = layer(at, h)
             if i < len(self.layers) - 1:
                 h = self.activation(h)
         return h

@@ -32,6 +32,9 @@ def build_strategy(config, layout, device) -> Strategy:
         return Offload(layout, device, intermediates=config.intermediates, method=config.partitioner,
                        epsilon=config.epsilon, seed=config.seed, partition_file=config.partition_file,
                        **_host_tier(config))
+    if config.strategy == "gdp":
+        from .gdp import GraphDataParallel
+        return GraphDataParallel(layout, device)
     raise ValueError(f"unknown strategy {config.strategy!r}")
 
 

@@ -67,7 +67,11 @@ def _train(config, parts, quiet, rank, world_size, device) -> Summary:
         config = config.updated(dataset=data.dataset)  # what checkpoints and metrics record
     else:
         data = _load_once_per_host(config, rank, world_size)
-    trainer = Trainer(config, data)
+    if config.minibatch:
+        from .minibatch import MiniBatchTrainer
+        trainer = MiniBatchTrainer(config, data)
+    else:
+        trainer = Trainer(config, data)
     cfg, strategy = trainer.config, trainer.strategy
     say(f"{data.describe() if parts is not None else repr(data)} loaded in {time.perf_counter() - t0:.2f}s")
     say(f"model {cfg.model}: {sum(p.numel() for p in trainer.model.parameters()):,} parameters, "

@@ -191,8 +191,9 @@ class Trainer:
                 "history": [asdict(r) for r in self.history], "config": self.config.to_dict()}
 
     def restore(self, state: dict) -> None:
-        saved = {k: v for k, v in state["config"].items() if k in _RESULT_FIELDS}
-        mine = {k: v for k, v in self.config.to_dict().items() if k in _RESULT_FIELDS}
+        unset = Config().to_dict()  # a field newer than the checkpoint: it was written with the default
+        saved = {k: state["config"].get(k, unset[k]) for k in _RESULT_FIELDS}
+        mine = {k: self.config.to_dict()[k] for k in _RESULT_FIELDS}
         if saved != mine:
             diff = sorted(k for k in mine if saved.get(k) != mine[k])
             raise ConfigError(f"checkpoint was written with different settings: {', '.join(diff)}")
@@ -269,7 +270,7 @@ def _features(graph: Graph) -> torch.Tensor:
 
 # Settings that change the numbers a run produces; a checkpoint resumes only under the same ones.
 _RESULT_FIELDS = ("dataset", "reorder", "model", "decoupled", "hidden", "layers", "dropout", "heads", "attn_dropout",
-                  "k", "alpha", "lr", "weight_decay", "seed")
+                  "k", "alpha", "lr", "weight_decay", "seed", "minibatch", "fanouts", "batch_size", "eval_fanouts")
 
 
 def train(config: Config, data, **kwargs) -> Summary:

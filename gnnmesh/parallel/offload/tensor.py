@@ -25,7 +25,6 @@ import numpy as np
 import torch
 
 from ... import memory
-from ...config import TENSOR_HOST_STORE_MODELS
 from ...errors import ConfigError
 from ...validate import format_bytes
 from ...models import Decoupled
@@ -37,6 +36,9 @@ from .engine import FEATURES, Schedule, grad_table
 from .stages import stages_of
 
 ROWS = "x"  # the features, this rank's row block
+REFUSED_MODELS = ("--strategy tensor with --host-store trains decoupled models without attention (--decoupled "
+                  "with gcn or sage), whose propagation runs on column slices; for other models out of core "
+                  "use --strategy offload")
 
 
 class _Alone:
@@ -190,7 +192,7 @@ class TensorOffload(Offload):
 
     def prepare(self, model) -> None:
         if not isinstance(model, Decoupled) or model.attention:
-            raise ConfigError(TENSOR_HOST_STORE_MODELS)
+            raise ConfigError(REFUSED_MODELS)
         stages = stages_of(model, self.in_dim, self.intermediates)
         transform, propagation = stages[0], stages[1:]
         classes, sw = transform.width, self.switch

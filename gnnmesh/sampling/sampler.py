@@ -1,0 +1,143 @@
+"""Neighbour sampling keyed by node (the conventions of PyG's ``NeighborLoader``).
+
+``fanouts[h]`` in-edges are sampled for every node reached at hop ``h`` (-1: all of them),
+from the graph operator the model aggregates with (its self-loops included, as ``gcn`` and
+``loop`` have them). Which ones depends only on (seed, epoch, step, hop, node): the ``k``
+positions among a node's entries are drawn without replacement from a hash keyed by those.
+So a node reached on several ranks gets the same neighbours on every one, and any split of
+a batch's seeds samples, per node, exactly what one process samples for the whole batch.
+
+Hop ``h``'s node list starts with hop ``h - 1``'s (the seeds first, in the order given), the
+new sources following in ascending id; a block's destinations are therefore a prefix of its
+sources. The kept entries keep the operator's values, scaled by entries/kept so that each
+row's aggregate is an unbiased estimate of the full one (a mean becomes the mean of the kept
+neighbours); an operator without values (attention's pattern) keeps none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..graph import Adjacency
+from ..view import keyed_hash
+
+
+@dataclass
+class Block:
+    """One hop: ``adj`` has the destinations (the first ``adj.shape[0]`` of ``nodes``) as rows
+    and ``nodes`` (global ids) as columns; ``entries`` are the kept entries' global ids in the
+    operator (per row ascending, rows in destination order)."""
+
+    nodes: np.ndarray
+    adj: Adjacency
+    entries: np.ndarray
+
+    @property
+    def num_dst(self) -> int:
+        return self.adj.shape[0]
+
+
+@dataclass
+class Sample:
+    """A batch's blocks, innermost first: ``blocks[0]``'s destinations are the seeds, and
+    layer ``i`` of an L-layer model runs on ``blocks[L - 1 - i]``."""
+
+    seeds: np.ndarray
+    blocks: list
+
+    def layer_block(self, i: int) -> Block:
+        return self.blocks[len(self.blocks) - 1 - i]
+
+    @property
+    def input_nodes(self) -> np.ndarray:
+        """The nodes whose features the first layer reads."""
+        return self.blocks[-1].nodes
+
+    def sampled_entries(self) -> int:
+        return sum(len(b.entries) for b in self.blocks)
+
+
+def parse_fanouts(text, name: str = "fanouts") -> list:
+    """``"10,5"`` (or a list) as ints, each a positive count or -1 (all neighbours)."""
+    from ..errors import ConfigError
+    pieces = text if isinstance(text, (list, tuple)) else str(text).split(",")
+    out = []
+    for piece in pieces:
+        try:
+            value = int(str(piece).strip())
+        except ValueError:
+            value = 0
+        if value == 0 or value < -1:
+            raise ConfigError(f"config field '{name}': {piece!r} is neither a positive integer nor -1 "
+                              f"(all neighbours), in {text!r}")
+        out.append(value)
+    if not out:
+        raise ConfigError(f"config field '{name}': no fanout given")
+    return out
+
+
+class NeighborSampler:
+    """Samples the blocks of batches from ``op`` (an operator's CSR: rows are destinations)."""
+
+    def __init__(self, op: Adjacency, fanouts: list, seed: int):
+        self.indptr = op.indptr.numpy()
+        self.indices = op.indices.numpy()
+        self.values = None if op.values is None else op.values.detach().numpy()
+        self.fanouts, self.seed = list(fanouts), int(seed)
+
+    def sample(self, seeds, epoch: int, step: int) -> Sample:
+        nodes = np.asarray(seeds, dtype=np.int64)
+        blocks = []
+        for hop, fanout in enumerate(self.fanouts):
+            block = self._hop(nodes, fanout, self._key(epoch, step, hop))
+            blocks.append(block)
+            nodes = block.nodes
+        return Sample(np.asarray(seeds, dtype=np.int64), blocks)
+
+    def _key(self, epoch: int, step: int, hop: int) -> int:
+        key = self.seed ^ 0x6E65696768626F72  # apart from the dropout masks' keys
+        for part in (epoch, step, hop):  # chained, so that no two tuples share a key by symmetry
+            key = int(keyed_hash(key, np.array([part], dtype=np.uint64))[0])
+        return key
+
+    def _hop(self, dst: np.ndarray, fanout: int, key: int) -> Block:
+        starts, counts = self.indptr[dst], self.indptr[dst + 1] - self.indptr[dst]
+        kept = counts if fanout < 0 else np.minimum(counts, fanout)
+        row_of = np.repeat(np.arange(len(dst)), kept)
+        offsets = np.arange(int(kept.sum()), dtype=np.int64) - np.repeat(np.cumsum(kept) - kept, kept)
+        over = np.flatnonzero(counts > kept)  # rows with more entries than the fanout
+        if len(over):
+            chosen = _choose(key, dst[over], counts[over], fanout)  # [rows, fanout], ascending
+            at = (np.cumsum(kept) - kept)[over]
+            offsets[(at[:, None] + np.arange(fanout)).reshape(-1)] = chosen.reshape(-1)
+        entries = np.repeat(starts, kept) + offsets
+        sources = self.indices[entries]
+        new = np.setdiff1d(sources, dst)  # ascending, not already a destination
+        nodes = np.concatenate([dst, new])
+        lookup = np.argsort(nodes, kind="stable")
+        columns = lookup[np.searchsorted(nodes[lookup], sources)]
+        indptr = np.concatenate(([0], np.cumsum(kept))).astype(np.int64)
+        values = None
+        if self.values is not None:
+            scale = np.where(kept > 0, counts / np.maximum(kept, 1), 0.0)
+            values = torch.from_numpy((self.values[entries] * scale[row_of]).astype(np.float32))
+        adj = Adjacency(torch.from_numpy(indptr), torch.from_numpy(columns.astype(np.int64)), values,
+                        (len(dst), len(nodes)))
+        return Block(nodes, adj, entries)
+
+
+def _choose(key: int, nodes: np.ndarray, counts: np.ndarray, k: int) -> np.ndarray:
+    """``k`` distinct positions in ``range(counts[r])`` for every row, uniformly (Floyd's
+    algorithm, all rows at once), drawn from a keyed hash of (node, draw): ``[rows, k]``,
+    ascending in each row. O(rows * k^2) work, whatever the rows' degrees."""
+    chosen = np.empty((len(nodes), k), dtype=np.int64)
+    base = nodes.astype(np.uint64) * np.uint64(k)
+    for i in range(k):
+        top = counts - k + i  # draw from 0..top, take top itself if the draw was taken before
+        draw = (keyed_hash(key, base + np.uint64(i)) % (top + 1).astype(np.uint64)).astype(np.int64)
+        taken = (chosen[:, :i] == draw[:, None]).any(axis=1)
+        chosen[:, i] = np.where(taken, top, draw)
+    return np.sort(chosen, axis=1)

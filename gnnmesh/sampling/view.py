@@ -1,0 +1,61 @@
+"""What a model sees of a sampled mini-batch: each layer its own block.
+
+A layer stack asks ``view.layer(i)`` before layer ``i``; the view then holds that layer's
+block: its input rows are the block's nodes (the previous layer's outputs), its outputs the
+block's destinations, a prefix of them. Masks are keyed by global ids, as everywhere, so a
+node's dropout is the same whichever ranks' batches it appears in.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import ops
+from ..view import GraphView
+from .sampler import Sample
+
+
+class BlockView(GraphView):
+    """The blocks of one sampled batch, for the operator ``op`` they were sampled from."""
+
+    def __init__(self, sample: Sample, op: str, seed: int, device):
+        super().__init__(None, seed=seed, device=device)
+        self.sample, self.op = sample, op
+        self.block = sample.layer_block(0)
+        if self.device.type != "cpu":
+            for block in sample.blocks:
+                if block.adj.values is not None:
+                    block.adj = block.adj.with_values(block.adj.values.to(self.device))
+                ops.index(block.adj, self.device)
+
+    def layer(self, index: int) -> "BlockView":
+        self.block = self.sample.layer_block(index)
+        return self
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.block.nodes)
+
+    def _adj(self, op: str):
+        if op != self.op:
+            raise ValueError(f"the batch was sampled from operator {self.op!r}; the model asked for {op!r}")
+        return self.block.adj
+
+    def spmm(self, x, op="gcn", values=None):
+        return ops.spmm(self._adj(op), x, values)
+
+    def destinations(self, x: torch.Tensor) -> torch.Tensor:
+        return x[:self.block.num_dst]
+
+    def sddmm(self, dst, src, op="loop", kind="add"):
+        return ops.sddmm(self._adj(op), self.destinations(dst), src, kind)
+
+    def edge_softmax(self, scores, op="loop"):
+        return ops.edge_softmax(self._adj(op), scores)
+
+    def rows(self):
+        return self.block.nodes
+
+    def entries(self, op):
+        self._adj(op)
+        return self.block.entries
