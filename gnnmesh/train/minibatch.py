@@ -1,7 +1,8 @@
 """Mini-batch training (``--minibatch``): every epoch shuffles the training nodes into batches
 of ``--batch-size`` seeds, samples their blocks (``--fanouts``) and takes one optimizer step
-per batch. Evaluation predicts every labelled node from its ``--eval-fanouts`` neighbourhood
-(default: all neighbours), in batches.
+per batch. Evaluation predicts every labelled node from its ``--eval-fanouts`` neighbourhood,
+in batches, or by default from all its neighbours in one whole-graph pass (the same numbers
+a block holding every in-edge gives, without batches' overlapping work).
 
 The shuffle and the sampling depend on (seed, epoch, step) only, so every rank draws the same
 batches; under a parallel strategy each rank takes its share of a batch's seeds, and the
@@ -52,10 +53,11 @@ class MiniBatchTrainer(Trainer):
                               f"({len(self.train_ids)} nodes of dataset '{self.name}')")
         self.op = sampled_operator(self.model)
         operator = OPERATORS[self.op](s.view.adj)
-        layers = len(self.model.layers)
         self.sampler = NeighborSampler(operator, parse_fanouts(cfg.fanouts), cfg.seed)
-        eval_fanouts = parse_fanouts(cfg.eval_fanouts, "eval_fanouts") if cfg.eval_fanouts else [-1] * layers
-        self.eval_sampler = NeighborSampler(operator, eval_fanouts, cfg.seed)
+        # All neighbours (the default): one whole-graph pass computes every node's exact output,
+        # which a block with every in-edge would too, at a fraction of batches' overlapping work.
+        self.eval_sampler = (NeighborSampler(operator, parse_fanouts(cfg.eval_fanouts, "eval_fanouts"), cfg.seed)
+                             if cfg.eval_fanouts and set(parse_fanouts(cfg.eval_fanouts)) != {-1} else None)
         self.labelled = torch.nonzero((s.train_mask | s.val_mask | s.test_mask).cpu()).flatten().numpy()
         self.sampled_edges = 0
 
@@ -111,13 +113,22 @@ class MiniBatchTrainer(Trainer):
         self.model.eval()
         hits = torch.zeros(3)
         masks = [m.cpu() for m in (s.train_mask, s.val_mask, s.test_mask)]
-        size = max(self.batch_size, DEFAULT_BATCH)  # no gradients kept: larger batches
-        for step, start in enumerate(range(0, len(self.labelled), size)):
-            seeds = self._mine(self.labelled[start:start + size])
-            pred = self._logits(self.eval_sampler, seeds, self.epoch, step).argmax(dim=-1).cpu()
+
+        def count(seeds: np.ndarray, pred: torch.Tensor) -> None:
+            nonlocal hits
             ids = torch.from_numpy(seeds)
-            correct = pred == s.y.cpu()[ids]
+            correct = pred.cpu() == s.y.cpu()[ids]
             hits += torch.tensor([float(correct[m[ids]].sum()) for m in masks])
+
+        if self.eval_sampler is None:  # every rank computes all rows, counts its share
+            pred = self.model(s.view, s.x).argmax(dim=-1)
+            mine = self._mine(self.labelled)
+            count(mine, pred[torch.from_numpy(mine).to(pred.device)])
+        else:
+            size = max(self.batch_size, DEFAULT_BATCH)  # no gradients kept: larger batches
+            for step, start in enumerate(range(0, len(self.labelled), size)):
+                seeds = self._mine(self.labelled[start:start + size])
+                count(seeds, self._logits(self.eval_sampler, seeds, self.epoch, step).argmax(dim=-1))
         hits = self.strategy.all_reduce(hits)
         return [h / max(n, 1.0) for h, n in zip(hits.tolist(), self.split_sizes)]
 
