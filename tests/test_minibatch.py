@@ -82,8 +82,9 @@ def graph():
 def config(model, **fields) -> Config:
     extra = {"heads": 2} if model == "gat" else {}
     # 60 training nodes in batches of 13: 5 steps an epoch, 50 steps in 10 epochs.
-    return Config(dataset="random", model=model, epochs=10, seed=4, hidden=8, minibatch=True, fanouts="3,4",
-                  batch_size=13, dropout=0.3, **extra, **fields)
+    fields = {"epochs": 10, **extra, **fields}
+    return Config(dataset="random", model=model, seed=4, hidden=8, minibatch=True, fanouts="3,4",
+                  batch_size=13, dropout=0.3, **fields)
 
 
 def _train(rank, world, models):
@@ -158,3 +159,12 @@ def test_cli_refuses_a_batch_larger_than_the_training_set(data_root):
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "batch_size" in lines[0] and "140" in lines[0], out.stderr
+
+
+def test_a_resumed_run_continues_the_same_batches(tmp_path):
+    from gnnmesh.train.minibatch import MiniBatchTrainer
+    whole = MiniBatchTrainer(config("sage", epochs=4), graph()).fit()
+    path = str(tmp_path / "run.pt")
+    MiniBatchTrainer(config("sage", epochs=2, checkpoint=path), graph()).fit()
+    resumed = MiniBatchTrainer(config("sage", epochs=4, checkpoint=path, resume=True), graph()).fit()
+    assert [r.loss for r in resumed.history] == [r.loss for r in whole.history]
