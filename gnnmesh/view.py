@@ -207,4 +207,5 @@ class GraphView:
 
 
 def _apply_mask(x: torch.Tensor, keep: torch.Tensor, p: float) -> torch.Tensor:
-    return (x * keep.to(x.device)).mul_(1.0 / (1.0 - p))
+    # A select, not a product with the bool mask (half the time on CPU: no promotion of the mask).
+    return torch.where(keep.to(x.device), x * (1.0 / (1.0 - p)), 0.0)
