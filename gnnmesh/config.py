@@ -227,9 +227,10 @@ class Config:
                               "from the whole graph)")
         from .sampling import parse_fanouts
         for name in ("fanouts", "eval_fanouts"):
-            if getattr(self, name) is not None and len(parse_fanouts(getattr(self, name), name)) != self.layers:
-                raise ConfigError(f"config field '{name}': {getattr(self, name)!r} gives "
-                                  f"{len(parse_fanouts(getattr(self, name), name))} hops for a "
+            text = getattr(self, name)
+            hops = len(parse_fanouts(text, name)) if text is not None else self.layers
+            if hops != self.layers:
+                raise ConfigError(f"config field '{name}': {text!r} gives {hops} hops for a "
                                   f"{self.layers}-layer model (one fanout per layer)")
 
     def _refuse_inapplicable(self) -> None:

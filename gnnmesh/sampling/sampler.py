@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..errors import ConfigError
 from ..graph import Adjacency
 from ..view import keyed_hash
 
@@ -62,7 +63,6 @@ class Sample:
 
 def parse_fanouts(text, name: str = "fanouts") -> list:
     """``"10,5"`` (or a list) as ints, each a positive count or -1 (all neighbours)."""
-    from ..errors import ConfigError
     pieces = text if isinstance(text, (list, tuple)) else str(text).split(",")
     out = []
     for piece in pieces:
@@ -106,20 +106,19 @@ class NeighborSampler:
     def _hop(self, dst: np.ndarray, fanout: int, key: int) -> Block:
         starts, counts = self.indptr[dst], self.indptr[dst + 1] - self.indptr[dst]
         kept = counts if fanout < 0 else np.minimum(counts, fanout)
+        indptr = np.concatenate(([0], np.cumsum(kept))).astype(np.int64)  # the block's rows
         row_of = np.repeat(np.arange(len(dst)), kept)
-        offsets = np.arange(int(kept.sum()), dtype=np.int64) - np.repeat(np.cumsum(kept) - kept, kept)
+        offsets = np.arange(int(indptr[-1]), dtype=np.int64) - indptr[row_of]  # position within the row
         over = np.flatnonzero(counts > kept)  # rows with more entries than the fanout
         if len(over):
             chosen = _choose(key, dst[over], counts[over], fanout)  # [rows, fanout], ascending
-            at = (np.cumsum(kept) - kept)[over]
-            offsets[(at[:, None] + np.arange(fanout)).reshape(-1)] = chosen.reshape(-1)
-        entries = np.repeat(starts, kept) + offsets
+            offsets[(indptr[over][:, None] + np.arange(fanout)).reshape(-1)] = chosen.reshape(-1)
+        entries = starts[row_of] + offsets
         sources = self.indices[entries]
         new = np.setdiff1d(sources, dst)  # ascending, not already a destination
         nodes = np.concatenate([dst, new])
         lookup = np.argsort(nodes, kind="stable")
         columns = lookup[np.searchsorted(nodes[lookup], sources)]
-        indptr = np.concatenate(([0], np.cumsum(kept))).astype(np.int64)
         values = None
         if self.values is not None:
             scale = np.where(kept > 0, counts / np.maximum(kept, 1), 0.0)

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..errors import ConfigError, TrainingDiverged
+from ..errors import ConfigError
 from ..models.base import SELF, GraphLayer, LayerStack
 from ..view import OPERATORS
 from ..sampling import BlockView, NeighborSampler, parse_fanouts
@@ -56,8 +56,8 @@ class MiniBatchTrainer(Trainer):
         self.sampler = NeighborSampler(operator, parse_fanouts(cfg.fanouts), cfg.seed)
         # All neighbours (the default): one whole-graph pass computes every node's exact output,
         # which a block with every in-edge would too, at a fraction of batches' overlapping work.
-        self.eval_sampler = (NeighborSampler(operator, parse_fanouts(cfg.eval_fanouts, "eval_fanouts"), cfg.seed)
-                             if cfg.eval_fanouts and set(parse_fanouts(cfg.eval_fanouts)) != {-1} else None)
+        eval_fanouts = parse_fanouts(cfg.eval_fanouts, "eval_fanouts") if cfg.eval_fanouts else [-1]
+        self.eval_sampler = NeighborSampler(operator, eval_fanouts, cfg.seed) if set(eval_fanouts) != {-1} else None
         self.labelled = torch.nonzero((s.train_mask | s.val_mask | s.test_mask).cpu()).flatten().numpy()
         self.sampled_edges = 0
 
@@ -83,7 +83,6 @@ class MiniBatchTrainer(Trainer):
         s, epoch = self.shard, self.epoch
         self.model.train()
         order = np.random.default_rng([self.config.seed, epoch]).permutation(self.train_ids)
-        params = list(self.model.parameters())
         total = 0.0
         for step in range(self.steps_per_epoch):
             batch = order[step * self.batch_size:(step + 1) * self.batch_size]
@@ -91,19 +90,7 @@ class MiniBatchTrainer(Trainer):
             logits = self._logits(self.sampler, seeds, epoch, step)
             labels = s.y[torch.from_numpy(seeds).to(s.y.device)]
             loss = F.cross_entropy(logits, labels, reduction="sum") / len(batch)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            for p in params:  # a rank with no seeds still takes part in the sum
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-            self.strategy.sync_gradients(self.model)
-            value = float(self.strategy.all_reduce(loss.detach().reshape(1).cpu())[0])
-            finite = bool(torch.stack([torch.isfinite(p.grad).all() for p in params]).all())
-            if not finite or not math.isfinite(value):
-                raise TrainingDiverged(f"epoch {epoch}, step {step}: training diverged (loss {value}"
-                                       f"{'' if finite else ', a gradient not finite'}); stopped before this "
-                                       f"update (a lower --lr may help)")
-            self.optimizer.step()
+            value = self.update(loss, f"epoch {epoch}, step {step}", every_grad=True)
             total += value
         return total / self.steps_per_epoch
 

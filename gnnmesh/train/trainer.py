@@ -131,8 +131,19 @@ class Trainer:
         logits = self.strategy.forward(self.model, s.view, s.x)
         # Sum over local train rows / global train count = the single-process mean loss.
         loss = F.cross_entropy(logits[s.train_mask], s.y[s.train_mask], reduction="sum") / self.split_sizes[0]
+        return self.update(loss, f"epoch {self.epoch}")
+
+    def update(self, loss: torch.Tensor, where: str, every_grad: bool = False) -> float:
+        """One optimizer step on ``loss`` (this rank's part): backward, gradients summed over
+        ranks, the step unless the summed loss or a gradient is not finite (TrainingDiverged,
+        naming ``where``). ``every_grad``: a parameter without a gradient gets zeros, so that a
+        rank whose part touched none still takes part in the sum. Returns the summed loss."""
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if every_grad:
+            for p in self.model.parameters():
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
         self.strategy.sync_gradients(self.model)
         # Every rank sees the same summed loss and, after the sync, the same gradients, so all
         # stop alike, before the update is applied, at no extra communication.
@@ -141,7 +152,7 @@ class Trainer:
         bad_grads = bool(grads) and not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
         if bad_grads or not math.isfinite(value):
             what = f"loss {value}" + (", a gradient not finite" if bad_grads else "")
-            raise TrainingDiverged(f"epoch {self.epoch}: training diverged ({what}); stopped before "
+            raise TrainingDiverged(f"{where}: training diverged ({what}); stopped before "
                                    f"this update, no checkpoint written for it (a lower --lr may help)")
         self.optimizer.step()
         return value

@@ -74,12 +74,12 @@ class _TensorPasses:
         self.transform, self.propagates, self.schedule, self.views = transform, propagates, schedule, views
         sw = strategy.switch
         self.switch, self.store, self.device = sw, strategy.store, strategy.device
-        # Row chunk i of every rank, as global ids: the i-th step's split and gather.
-        cuts = [np.asarray(even_bounds(b - a, steps)) + a for a, b in zip(sw.row_bounds[:-1], sw.row_bounds[1:])]
-        self.steps = [[torch.arange(int(c[i]), int(c[i + 1])) for c in cuts] for i in range(steps)]
-        self.row_views = [_RowsView(strategy.adj, int(rows[sw.rank][0]) if len(rows[sw.rank]) else sw.start,
-                                    int(rows[sw.rank][-1]) + 1 if len(rows[sw.rank]) else sw.start,
-                                    strategy.mask_seed, self.device) for rows in self.steps]
+        # Row chunk i of every rank, global ids lo:hi: the i-th step's split and gather.
+        cuts = [[a + c for c in even_bounds(b - a, steps)] for a, b in zip(sw.row_bounds[:-1], sw.row_bounds[1:])]
+        self.bounds = [[(c[i], c[i + 1]) for c in cuts] for i in range(steps)]
+        self.steps = [[torch.arange(lo, hi) for lo, hi in step] for step in self.bounds]
+        self.row_views = [_RowsView(strategy.adj, *step[sw.rank], strategy.mask_seed, self.device)
+                          for step in self.bounds]
         self.classes = transform.width
         self.col_width = sw.col_width(self.classes)
 
@@ -101,7 +101,7 @@ class _TensorPasses:
     def forward(self, epoch: int, training: bool) -> torch.Tensor:
         sw = self.switch
         logits = None if self.propagates else torch.empty((sw.num_owned, self.classes), device=self.device)
-        for i, rows in enumerate(self.steps):
+        for i, (rows, bounds) in enumerate(zip(self.steps, self.bounds)):
             view, x = self._transform(i, epoch)
             with torch.no_grad():
                 h0 = self.transform.run(view, x)
@@ -113,9 +113,8 @@ class _TensorPasses:
             with sw.comm.phase("layout"):
                 pieces = sw.finish_split(sw.start_split(h0, rows, first=view.lo))
             if self.schedule is not None:
-                for r, piece in zip(rows, pieces.split([len(p) for p in rows])):
-                    if len(r):
-                        self.store.write(FEATURES, range(int(r[0]), int(r[-1]) + 1), piece)
+                for (lo, hi), piece in zip(bounds, pieces.split([hi - lo for lo, hi in bounds])):
+                    self.store.write(FEATURES, range(lo, hi), piece)
         if not self.propagates:
             return logits
         cols = (self.schedule.forward(self.views, epoch, training) if self.schedule is not None
@@ -137,14 +136,13 @@ class _TensorPasses:
                 self.schedule.backward(self.views, epoch, grad_cols, [])  # sums H_0's gradient
             del grad_cols
             self._release()
-        for i, rows in enumerate(self.steps):
+        for i, (rows, bounds) in enumerate(zip(self.steps, self.bounds)):
             view = self.row_views[i]
             if not self.propagates:
                 grad_h0 = grad_logits[self._local(view)]
             else:
-                mine = [self.store.read(grad_table(FEATURES), range(int(r[0]), int(r[-1]) + 1))
-                        if len(r) and self.schedule is not None
-                        else torch.empty((len(r), self.col_width), device=self.device) for r in rows]
+                mine = [self.store.read(grad_table(FEATURES), range(lo, hi)) if self.schedule is not None
+                        else torch.empty((hi - lo, self.col_width), device=self.device) for lo, hi in bounds]
                 with sw.comm.phase("layout"):
                     grad_h0 = sw.finish_gather(sw.start_gather(torch.cat(mine), rows, self.classes))
             view, x = self._transform(i, epoch)
