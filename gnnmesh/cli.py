@@ -42,10 +42,11 @@ HELP = {
     "weight_decay": "L2 penalty; default: the model's",
     "seed": "random seed (weights, dropout, generated data splits)",
     "eval_every": "evaluate every N epochs",
-    "strategy": "parallel strategy (gdp: mini-batch data parallelism, with --minibatch)",
+    "strategy": "parallel strategy; with --minibatch: gdp, nfp, snp or dnp (how the first layer is "
+                "split across ranks), or auto (the one a dry run predicts fastest)",
     "nproc": "number of local processes (ranks) to start; under torchrun leave it out",
-    "partitioner": "vertex partitioner for --strategy partition or offload (default: hp, which needs "
-                   "gnnmesh[partitioners])",
+    "partitioner": "vertex partitioner for --strategy partition, offload, snp or dnp (default: hp, which "
+                   "needs gnnmesh[partitioners]; shp: the stochastic hypergraph of sampled batches, snp/dnp)",
     "epsilon": "--strategy partition: allowed load imbalance of the partition (default: 0.01)",
     "partition_file": "--strategy partition: use this stored partition (from 'gnnmesh partition') "
                       "instead of computing one",
@@ -62,8 +63,10 @@ HELP = {
                      "--device cuda, the process's working memory on CPU; default: 1GiB)",
     "host_store": "offload: where every layer's vertex data and gradients live: ram (pinned on "
                   "CUDA) or file (one file per layer under --store-dir; default: ram); tensor: "
-                  "train out of core with this store (default: in memory)",
-    "store_dir": "offload or tensor with --host-store file: directory for the per-layer files",
+                  "train out of core with this store (default: in memory); --minibatch with several "
+                  "ranks: where input features not in the cache are read from (default: ram)",
+    "store_dir": "offload or tensor with --host-store file: directory for the per-layer files; "
+                 "--minibatch: for the input features' file",
     "chunks": "offload, tensor with --host-store: chunks of destination rows per rank, or auto: the fewest that fit "
               "--device-memory (default: auto)",
     "intermediates": "offload: cache each layer's aggregation in the host tier and recompute "
@@ -72,7 +75,10 @@ HELP = {
     "dedup": "offload, tensor with --host-store (intra only): load rows shared by a batch's chunks once (inter), keep rows consecutive "
              "chunks share (intra), both, or none (default: both)",
     "reorganize": "offload, tensor with --host-store: regroup and reorder chunks to share more rows (default: on)",
-    "minibatch": "train on sampled mini-batches instead of the whole graph (strategies single, gdp)",
+    "minibatch": "train on sampled mini-batches instead of the whole graph (strategies single, gdp, nfp, "
+                 "snp, dnp, auto)",
+    "cache_memory": "--minibatch with several ranks: each rank's cache of hot input feature rows, e.g. "
+                    "64MiB, chosen from a dry run's access counts (default: no cache)",
     "fanouts": "--minibatch: in-edges sampled per node at each hop, from the seeds outward, -1 for "
                "all (e.g. 25,10; default: 10 per layer)",
     "batch_size": "--minibatch: seed nodes per batch (default: 1024, or the training set if smaller)",

@@ -39,8 +39,8 @@ CHOICES = {
     "model": tuple(MODEL_DEFAULTS),
     "reorder": ("none", "rcm", "degree"),
     "device": ("cpu", "cuda", "auto"),
-    "strategy": ("single", "partition", "tensor", "grid3d", "offload", "gdp"),
-    "partitioner": ("hp", "gp", "rp", "contiguous"),
+    "strategy": ("single", "partition", "tensor", "grid3d", "offload", "gdp", "nfp", "snp", "dnp", "auto"),
+    "partitioner": ("hp", "gp", "rp", "contiguous", "shp"),
     "host_store": ("ram", "file"),
     "intermediates": ("auto", "recompute", "cache"),
     "dedup": ("none", "inter", "intra", "both"),
@@ -48,12 +48,17 @@ CHOICES = {
 
 # Settings of one strategy only. Set for another strategy they are refused, not ignored;
 # left unset, ``resolved()`` gives them these defaults where they apply.
-STRATEGY_FIELDS = {"partitioner": ("partition", "offload"), "epsilon": ("partition", "offload"),
-                   "partition_file": ("partition", "offload"),
+# The mini-batch strategies that partition vertices (APT's SNP and DNP; auto may pick them),
+# and all the mini-batch strategies that run several ranks.
+VERTEX_ROUTED = ("snp", "dnp", "auto")
+MINIBATCH_PARALLEL = ("gdp", "nfp") + VERTEX_ROUTED
+STRATEGY_FIELDS = {"partitioner": ("partition", "offload") + VERTEX_ROUTED,
+                   "epsilon": ("partition", "offload") + VERTEX_ROUTED,
+                   "partition_file": ("partition", "offload") + VERTEX_ROUTED,
                    "chunk_size": ("tensor",), "pipeline": ("tensor",),
                    "grid": ("grid3d",), "permute": ("grid3d",), "blocks": ("grid3d",),
-                   "device_memory": ("offload", "tensor"), "host_store": ("offload", "tensor"),
-                   "store_dir": ("offload", "tensor"), "chunks": ("offload", "tensor"),
+                   "device_memory": ("offload", "tensor"), "host_store": ("offload", "tensor") + MINIBATCH_PARALLEL,
+                   "store_dir": ("offload", "tensor") + MINIBATCH_PARALLEL, "cache_memory": MINIBATCH_PARALLEL, "chunks": ("offload", "tensor"),
                    "intermediates": ("offload",), "dedup": ("offload", "tensor"),
                    "reorganize": ("offload", "tensor")}
 STRATEGY_DEFAULTS = {"partitioner": "hp", "epsilon": 0.01, "pipeline": True, "permute": True, "blocks": 1,
@@ -66,7 +71,10 @@ TENSOR_IN_MEMORY = ("chunk_size", "pipeline")
 HOST_TIER = ("device_memory", "store_dir", "chunks", "dedup", "reorganize")
 # Mini-batch training (--minibatch): its settings, and the strategies that run it.
 MINIBATCH_FIELDS = ("fanouts", "batch_size", "eval_fanouts")
-MINIBATCH_STRATEGIES = ("single", "gdp")
+MINIBATCH_STRATEGIES = ("single",) + MINIBATCH_PARALLEL
+# Where the first layer's rows are split across ranks, attention (which needs all of a row's
+# sources in one place) would need extra exchanges: these strategies refuse it.
+NO_ATTENTION = ("nfp", "snp")
 # Decided when a parts directory is written ('gnnmesh partition --write-parts'): a --parts run
 # takes them from the parts.
 FIXED_BY_PARTS = ("partitioner", "epsilon", "partition_file", "permute")
@@ -121,6 +129,7 @@ class Config:
     fanouts: Optional[str] = field(default=None, metadata=_section("train"))
     batch_size: Optional[int] = field(default=None, metadata=_section("train"))
     eval_fanouts: Optional[str] = field(default=None, metadata=_section("train"))
+    cache_memory: Optional[str] = field(default=None, metadata=_section("run"))
     # [run]
     strategy: str = field(default="single", metadata=_section("run"))
     nproc: int = field(default=1, metadata=_section("run"))
@@ -177,6 +186,9 @@ class Config:
                 allowed.check(name, value)
         if self.device_memory is not None:
             parse_bytes(self.device_memory, "device_memory")
+        if self.partitioner == "shp" and self.strategy not in VERTEX_ROUTED:
+            raise ConfigError("config field 'partitioner': shp partitions for sampled mini-batches; it applies "
+                              f"to --minibatch --strategy {' or '.join(VERTEX_ROUTED)}, not {self.strategy}")
         if self.chunks is not None and self.chunks != "auto" and not (self.chunks.isdigit() and int(self.chunks) >= 1):
             raise ConfigError(f"config field 'chunks': {self.chunks!r} is neither 'auto' nor a positive integer")
         if self.host_store == "file" and not self.store_dir:
@@ -222,6 +234,12 @@ class Config:
         if self.decoupled:
             raise ConfigError("config field 'decoupled': mini-batch training runs layer stacks; a decoupled "
                               "model propagates k hops")
+        if self.model == "gat" and self.strategy in NO_ATTENTION:
+            raise ConfigError(f"config field 'strategy': {self.strategy} splits a first-layer row's sources "
+                              f"across ranks, and attention needs them all in one place; run gat with "
+                              f"--strategy gdp or dnp")
+        if self.cache_memory is not None:
+            parse_bytes(self.cache_memory, "cache_memory")
         if self.parts:
             raise ConfigError("config field 'parts': mini-batch training loads a dataset (every rank samples "
                               "from the whole graph)")

@@ -24,7 +24,7 @@ from .grid import AXES, RANK_ORDER, Grid, most_cubic_grid, parse_grid
 MESH_ORDER = ("rows", "cols") + tuple(RANK_ORDER)
 # Which degrees each strategy uses (the others stay 1).
 STRATEGY_DIMS = {"single": (), "partition": ("rows",), "tensor": ("cols",), "grid3d": AXES, "offload": ("rows",),
-                 "gdp": ("rows",)}
+                 **{name: ("rows",) for name in ("gdp", "nfp", "snp", "dnp", "auto")}}
 
 
 @dataclass(frozen=True)

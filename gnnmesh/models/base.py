@@ -34,15 +34,21 @@ class LayerStack(nn.Module):
         self.activation = activation
         self.layers = nn.ModuleList()
 
-    def forward(self, view, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, view, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """The stack from layer ``start`` on; ``x`` is the input features (``start`` 0) or
+        layer ``start - 1``'s output before its activation (a strategy that computed the
+        first layer its own way continues from there)."""
         h = x
-        for i, layer in enumerate(self.layers):
-            at = view.layer(i)
-            h = at.dropout(h, self.dropout, self.training)
-            h = layer(at, h)
-            if i < len(self.layers) - 1:
+        for i in range(start, len(self.layers)):
+            if i > 0:
                 h = self.activation(h)
+            h = self.layer_output(view, i, h)
         return h
+
+    def layer_output(self, view, i: int, h: torch.Tensor) -> torch.Tensor:
+        """Layer ``i`` (with the dropout before it) on its input ``h``."""
+        at = view.layer(i)
+        return self.layers[i](at, at.dropout(h, self.dropout, self.training))
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,15 +104,22 @@ class Maths:
     def update(self, aggregates: list) -> torch.Tensor:
         """The layer's output from its terms' aggregates (the learned half): ``evaluate``
         with the aggregation done first, whatever the shapes."""
-        z = reduce(operator.add, (reduce(operator.add, (t.scaled(aggregates[self.terms.index(t)]) for t in terms))
-                                  @ w.t() for w, terms in self.by_weight()))
-        if self.bias is not None:
-            z = z + self.bias
-        return z if self.out is None else self.out(self.act(z))
+        return self.finish(reduce(operator.add, (reduce(operator.add, (t.scaled(aggregates[self.terms.index(t)])
+                                                                       for t in terms)) @ w.t()
+                                                 for w, terms in self.by_weight())))
 
     def evaluate(self, view, h: torch.Tensor) -> torch.Tensor:
         """The layer's output on one process (any GraphView)."""
-        z = reduce(operator.add, (propagate_linear(view, w, h, terms) for w, terms in self.by_weight()))
+        return self.finish(self.linear(view, h))
+
+    def linear(self, view, h: torch.Tensor, columns: slice = slice(None)) -> torch.Tensor:
+        """The sum of the terms (before the bias), from ``columns`` of the input only: the
+        layer's linear map is a sum over input columns, so ranks holding disjoint columns
+        add their pieces up to the whole."""
+        return reduce(operator.add, (propagate_linear(view, w[:, columns], h, terms) for w, terms in self.by_weight()))
+
+    def finish(self, z: torch.Tensor) -> torch.Tensor:
+        """The layer's output from its summed terms: bias, then the activation and second map."""
         if self.bias is not None:
             z = z + self.bias
         return z if self.out is None else self.out(self.act(z))
@@ -117,6 +130,10 @@ class GraphLayer(nn.Module):
 
     def maths(self) -> Maths:
         raise NotImplementedError
+
+    @property
+    def out_features(self) -> int:
+        return self.maths().out_features
 
     def forward(self, view, h):
         return self.maths().evaluate(view, h)

@@ -26,6 +26,10 @@ class GATLayer(nn.Module):
         for p in (self.lin.weight, self.att_src, self.att_dst):
             nn.init.xavier_uniform_(p)
 
+    @property
+    def out_features(self) -> int:
+        return self.heads * self.out_dim if self.concat else self.out_dim
+
     def forward(self, view, h):
         z = self.lin(h).view(-1, self.heads, self.out_dim)
         scores = view.sddmm((z * self.att_dst).sum(-1), (z * self.att_src).sum(-1), "loop", "add")

@@ -32,9 +32,10 @@ def build_strategy(config, layout, device) -> Strategy:
         return Offload(layout, device, intermediates=config.intermediates, method=config.partitioner,
                        epsilon=config.epsilon, seed=config.seed, partition_file=config.partition_file,
                        **_host_tier(config))
-    if config.strategy == "gdp":
-        from .gdp import GraphDataParallel
-        return GraphDataParallel(layout, device)
+    if config.minibatch and config.strategy != "single":
+        from .minibatch import MiniBatchParallel
+        return MiniBatchParallel(layout, device, config.strategy, method=config.partitioner,
+                                 epsilon=config.epsilon, seed=config.seed, partition_file=config.partition_file)
     raise ValueError(f"unknown strategy {config.strategy!r}")
 
 

@@ -1,7 +1,9 @@
 """Sampled mini-batches: neighbour sampling keyed by node (``sampler``) and the view a model
-runs on a batch's blocks with (``view``)."""
+runs on a batch's blocks with (``view``), and the tier its input features come from
+(``features``)."""
 
-from .sampler import Block, NeighborSampler, Sample, parse_fanouts
+from .sampler import Block, NeighborSampler, Sample, parse_fanouts, row_positions
+from .features import FeatureTier
 from .view import BlockView
 
-__all__ = ["Block", "BlockView", "NeighborSampler", "Sample", "parse_fanouts"]
+__all__ = ["Block", "BlockView", "FeatureTier", "NeighborSampler", "Sample", "parse_fanouts", "row_positions"]

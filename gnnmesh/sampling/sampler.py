@@ -113,19 +113,38 @@ class NeighborSampler:
         if len(over):
             chosen = _choose(key, dst[over], counts[over], fanout)  # [rows, fanout], ascending
             offsets[(indptr[over][:, None] + np.arange(fanout)).reshape(-1)] = chosen.reshape(-1)
-        entries = starts[row_of] + offsets
+        return self.block(dst, starts[row_of] + offsets, kept)
+
+    def block(self, dst: np.ndarray, entries: np.ndarray, lengths: np.ndarray, kept=None) -> Block:
+        """The block of destinations ``dst`` (global ids; repeats allowed) whose rows hold
+        ``lengths`` of the operator's ``entries`` (global CSR positions, row by row). ``kept``
+        is each row's sampled count when a row arrives in pieces (the values' scale is the
+        row's entries over its kept ones); default ``lengths``."""
+        kept = lengths if kept is None else kept
+        indptr = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+        row_of = np.repeat(np.arange(len(dst)), lengths)
         sources = self.indices[entries]
         new = np.setdiff1d(sources, dst)  # ascending, not already a destination
-        nodes = np.concatenate([dst, new])
+        nodes = np.concatenate([dst, new]).astype(np.int64)
         lookup = np.argsort(nodes, kind="stable")
         columns = lookup[np.searchsorted(nodes[lookup], sources)]
-        values = None
-        if self.values is not None:
-            scale = np.where(kept > 0, counts / np.maximum(kept, 1), 0.0)
-            values = torch.from_numpy((self.values[entries] * scale[row_of]).astype(np.float32))
-        adj = Adjacency(torch.from_numpy(indptr), torch.from_numpy(columns.astype(np.int64)), values,
-                        (len(dst), len(nodes)))
-        return Block(nodes, adj, entries)
+        return Block(nodes, Adjacency(torch.from_numpy(indptr), torch.from_numpy(columns.astype(np.int64)),
+                                      self.entry_values(dst, entries, row_of, kept), (len(dst), len(nodes))),
+                     np.asarray(entries, dtype=np.int64))
+
+    def entry_values(self, dst, entries, row_of, kept):
+        """The kept entries' values, scaled by their row's entries/kept (None without values)."""
+        if self.values is None:
+            return None
+        counts = self.indptr[dst + 1] - self.indptr[dst]
+        scale = np.where(kept > 0, counts / np.maximum(kept, 1), 0.0)
+        return torch.from_numpy((self.values[entries] * scale[row_of]).astype(np.float32))
+
+
+def row_positions(indptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The positions of rows ``rows``' entries in a CSR with ``indptr``, row after row."""
+    starts, lengths = indptr[rows], indptr[np.asarray(rows) + 1] - indptr[rows]
+    return np.repeat(starts - np.cumsum(np.r_[0, lengths[:-1]]), lengths) + np.arange(int(lengths.sum()))
 
 
 def _choose(key: int, nodes: np.ndarray, counts: np.ndarray, k: int) -> np.ndarray:

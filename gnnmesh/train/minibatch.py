@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from ..errors import ConfigError
 from ..models.base import SELF, GraphLayer, LayerStack
 from ..view import OPERATORS
-from ..sampling import BlockView, NeighborSampler, parse_fanouts
+from ..sampling import BlockView, FeatureTier, NeighborSampler, parse_fanouts
+from ..validate import parse_bytes
 from .trainer import Trainer
 
 DEFAULT_BATCH = 1024
@@ -60,32 +61,96 @@ class MiniBatchTrainer(Trainer):
         self.eval_sampler = NeighborSampler(operator, eval_fanouts, cfg.seed) if set(eval_fanouts) != {-1} else None
         self.labelled = torch.nonzero((s.train_mask | s.val_mask | s.test_mask).cpu()).flatten().numpy()
         self.sampled_edges = 0
+        self.operator, self.dry_run = operator, []
+        from ..parallel.minibatch import MiniBatchParallel
+        self.parallel = isinstance(self.strategy, MiniBatchParallel)
+        if self.parallel:
+            self._plan()
+        else:
+            self.features = FeatureTier(s.x.cpu(), self.device)
+
+    def batches(self, epoch: int) -> list:
+        """The epoch's batches of seeds: a shuffle keyed by (seed, epoch), cut in batch-size runs."""
+        order = np.random.default_rng([self.config.seed, epoch]).permutation(self.train_ids)
+        return [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+
+    def _plan(self) -> None:
+        """Pick the route (``auto``: the dry run's cheapest), fill the caches from the dry run's
+        access counts, and keep its predictions (``dry_run``) for the metrics."""
+        from ..parallel.minibatch import ROUTES, dryrun
+        cfg, s, strategy = self.config, self.shard, self.strategy
+        x, world, rank = s.x.cpu(), strategy.world_size, strategy.rank
+        cache_bytes = parse_bytes(cfg.cache_memory, "cache_memory") if cfg.cache_memory else 0
+        names = [strategy.name] if strategy.name != "auto" else \
+            [n for n, r in ROUTES.items() if r.attention or cfg.model != "gat"]
+        routes = {}
+        for name in names:
+            routes[name] = ROUTES[name](world, strategy.owner)
+            routes[name].bind(self.sampler, self.model, self.op, cfg.seed, self.device)
+        store = dict(store=cfg.host_store or "ram", store_dir=cfg.store_dir)
+        widths = {n: [r.feature_columns(x.shape[1], q).stop - r.feature_columns(x.shape[1], q).start
+                      for q in range(world)] for n, r in routes.items()}
+        if 0 < cache_bytes < 4 * min(min(w) for w in widths.values()):
+            raise ConfigError(f"config field 'cache_memory': {cfg.cache_memory} holds no feature row "
+                              f"({4 * min(min(w) for w in widths.values())} bytes each)")
+        counts, chosen = None, names[0]
+        if cache_bytes or len(names) > 1:
+            samples = dryrun.sample_epoch(self.sampler, self.batches(1), world, rank, 1)
+            counts = self._summed(dryrun.access_counts(samples, x.shape[0]))
+            caches = {n: [dryrun.cache_rows(r, counts, cache_bytes // (4 * w), q, self.operator)
+                          for q, w in enumerate(widths[n])] for n, r in routes.items()}
+            probe = FeatureTier(x, self.device, **store)
+            bandwidths = dryrun.probe_bandwidths(strategy.comm, probe)
+            probe.close()
+            for name, route in routes.items():
+                masks = [np.zeros(x.shape[0], dtype=bool) for _ in caches[name]]
+                for mask, rows in zip(masks, caches[name]):
+                    mask[rows] = True
+                width = route.reply_width(self.model) if hasattr(route, "reply_width") else 0
+                totals = self._summed(dryrun.route_totals(route, samples, width, masks,
+                                                          [4 * w for w in widths[name]]))
+                self.dry_run.append(dryrun.predict(route, totals, bandwidths))
+            chosen = min(self.dry_run, key=lambda p: p.time).name
+        strategy.use(routes[chosen])
+        self.features = FeatureTier(x, self.device, routes[chosen].feature_columns(x.shape[1], rank), **store)
+        if counts is not None and cache_bytes:
+            self.features.fill(dryrun.cache_rows(routes[chosen], counts, cache_bytes // (4 * widths[chosen][rank]),
+                                                 rank, self.operator))
+        self.dry_run_lines = dryrun.table_lines(self.dry_run, chosen) if self.dry_run else []
+        strategy.reset_counters()
+
+    def _summed(self, array: np.ndarray) -> np.ndarray:
+        """An integer array summed over ranks."""
+        return self.strategy.all_reduce(torch.from_numpy(array.astype(np.int64))).numpy()
 
     @property
     def steps_per_epoch(self) -> int:
         return math.ceil(len(self.train_ids) / self.batch_size)
 
     def _mine(self, ids: np.ndarray) -> np.ndarray:
-        """This rank's share of a batch: a contiguous run, the runs' sizes differing by at most one."""
-        n, world, rank = len(ids), self.strategy.world_size, self.strategy.rank
-        return ids[(n * rank) // world:(n * (rank + 1)) // world]
+        """This rank's share of a batch."""
+        from ..parallel.minibatch.dryrun import share
+        return share(ids, self.strategy.world_size, self.strategy.rank)
 
     def _logits(self, sampler, seeds: np.ndarray, epoch: int, step: int) -> torch.Tensor:
         sample = sampler.sample(seeds, epoch, step)
-        if self.model.training:
-            self.sampled_edges += sample.sampled_entries()
         view = BlockView(sample, self.op, self.config.seed, self.device)
         view.set_epoch((epoch << 32) | step)  # one stream of dropout draws per step
-        x = self.shard.x[torch.from_numpy(sample.input_nodes).to(self.shard.x.device)]
-        return self.model(view, x)
+        if not self.model.training:  # evaluation reads the features directly, on every rank
+            return self.model(view, self.shard.x[torch.from_numpy(sample.input_nodes).to(self.shard.x.device)])
+        self.sampled_edges += sample.sampled_entries()
+        if self.parallel:
+            first = self.strategy.first_layer(self.model, view, sample, self.features)
+        else:
+            from ..parallel.minibatch.base import read_and_run
+            first = read_and_run(self.model, view, sample, self.features)
+        return self.model(view, first, start=1)
 
     def train_step(self) -> float:
         s, epoch = self.shard, self.epoch
         self.model.train()
-        order = np.random.default_rng([self.config.seed, epoch]).permutation(self.train_ids)
         total = 0.0
-        for step in range(self.steps_per_epoch):
-            batch = order[step * self.batch_size:(step + 1) * self.batch_size]
+        for step, batch in enumerate(self.batches(epoch)):
             seeds = self._mine(batch)
             logits = self._logits(self.sampler, seeds, epoch, step)
             labels = s.y[torch.from_numpy(seeds).to(s.y.device)]
@@ -121,7 +186,16 @@ class MiniBatchTrainer(Trainer):
 
     def run_epoch(self):
         self.sampled_edges = 0
+        self.features.take()
         result = super().run_epoch()
-        sampled = self.strategy.all_reduce(torch.tensor([float(self.sampled_edges)]))
-        result.extra.update(sampled_edges=int(sampled[0]), steps=self.steps_per_epoch, batch_size=self.batch_size)
+        reads = self.features.take()
+        mine = [self.sampled_edges, reads["hits"], reads["misses"], reads["load_bytes"]]
+        everyone = self.strategy.comm.all_gather_object(mine) if self.parallel else [mine]
+        self.strategy.reset_counters() if self.parallel else None
+        result.extra.update(sampled_edges=sum(r[0] for r in everyone), steps=self.steps_per_epoch,
+                            batch_size=self.batch_size, cache_hits=sum(r[1] for r in everyone),
+                            cache_misses=sum(r[2] for r in everyone), load_bytes=sum(r[3] for r in everyone),
+                            rank_load_bytes=[r[3] for r in everyone], load_seconds=reads["load_seconds"])
+        if self.dry_run and self.epoch == 1:
+            result.extra["dry_run"] = [p.as_dict() for p in self.dry_run]
         return result

@@ -76,6 +76,12 @@ def _train(config, parts, quiet, rank, world_size, device) -> Summary:
     say(f"{data.describe() if parts is not None else repr(data)} loaded in {time.perf_counter() - t0:.2f}s")
     say(f"model {cfg.model}: {sum(p.numel() for p in trainer.model.parameters()):,} parameters, "
         f"strategy {strategy.describe()}, device {device}, {torch.get_num_threads()} threads per rank")
+    lines = getattr(trainer, "dry_run_lines", [])
+    if lines:
+        say("dry run (one epoch sampled, nothing moved; predicted time per epoch of what the strategies do "
+            "differently, the slowest rank's):")
+        for line in lines:
+            say("  " + line)
 
     def progress(r: EpochResult):
         if r.epoch % cfg.log_every == 0 or r.epoch in (1, cfg.epochs):

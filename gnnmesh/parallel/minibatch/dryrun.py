@@ -1,0 +1,138 @@
+"""APT's dry run and cost model (§3.2, Eq. 2; §4.3 for the caches).
+
+One epoch's batches are sampled once (rank r samples the steps ``step % ranks == r``, every
+rank's share of each) and reused for every route: the first-layer reads give each vertex's
+access count, from which each route's caches are chosen, and each route's pure steps give,
+per rank, the ids it would send, the hidden rows it would send (forward and backward) and
+the feature rows it would read, of which its cache would miss some. Nothing is loaded,
+computed or exchanged but those counts. Bytes become seconds through probed bandwidths; a
+route's predicted time is its slowest rank's, and the cheapest route wins. Sampling and the
+dense compute are the same for every route and are left out of the comparison (Eq. 2's
+T_train), as APT does.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ...sampling import row_positions
+from ...sampling.features import tier_counts
+
+FIELDS = ("graph_bytes", "shuffle_bytes", "load_bytes", "hits", "misses")
+PROBE_BYTES = 4 << 20  # per probe of a bandwidth
+PROBE_REPEATS = 3
+
+
+@dataclass
+class RoutePrediction:
+    """One route over one epoch, per rank: ``FIELDS`` and the predicted seconds."""
+
+    name: str
+    ranks: dict  # field -> per-rank list
+    seconds: list
+
+    @property
+    def time(self) -> float:
+        return max(self.seconds)
+
+    def as_dict(self) -> dict:
+        return {"strategy": self.name, "predicted_time": self.time, "rank_seconds": self.seconds,
+                **{f"rank_{k}": v for k, v in self.ranks.items()}}
+
+
+def share(ids: np.ndarray, world: int, rank: int) -> np.ndarray:
+    """Rank ``rank``'s share of a batch: a contiguous run, the runs' sizes differing by at most one."""
+    n = len(ids)
+    return ids[(n * rank) // world:(n * (rank + 1)) // world]
+
+
+def cache_rows(route, counts: np.ndarray, capacity: int, rank: int, operator) -> np.ndarray:
+    """The rows rank ``rank`` caches under ``route`` (APT §4.3): the globally hottest (GDP,
+    NFP), the hottest of its partition (SNP), or of its partition and 1-hop in-neighbours
+    (DNP, whose ranks read the sources of their rows' edges). Ties go to the lower id."""
+    if capacity <= 0:
+        return np.zeros(0, dtype=np.int64)
+    candidates = np.arange(len(counts))
+    if route.needs_partition:
+        candidates = np.flatnonzero(route.owner == rank)
+        if route.name == "dnp":
+            candidates = np.union1d(candidates, operator.indices[row_positions(operator.indptr, candidates)])
+    hot = np.lexsort((candidates, -counts[candidates]))[:capacity]
+    return np.sort(candidates[hot])
+
+
+def sample_epoch(sampler, batches: list, world: int, rank: int, epoch: int) -> dict:
+    """{step: every rank's first-layer block} for this rank's steps of the epoch."""
+    return {step: [sampler.sample(share(batch, world, q), epoch, step).layer_block(0) for q in range(world)]
+            for step, batch in enumerate(batches) if step % world == rank}
+
+
+def access_counts(samples: dict, num_nodes: int) -> np.ndarray:
+    """How often each vertex is a first-layer input, over the sampled steps."""
+    counts = np.zeros(num_nodes, dtype=np.int64)
+    for blocks in samples.values():
+        for block in blocks:
+            counts += np.bincount(block.nodes, minlength=num_nodes)
+    return counts
+
+
+def route_totals(route, samples: dict, width: int, caches: list, row_bytes: list) -> np.ndarray:
+    """[FIELDS x ranks] summed over the sampled steps, with rank q caching ``caches[q]`` (a mask)."""
+    out = np.zeros((len(FIELDS), route.world), dtype=np.int64)
+    for blocks in samples.values():
+        for q, cost in enumerate(route.step_costs(blocks, width)):
+            reads = tier_counts(caches[q], cost.load, row_bytes[q])
+            out[:, q] += [cost.graph_bytes, cost.shuffle_bytes, reads["load_bytes"], reads["hits"], reads["misses"]]
+    return out
+
+
+def probe_bandwidths(comm, features) -> dict:
+    """Bytes per second of reading feature rows from the store, and of an all-to-all (each
+    rank's bytes sent); the median of a few probes, the slowest rank's."""
+    rows = max(1, min(features.num_rows, PROBE_BYTES // features.row_bytes))
+    ids = np.sort(np.random.default_rng(0).choice(features.num_rows, rows, replace=False))
+    load = _median_seconds(lambda: features._read(ids)) / (rows * features.row_bytes)
+    net = 0.0
+    if comm.world_size > 1:
+        per_peer = PROBE_BYTES // 4 // comm.world_size
+        data = torch.zeros(per_peer * comm.world_size, device=comm.device)
+        counts = [per_peer] * comm.world_size
+        net = _median_seconds(lambda: comm.all_to_all(data, counts, counts)) / (4 * per_peer * (comm.world_size - 1))
+    slowest = torch.tensor([load, net], dtype=torch.float64, device=comm.device)
+    if comm.world_size > 1:
+        torch.distributed.all_reduce(slowest, op=torch.distributed.ReduceOp.MAX, group=comm.group)
+    comm.take()  # the probes are no epoch's traffic
+    return {"load": 1.0 / slowest[0].item(), "net": 1.0 / slowest[1].item() if slowest[1] > 0 else float("inf")}
+
+
+def _median_seconds(fn) -> float:
+    times = []
+    for _ in range(PROBE_REPEATS):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def predict(route, totals: np.ndarray, bandwidths: dict) -> RoutePrediction:
+    ranks = {k: totals[i].tolist() for i, k in enumerate(FIELDS)}
+    seconds = [ranks["load_bytes"][q] / bandwidths["load"]
+               + (ranks["graph_bytes"][q] + ranks["shuffle_bytes"][q]) / bandwidths["net"]
+               for q in range(route.world)]
+    return RoutePrediction(route.name, ranks, seconds)
+
+
+def table_lines(predictions: list, chosen: str) -> list:
+    """The dry run's table, as printed: one line per route, the chosen one marked."""
+    lines = [f"{'strategy':>8} {'predicted':>10} {'load MiB':>9} {'graph MiB':>9} {'shuffle MiB':>11} {'hit rate':>8}"]
+    for p in predictions:
+        r = p.ranks
+        reads = sum(r["hits"]) + sum(r["misses"])
+        lines.append(f"{p.name:>8} {p.time:9.3f}s {sum(r['load_bytes']) / 2**20:9.2f} "
+                     f"{sum(r['graph_bytes']) / 2**20:9.2f} {sum(r['shuffle_bytes']) / 2**20:11.2f} "
+                     f"{sum(r['hits']) / max(reads, 1):8.1%}" + ("  <- chosen" if p.name == chosen else ""))
+    return lines

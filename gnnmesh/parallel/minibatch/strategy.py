@@ -1,0 +1,49 @@
+"""The mini-batch strategy every rank runs: the whole graph's structure on every rank, the
+first layer routed by one of APT's routes, the rest data parallel with gradients summed over
+ranks. Sampling keyed by node makes the ranks' blocks, together, what one process samples
+for the whole batch, so every route's step equals the single process's."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from ..distributed import DistributedStrategy
+from ..partition import agreed_partition
+from ..single import SingleProcess
+from .exchange import GRAPH, SHUFFLE
+
+
+class MiniBatchParallel(DistributedStrategy):
+    reported_phases = (GRAPH, SHUFFLE)
+
+    def __init__(self, layout, device, route: str = "gdp", method: Optional[str] = None, epsilon: float = 0.01,
+                 seed: int = 0, partition_file: Optional[str] = None):
+        from . import ROUTES
+        super().__init__(layout, device, "rows")
+        self.route_class = ROUTES.get(route)  # None for auto: the dry run picks it
+        self.name = route
+        self.method, self.epsilon, self.seed, self.partition_file = method, epsilon, seed, partition_file
+        self.owner: Optional[np.ndarray] = None
+        self.route = None
+        self.partition = None
+
+    def describe(self) -> str:
+        where = f", vertices by {self.partition.method}" if self.partition is not None and \
+            (self.route is None or self.route.needs_partition) else ""
+        return f"{self.name} ({self.world_size} ranks{where})"
+
+    def shard(self, graph, x, seed, device):
+        if self.route_class is None or self.route_class.needs_partition:
+            self.partition, owner = agreed_partition(graph, self.world_size, self.rank, self.method,
+                                                     self.epsilon, self.seed, self.partition_file)
+            self.owner = owner.numpy()
+        return SingleProcess.shard(self, graph, x, seed, device)
+
+    def use(self, route) -> None:
+        """Run ``route`` (bound) from now on; ``auto`` takes the chosen route's name."""
+        self.route, self.name = route, route.name
+
+    def first_layer(self, model, view, sample, features):
+        return self.route.first_layer(self.comm, model, view, sample, features)
