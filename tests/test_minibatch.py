@@ -1,5 +1,5 @@
-"""Mini-batch training: neighbour sampling keyed by node, and graph data parallelism (gdp)
-equal to single-process mini-batch training on the same batches, on 1 to 4 real ranks."""
+"""Mini-batch training: neighbour sampling keyed by node, and APT's four strategies (gdp, nfp,
+snp, dnp) equal to single-process mini-batch training on the same batches, on 1 to 4 ranks."""
 
 from __future__ import annotations
 
@@ -87,39 +87,51 @@ def config(model, **fields) -> Config:
                   batch_size=13, dropout=0.3, **fields)
 
 
-def _train(rank, world, models):
+def _train(rank, world, runs):
+    """Each (model, strategy, settings) of ``runs`` trained on this rank."""
     from gnnmesh.train.minibatch import MiniBatchTrainer
     out = []
-    for model in models:
-        strategy = {"strategy": "gdp", "nproc": world} if world > 1 else {}
-        trainer = MiniBatchTrainer(config(model, **strategy), graph())
+    for model, strategy, fields in runs:
+        parallel = {"strategy": strategy, "nproc": world} if strategy != "single" else {}
+        trainer = MiniBatchTrainer(config(model, **parallel, **fields), graph())
         result = trainer.fit()
         out.append({"losses": [r.loss for r in result.history],
                     "accs": [(r.train_acc, r.val_acc, r.test_acc) for r in result.history],
                     "params": {n: v.detach().clone() for n, v in trainer.model.state_dict().items()},
                     "steps": sum(r.extra["steps"] for r in result.history),
-                    "sampled": [r.extra["sampled_edges"] for r in result.history]})
+                    "sampled": [r.extra["sampled_edges"] for r in result.history],
+                    "extra": result.history[0].extra, "dry_run": trainer.dry_run,
+                    "strategy": trainer.strategy.name})
     return out
 
 
 MODELS = ["gcn", "sage", "gat", "gin"]
+# APT's four strategies; snp and dnp partition vertices (rp: no extra needed), nfp and snp refuse gat.
+STRATEGIES = {"gdp": {}, "nfp": {}, "snp": {"partitioner": "rp"}, "dnp": {"partitioner": "rp"}}
+RUNS = [(m, s, f) for s, f in STRATEGIES.items() for m in MODELS if m != "gat" or s in ("gdp", "dnp")]
 
 
-@pytest.mark.parametrize("world", [2, 3, 4])
-def test_gdp_equals_single_process_minibatch(world):
-    want = _train(0, 1, MODELS)
-    got = run_ranks(_train, world, MODELS, timeout=600)
-    for model, mine, ref in zip(MODELS, got[0], want):
+def _check_against_single(runs, got, want, world):
+    for (model, strategy, _), mine, ref in zip(runs, got[0], want):
         assert ref["steps"] == 50
         try:
+            assert mine["strategy"] == strategy
             assert_same_run(mine, ref)
             assert mine["accs"] == ref["accs"]
             assert mine["sampled"] <= [world * s for s in ref["sampled"]]
         except AssertionError as err:
-            raise AssertionError(f"{model} on {world} ranks: {err}") from None
+            raise AssertionError(f"{model} with {strategy} on {world} ranks: {err}") from None
     for rank in range(1, world):  # every rank ends with the same model
-        for name, value in got[0][0]["params"].items():
-            assert torch.equal(got[rank][0]["params"][name], value)
+        for run in range(len(runs)):
+            for name, value in got[0][run]["params"].items():
+                assert torch.equal(got[rank][run]["params"][name], value)
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_every_strategy_equals_single_process_minibatch(world):
+    want = _train(0, 1, [(m, "single", {}) for m, _, _ in RUNS])
+    got = run_ranks(_train, world, RUNS, timeout=600) if world > 1 else [_train(0, 1, RUNS)]
+    _check_against_single(RUNS, got, want, world)
 
 
 def test_training_learns_on_a_real_graph(data_root):
@@ -137,7 +149,11 @@ def test_training_learns_on_a_real_graph(data_root):
     ({"fanouts": "10"}, "gives 1 hops for a 2-layer model"),
     ({"eval_fanouts": "5,5,5"}, "gives 3 hops"),
     ({"batch_size": 0}, "batch_size"),
-    ({"strategy": "partition"}, "runs with --strategy single or gdp"),
+    ({"strategy": "partition"}, "runs with --strategy single or gdp or nfp or snp or dnp or auto"),
+    ({"strategy": "nfp", "model": "gat"}, "attention needs them all in one place; run gat with --strategy gdp or dnp"),
+    ({"strategy": "snp", "model": "gat"}, "run gat with --strategy gdp or dnp"),
+    ({"strategy": "gdp", "cache_memory": "lots"}, "cache_memory"),
+    ({"strategy": "gdp", "partitioner": "gp"}, "applies only to --strategy partition or offload or snp"),
     ({"decoupled": True}, "decoupled"),
 ])
 def test_bad_minibatch_settings_are_refused(fields, message):
@@ -168,3 +184,40 @@ def test_a_resumed_run_continues_the_same_batches(tmp_path):
     MiniBatchTrainer(config("sage", epochs=2, checkpoint=path), graph()).fit()
     resumed = MiniBatchTrainer(config("sage", epochs=4, checkpoint=path, resume=True), graph()).fit()
     assert [r.loss for r in resumed.history] == [r.loss for r in whole.history]
+
+
+def _check_prediction(extra: dict, prediction) -> None:
+    want = prediction.ranks
+    assert extra["rank_graph_bytes"] == want["graph_bytes"]
+    assert extra["rank_shuffle_bytes"] == want["shuffle_bytes"]
+    assert extra["rank_load_bytes"] == want["load_bytes"]
+    assert (extra["cache_hits"], extra["cache_misses"]) == (sum(want["hits"]), sum(want["misses"]))
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_counted_bytes_equal_the_dry_runs_prediction(world):
+    # 9 features: 36-byte rows, so 400 bytes cache 11 of them (more of nfp's narrower rows).
+    runs = [("sage", s, {**f, "cache_memory": "400B", "epochs": 1}) for s, f in STRATEGIES.items()]
+    runs.append(("gcn", "auto", {"partitioner": "rp", "cache_memory": "400B", "epochs": 1}))
+    got = run_ranks(_train, world, runs, timeout=300)[0]
+    for (model, strategy, _), run in zip(runs, got):
+        try:
+            if strategy == "auto":
+                assert [p.name for p in run["dry_run"]] == ["gdp", "nfp", "snp", "dnp"]
+                best = min(run["dry_run"], key=lambda p: p.time)
+                assert run["strategy"] == best.name and best.time <= min(p.time for p in run["dry_run"])
+                assert run["extra"]["dry_run"][0]["strategy"] == "gdp"  # the table is in the metrics
+                _check_prediction(run["extra"], best)
+            else:
+                _check_prediction(run["extra"], run["dry_run"][0])
+            assert run["extra"]["cache_hits"] > 0 and run["extra"]["cache_misses"] > 0
+            if strategy in ("nfp", "snp", "dnp"):  # they exchange, and the counters see it
+                assert min(run["extra"]["rank_shuffle_bytes"]) > 0 and min(run["extra"]["rank_graph_bytes"]) > 0
+        except AssertionError as err:
+            raise AssertionError(f"{strategy} on {world} ranks: {err}") from None
+
+
+def test_a_cache_smaller_than_one_row_is_refused():
+    from gnnmesh.train.minibatch import MiniBatchTrainer
+    with pytest.raises(ConfigError, match="cache_memory.*holds no feature row"):
+        MiniBatchTrainer(config("gcn", strategy="gdp", cache_memory="20B"), graph())
