@@ -6,9 +6,10 @@ import argparse
 import time
 from pathlib import Path
 
-from ..partition.base import GRID_METHODS, LAYOUT_METHODS, METHODS
+from ..partition.base import GRID_METHODS, LAYOUT_METHODS, METHODS, STOCHASTIC_METHODS
 
 NODE_IMBALANCE_HINT = 0.25  # above this, the report says which methods balance vertex counts
+SAMPLING_FLAGS = ("--fanouts", "--batch-size", "--theta", "--delta")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -19,9 +20,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      "(default: $GNNMESH_DATA)")
     cmd.add_argument("--parts", type=int, help="number of parts (ranks); required except with "
                      "--method permute2")
-    cmd.add_argument("--method", choices=METHODS + GRID_METHODS + LAYOUT_METHODS, default="hp",
+    cmd.add_argument("--method", choices=METHODS + STOCHASTIC_METHODS + GRID_METHODS + LAYOUT_METHODS,
+                     default="hp",
                      help="rp: random; contiguous: id ranges; gp: METIS graph partitioning; "
-                          "hp: hypergraph partitioning, exact volume (default). gp and hp need "
+                          "hp: hypergraph partitioning, exact volume (default); shp: stochastic "
+                          "hypergraph partitioning, the expected volume of sampled mini-batches "
+                          "(--fanouts, --batch-size). gp, hp and shp need "
                           "pip install 'gnnmesh[partitioners]'. permute2: nonzero balance of the "
                           "--grid R,C blocks of the adjacency in the original order, with one "
                           "permutation, with the double permutation (--seed) and with a balanced "
@@ -41,8 +45,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     cmd.add_argument("--write-parts", dest="write_parts", metavar="DIR",
                      help="also write the partitioned dataset into DIR, one folder per rank "
                           "with everything that rank trains on, for 'gnnmesh train --parts DIR'")
+    cmd.add_argument("--fanouts", help="shp: in-edges sampled per node at each hop, one per layer, "
+                     "-1 for all (e.g. 10,5), as mini-batch training samples them")
+    cmd.add_argument("--batch-size", dest="batch_size", type=int,
+                     help="shp: seed nodes per batch (default 1024, or the training set if smaller)")
+    cmd.add_argument("--theta", type=float, help="shp: error allowed in the sampled nets' mean "
+                     "connectivity (default 0.1)")
+    cmd.add_argument("--delta", type=float, help="shp: probability that the error exceeds "
+                     "--theta (default 0.5); with --theta, sets the fewest nets to sample")
     cmd.add_argument("--epsilon", type=float, default=0.01, help="allowed load imbalance (default 0.01)")
-    cmd.add_argument("--seed", type=int, default=0, help="partitioner seed (default 0)")
+    cmd.add_argument("--seed", type=int, default=0, help="partitioner seed (default 0); shp also "
+                     "draws its batches with it, as training with that --seed does")
     cmd.add_argument("--feature-bytes", "--features-bytes", dest="feature_bytes", type=int,
                      help="bytes per vertex row (e.g. 4 x hidden width) to report volume in bytes")
     cmd.add_argument("--cache-dir", dest="cache_dir", help="cache root (default: $GNNMESH_CACHE, "
@@ -57,6 +70,10 @@ def run(args) -> int:
     from ..validate import check_seed
 
     check_seed(args.seed, "--seed")
+    if args.method not in STOCHASTIC_METHODS:
+        for flag in SAMPLING_FLAGS:
+            if getattr(args, flag.lstrip("-").replace("-", "_")) is not None:
+                raise ConfigError(f"{flag} applies only to --method shp")
     if args.method in GRID_METHODS:
         return run_grid(args)
     if args.method in LAYOUT_METHODS:
@@ -70,10 +87,13 @@ def run(args) -> int:
     if args.feature_bytes is not None and args.feature_bytes < 1:
         raise ConfigError(f"--feature-bytes must be positive, got {args.feature_bytes}")
     graph = datasets.load(args.dataset, root=args.data_root)
-    part = partition(graph, args.parts, args.method, epsilon=args.epsilon, seed=args.seed,
-                     cache_dir=args.cache_dir)
+    if args.method in STOCHASTIC_METHODS:
+        part, extra = stochastic(graph, args)
+    else:
+        part, extra = partition(graph, args.parts, args.method, epsilon=args.epsilon, seed=args.seed,
+                                cache_dir=args.cache_dir), []
     q = quality(graph.adj, part, feature_bytes=args.feature_bytes)
-    for line in report_lines(graph, part, q):
+    for line in report_lines(graph, part, q) + extra:
         print(line)
     if args.write_parts:
         from ..parts import write_partition_parts
@@ -82,6 +102,44 @@ def run(args) -> int:
                                      progress=lambda text: print(f"  {text}", flush=True))
         print(written_line(path, time.perf_counter() - start))
     return 0
+
+
+def stochastic(graph, args) -> tuple:
+    """``--method shp``: the partition for mini-batches drawn from the training nodes (every
+    node when the dataset has no split), and report lines on its sampling and on the
+    volume of held-out batches."""
+    from ..errors import ConfigError
+    from ..partition.stochastic import batch_volumes, stochastic_partition
+    from ..train.minibatch import DEFAULT_BATCH
+
+    if args.fanouts is None:
+        raise ConfigError("--method shp needs --fanouts F1,F2,... (in-edges sampled per hop, as in training)")
+    pool = graph.train_mask if graph.train_mask is not None and bool(graph.train_mask.any()) else None
+    pool_size = graph.num_nodes if pool is None else int(pool.sum())
+    batch_size = min(DEFAULT_BATCH, pool_size) if args.batch_size is None else args.batch_size
+    options = {name: getattr(args, name) for name in ("theta", "delta") if getattr(args, name) is not None}
+    part = stochastic_partition(graph, args.parts, args.fanouts, batch_size, seeds_pool=pool,
+                                epsilon=args.epsilon, seed=args.seed, cache_dir=args.cache_dir, **options)
+    held_out = batch_volumes(graph, [part], args.fanouts, batch_size, seeds_pool=pool, seed=args.seed)[0]
+    return part, sampling_lines(part.sampling, "training" if pool is not None else "all", held_out)
+
+
+def sampling_lines(sampling: dict, pool: str, held_out) -> list:
+    """What ``shp`` sampled and merged, and the mean volume of a held-out batch."""
+    s = sampling
+    fanouts = ",".join(str(f) for f in s["fanouts"])
+    stops = {"hoeffding": "the Hoeffding count", "epoch": "one epoch", "min batches": "the minimum batches",
+             "max batches": "the most batches", "one part": "one part: nothing to sample"}
+    return [
+        f"sampling:      fanouts {fanouts}, {s['batch_size']:,} seeds per batch from {s['seeds']:,} "
+        f"{pool} nodes ({s['operator']} operator)",
+        f"batches:       {s['batches']:,} sampled ({s['epochs']} epoch{'s' * (s['epochs'] != 1)}); "
+        f"stopped at {stops.get(s['stop'], s['stop'])}",
+        f"nets:          {s['sampled_nets']:,} sampled, {s['nets']:,} after merging identical ones "
+        f"(Hoeffding: {s['needed_nets']:,} for theta {s['theta']:g}, delta {s['delta']:g})",
+        f"batch volume:  {held_out.mean():,.1f} rows per batch, all layers, one direction "
+        f"(mean of {held_out.shape[0]} held-out batches)",
+    ]
 
 
 def written_line(path, seconds: float) -> str:
@@ -209,7 +267,7 @@ def report_lines(graph, part, q: dict) -> list:
         f"part sizes:    {q['nodes_min']:,} to {q['nodes_max']:,} nodes "
         f"(imbalance {100 * q['node_imbalance']:.1f}%: vertex data, and so memory, per rank)",
     ]
-    if part.method in ("hp", "contiguous") and q["node_imbalance"] > NODE_IMBALANCE_HINT:
+    if part.method in ("hp", "shp", "contiguous") and q["node_imbalance"] > NODE_IMBALANCE_HINT:
         lines.append(f"note:          {part.method} balances nonzeros only; the largest part holds "
                      f"{1 + q['node_imbalance']:.1f}x the average vertex data. gp balances vertex "
                      "counts and nonzeros together; rp balances vertex counts")

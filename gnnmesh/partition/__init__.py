@@ -7,6 +7,11 @@
 
 Methods: ``rp`` random, ``contiguous`` id ranges, ``gp`` METIS (pymetis), ``hp`` column-net
 hypergraph with Mt-KaHyPar (``gp`` and ``hp`` need ``pip install 'gnnmesh[partitioners]'``).
+For mini-batch training, ``shp`` (``stochastic_partition``, also Mt-KaHyPar) partitions the
+merged hypergraphs of sampled batches:
+
+    >>> part = stochastic_partition(graph, 8, [10, 5], 1024, seeds_pool=train_ids)
+    >>> batch_volumes(graph, [part], [10, 5], 1024, seeds_pool=train_ids)  # rows per held-out batch
 """
 
 from .api import partition
@@ -14,7 +19,9 @@ from .base import METHODS, MissingExtraError, Partition, graph_key
 from .halo import RankHalo, halos, rank_halo, rank_halos
 from .quality import connectivity_minus_one, quality
 from .store import load_partition, save_partition, store_dir
+from .stochastic import batch_volumes, hoeffding_nets, stochastic_partition
 
 __all__ = ["partition", "Partition", "METHODS", "MissingExtraError", "graph_key",
            "RankHalo", "halos", "rank_halo", "rank_halos", "quality", "connectivity_minus_one",
-           "load_partition", "save_partition", "store_dir"]
+           "load_partition", "save_partition", "store_dir", "stochastic_partition", "batch_volumes",
+           "hoeffding_nets"]

@@ -1,4 +1,5 @@
-"""``partition()``: validate, reuse a stored result or compute, fix up, time and store."""
+"""``partition()``: validate, reuse a stored result or compute, fix up, time and store
+(``cached_partition``, which ``stochastic_partition`` shares)."""
 
 from __future__ import annotations
 
@@ -32,27 +33,44 @@ def partition(graph, parts: int, method: str = "hp", *, epsilon: float = 0.01, s
     """
     check_method(method)
     adj = as_adjacency(graph)
+    parts, epsilon, seed = check_settings(adj, parts, epsilon, seed)
+    preset = hp_preset() if method == "hp" else None
+    return cached_partition(adj, parts, method, epsilon, seed,
+                            lambda: (PARTITIONERS[method](adj, parts, epsilon, seed), None),
+                            preset=preset, cache=cache, cache_dir=cache_dir)
+
+
+def check_settings(adj, parts, epsilon, seed) -> tuple:
+    """``(parts, epsilon, seed)`` checked for ``adj``: a ConfigError names a bad one."""
     parts = check_parts(parts, adj.shape[0])
     epsilon, seed = float(epsilon), check_seed(int(seed))
     if not epsilon >= 0:
         raise ConfigError(f"epsilon must be a non-negative number, got {epsilon}")
-    preset = hp_preset() if method == "hp" else None
+    return parts, epsilon, seed
+
+
+def cached_partition(adj, parts: int, method: str, epsilon: float, seed: int, compute, *,
+                     preset=None, variant=None, cache: bool = True, cache_dir=None) -> Partition:
+    """The stored partition for these arguments, else ``compute()`` -> ``(assignment,
+    sampling)`` timed, with empty parts filled, and stored. ``variant`` names the further
+    arguments of the entry (``store.entry_path``)."""
     key = graph_key(adj)
-    path = entry_path(store_dir(cache_dir), key, method, parts, epsilon, seed) if cache else None
+    path = (entry_path(store_dir(cache_dir), key, method, parts, epsilon, seed, variant)
+            if cache else None)
     if path is not None and is_current(path, method, preset):  # else absent, older or another preset
         try:
             stored = load_partition(path, adj, parts=parts)
             stored.from_cache = True
             return stored
         except GraphError as exc:  # a damaged entry is recomputed, not an error
-            warnings.warn(f"gnnmesh: ignoring unusable stored partition: {exc}", stacklevel=2)
+            warnings.warn(f"gnnmesh: ignoring unusable stored partition: {exc}", stacklevel=3)
 
     start = time.perf_counter()
-    assignment = PARTITIONERS[method](adj, parts, epsilon, seed)
+    assignment, sampling = compute()
     assignment = fill_empty_parts(np.asarray(assignment, dtype=np.int64), parts)
     seconds = time.perf_counter() - start
     result = Partition(assignment=assignment, parts=parts, method=method, epsilon=epsilon,
-                       seed=seed, seconds=seconds, graph_key=key, preset=preset)
+                       seed=seed, seconds=seconds, graph_key=key, preset=preset, sampling=sampling)
     if path is not None and save_partition(result, path):
         result.path = str(path)
     return result

@@ -12,12 +12,15 @@ from ..errors import ConfigError
 from ..graph import Adjacency
 
 METHODS = ("rp", "contiguous", "gp", "hp")
+# Vertex partitioners that also need the sampling settings of mini-batch training
+# (``stochastic.stochastic_partition``), so not ``partition()`` methods.
+STOCHASTIC_METHODS = ("shp",)
 # Not vertex partitioners: 2D block layouts of the adjacency, reported by 'gnnmesh partition'.
 GRID_METHODS = ("permute2",)
 # Not partitioners either: the row blocks of the tensor strategies, for --write-parts only.
 LAYOUT_METHODS = ("tensor",)
 # Bumped when a method's output changes, so that stored partitions are recomputed.
-METHOD_VERSIONS = {"rp": 1, "contiguous": 1, "gp": 2, "hp": 3}
+METHOD_VERSIONS = {"rp": 1, "contiguous": 1, "gp": 2, "hp": 3, "shp": 1}
 EXTRA_HINT = "pip install 'gnnmesh[partitioners]'"
 
 
@@ -33,7 +36,9 @@ class Partition:
     ``graph_key`` identifies the adjacency structure it was computed for (see ``graph_key``);
     ``path`` is where it is stored on disk, if it is; ``from_cache`` tells whether
     ``partition()`` reused a stored result (``seconds`` is then the original time).
-    ``preset`` is the Mt-KaHyPar preset that made an ``hp`` partition (None for the others).
+    ``preset`` is the Mt-KaHyPar preset that made an ``hp`` or ``shp`` partition (None for
+    the others); ``sampling``, for ``shp``, its sampling settings and how many batches and
+    nets it drew (see ``stochastic.stochastic_partition``).
     """
 
     assignment: np.ndarray
@@ -46,6 +51,7 @@ class Partition:
     path: Optional[str] = None
     from_cache: bool = False
     preset: Optional[str] = None
+    sampling: Optional[dict] = None
 
     @property
     def num_nodes(self) -> int:

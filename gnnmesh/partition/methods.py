@@ -185,20 +185,29 @@ def column_nets(adj: Adjacency, order=None, max_pins=None) -> tuple:
     starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     pins = cols.indices[np.repeat(cols.indptr[nets] - starts[:-1], counts) + np.arange(starts[-1])]
     if order is not None:
-        new_id = np.empty(n, dtype=np.int64)
-        new_id[order] = np.arange(n)
-        pins = new_id[pins]
+        pins = relabel(pins, order)
     return starts, pins.astype(np.int64), dropped
 
 
+def relabel(pins: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """``pins`` with vertex ``order[k]`` called k."""
+    new_id = np.empty(order.shape[0], dtype=np.int64)
+    new_id[order] = np.arange(order.shape[0])
+    return new_id[pins]
+
+
 def run_mtkahypar(n: int, starts: np.ndarray, pins: np.ndarray, weights: np.ndarray, parts: int,
-                  epsilon: float, preset: str, threads: int, seed: int, progress=None) -> np.ndarray:
+                  epsilon: float, preset: str, threads: int, seed: int, progress=None,
+                  net_weights=None) -> np.ndarray:
     """Mt-KaHyPar's partition (connectivity - 1) of the hypergraph given as CSR arrays, run
-    in a child process; ``progress`` hears from the parent every HEARTBEAT_SECONDS."""
+    in a child process; ``progress`` hears from the parent every HEARTBEAT_SECONDS.
+    ``net_weights`` (positive ints, one per net; default 1 each) make it minimize the
+    weighted sum of connectivity - 1."""
+    extra = {} if net_weights is None else {"net_weights": np.asarray(net_weights, dtype=np.int64)}
     with tempfile.TemporaryDirectory(prefix="gnnmesh-hp-") as folder:
         folder = Path(folder)
         np.savez(folder / "input.npz", n=n, parts=parts, epsilon=epsilon, preset=preset,
-                 threads=threads, seed=seed, net_starts=starts, pins=pins, weights=weights)
+                 threads=threads, seed=seed, net_starts=starts, pins=pins, weights=weights, **extra)
         with open(folder / "stderr.txt", "wb") as err:
             child = subprocess.Popen([sys.executable, str(WORKER), str(folder)], cwd=folder,
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)

@@ -22,12 +22,13 @@ def main(folder: str) -> None:
     starts, pins = data["net_starts"].tolist(), data["pins"].tolist()  # Python ints convert fastest
     nets = [pins[starts[j]:starts[j + 1]] for j in range(len(starts) - 1)]
     del pins
+    net_weights = data["net_weights"].tolist() if "net_weights" in data.files else [1] * len(nets)
     init = mtkahypar.initialize(threads, False)
     context = init.context_from_preset(getattr(mtkahypar.PresetType, preset.upper()))
     context.set_partitioning_parameters(parts, epsilon, mtkahypar.Objective.KM1)
     context.logging = False
     mtkahypar.set_seed(seed)
-    hg = init.create_hypergraph(context, n, len(nets), nets, data["weights"].tolist(), [1] * len(nets))
+    hg = init.create_hypergraph(context, n, len(nets), nets, data["weights"].tolist(), net_weights)
     del nets
     np.save(f"{folder}/output.npy", np.asarray(hg.partition(context).get_partition(), dtype=np.int64))
 

@@ -93,7 +93,14 @@ def connectivity_minus_one(adj: Adjacency, assignment) -> int:
     rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
     net = np.concatenate([indices, np.arange(n, dtype=np.int64)])
     pin = np.concatenate([rows, np.arange(n, dtype=np.int64)])
-    touches = sp.csr_matrix((np.ones(net.shape[0], dtype=np.int8), (net, assignment[pin])),
-                            shape=(n, parts))
+    return cut_volume(net, assignment[pin], n, parts)
+
+
+def cut_volume(net: np.ndarray, pin_part: np.ndarray, nets: int, parts: int) -> int:
+    """Sum over ``nets`` nets of (parts the net touches - 1), a net with no pins counting 0,
+    from its pins as (net, part of the pin) pairs (repeats allowed)."""
+    touches = sp.csr_matrix((np.ones(net.shape[0], dtype=np.int8), (net, pin_part)),
+                            shape=(nets, parts))
     touches.sum_duplicates()
-    return int(touches.getnnz(axis=1).sum() - n)
+    lam = touches.getnnz(axis=1)
+    return int(lam.sum() - np.count_nonzero(lam))

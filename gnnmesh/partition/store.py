@@ -1,5 +1,5 @@
 """Partitions on disk: ``<cache root>/partitions/<key>-<method>-P<parts>-eps<epsilon>-s<seed>.npy``
-holding the assignment, with a ``.json`` beside it describing it (graph key, parameters,
+(``shp`` adds ``-<digest of its sampling settings>``) holding the assignment, with a ``.json`` beside it describing it (graph key, parameters,
 partitioning time).
 
 Both files are written atomically (``gnnmesh.atomic``), the ``.json`` last:
@@ -31,8 +31,12 @@ def store_dir(cache_dir=None) -> Path:
     return default_dir(None if cache_dir is None else os.fspath(cache_dir)) / "partitions"
 
 
-def entry_path(root: Path, key: str, method: str, parts: int, epsilon: float, seed: int) -> Path:
-    return Path(root) / f"{key}-{method}-P{parts}-eps{epsilon:g}-s{seed}.npy"
+def entry_path(root: Path, key: str, method: str, parts: int, epsilon: float, seed: int,
+               variant: Optional[str] = None) -> Path:
+    """The entry's file; ``variant`` tells apart results of the same method, graph and parts
+    that further arguments set (a digest of ``shp``'s sampling settings)."""
+    tail = f"-{variant}" if variant else ""
+    return Path(root) / f"{key}-{method}-P{parts}-eps{epsilon:g}-s{seed}{tail}.npy"
 
 
 def save_partition(part: Partition, path) -> bool:
@@ -45,6 +49,8 @@ def save_partition(part: Partition, path) -> bool:
             "seed": part.seed, "seconds": part.seconds}
     if part.preset is not None:
         meta["preset"] = part.preset
+    if part.sampling is not None:
+        meta["sampling"] = part.sampling
     try:
         with atomic_file(path) as fh:
             np.save(fh, np.asarray(part.assignment), allow_pickle=False)
@@ -114,7 +120,8 @@ def load_partition(path, graph, parts: Optional[int] = None) -> Partition:
     return Partition(assignment=assignment.astype(np.int64, copy=False), parts=stored_parts,
                      method=str(meta.get("method", "file")), epsilon=float(meta.get("epsilon", 0.0)),
                      seed=int(meta.get("seed", 0)), seconds=float(meta.get("seconds", 0.0)),
-                     graph_key=key, path=str(path), preset=meta.get("preset"))
+                     graph_key=key, path=str(path), preset=meta.get("preset"),
+                     sampling=meta.get("sampling"))
 
 
 def read_meta(path) -> dict:
