@@ -1,15 +1,24 @@
-"""Mini-batch training: sampling throughput, and accuracy against full-graph training.
+"""Mini-batch training: sampling throughput, accuracy against full-graph training, and APT's
+four strategies side by side with the dry run's prediction.
 
     python benchmarks/minibatch.py --data-root ../shared/data \
         [--datasets github,facebook,rmat:nodes=1000000,edges=10000000] [--fanouts 25,10]
         [--batch-size 1024] [--batches 20] [--repeats 3] [--epochs 10] [--full-epochs 100]
+        [--sections sampling,accuracy,strategies] [--strategy-datasets github,rmat:...]
+        [--ranks 4] [--cache-memory 64MiB] [--partitioner gp] [--runs 1]
 
 * sampling: sampled edges per second of ``NeighborSampler`` over ``--batches`` batches of
   random training seeds, median (range) over ``--repeats``; PyG's ``NeighborLoader`` on the
   same graph, fanouts and batch size beside it where PyG can sample (it needs pyg-lib or
   torch-sparse);
 * accuracy: GraphSAGE trained on mini-batches (``--epochs``) against full-graph GraphSAGE
-  (``--full-epochs``), test accuracy at the best validation epoch, and the epoch times.
+  (``--full-epochs``), test accuracy at the best validation epoch, and the epoch times;
+* strategies: GraphSAGE on ``--ranks`` ranks with each of gdp, nfp, snp and dnp (one epoch,
+  the one the dry run samples; evaluation only after it), then ``--strategy auto``: the epoch
+  time, the bytes read from the feature store and sent (ids, hidden rows), the cache hit rate,
+  and the dry run's predicted time of what the strategies do differently (reads and
+  exchanges, the slowest rank's) beside the measured time of the same (reads plus the time
+  blocked in the two exchanges, the slowest rank's); median (range) over ``--runs`` runs.
 """
 
 from __future__ import annotations
@@ -88,6 +97,60 @@ def accuracy(spec: str, root, fanouts: str, batch_size: int, epochs: int, full_e
             f"{f_time:>11.2f}")
 
 
+STRATEGIES = ("gdp", "nfp", "snp", "dnp")
+
+
+def strategy_runs(spec: str, args) -> dict:
+    """{strategy: [epoch-1 record of each run]}, and "auto": the strategies auto picked."""
+    common = ["--dataset", spec, "--model", "sage", "--minibatch", "--fanouts", args.fanouts, "--batch-size",
+              args.batch_size, "--nproc", args.ranks, "--threads", 1, "--epochs", 2, "--eval-every", 1000,
+              "--cache-memory", args.cache_memory]
+    out = {s: [] for s in STRATEGIES + ("auto",)}
+    for _ in range(args.runs):
+        for name in STRATEGIES + ("auto",):
+            flags = common + ["--strategy", name] + (["--partitioner", args.partitioner] if name in ("snp", "dnp", "auto")
+                                                     else [])
+            out[name].append(train(flags, data_root=args.root)[0])
+    return out
+
+
+def differing_seconds(record: dict) -> float:
+    """Measured time of what the strategies do differently: the slowest rank's feature reads,
+    plus the most any rank waited in the id and row exchanges."""
+    return max(record["rank_load_seconds"]) + record["graph_wait_max"] + record["shuffle_wait_max"]
+
+
+def strategy_table(spec: str, args) -> list:
+    runs = strategy_runs(spec, args)
+    lines = [f"{spec}: {args.ranks} ranks, sage, fanouts {args.fanouts}, batch {args.batch_size}, cache "
+             f"{args.cache_memory} per rank, vertices by {args.partitioner}; median (range) over {args.runs} runs",
+             f"{'strategy':>8} {'epoch s':>18} {'predicted s':>18} {'measured s':>18} {'error':>7} {'load MiB':>9} "
+             f"{'ids MiB':>8} {'rows MiB':>9} {'hit rate':>8}"]
+    medians = {}
+    for name in STRATEGIES:
+        recs = runs[name]
+        predicted = [next(p for p in r["dry_run"] if p["strategy"] == name)["predicted_time"] for r in recs]
+        measured = [differing_seconds(r) for r in recs]
+        epoch = [r["epoch_time"] for r in recs]
+        medians[name] = statistics.median(epoch)
+        error = statistics.median((p - m) / m for p, m in zip(predicted, measured))
+        r = recs[len(recs) // 2]
+        hits = r["cache_hits"] / max(r["cache_hits"] + r["cache_misses"], 1)
+        lines.append(f"{name:>8} {spread_text(epoch):>18} {spread_text(predicted):>18} {spread_text(measured):>18} "
+                     f"{error:>+7.0%} {r['load_bytes'] / 2**20:>9.1f} {r['graph_bytes'] / 2**20:>8.1f} "
+                     f"{r['shuffle_bytes'] / 2**20:>9.1f} {hits:>8.1%}")
+    picked = [r["dry_run"] and min(r["dry_run"], key=lambda p: p["predicted_time"])["strategy"] for r in runs["auto"]]
+    best = min(medians, key=medians.get)
+    lines.append(f"auto picked {', '.join(picked)} (epoch {spread_text([r['epoch_time'] for r in runs['auto']])} s); "
+                 f"the measured fastest was {best} ({medians[best]:.2f} s)")
+    return lines
+
+
+def spread_text(values: list) -> str:
+    mid, low, high = statistics.median(values), min(values), max(values)
+    return f"{mid:.2f}" if len(values) == 1 else f"{mid:.2f} ({low:.2f}-{high:.2f})"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--datasets", default=DEFAULT)
@@ -98,10 +161,28 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--full-epochs", type=int, default=100)
-    ap.add_argument("--skip-accuracy", action="store_true")
+    ap.add_argument("--sections", default="sampling,accuracy,strategies")
+    ap.add_argument("--strategy-datasets", dest="strategy_datasets", default="github,rmat:nodes=1000000,edges=10000000")
+    ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--cache-memory", dest="cache_memory", default="64MiB")
+    ap.add_argument("--partitioner", default="gp")
+    ap.add_argument("--runs", type=int, default=1)
     args = ap.parse_args()
+    sections = set(args.sections.split(","))
     fanouts = parse_fanouts(args.fanouts)
     specs = split_specs(args.datasets)
+    if "sampling" in sections:
+        sampling(specs, fanouts, args)
+    if "accuracy" in sections:
+        accuracies(specs, args)
+    if "strategies" in sections:
+        for spec in split_specs(args.strategy_datasets):
+            print()
+            for line in strategy_table(spec, args):
+                print(line, flush=True)
+
+
+def sampling(specs: list, fanouts: list, args) -> None:
     print(f"sampling: fanouts {args.fanouts}, batch {args.batch_size}, {args.batches} batches; "
           f"M sampled edges/s, median (range) over {args.repeats} runs")
     print(f"{'graph':<34} {'gnnmesh':>20} {'PyG NeighborLoader':>20}")
@@ -111,8 +192,9 @@ def main() -> None:
         theirs = [pyg(graph, fanouts, args.batch_size, args.batches) for _ in range(args.repeats)]
         cell = median_range(theirs) if all(isinstance(t, float) for t in theirs) else theirs[0]
         print(f"{spec:<34} {median_range(mine):>20} {cell:>20}")
-    if args.skip_accuracy:
-        return
+
+
+def accuracies(specs: list, args) -> None:
     print(f"\naccuracy: GraphSAGE, mini-batch ({args.epochs} epochs, fanouts {args.fanouts}, batch "
           f"{args.batch_size}) against full-graph ({args.full_epochs} epochs); test % at the best validation "
           f"epoch; median epoch time, s")

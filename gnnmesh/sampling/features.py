@@ -73,24 +73,30 @@ class FeatureTier:
         ids = np.asarray(ids, dtype=np.int64)
         where = self.slot[ids]
         hit = where >= 0
-        out = torch.empty(len(ids), self.width, device=self.device)
-        if hit.any():
+        hits = int(hit.sum())
+        if hits == 0:  # nothing cached: one gather, no scatter
+            out = self._read(ids).to(self.device)
+        else:
+            out = torch.empty(len(ids), self.width, device=self.device)
             out[torch.from_numpy(np.flatnonzero(hit)).to(self.device)] = \
                 self.cache[torch.from_numpy(where[hit]).to(self.device)]
-        if not hit.all():
-            missed, back = np.unique(ids[~hit], return_inverse=True)
-            rows = self._read(missed).to(self.device)
-            out[torch.from_numpy(np.flatnonzero(~hit)).to(self.device)] = rows[torch.from_numpy(back).to(self.device)]
-            self.counts["load_bytes"] += len(missed) * self.row_bytes
-        self.counts["hits"] += int(hit.sum())
-        self.counts["misses"] += int((~hit).sum())
+            if hits < len(ids):
+                out[torch.from_numpy(np.flatnonzero(~hit)).to(self.device)] = self._read(ids[~hit]).to(self.device)
+        if hits < len(ids):
+            self.counts["load_bytes"] += len(np.unique(ids[~hit])) * self.row_bytes
+        self.counts["hits"] += hits
+        self.counts["misses"] += len(ids) - hits
         self.counts["load_seconds"] += time.perf_counter() - start
         return out
 
     def _read(self, ids: np.ndarray) -> torch.Tensor:
-        """Rows ``ids`` (ascending, distinct) from the store, on the host."""
+        """Rows ``ids`` (repeats allowed) from the store, on the host; a file is read once per
+        distinct row, in ascending order."""
         if self.host is not None:
-            return self.host.read("features", ids)
+            distinct, back = np.unique(ids, return_inverse=True)
+            rows = self.host.read("features", distinct)
+            return rows if len(distinct) == len(ids) and (back == np.arange(len(ids))).all() \
+                else rows[torch.from_numpy(back)]
         rows = self.x.index_select(0, torch.from_numpy(ids).to(self.x.device))
         return rows[:, self.columns] if self.width != self.full_width else rows
 

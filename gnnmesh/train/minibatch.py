@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from ..errors import ConfigError
 from ..models.base import SELF, GraphLayer, LayerStack
 from ..view import OPERATORS
+from ..partition.stochastic import draw_batches
 from ..sampling import BlockView, FeatureTier, NeighborSampler, parse_fanouts
 from ..validate import parse_bytes
 from .trainer import Trainer
@@ -65,14 +66,16 @@ class MiniBatchTrainer(Trainer):
         from ..parallel.minibatch import MiniBatchParallel
         self.parallel = isinstance(self.strategy, MiniBatchParallel)
         if self.parallel:
+            self.strategy.place(data, dict(fanouts=self.sampler.fanouts, batch_size=self.batch_size,
+                                           seeds_pool=self.train_ids, operator=self.op))
             self._plan()
         else:
             self.features = FeatureTier(s.x.cpu(), self.device)
 
     def batches(self, epoch: int) -> list:
-        """The epoch's batches of seeds: a shuffle keyed by (seed, epoch), cut in batch-size runs."""
-        order = np.random.default_rng([self.config.seed, epoch]).permutation(self.train_ids)
-        return [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        """The epoch's batches of seeds: a shuffle keyed by (seed, epoch), cut in batch-size runs
+        (as ``shp`` draws them)."""
+        return draw_batches(self.train_ids, self.batch_size, self.config.seed, epoch)
 
     def _plan(self) -> None:
         """Pick the route (``auto``: the dry run's cheapest), fill the caches from the dry run's
@@ -189,13 +192,13 @@ class MiniBatchTrainer(Trainer):
         self.features.take()
         result = super().run_epoch()
         reads = self.features.take()
-        mine = [self.sampled_edges, reads["hits"], reads["misses"], reads["load_bytes"]]
+        mine = [self.sampled_edges, reads["hits"], reads["misses"], reads["load_bytes"], reads["load_seconds"]]
         everyone = self.strategy.comm.all_gather_object(mine) if self.parallel else [mine]
         self.strategy.reset_counters() if self.parallel else None
         result.extra.update(sampled_edges=sum(r[0] for r in everyone), steps=self.steps_per_epoch,
                             batch_size=self.batch_size, cache_hits=sum(r[1] for r in everyone),
                             cache_misses=sum(r[2] for r in everyone), load_bytes=sum(r[3] for r in everyone),
-                            rank_load_bytes=[r[3] for r in everyone], load_seconds=reads["load_seconds"])
+                            rank_load_bytes=[r[3] for r in everyone], rank_load_seconds=[r[4] for r in everyone])
         if self.dry_run and self.epoch == 1:
             result.extra["dry_run"] = [p.as_dict() for p in self.dry_run]
         return result

@@ -46,11 +46,17 @@ class Work:
 @dataclass
 class StepCost:
     """One rank's traffic in one step: bytes of ids sent, bytes of hidden rows sent (forward
-    and backward), and the feature rows it reads."""
+    and backward), the feature rows it reads, and its collective calls (each pays a latency
+    whatever its size)."""
 
     graph_bytes: int
     shuffle_bytes: int
     load: np.ndarray
+    calls: int = 0
+
+
+# A split route's collectives per step: the ids' lengths and the ids, the rows and their gradients.
+SPLIT_CALLS = 4
 
 
 def pack_rows(dst: np.ndarray, lengths: np.ndarray, entries: np.ndarray, kept=None) -> np.ndarray:
@@ -153,7 +159,8 @@ class SplitRoute(Route):
         works = [self.serve([requests[r].pieces[q] for r in range(self.world)], q, width, plan_only=True)
                  for q in range(self.world)]
         return [StepCost(id_bytes([len(p) for p in requests[r].pieces], r),
-                         row_bytes(works[r].reply, requests[r].expect, r, width), works[r].load)
+                         row_bytes(works[r].reply, requests[r].expect, r, width), works[r].load,
+                         SPLIT_CALLS if self.world > 1 else 0)
                 for r in range(self.world)]
 
 

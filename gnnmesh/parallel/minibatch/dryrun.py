@@ -5,10 +5,10 @@ rank's share of each) and reused for every route: the first-layer reads give eac
 access count, from which each route's caches are chosen, and each route's pure steps give,
 per rank, the ids it would send, the hidden rows it would send (forward and backward) and
 the feature rows it would read, of which its cache would miss some. Nothing is loaded,
-computed or exchanged but those counts. Bytes become seconds through probed bandwidths; a
-route's predicted time is its slowest rank's, and the cheapest route wins. Sampling and the
-dense compute are the same for every route and are left out of the comparison (Eq. 2's
-T_train), as APT does.
+computed or exchanged but those counts. Bytes become seconds through probed bandwidths, and
+each collective call adds a probed latency; a route's predicted time is its slowest rank's,
+and the cheapest route wins. Sampling and the dense compute are the same for every route
+and are left out of the comparison (Eq. 2's T_train), as APT does.
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ import torch
 from ...sampling import row_positions
 from ...sampling.features import tier_counts
 
-FIELDS = ("graph_bytes", "shuffle_bytes", "load_bytes", "hits", "misses")
-PROBE_BYTES = 4 << 20  # per probe of a bandwidth
+FIELDS = ("graph_bytes", "shuffle_bytes", "load_bytes", "hits", "misses", "calls")
+# Per probe of a bandwidth: larger than the CPU's caches, or reads from a warm cache would
+# promise what a batch's scattered rows never get.
+PROBE_BYTES = 64 << 20
 PROBE_REPEATS = 3
 
 
@@ -86,27 +88,34 @@ def route_totals(route, samples: dict, width: int, caches: list, row_bytes: list
     for blocks in samples.values():
         for q, cost in enumerate(route.step_costs(blocks, width)):
             reads = tier_counts(caches[q], cost.load, row_bytes[q])
-            out[:, q] += [cost.graph_bytes, cost.shuffle_bytes, reads["load_bytes"], reads["hits"], reads["misses"]]
+            out[:, q] += [cost.graph_bytes, cost.shuffle_bytes, reads["load_bytes"], reads["hits"], reads["misses"],
+                          cost.calls]
     return out
 
 
 def probe_bandwidths(comm, features) -> dict:
-    """Bytes per second of reading feature rows from the store, and of an all-to-all (each
-    rank's bytes sent); the median of a few probes, the slowest rank's."""
+    """Bytes per second of reading feature rows from the store and of an all-to-all (each
+    rank's bytes sent), and an all-to-all's latency (seconds for one id to each rank); the
+    median of a few probes, the slowest rank's."""
     rows = max(1, min(features.num_rows, PROBE_BYTES // features.row_bytes))
     ids = np.sort(np.random.default_rng(0).choice(features.num_rows, rows, replace=False))
     load = _median_seconds(lambda: features._read(ids)) / (rows * features.row_bytes)
-    net = 0.0
+    net = latency = 0.0
     if comm.world_size > 1:
-        per_peer = PROBE_BYTES // 4 // comm.world_size
+        ones = [1] * comm.world_size
+        tiny = torch.zeros(comm.world_size, dtype=torch.int64, device=comm.device)
+        latency = _median_seconds(lambda: comm.all_to_all(tiny, ones, ones))
+        per_peer = PROBE_BYTES // 16 // comm.world_size
         data = torch.zeros(per_peer * comm.world_size, device=comm.device)
         counts = [per_peer] * comm.world_size
-        net = _median_seconds(lambda: comm.all_to_all(data, counts, counts)) / (4 * per_peer * (comm.world_size - 1))
-    slowest = torch.tensor([load, net], dtype=torch.float64, device=comm.device)
+        net = max(_median_seconds(lambda: comm.all_to_all(data, counts, counts)) - latency, 1e-9) \
+            / (4 * per_peer * (comm.world_size - 1))
+    slowest = torch.tensor([load, net, latency], dtype=torch.float64, device=comm.device)
     if comm.world_size > 1:
         torch.distributed.all_reduce(slowest, op=torch.distributed.ReduceOp.MAX, group=comm.group)
     comm.take()  # the probes are no epoch's traffic
-    return {"load": 1.0 / slowest[0].item(), "net": 1.0 / slowest[1].item() if slowest[1] > 0 else float("inf")}
+    load, net, latency = slowest.tolist()
+    return {"load": 1.0 / load, "net": 1.0 / net if net > 0 else float("inf"), "latency": latency}
 
 
 def _median_seconds(fn) -> float:
@@ -122,6 +131,7 @@ def predict(route, totals: np.ndarray, bandwidths: dict) -> RoutePrediction:
     ranks = {k: totals[i].tolist() for i, k in enumerate(FIELDS)}
     seconds = [ranks["load_bytes"][q] / bandwidths["load"]
                + (ranks["graph_bytes"][q] + ranks["shuffle_bytes"][q]) / bandwidths["net"]
+               + ranks["calls"][q] * bandwidths["latency"]
                for q in range(route.world)]
     return RoutePrediction(route.name, ranks, seconds)
 

@@ -23,7 +23,7 @@ class MiniBatchParallel(DistributedStrategy):
         from . import ROUTES
         super().__init__(layout, device, "rows")
         self.route_class = ROUTES.get(route)  # None for auto: the dry run picks it
-        self.name = route
+        self.name, self.asked = route, route
         self.method, self.epsilon, self.seed, self.partition_file = method, epsilon, seed, partition_file
         self.owner: Optional[np.ndarray] = None
         self.route = None
@@ -32,14 +32,20 @@ class MiniBatchParallel(DistributedStrategy):
     def describe(self) -> str:
         where = f", vertices by {self.partition.method}" if self.partition is not None and \
             (self.route is None or self.route.needs_partition) else ""
-        return f"{self.name} ({self.world_size} ranks{where})"
+        chosen = "auto: " if self.asked == "auto" else ""
+        return f"{chosen}{self.name} ({self.world_size} ranks{where})"
 
-    def shard(self, graph, x, seed, device):
-        if self.route_class is None or self.route_class.needs_partition:
-            self.partition, owner = agreed_partition(graph, self.world_size, self.rank, self.method,
-                                                     self.epsilon, self.seed, self.partition_file)
-            self.owner = owner.numpy()
-        return SingleProcess.shard(self, graph, x, seed, device)
+    shard = SingleProcess.shard  # the whole graph on every rank
+
+    def place(self, graph, sampling: dict) -> None:
+        """Assign vertices to ranks where the route needs it (snp, dnp, and auto, which may
+        pick them), the same on every rank. ``sampling`` (fanouts, batch size, the training
+        ids and the sampled operator) is what ``shp`` draws its batches with."""
+        if self.route_class is not None and not self.route_class.needs_partition:
+            return
+        self.partition, owner = agreed_partition(graph, self.world_size, self.rank, self.method, self.epsilon,
+                                                 self.seed, self.partition_file, sampling=sampling)
+        self.owner = owner.numpy()
 
     def use(self, route) -> None:
         """Run ``route`` (bound) from now on; ``auto`` takes the chosen route's name."""
