@@ -77,6 +77,8 @@ HELP = {
     "reorganize": "offload, tensor with --host-store: regroup and reorder chunks to share more rows (default: on)",
     "minibatch": "train on sampled mini-batches instead of the whole graph (strategies single, gdp, nfp, "
                  "snp, dnp, auto)",
+    "bandwidths": "--minibatch with several ranks: the dry run's figures instead of probing them, any of "
+                  "load=SIZE,net=SIZE,latency=TIME (per second; e.g. load=2GB,net=1GB,latency=50us)",
     "cache_memory": "--minibatch with several ranks: each rank's cache of hot input feature rows, e.g. "
                     "64MiB, chosen from a dry run's access counts (default: no cache)",
     "fanouts": "--minibatch: in-edges sampled per node at each hop, from the seeds outward, -1 for "

@@ -58,7 +58,8 @@ STRATEGY_FIELDS = {"partitioner": ("partition", "offload") + VERTEX_ROUTED,
                    "chunk_size": ("tensor",), "pipeline": ("tensor",),
                    "grid": ("grid3d",), "permute": ("grid3d",), "blocks": ("grid3d",),
                    "device_memory": ("offload", "tensor"), "host_store": ("offload", "tensor") + MINIBATCH_PARALLEL,
-                   "store_dir": ("offload", "tensor") + MINIBATCH_PARALLEL, "cache_memory": MINIBATCH_PARALLEL, "chunks": ("offload", "tensor"),
+                   "store_dir": ("offload", "tensor") + MINIBATCH_PARALLEL, "cache_memory": MINIBATCH_PARALLEL,
+                   "bandwidths": MINIBATCH_PARALLEL, "chunks": ("offload", "tensor"),
                    "intermediates": ("offload",), "dedup": ("offload", "tensor"),
                    "reorganize": ("offload", "tensor")}
 STRATEGY_DEFAULTS = {"partitioner": "hp", "epsilon": 0.01, "pipeline": True, "permute": True, "blocks": 1,
@@ -130,6 +131,7 @@ class Config:
     batch_size: Optional[int] = field(default=None, metadata=_section("train"))
     eval_fanouts: Optional[str] = field(default=None, metadata=_section("train"))
     cache_memory: Optional[str] = field(default=None, metadata=_section("run"))
+    bandwidths: Optional[str] = field(default=None, metadata=_section("run"))
     # [run]
     strategy: str = field(default="single", metadata=_section("run"))
     nproc: int = field(default=1, metadata=_section("run"))
@@ -240,6 +242,9 @@ class Config:
                               f"--strategy gdp or dnp")
         if self.cache_memory is not None:
             parse_bytes(self.cache_memory, "cache_memory")
+        if self.bandwidths is not None:
+            from .parallel.minibatch.dryrun import parse_links
+            parse_links(self.bandwidths)
         if self.parts:
             raise ConfigError("config field 'parts': mini-batch training loads a dataset (every rank samples "
                               "from the whole graph)")

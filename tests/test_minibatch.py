@@ -163,6 +163,8 @@ def test_training_learns_on_a_real_graph(data_root):
     ({"strategy": "nfp", "model": "gat"}, "attention needs them all in one place; run gat with --strategy gdp or dnp"),
     ({"strategy": "snp", "model": "gat"}, "run gat with --strategy gdp or dnp"),
     ({"strategy": "gdp", "cache_memory": "lots"}, "cache_memory"),
+    ({"strategy": "auto", "bandwidths": "load=fast"}, "'bandwidths': 'fast' is not a size"),
+    ({"strategy": "auto", "bandwidths": "disk=1GB"}, "'disk=1GB' is not one of load=SIZE, net=SIZE, latency=TIME"),
     ({"strategy": "gdp", "partitioner": "gp"}, "applies only to --strategy partition or offload or snp"),
     ({"decoupled": True}, "decoupled"),
 ])
@@ -208,7 +210,9 @@ def _check_prediction(extra: dict, prediction) -> None:
 def test_counted_bytes_equal_the_dry_runs_prediction(world):
     # 9 features: 36-byte rows, so 400 bytes cache 11 of them (more of nfp's narrower rows).
     runs = [("sage", s, {**f, "cache_memory": "400B", "epochs": 1}) for s, f in STRATEGIES.items()]
-    runs.append(("gcn", "auto", {"partitioner": "rp", "cache_memory": "400B", "epochs": 1}))
+    links = {"load": 1e9, "net": 1e8, "latency": 1e-3}  # given, not probed: the times follow from the bytes
+    runs.append(("gcn", "auto", {"partitioner": "rp", "cache_memory": "400B", "epochs": 1,
+                                 "bandwidths": "load=1GB,net=100MB,latency=1ms"}))
     got = run_ranks(_train, world, runs, timeout=300)[0]
     for (model, strategy, _), run in zip(runs, got):
         try:
@@ -218,6 +222,12 @@ def test_counted_bytes_equal_the_dry_runs_prediction(world):
                 assert run["strategy"] == best.name and best.time <= min(p.time for p in run["dry_run"])
                 assert run["extra"]["dry_run"][0]["strategy"] == "gdp"  # the table is in the metrics
                 _check_prediction(run["extra"], best)
+                for p in run["dry_run"]:
+                    r = p.ranks
+                    assert p.seconds == pytest.approx([
+                        r["load_bytes"][q] / links["load"] + (r["graph_bytes"][q] + r["shuffle_bytes"][q]) / links["net"]
+                        + r["calls"][q] * links["latency"] for q in range(world)])
+                    assert p.time == max(p.seconds)
             else:
                 _check_prediction(run["extra"], run["dry_run"][0])
             assert run["extra"]["cache_hits"] > 0 and run["extra"]["cache_misses"] > 0

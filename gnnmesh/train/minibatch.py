@@ -102,9 +102,11 @@ class MiniBatchTrainer(Trainer):
             counts = self._summed(dryrun.access_counts(samples, x.shape[0]))
             caches = {n: [dryrun.cache_rows(r, counts, cache_bytes // (4 * w), q, self.operator)
                           for q, w in enumerate(widths[n])] for n, r in routes.items()}
-            probe = FeatureTier(x, self.device, **store)
-            bandwidths = dryrun.probe_bandwidths(strategy.comm, probe)
-            probe.close()
+            given = dryrun.parse_links(cfg.bandwidths) if cfg.bandwidths else {}
+            probe = FeatureTier(x, self.device, **store) if "load" not in given else None
+            bandwidths = dryrun.probe_bandwidths(strategy.comm, probe, given)
+            if probe is not None:
+                probe.close()
             for name, route in routes.items():
                 masks = [np.zeros(x.shape[0], dtype=bool) for _ in caches[name]]
                 for mask, rows in zip(masks, caches[name]):

@@ -5,9 +5,9 @@ computes the first layer, which dominates the cost: the rank itself (GDP), or ra
 feature columns (NFP), by source vertex (SNP) or by destination vertex (DNP), which receive
 the rows to compute as sampled ids and send back partial or finished embeddings.
 
-A route says who computes what. A split route is four pure steps and two exchanges: ``request`` (what this rank's
-first-layer block asks of each rank), ``serve`` (what a rank computes from what it was asked),
-``compute`` and ``combine``. The dry run (``dryrun.py``) runs the pure steps for every rank
+A route says who computes what. A split route is four steps and two exchanges: ``request``
+(what this rank's first-layer block asks of each rank) and ``serve`` (what a rank computes
+from what it was asked), both pure, then ``compute`` and ``combine``. The dry run (``dryrun.py``) runs the pure steps for every rank
 without moving features or embeddings, so its byte counts are the ones training counts.
 """
 

@@ -19,8 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ...errors import ConfigError
 from ...sampling import row_positions
 from ...sampling.features import tier_counts
+from ...validate import parse_bytes
 
 FIELDS = ("graph_bytes", "shuffle_bytes", "load_bytes", "hits", "misses", "calls")
 # Per probe of a bandwidth: larger than the CPU's caches, or reads from a warm cache would
@@ -93,29 +95,62 @@ def route_totals(route, samples: dict, width: int, caches: list, row_bytes: list
     return out
 
 
-def probe_bandwidths(comm, features) -> dict:
-    """Bytes per second of reading feature rows from the store and of an all-to-all (each
-    rank's bytes sent), and an all-to-all's latency (seconds for one id to each rank); the
-    median of a few probes, the slowest rank's."""
-    rows = max(1, min(features.num_rows, PROBE_BYTES // features.row_bytes))
-    ids = np.sort(np.random.default_rng(0).choice(features.num_rows, rows, replace=False))
-    load = _median_seconds(lambda: features._read(ids)) / (rows * features.row_bytes)
-    net = latency = 0.0
-    if comm.world_size > 1:
+LINK_KEYS = ("load", "net", "latency")
+_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+
+
+def parse_links(text, name: str = "bandwidths") -> dict:
+    """``"load=2GB,net=1GB,latency=50us"`` (any of the three; sizes per second, as
+    ``--device-memory`` reads sizes): the figures the cost model takes instead of probing."""
+    out = {}
+    for piece in [p for p in str(text).split(",") if p.strip()]:
+        key, _, value = piece.partition("=")
+        key, value = key.strip(), value.strip()
+        if key not in LINK_KEYS or not value:
+            raise ConfigError(f"config field '{name}': {piece!r} is not one of load=SIZE, net=SIZE, "
+                              f"latency=TIME (sizes per second, e.g. load=2GB,net=1GB,latency=50us)")
+        if key == "latency":
+            unit = next((u for u in ("us", "ms", "s") if value.endswith(u)), "")
+            try:
+                seconds = float(value[:len(value) - len(unit)]) * _TIME_UNITS.get(unit, 1.0)
+            except ValueError:
+                seconds = -1.0
+            if not seconds >= 0:
+                raise ConfigError(f"config field '{name}': latency {value!r} is not a time (e.g. 50us, 0.2ms)")
+            out[key] = seconds
+        else:
+            out[key] = float(parse_bytes(value, name))
+    return out
+
+
+def probe_bandwidths(comm, features, given: dict = None) -> dict:
+    """Bytes per second of reading feature rows from ``features``' store and of an
+    all-to-all (each rank's bytes sent), and an all-to-all's latency (seconds for one id to
+    each rank): the median of a few probes, the slowest rank's. Figures in ``given`` are
+    taken as they are (``features`` may then be None)."""
+    given = given or {}
+    seconds = {"load": 0.0, "net": 0.0, "latency": 0.0}  # per byte, per byte, per call
+    if "load" not in given:
+        rows = max(1, min(features.num_rows, PROBE_BYTES // features.row_bytes))
+        ids = np.sort(np.random.default_rng(0).choice(features.num_rows, rows, replace=False))
+        seconds["load"] = _median_seconds(lambda: features._read(ids)) / (rows * features.row_bytes)
+    if comm.world_size > 1 and not {"net", "latency"} <= set(given):
         ones = [1] * comm.world_size
         tiny = torch.zeros(comm.world_size, dtype=torch.int64, device=comm.device)
-        latency = _median_seconds(lambda: comm.all_to_all(tiny, ones, ones))
+        seconds["latency"] = _median_seconds(lambda: comm.all_to_all(tiny, ones, ones))
         per_peer = PROBE_BYTES // 16 // comm.world_size
         data = torch.zeros(per_peer * comm.world_size, device=comm.device)
         counts = [per_peer] * comm.world_size
-        net = max(_median_seconds(lambda: comm.all_to_all(data, counts, counts)) - latency, 1e-9) \
-            / (4 * per_peer * (comm.world_size - 1))
-    slowest = torch.tensor([load, net, latency], dtype=torch.float64, device=comm.device)
+        seconds["net"] = max(_median_seconds(lambda: comm.all_to_all(data, counts, counts)) - seconds["latency"],
+                             1e-9) / (4 * per_peer * (comm.world_size - 1))
+    slowest = torch.tensor([seconds[k] for k in LINK_KEYS], dtype=torch.float64, device=comm.device)
     if comm.world_size > 1:
         torch.distributed.all_reduce(slowest, op=torch.distributed.ReduceOp.MAX, group=comm.group)
     comm.take()  # the probes are no epoch's traffic
     load, net, latency = slowest.tolist()
-    return {"load": 1.0 / load, "net": 1.0 / net if net > 0 else float("inf"), "latency": latency}
+    probed = {"load": 1.0 / load if load > 0 else float("inf"), "net": 1.0 / net if net > 0 else float("inf"),
+              "latency": latency}
+    return {**probed, **given}
 
 
 def _median_seconds(fn) -> float:

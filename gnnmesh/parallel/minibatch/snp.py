@@ -21,7 +21,6 @@ class SourceNodeRoute(SplitRoute):
     name = "snp"
     attention = False  # a row's attention needs all of its sources in one place
     needs_partition = True
-    with_kept = True
 
     def reply_width(self, model) -> int:
         return model.layers[0].maths().hidden
