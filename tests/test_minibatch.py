@@ -241,3 +241,23 @@ def test_a_cache_smaller_than_one_row_is_refused():
     from gnnmesh.train.minibatch import MiniBatchTrainer
     with pytest.raises(ConfigError, match="cache_memory.*holds no feature row"):
         MiniBatchTrainer(config("gcn", strategy="gdp", cache_memory="20B"), graph())
+
+
+def test_each_strategy_caches_the_rows_it_reads():
+    # APT §4.3: gdp and nfp the globally hottest rows, snp its partition's, dnp its partition's
+    # and their in-neighbours' (the sources its rows read); ties go to the lower id.
+    from gnnmesh.parallel.minibatch import ROUTES
+    from gnnmesh.parallel.minibatch.dryrun import cache_rows
+    from gnnmesh.graph import Adjacency
+    # 6 vertices; rank 0 owns 0-2, rank 1 owns 3-5; vertex 1 reads vertex 4 (an in-edge 4 -> 1).
+    op = Adjacency(torch.tensor([0, 1, 3, 4, 5, 6, 7]), torch.tensor([0, 1, 4, 2, 3, 4, 5]), None, (6, 6))
+    owner = np.array([0, 0, 0, 1, 1, 1])
+    counts = np.array([1, 2, 0, 9, 8, 7])
+    route = {name: ROUTES[name](2, owner) for name in ROUTES}
+    assert cache_rows(route["gdp"], counts, 2, 0, op).tolist() == [3, 4]
+    assert cache_rows(route["nfp"], counts, 3, 1, op).tolist() == [3, 4, 5]
+    assert cache_rows(route["snp"], counts, 2, 0, op).tolist() == [0, 1]
+    assert cache_rows(route["dnp"], counts, 2, 0, op).tolist() == [1, 4]
+    assert cache_rows(route["dnp"], counts, 2, 1, op).tolist() == [3, 4]
+    assert cache_rows(route["snp"], np.zeros(6, dtype=int), 2, 1, op).tolist() == [3, 4]  # ties: lower ids
+    assert cache_rows(route["gdp"], counts, 0, 0, op).tolist() == []
