@@ -78,7 +78,7 @@ HELP = {
     "minibatch": "train on sampled mini-batches instead of the whole graph (strategies single, gdp, nfp, "
                  "snp, dnp, auto)",
     "bandwidths": "--minibatch with several ranks: the dry run's figures instead of probing them, any of "
-                  "load=SIZE,net=SIZE,latency=TIME (per second; e.g. load=2GB,net=1GB,latency=50us)",
+                  "load=SIZE,cache=SIZE,net=SIZE,latency=TIME (per second; e.g. load=2GB,net=1GB,latency=50us)",
     "cache_memory": "--minibatch with several ranks: each rank's cache of hot input feature rows, e.g. "
                     "64MiB, chosen from a dry run's access counts (default: no cache)",
     "fanouts": "--minibatch: in-edges sampled per node at each hop, from the seeds outward, -1 for "

@@ -164,7 +164,7 @@ def test_training_learns_on_a_real_graph(data_root):
     ({"strategy": "snp", "model": "gat"}, "run gat with --strategy gdp or dnp"),
     ({"strategy": "gdp", "cache_memory": "lots"}, "cache_memory"),
     ({"strategy": "auto", "bandwidths": "load=fast"}, "'bandwidths': 'fast' is not a size"),
-    ({"strategy": "auto", "bandwidths": "disk=1GB"}, "'disk=1GB' is not one of load=SIZE, net=SIZE, latency=TIME"),
+    ({"strategy": "auto", "bandwidths": "disk=1GB"}, "'disk=1GB' is not one of load=SIZE, cache=SIZE, net=SIZE, latency=TIME"),
     ({"strategy": "gdp", "partitioner": "gp"}, "applies only to --strategy partition or offload or snp"),
     ({"decoupled": True}, "decoupled"),
 ])
@@ -203,6 +203,7 @@ def _check_prediction(extra: dict, prediction) -> None:
     assert extra["rank_graph_bytes"] == want["graph_bytes"]
     assert extra["rank_shuffle_bytes"] == want["shuffle_bytes"]
     assert extra["rank_load_bytes"] == want["load_bytes"]
+    assert extra["rank_cache_bytes"] == want["cache_bytes"]
     assert (extra["cache_hits"], extra["cache_misses"]) == (sum(want["hits"]), sum(want["misses"]))
 
 
@@ -210,9 +211,9 @@ def _check_prediction(extra: dict, prediction) -> None:
 def test_counted_bytes_equal_the_dry_runs_prediction(world):
     # 9 features: 36-byte rows, so 400 bytes cache 11 of them (more of nfp's narrower rows).
     runs = [("sage", s, {**f, "cache_memory": "400B", "epochs": 1}) for s, f in STRATEGIES.items()]
-    links = {"load": 1e9, "net": 1e8, "latency": 1e-3}  # given, not probed: the times follow from the bytes
+    links = {"load": 1e9, "cache": 4e9, "net": 1e8, "latency": 1e-3}  # given: the times follow from the bytes
     runs.append(("gcn", "auto", {"partitioner": "rp", "cache_memory": "400B", "epochs": 1,
-                                 "bandwidths": "load=1GB,net=100MB,latency=1ms"}))
+                                 "bandwidths": "load=1GB,cache=4GB,net=100MB,latency=1ms"}))
     got = run_ranks(_train, world, runs, timeout=300)[0]
     for (model, strategy, _), run in zip(runs, got):
         try:
@@ -225,7 +226,7 @@ def test_counted_bytes_equal_the_dry_runs_prediction(world):
                 for p in run["dry_run"]:
                     r = p.ranks
                     assert p.seconds == pytest.approx([
-                        r["load_bytes"][q] / links["load"] + (r["graph_bytes"][q] + r["shuffle_bytes"][q]) / links["net"]
+                        r["load_bytes"][q] / links["load"] + r["cache_bytes"][q] / links["cache"] + (r["graph_bytes"][q] + r["shuffle_bytes"][q]) / links["net"]
                         + r["calls"][q] * links["latency"] for q in range(world)])
                     assert p.time == max(p.seconds)
             else:

@@ -1,8 +1,9 @@
 """Input features as a mini-batch's first layer reads them: a cache of hot rows in the
 device's memory (``--cache-memory``), the rest read from the store: the dataset's tensor in
 host memory (``ram``) or a file read with positioned I/O (``--host-store file``). Counts what
-it serves per epoch, as DGL's GraphBolt does: rows found in the cache (hits), rows not
-(misses), and the bytes read from the store (each missed row once per read)."""
+it serves per epoch, as DGL's GraphBolt does: rows found in the cache (hits) and not (misses),
+and the bytes each tier gave (a row read twice in one read counts twice: it is gathered
+twice)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ WRITE_ROWS = 1 << 14  # rows per write while filling a file store
 
 def tier_counts(cached: np.ndarray, ids: np.ndarray, row_bytes: int) -> dict:
     """What reading rows ``ids`` counts where ``cached`` (a mask over all rows) is in the cache."""
-    hit = cached[ids]
-    return {"hits": int(hit.sum()), "misses": int((~hit).sum()),
-            "load_bytes": len(np.unique(ids[~hit])) * row_bytes}
+    hits = int(cached[ids].sum())
+    return {"hits": hits, "misses": len(ids) - hits, "cache_bytes": hits * row_bytes,
+            "load_bytes": (len(ids) - hits) * row_bytes}
 
 
 class FeatureTier:
@@ -82,10 +83,8 @@ class FeatureTier:
                 self.cache[torch.from_numpy(where[hit]).to(self.device)]
             if hits < len(ids):
                 out[torch.from_numpy(np.flatnonzero(~hit)).to(self.device)] = self._read(ids[~hit]).to(self.device)
-        if hits < len(ids):
-            self.counts["load_bytes"] += len(np.unique(ids[~hit])) * self.row_bytes
-        self.counts["hits"] += hits
-        self.counts["misses"] += len(ids) - hits
+        for key, value in tier_counts(hit, np.arange(len(ids)), self.row_bytes).items():
+            self.counts[key] += value
         self.counts["load_seconds"] += time.perf_counter() - start
         return out
 
@@ -103,7 +102,7 @@ class FeatureTier:
     def take(self) -> dict:
         """The counters since the last call, then reset."""
         out = getattr(self, "counts", None)
-        self.counts = {"hits": 0, "misses": 0, "load_bytes": 0, "load_seconds": 0.0}
+        self.counts = {"hits": 0, "misses": 0, "cache_bytes": 0, "load_bytes": 0, "load_seconds": 0.0}
         return out
 
     def close(self) -> None:

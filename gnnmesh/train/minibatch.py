@@ -103,7 +103,7 @@ class MiniBatchTrainer(Trainer):
             caches = {n: [dryrun.cache_rows(r, counts, cache_bytes // (4 * w), q, self.operator)
                           for q, w in enumerate(widths[n])] for n, r in routes.items()}
             given = dryrun.parse_links(cfg.bandwidths) if cfg.bandwidths else {}
-            probe = FeatureTier(x, self.device, **store) if "load" not in given else None
+            probe = FeatureTier(x, self.device, **store) if not {"load", "cache"} <= set(given) else None
             bandwidths = dryrun.probe_bandwidths(strategy.comm, probe, given)
             if probe is not None:
                 probe.close()
@@ -194,13 +194,15 @@ class MiniBatchTrainer(Trainer):
         self.features.take()
         result = super().run_epoch()
         reads = self.features.take()
-        mine = [self.sampled_edges, reads["hits"], reads["misses"], reads["load_bytes"], reads["load_seconds"]]
+        mine = [self.sampled_edges, reads["hits"], reads["misses"], reads["load_bytes"], reads["load_seconds"],
+                reads["cache_bytes"]]
         everyone = self.strategy.comm.all_gather_object(mine) if self.parallel else [mine]
         self.strategy.reset_counters() if self.parallel else None
         result.extra.update(sampled_edges=sum(r[0] for r in everyone), steps=self.steps_per_epoch,
                             batch_size=self.batch_size, cache_hits=sum(r[1] for r in everyone),
                             cache_misses=sum(r[2] for r in everyone), load_bytes=sum(r[3] for r in everyone),
-                            rank_load_bytes=[r[3] for r in everyone], rank_load_seconds=[r[4] for r in everyone])
+                            rank_load_bytes=[r[3] for r in everyone], rank_load_seconds=[r[4] for r in everyone],
+                            rank_cache_bytes=[r[5] for r in everyone])
         if self.dry_run and self.epoch == 1:
             result.extra["dry_run"] = [p.as_dict() for p in self.dry_run]
         return result

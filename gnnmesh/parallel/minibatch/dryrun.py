@@ -4,7 +4,7 @@ One epoch's batches are sampled once (rank r samples the steps ``step % ranks ==
 rank's share of each) and reused for every route: the first-layer reads give each vertex's
 access count, from which each route's caches are chosen, and each route's pure steps give,
 per rank, the ids it would send, the hidden rows it would send (forward and backward) and
-the feature rows it would read, of which its cache would miss some. Nothing is loaded,
+the feature rows it would read, from its cache or from the store. Nothing is loaded,
 computed or exchanged but those counts. Bytes become seconds through probed bandwidths, and
 each collective call adds a probed latency; a route's predicted time is its slowest rank's,
 and the cheapest route wins. Sampling and the dense compute are the same for every route
@@ -24,7 +24,7 @@ from ...sampling import row_positions
 from ...sampling.features import tier_counts
 from ...validate import parse_bytes
 
-FIELDS = ("graph_bytes", "shuffle_bytes", "load_bytes", "hits", "misses", "calls")
+FIELDS = ("graph_bytes", "shuffle_bytes", "load_bytes", "cache_bytes", "hits", "misses", "calls")
 # Per probe of a bandwidth: larger than the CPU's caches, or reads from a warm cache would
 # promise what a batch's scattered rows never get.
 PROBE_BYTES = 64 << 20
@@ -90,25 +90,25 @@ def route_totals(route, samples: dict, width: int, caches: list, row_bytes: list
     for blocks in samples.values():
         for q, cost in enumerate(route.step_costs(blocks, width)):
             reads = tier_counts(caches[q], cost.load, row_bytes[q])
-            out[:, q] += [cost.graph_bytes, cost.shuffle_bytes, reads["load_bytes"], reads["hits"], reads["misses"],
-                          cost.calls]
+            out[:, q] += [cost.graph_bytes, cost.shuffle_bytes, reads["load_bytes"], reads["cache_bytes"],
+                          reads["hits"], reads["misses"], cost.calls]
     return out
 
 
-LINK_KEYS = ("load", "net", "latency")
+LINK_KEYS = ("load", "cache", "net", "latency")
 _TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 
 
 def parse_links(text, name: str = "bandwidths") -> dict:
-    """``"load=2GB,net=1GB,latency=50us"`` (any of the three; sizes per second, as
+    """``"load=2GB,cache=20GB,net=1GB,latency=50us"`` (any of them; sizes per second, as
     ``--device-memory`` reads sizes): the figures the cost model takes instead of probing."""
     out = {}
     for piece in [p for p in str(text).split(",") if p.strip()]:
         key, _, value = piece.partition("=")
         key, value = key.strip(), value.strip()
         if key not in LINK_KEYS or not value:
-            raise ConfigError(f"config field '{name}': {piece!r} is not one of load=SIZE, net=SIZE, "
-                              f"latency=TIME (sizes per second, e.g. load=2GB,net=1GB,latency=50us)")
+            raise ConfigError(f"config field '{name}': {piece!r} is not one of load=SIZE, cache=SIZE, "
+                              f"net=SIZE, latency=TIME (sizes per second, e.g. load=2GB,net=1GB,latency=50us)")
         if key == "latency":
             unit = next((u for u in ("us", "ms", "s") if value.endswith(u)), "")
             try:
@@ -124,16 +124,20 @@ def parse_links(text, name: str = "bandwidths") -> dict:
 
 
 def probe_bandwidths(comm, features, given: dict = None) -> dict:
-    """Bytes per second of reading feature rows from ``features``' store and of an
-    all-to-all (each rank's bytes sent), and an all-to-all's latency (seconds for one id to
-    each rank): the median of a few probes, the slowest rank's. Figures in ``given`` are
-    taken as they are (``features`` may then be None)."""
+    """Bytes per second of reading feature rows from ``features``' store, of gathering them
+    from a cache in the device's memory and of an all-to-all (each rank's bytes sent), and an
+    all-to-all's latency (seconds for one id to each rank): the median of a few probes, the
+    slowest rank's. Figures in ``given`` are taken as they are (``features`` may then be
+    None). On a CPU the cache and the store are the same memory, and the probes say so."""
     given = given or {}
-    seconds = {"load": 0.0, "net": 0.0, "latency": 0.0}  # per byte, per byte, per call
-    if "load" not in given:
+    seconds = dict.fromkeys(LINK_KEYS, 0.0)  # per byte, and per call for the latency
+    if not {"load", "cache"} <= set(given):
         rows = max(1, min(features.num_rows, PROBE_BYTES // features.row_bytes))
         ids = np.sort(np.random.default_rng(0).choice(features.num_rows, rows, replace=False))
         seconds["load"] = _median_seconds(lambda: features._read(ids)) / (rows * features.row_bytes)
+        cache = torch.zeros(rows, features.width, device=features.device)
+        order = torch.from_numpy(np.random.default_rng(1).permutation(rows)).to(features.device)
+        seconds["cache"] = _median_seconds(lambda: cache.index_select(0, order)) / (rows * features.row_bytes)
     if comm.world_size > 1 and not {"net", "latency"} <= set(given):
         ones = [1] * comm.world_size
         tiny = torch.zeros(comm.world_size, dtype=torch.int64, device=comm.device)
@@ -147,9 +151,8 @@ def probe_bandwidths(comm, features, given: dict = None) -> dict:
     if comm.world_size > 1:
         torch.distributed.all_reduce(slowest, op=torch.distributed.ReduceOp.MAX, group=comm.group)
     comm.take()  # the probes are no epoch's traffic
-    load, net, latency = slowest.tolist()
-    probed = {"load": 1.0 / load if load > 0 else float("inf"), "net": 1.0 / net if net > 0 else float("inf"),
-              "latency": latency}
+    probed = {k: (1.0 / v if v > 0 else float("inf")) for k, v in zip(LINK_KEYS, slowest.tolist())}
+    probed["latency"] = slowest[LINK_KEYS.index("latency")].item()
     return {**probed, **given}
 
 
@@ -164,7 +167,7 @@ def _median_seconds(fn) -> float:
 
 def predict(route, totals: np.ndarray, bandwidths: dict) -> RoutePrediction:
     ranks = {k: totals[i].tolist() for i, k in enumerate(FIELDS)}
-    seconds = [ranks["load_bytes"][q] / bandwidths["load"]
+    seconds = [ranks["load_bytes"][q] / bandwidths["load"] + ranks["cache_bytes"][q] / bandwidths["cache"]
                + (ranks["graph_bytes"][q] + ranks["shuffle_bytes"][q]) / bandwidths["net"]
                + ranks["calls"][q] * bandwidths["latency"]
                for q in range(route.world)]
