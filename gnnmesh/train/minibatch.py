@@ -111,8 +111,7 @@ class MiniBatchTrainer(Trainer):
                 masks = [np.zeros(x.shape[0], dtype=bool) for _ in caches[name]]
                 for mask, rows in zip(masks, caches[name]):
                     mask[rows] = True
-                width = route.reply_width(self.model) if hasattr(route, "reply_width") else 0
-                totals = self._summed(dryrun.route_totals(route, samples, width, masks,
+                totals = self._summed(dryrun.route_totals(route, samples, route.reply_width(self.model), masks,
                                                           [4 * w for w in widths[name]]))
                 self.dry_run.append(dryrun.predict(route, totals, bandwidths))
             chosen = min(self.dry_run, key=lambda p: p.time).name

@@ -115,6 +115,10 @@ class Route:
         """The input feature columns rank ``rank`` reads (all, but for NFP)."""
         return slice(0, width)
 
+    def reply_width(self, model) -> int:
+        """The width of the rows sent back to the requesting ranks (none are, here)."""
+        return 0
+
     def first_layer(self, comm, model, view, sample, features) -> torch.Tensor:
         """Layer 1's output (before its activation) for this rank's first-layer destinations."""
         return read_and_run(model, view, sample, features)
@@ -138,9 +142,6 @@ class SplitRoute(Route):
         raise NotImplementedError
 
     def combine(self, model, rows: torch.Tensor, request: Request, num_dst: int) -> torch.Tensor:
-        raise NotImplementedError
-
-    def reply_width(self, model) -> int:
         raise NotImplementedError
 
     def first_layer(self, comm, model, view, sample, features) -> torch.Tensor:
