@@ -113,7 +113,8 @@ def kill_at_random(nproc: int, folder, resume: bool, rng: random.Random) -> tupl
     if finished:
         assert proc.returncode == 0, f"{what}: finished with {proc.returncode}: {err}"
         return what + ": had finished", (None, "finished")
-    allowed = {-signal.SIGKILL} if sig == signal.SIGKILL else {128 + sig, 0}  # 0: it had just finished
+    # 0: it finished between the last poll and the signal (Popen then sends nothing)
+    allowed = {-signal.SIGKILL if sig == signal.SIGKILL else 128 + sig, 0}
     assert proc.returncode in allowed, f"{what}: exit status {proc.returncode}: {err}"
     if sig != signal.SIGKILL:
         assert err.strip() in ("", "gnnmesh: interrupted"), f"{what}: {err}"
