@@ -60,14 +60,6 @@ class FeatureTier:
         self.cache = self._read(ids).to(self.device)
         self.take()
 
-    @property
-    def cached(self) -> int:
-        return len(self.cache)
-
-    def predict(self, ids: np.ndarray) -> dict:
-        """What ``load(ids)`` will count, without reading anything."""
-        return tier_counts(self.slot >= 0, ids, self.row_bytes)
-
     def load(self, ids) -> torch.Tensor:
         """Rows ``ids`` (global, repeats allowed) on the device."""
         start = time.perf_counter()
@@ -101,7 +93,7 @@ class FeatureTier:
 
     def take(self) -> dict:
         """The counters since the last call, then reset."""
-        out = getattr(self, "counts", None)
+        out = getattr(self, "counts", None)  # None on the first call, from __init__
         self.counts = {"hits": 0, "misses": 0, "cache_bytes": 0, "load_bytes": 0, "load_seconds": 0.0}
         return out
 
