@@ -21,7 +21,7 @@ from .launch import (PIPE_CLOSED, die_with_launcher, ignore_stop_signals, launch
 
 HELP = {
     "dataset": "dataset name (see 'gnnmesh datasets'), generator spec such as "
-               "'rmat:nodes=100000,edges=1000000' or a graph file",
+               "'rmat:nodes=100000,edges=1000000', a graph file or an OGB dataset directory",
     "data_root": "directory holding the datasets (default: $GNNMESH_DATA)",
     "reorder": "renumber nodes for locality before training",
     "parts": "train from a partitioned dataset written by 'gnnmesh partition --write-parts DIR': "
@@ -131,8 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--quiet", action="store_true", help="print only the summary")
     _add_config_flags(train)
 
-    data = sub.add_parser("datasets", help="list the datasets and their sizes")
+    data = sub.add_parser("datasets", help="list the datasets and their sizes, or download one")
     data.add_argument("--data-root", dest="data_root", help="directory holding the datasets")
+    data.add_argument("--fetch", metavar="NAME",
+                      help="download dataset NAME's public upstream files into the data root, "
+                           "checked against their pinned sha256 ($GNNMESH_MIRROR replaces "
+                           "https://raw.githubusercontent.com in their URLs)")
 
     from .commands import partition as partition_command, plan as plan_command
     partition_command.add_parser(sub)
@@ -164,6 +168,10 @@ def cmd_train(args, argv) -> int:
 
 def cmd_datasets(args, argv) -> int:
     from . import datasets
+    if args.fetch:
+        from .datasets.fetch import fetch
+        print(fetch(args.fetch, args.data_root))
+        return 0
     root = args.data_root or os.environ.get("GNNMESH_DATA")
     if args.data_root and not os.path.isdir(args.data_root):
         raise ConfigError(f"--data-root {args.data_root}: no such directory")

@@ -26,6 +26,23 @@ def random_graph(n: int = 30, e: int = 120, seed: int = 0, features: int = 8, cl
                                  train_mask=masks[0], val_mask=masks[1], test_mask=masks[2], name="random")
 
 
+def same_graph(a: Graph, b: Graph) -> None:
+    """Assert that two loaded graphs hold the same structure, data, split and metadata."""
+    assert a.num_nodes == b.num_nodes and a.directed == b.directed
+    assert a.name == b.name and a.num_classes == b.num_classes and a.meta == b.meta
+    assert torch.equal(a.adj.indptr, b.adj.indptr) and torch.equal(a.adj.indices, b.adj.indices)
+    assert (a.adj.values is None) == (b.adj.values is None)
+    if a.adj.values is not None:
+        assert torch.equal(a.adj.values, b.adj.values)
+    for field in ("x", "y", "train_mask", "val_mask", "test_mask"):
+        u, v = getattr(a, field), getattr(b, field)
+        assert (u is None) == (v is None), field
+        if u is not None:
+            if u.layout == torch.sparse_csr:
+                u, v = u.to_dense(), v.to_dense()
+            assert torch.equal(u, v), field
+
+
 def dense(adj, values=None) -> torch.Tensor:
     values = adj.values if values is None else values
     if values is None:

@@ -16,6 +16,7 @@ import torch
 from gnnmesh import GraphError
 from gnnmesh.datasets import available, dataset_options, load, names, structural_features
 from gnnmesh.datasets import cache as cache_mod
+from helpers import same_graph
 
 
 @pytest.fixture(autouse=True)
@@ -24,22 +25,6 @@ def tmp_cache(tmp_path, monkeypatch):
     path = tmp_path / "cache"
     monkeypatch.setenv("GNNMESH_CACHE", str(path))
     return path
-
-
-def same_graph(a, b):
-    assert a.num_nodes == b.num_nodes and a.directed == b.directed
-    assert a.name == b.name and a.num_classes == b.num_classes and a.meta == b.meta
-    assert torch.equal(a.adj.indptr, b.adj.indptr) and torch.equal(a.adj.indices, b.adj.indices)
-    assert (a.adj.values is None) == (b.adj.values is None)
-    if a.adj.values is not None:
-        assert torch.equal(a.adj.values, b.adj.values)
-    for field in ("x", "y", "train_mask", "val_mask", "test_mask"):
-        u, v = getattr(a, field), getattr(b, field)
-        assert (u is None) == (v is None), field
-        if u is not None:
-            if u.layout == torch.sparse_csr:
-                u, v = u.to_dense(), v.to_dense()
-            assert torch.equal(u, v), field
 
 
 def self_loops(g) -> int:
@@ -176,7 +161,8 @@ def test_names_and_available(data_root, tmp_path):
     here = {r.name: r.present for r in available(data_root)}
     assert all(here.values())
     empty = {r.name: r.present for r in available(tmp_path)}
-    assert empty["sbm"] and empty["rmat"] and not empty["cora"]
+    assert empty["sbm"] and empty["rmat"] and not empty["karate"]
+    assert empty["cora"] and empty["citeseer"]  # shipped in the package
     assert "nodes" in dataset_options("rmat") and "normalize_features" in dataset_options("cora")
 
 

@@ -267,12 +267,14 @@ def test_unknown_dataset_lists_known_names():
 
 def test_dataset_needs_a_root(monkeypatch):
     monkeypatch.delenv("GNNMESH_DATA", raising=False)
-    fails("cora", r"dataset 'cora' needs its data files: pass --data-root .* or set GNNMESH_DATA")
+    fails("karate", r"dataset 'karate' needs its data files: pass --data-root .* or set "
+                    r"GNNMESH_DATA; to download them: gnnmesh datasets --fetch karate")
 
 
 def test_dataset_files_missing(tmp_path):
-    fails("cora", r"dataset 'cora': missing under .*: planetoid/raw/ind.cora.x", root=tmp_path)
-    fails("cora", r"data root .* is not a directory", root=tmp_path / "nope")
+    fails("karate", r"dataset 'karate': missing under .*: gunduzvd_mtx/karate.mtx; to download "
+                    r"them: gnnmesh datasets --fetch karate", root=tmp_path)
+    fails("karate", r"data root .* is not a directory", root=tmp_path / "nope")
 
 
 def test_unknown_option_lists_valid_ones(tmp_path):

@@ -15,7 +15,8 @@ SAMPLING_FLAGS = ("--fanouts", "--batch-size", "--theta", "--delta")
 def add_parser(subparsers) -> argparse.ArgumentParser:
     cmd = subparsers.add_parser("partition", help="partition a graph's vertices for row-parallel "
                                 "training, store the result and report its quality")
-    cmd.add_argument("--dataset", required=True, help="dataset name, generator spec or graph file")
+    cmd.add_argument("--dataset", required=True, help="dataset name, generator spec, graph file or OGB "
+                     "dataset directory")
     cmd.add_argument("--data-root", dest="data_root", help="directory holding the datasets "
                      "(default: $GNNMESH_DATA)")
     cmd.add_argument("--parts", type=int, help="number of parts (ranks); required except with "

@@ -60,7 +60,7 @@ _CHUNK_BYTES = 2 << 20  # pieces that stay in CPU cache: faster, and temporaries
 class _State:
     """What carries over from one chunk to the next."""
     source: str
-    columns: Sequence[int]
+    columns: Optional[Sequence[int]]
     int_columns: int
     names: Sequence[str]
     header_pending: bool        # the first data line may still turn out to be a header
@@ -69,14 +69,16 @@ class _State:
     first_line: int = 0         # file line that fixed ncols, for messages
 
 
-def parse_table(data: bytes, source, *, columns: Sequence[int] = (2, 3), int_columns: int = 2,
+def parse_table(data: bytes, source, *, columns: Optional[Sequence[int]] = (2, 3),
+                int_columns: int = 2,
                 names: Sequence[str] = ("node id", "node id", "weight"),
                 allow_header: bool = False) -> Table:
     """Parse ``data`` into rows of numbers.
 
     Lines that are blank or start with ``#`` or ``%`` are skipped. Every other line must have
-    the same number of columns, one of ``columns``. The first ``int_columns`` columns must
-    hold integers, the rest finite numbers. ``names[i]`` names column ``i`` in messages.
+    the same number of columns, one of ``columns`` (any number when None, e.g. a feature
+    matrix). The first ``int_columns`` columns must hold integers, the rest finite numbers.
+    ``names[i]`` names column ``i`` in messages (columns past the names: by number).
     ``allow_header``: the first non-comment line may be a header of non-numbers.
     """
     state = _State(str(source), columns, int_columns, names, allow_header)
@@ -160,7 +162,7 @@ def _parse_chunk(chunk: bytes, lines_before: int, state: _State):
 
     if state.ncols is None:
         state.ncols, state.first_line = int(counts[data_lines[0]]), lineno(data_lines[0])
-        if state.ncols not in state.columns:
+        if state.columns is not None and state.ncols not in state.columns:
             want = " or ".join(str(c) for c in state.columns)
             raise GraphError(f"{source} line {state.first_line}: expected {want} columns, "
                              f"got {state.ncols}")
@@ -214,7 +216,8 @@ def _parse_chunk(chunk: bytes, lines_before: int, state: _State):
         if bad.any():
             row, col = (int(v) for v in np.argwhere(bad)[0])
             token = line_tokens(int(data_lines[row]))[k + col].decode("utf-8", "replace")
-            raise GraphError(f"{source} line {lines[row]}: non-finite {names[k + col]} '{token}'")
+            raise GraphError(f"{source} line {lines[row]}: non-finite {_column_name(names, k + col)} "
+                             f"'{token}'")
     return np.ascontiguousarray(ints), floats, lines
 
 
@@ -237,11 +240,15 @@ def _fast_numbers(text: bytes, expected: int) -> Optional[np.ndarray]:
     return None
 
 
+def _column_name(names: Sequence[str], col: int) -> str:
+    return names[col] if col < len(names) else f"value in column {col + 1}"
+
+
 def _raise_first_bad_token(data_lines, line_tokens, lineno, int_columns, names, source):
     for i in data_lines:
         for col, token in enumerate(line_tokens(int(i))):
             shown = token.decode("utf-8", "replace")
-            name = names[col] if col < len(names) else f"column {col + 1}"
+            name = _column_name(names, col)
             if col < int_columns:
                 if not _is_integer(token):
                     raise GraphError(f"{source} line {lineno(i)}: non-integer {name} '{shown}'")

@@ -95,7 +95,7 @@ def _finish(path, src, dst, n, weights, *, directed, remove_self_loops, meta,
                       meta=meta, **fields)
 
 
-def _check_ids(table, ids: np.ndarray, n, base: int, names=("node id", "node id")):
+def check_ids(table, ids: np.ndarray, n, base: int, names=("node id", "node id")):
     """Report the first line with an id < 0 or >= n. ``ids`` is [rows, 2], already shifted
     to 0-based; messages show the ids as written in the file."""
     low = ids < 0
@@ -140,7 +140,7 @@ def load_edge_list(path: Path, *, directed=None, num_nodes=None, index_base=0, w
     if len(table) == 0:
         raise GraphError(f"{path}: no edges (only comments, headers or blank lines)")
     ids = table.ints - index_base
-    _check_ids(table, ids, num_nodes, index_base)
+    check_ids(table, ids, num_nodes, index_base)
     n = int(num_nodes) if num_nodes is not None else _node_count(table, ids, index_base)
     weights = table.floats[:, 0] if (table.floats is not None and weighted) else None
     meta = {"source_file": str(path), "file_edges": len(table)}
@@ -213,7 +213,7 @@ def load_mtx(path: Path, *, directed=None, weighted=True, remove_self_loops=Fals
     if len(table) > nnz:
         raise table.error(nnz, f"more entries than the {nnz} declared on line {lineno}")
     ids = table.ints - 1
-    _check_ids(table, ids, nrows, 1, ("row index", "column index"))
+    check_ids(table, ids, nrows, 1, ("row index", "column index"))
     src, dst = ids[:, 0], ids[:, 1]
     values = None if (pattern or not weighted) else table.floats[:, 0]
     symmetrize = directed is False

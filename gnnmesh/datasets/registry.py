@@ -14,9 +14,10 @@ import torch
 
 from ..errors import GraphError
 from ..graph import Graph
-from . import cache
+from . import cache, ogb
 from ._io import file_stat
 from ._build import random_split
+from .bundled import ROOT as BUNDLED_ROOT
 from .files import EDGE_LIST_SUFFIXES, FILE_OPTIONS, graph_name, load_file, load_mtx
 from .generators import RMAT_OPTIONS, SBM_OPTIONS, rmat, sbm
 from .musae import load_musae
@@ -179,11 +180,12 @@ def _data_root(root) -> Optional[Path]:
 
 def available(root=None) -> list:
     """One DatasetInfo per registered dataset; ``present`` tells whether its files exist
-    under ``root`` (default ``$GNNMESH_DATA``). Generators are always present."""
+    under ``root`` (default ``$GNNMESH_DATA``) or in the package (Cora, CiteSeer).
+    Generators are always present."""
     base = _data_root(root)
     out = []
     for d in DATASETS:
-        present = not d.files or (base is not None and base.is_dir() and not d.missing(base))
+        present = not d.files or _holds(base, d) or _holds(BUNDLED_ROOT, d)
         out.append(DatasetInfo(d.name, d.description, d.nodes, d.edges, d.features, d.classes,
                                present))
     return out
@@ -220,8 +222,9 @@ def _resolve_target(text: str, root) -> tuple[Optional[Dataset], dict, Optional[
     candidates = [path] + ([base / path] if base is not None and not path.is_absolute() else [])
     for candidate in candidates:
         if candidate.exists():
-            if candidate.is_dir():
-                raise GraphError(f"{candidate}: is a directory, expected a graph file")
+            if candidate.is_dir() and not ogb.is_ogb_dir(candidate):
+                raise GraphError(f"{candidate}: is a directory, expected a graph file or an "
+                                 f"OGB dataset directory ({ogb.LAYOUT})")
             return None, spec, candidate
     looks_like_file = os.sep in text or "/" in text or path.suffix.lower() in \
         EDGE_LIST_SUFFIXES + (".mtx", ".npz", ".gz")
@@ -231,22 +234,31 @@ def _resolve_target(text: str, root) -> tuple[Optional[Dataset], dict, Optional[
                             and not path.is_absolute() else ""))
     raise GraphError(f"unknown dataset '{text}'; known datasets: {', '.join(names())}; or pass "
                      f"the path of an edge list ({'/'.join(EDGE_LIST_SUFFIXES)}), .mtx or .npz "
-                     f"file")
+                     f"file, or of an OGB dataset directory")
+
+
+def _holds(base: Optional[Path], dataset: Dataset) -> bool:
+    return base is not None and base.is_dir() and not dataset.missing(base)
 
 
 def _dataset_files(dataset: Dataset, root) -> tuple[dict, list]:
-    """The dataset's files under the data root (by role) and their cache-key stamps."""
+    """The dataset's files under the data root (by role) and their cache-key stamps; the
+    copy in the package when the data root does not hold them."""
     if not dataset.files:
         return {}, []
     base = _data_root(root)
+    if not _holds(base, dataset) and _holds(BUNDLED_ROOT, dataset):
+        base = BUNDLED_ROOT
+    fetch = f"gnnmesh datasets --fetch {dataset.name}"
     if base is None:
         raise GraphError(f"dataset '{dataset.name}' needs its data files: pass --data-root DIR "
-                         f"(root=... in Python) or set GNNMESH_DATA")
+                         f"(root=... in Python) or set GNNMESH_DATA; to download them: {fetch}")
     if not base.is_dir():
         raise GraphError(f"data root {base} is not a directory")
     missing = dataset.missing(base)
     if missing:
-        raise GraphError(f"dataset '{dataset.name}': missing under {base}: {', '.join(missing)}")
+        raise GraphError(f"dataset '{dataset.name}': missing under {base}: {', '.join(missing)}; "
+                         f"to download them: {fetch}")
     paths = {role: p for role, p in dataset.paths(base).items()
              if (p[0] if isinstance(p, tuple) else p).is_file()}  # optional ones may be absent
     stamps = [[role] + file_stat(p[0] if isinstance(p, tuple) else p)[1:]  # size, mtime
@@ -258,8 +270,9 @@ def load(name_or_path: Union[str, os.PathLike], root=None, **options) -> Graph:
     """Load a dataset by name, spec string or file path.
 
     ``name_or_path``: a registered name (case-insensitive, see ``names()``), optionally with
-    options as ``'name:key=value,...'``; or a graph file (absolute, relative to the working
-    directory, or relative to ``root``). Keyword options override spec-string options.
+    options as ``'name:key=value,...'``; or a graph file or OGB node-property dataset
+    directory (see ``ogb.py``), absolute, relative to the working directory, or relative to
+    ``root``. Keyword options override spec-string options.
     ``root``: the data directory (default ``$GNNMESH_DATA``). Options common to all:
     ``seed`` (generators' seed, default ``split_seed``), ``cache`` (default True) and
     ``cache_dir``.
@@ -269,7 +282,9 @@ def load(name_or_path: Union[str, os.PathLike], root=None, **options) -> Graph:
                          f"{type(name_or_path).__name__}")
     dataset, spec, path = _resolve_target(os.fspath(name_or_path), root)
     where = dataset.name if dataset is not None else str(path)
-    declared = dataset.options if dataset is not None else FILE_OPTIONS
+    is_ogb = dataset is None and path.is_dir()
+    declared = dataset.options if dataset is not None else \
+        ogb.OPTIONS if is_ogb else FILE_OPTIONS
     opts = resolve({**COMMON, **declared}, {**spec, **options}, where)
     use_cache, cache_dir = opts.pop("cache"), opts.pop("cache_dir")
     random_labels = opts.pop("random_labels")
@@ -278,7 +293,13 @@ def load(name_or_path: Union[str, os.PathLike], root=None, **options) -> Graph:
     if "seed" not in declared:  # unused here: keep it out of the call and the cache key
         del opts["seed"]
 
-    if dataset is None:
+    if is_ogb:
+        sources = ogb.source_files(path)
+        key_name, version = ogb.dataset_name(path), ogb.LOADER_VERSION
+
+        def build():
+            return ogb.load_ogb(path, **opts)
+    elif dataset is None:
         sources = [file_stat(path)]
         key_name, version = graph_name(path), FILE_LOADER_VERSION
 
