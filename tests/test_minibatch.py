@@ -3,6 +3,7 @@ snp, dnp) equal to single-process mini-batch training on the same batches, on 1 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -101,8 +102,15 @@ def _train(rank, world, runs):
                     "steps": sum(r.extra["steps"] for r in result.history),
                     "sampled": [r.extra["sampled_edges"] for r in result.history],
                     "extra": result.history[0].extra, "dry_run": trainer.dry_run,
-                    "strategy": trainer.strategy.name})
+                    "strategy": trainer.strategy.name, "held_rows": trainer.features.source.store.num_rows,
+                    "whole_x": trainer.shard.x is not None, "describe": trainer.strategy.describe()})
     return out
+
+
+def _train_on_hosts(rank, world, hosts, runs):
+    """``_train`` in a job of ``hosts`` machines (the ranks per host as torchrun sets them)."""
+    os.environ["LOCAL_WORLD_SIZE"] = str(world // hosts)
+    return _train(rank, world, runs)
 
 
 MODELS = ["gcn", "sage", "gat", "gin"]
@@ -142,6 +150,29 @@ def test_every_strategy_equals_single_process_minibatch(world):
     want = _train(0, 1, [(m, "single", {}) for m, _, _ in runs])
     got = run_ranks(_train, world, runs, timeout=600) if world > 1 else [_train(0, 1, runs)]
     _check_against_single(runs, got, want, world)
+
+
+# Features spread over hosts: every strategy with gcn, and gat (attention) with dnp, sage (a
+# self term beside the neighbours') with nfp.
+HOST_RUNS = [("gcn", s, f) for s, f in STRATEGIES.items()] + [("gat", "dnp", STRATEGIES["dnp"]), ("sage", "nfp", {})]
+
+
+@pytest.mark.parametrize("world, hosts", [(2, 2), (4, 2)])
+def test_features_spread_over_hosts_train_the_single_process_model(world, hosts):
+    want = _train(0, 1, [(m, "single", {}) for m, _, _ in HOST_RUNS])
+    got = run_ranks(_train_on_hosts, world, hosts, HOST_RUNS, timeout=600)
+    _check_against_single(HOST_RUNS, got, want, world)
+    per_host = world // hosts
+    for rank, runs in enumerate(got):
+        for (model, strategy, _), run in zip(HOST_RUNS, runs):
+            # Only the host's rows (every rank of a host the same ones), no whole feature matrix.
+            assert not run["whole_x"] and 0 < run["held_rows"] < 120, (strategy, rank)
+            assert run["held_rows"] == got[rank - rank % per_host][HOST_RUNS.index((model, strategy, _))]["held_rows"]
+            assert "features spread over 2 hosts" in run["describe"]
+    for run_index, (model, strategy, _) in enumerate(HOST_RUNS):  # the hosts' rows together are all rows
+        assert sum(got[h * per_host][run_index]["held_rows"] for h in range(hosts)) == 120, strategy
+        assert min(got[0][run_index]["extra"]["rank_remote_bytes"]) > 0 or strategy in ("snp", "dnp"), strategy
+        assert max(got[0][run_index]["extra"]["rank_remote_bytes"]) == 0 or strategy != "snp", strategy
 
 
 def test_training_learns_on_a_real_graph(data_root):
@@ -236,6 +267,24 @@ def test_counted_bytes_equal_the_dry_runs_prediction(world):
                 assert min(run["extra"]["rank_shuffle_bytes"]) > 0 and min(run["extra"]["rank_graph_bytes"]) > 0
         except AssertionError as err:
             raise AssertionError(f"{strategy} on {world} ranks: {err}") from None
+
+
+@pytest.mark.parametrize("world, hosts", [(4, 2)])
+def test_remote_feature_reads_equal_the_dry_runs_prediction(world, hosts):
+    runs = [("sage", s, {**f, "cache_memory": "400B", "epochs": 1}) for s, f in STRATEGIES.items()]
+    got = run_ranks(_train_on_hosts, world, hosts, runs, timeout=300)[0]
+    for (model, strategy, _), run in zip(runs, got):
+        try:
+            want = run["dry_run"][0].ranks
+            _check_prediction(run["extra"], run["dry_run"][0])
+            assert run["extra"]["rank_remote_bytes"] == want["remote_bytes"]
+            assert run["extra"]["rank_features_bytes"] == want["features_bytes"]
+            if strategy == "snp":  # it reads the rows of its own partition, homed on its own host
+                assert sum(want["remote_bytes"]) == 0
+            elif strategy in ("gdp", "nfp"):  # any row: half of them live on the other host
+                assert sum(want["remote_bytes"]) > 0 and sum(want["features_bytes"]) > 0
+        except AssertionError as err:
+            raise AssertionError(f"{strategy} on {world} ranks, {hosts} hosts: {err}") from None
 
 
 def test_a_cache_smaller_than_one_row_is_refused():

@@ -66,16 +66,9 @@ def write_host_parts(tmp_path) -> list:
     return hosts
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("from_parts", [False, True])
-def test_two_hosts_two_ranks_each(two_hosts, tmp_path, from_parts):
-    common = ["-m", "gnnmesh", "train", "--epochs", "8", "--quiet"]
-    single = subprocess.run([sys.executable, *common, "--dataset", SBM, "--metrics", str(tmp_path / "single.jsonl")],
-                            capture_output=True, text=True, timeout=120)
-    assert single.returncode == 0, single.stderr
-    data = [["--parts", str(host)] for host in write_host_parts(tmp_path)] if from_parts else \
-        [["--dataset", SBM, "--partitioner", "rp"]] * 2
+def torchrun_on_two_hosts(two_hosts, tmp_path, per_host_args: list) -> None:
+    """``gnnmesh train`` under torchrun on both hosts, two ranks each; host h adds
+    ``per_host_args[h]`` and writes its metrics to dist<h>.jsonl (rank 0's host writes them)."""
     master = two_hosts[0][2]
     port = str(free_port())
     procs = []
@@ -83,9 +76,8 @@ def test_two_hosts_two_ranks_each(two_hosts, tmp_path, from_parts):
         env = dict(os.environ, GLOO_SOCKET_IFNAME=dev)
         cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "torch.distributed.run",
                "--nnodes", "2", "--nproc-per-node", "2", "--node-rank", str(node_rank),
-               "--master-addr", master, "--master-port", port,
-               *common, *data[node_rank], "--strategy", "partition",
-               "--metrics", str(tmp_path / f"dist{node_rank}.jsonl")]
+               "--master-addr", master, "--master-port", port, "-m", "gnnmesh", "train",
+               *per_host_args[node_rank], "--metrics", str(tmp_path / f"dist{node_rank}.jsonl")]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
     outputs = []
     for p in procs:
@@ -98,5 +90,37 @@ def test_two_hosts_two_ranks_each(two_hosts, tmp_path, from_parts):
     report = "\n".join(f"--- node {i} (exit {p.returncode})\n{err[-2500:]}"
                        for i, (p, (_, err)) in enumerate(zip(procs, outputs)))
     assert all(p.returncode == 0 for p in procs), report
-    a, b = losses(tmp_path / "dist0.jsonl"), losses(tmp_path / "single.jsonl")  # rank 0 writes metrics
-    assert len(a) == 8 and all(abs(x - y) <= 1e-5 * abs(y) for x, y in zip(a, b))
+
+
+def single_process(tmp_path, *args) -> list:
+    out = subprocess.run([sys.executable, "-m", "gnnmesh", "train", *args, "--metrics", str(tmp_path / "single.jsonl")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return losses(tmp_path / "single.jsonl")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("from_parts", [False, True])
+def test_two_hosts_two_ranks_each(two_hosts, tmp_path, from_parts):
+    common = ["--epochs", "8", "--quiet"]
+    want = single_process(tmp_path, *common, "--dataset", SBM)
+    data = [["--parts", str(host)] for host in write_host_parts(tmp_path)] if from_parts else \
+        [["--dataset", SBM, "--partitioner", "rp"]] * 2
+    torchrun_on_two_hosts(two_hosts, tmp_path, [[*common, *d, "--strategy", "partition"] for d in data])
+    got = losses(tmp_path / "dist0.jsonl")  # rank 0 writes metrics
+    assert len(got) == 8 and all(abs(x - y) <= 1e-5 * abs(y) for x, y in zip(got, want))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_minibatch_features_spread_over_two_hosts(two_hosts, tmp_path):
+    """Each host keeps half the feature rows; the others are read from the other host over
+    the link, and training equals the single process's."""
+    common = ["--dataset", SBM, "--epochs", "4", "--quiet", "--minibatch", "--fanouts", "5,5", "--batch-size", "64"]
+    want = single_process(tmp_path, *common)
+    torchrun_on_two_hosts(two_hosts, tmp_path, [[*common, "--strategy", "gdp"]] * 2)
+    records = [json.loads(line) for line in (tmp_path / "dist0.jsonl").read_text().splitlines()]
+    got = [r["loss"] for r in records]
+    assert len(got) == 4 and all(abs(x - y) <= 1e-5 * abs(y) for x, y in zip(got, want))
+    assert all(min(r["rank_remote_bytes"]) > 0 and min(r["rank_features_bytes"]) > 0 for r in records)

@@ -22,6 +22,7 @@ from ..models.base import SELF, GraphLayer, LayerStack
 from ..view import OPERATORS
 from ..partition.stochastic import draw_batches
 from ..sampling import BlockView, FeatureTier, NeighborSampler, parse_fanouts
+from ..sampling.features import LocalSource, RowStore
 from ..validate import parse_bytes
 from .trainer import Trainer
 
@@ -63,6 +64,7 @@ class MiniBatchTrainer(Trainer):
         self.labelled = torch.nonzero((s.train_mask | s.val_mask | s.test_mask).cpu()).flatten().numpy()
         self.sampled_edges = 0
         self.operator, self.dry_run = operator, []
+        self.features = self.eval_features = None
         from ..parallel.minibatch import MiniBatchParallel
         self.parallel = isinstance(self.strategy, MiniBatchParallel)
         if self.parallel:
@@ -70,7 +72,9 @@ class MiniBatchTrainer(Trainer):
                                            seeds_pool=self.train_ids, operator=self.op))
             self._plan()
         else:
-            self.features = FeatureTier(s.x.cpu(), self.device)
+            self.features = self.eval_features = FeatureTier.local(s.x.cpu(), self.device)
+        if s.x is None and self.eval_sampler is None:  # features spread over hosts: no whole-graph pass
+            self.eval_sampler = NeighborSampler(operator, [-1] * len(self.sampler.fanouts), cfg.seed)
 
     def batches(self, epoch: int) -> list:
         """The epoch's batches of seeds: a shuffle keyed by (seed, epoch), cut in batch-size runs
@@ -79,8 +83,10 @@ class MiniBatchTrainer(Trainer):
 
     def _plan(self) -> None:
         """Pick the route (``auto``: the dry run's cheapest), fill the caches from the dry run's
-        access counts, and keep its predictions (``dry_run``) for the metrics."""
+        access counts, and keep its predictions (``dry_run``) for the metrics. On several
+        hosts, this rank keeps only the feature rows homed on its host."""
         from ..parallel.minibatch import ROUTES, dryrun
+        from ..parallel.minibatch.feature_shards import FeatureHomes, ShardedSource
         cfg, s, strategy = self.config, self.shard, self.strategy
         x, world, rank = s.x.cpu(), strategy.world_size, strategy.rank
         cache_bytes = parse_bytes(cfg.cache_memory, "cache_memory") if cfg.cache_memory else 0
@@ -91,6 +97,8 @@ class MiniBatchTrainer(Trainer):
             routes[name] = ROUTES[name](world, strategy.owner)
             routes[name].bind(self.sampler, self.model, self.op, cfg.seed, self.device)
         store = dict(store=cfg.host_store or "ram", store_dir=cfg.store_dir)
+        homes = FeatureHomes(x.shape[0], world, strategy.hosts, strategy.owner) if strategy.hosts > 1 else None
+        host_rows = RowStore(x[homes.rows(homes.host(rank))], **store) if homes else None
         widths = {n: [r.feature_columns(x.shape[1], q).stop - r.feature_columns(x.shape[1], q).start
                       for q in range(world)] for n, r in routes.items()}
         if 0 < cache_bytes < 4 * min(min(w) for w in widths.values()):
@@ -103,20 +111,28 @@ class MiniBatchTrainer(Trainer):
             caches = {n: [dryrun.cache_rows(r, counts, cache_bytes // (4 * w), q, self.operator)
                           for q, w in enumerate(widths[n])] for n, r in routes.items()}
             given = dryrun.parse_links(cfg.bandwidths) if cfg.bandwidths else {}
-            probe = FeatureTier(x, self.device, **store) if not {"load", "cache"} <= set(given) else None
-            bandwidths = dryrun.probe_bandwidths(strategy.comm, probe, given)
-            if probe is not None:
+            probe = host_rows or (RowStore(x, **store) if not {"load", "cache"} <= set(given) else None)
+            bandwidths = dryrun.probe_bandwidths(strategy.comm, probe, self.device, given)
+            if probe is not None and probe is not host_rows:
                 probe.close()
             for name, route in routes.items():
                 masks = [np.zeros(x.shape[0], dtype=bool) for _ in caches[name]]
                 for mask, rows in zip(masks, caches[name]):
                     mask[rows] = True
                 totals = self._summed(dryrun.route_totals(route, samples, route.reply_width(self.model), masks,
-                                                          [4 * w for w in widths[name]]))
+                                                          [4 * w for w in widths[name]], homes))
                 self.dry_run.append(dryrun.predict(route, totals, bandwidths))
             chosen = min(self.dry_run, key=lambda p: p.time).name
         strategy.use(routes[chosen])
-        self.features = FeatureTier(x, self.device, routes[chosen].feature_columns(x.shape[1], rank), **store)
+        columns = [routes[chosen].feature_columns(x.shape[1], q) for q in range(world)]
+        source = ShardedSource(strategy.comm, homes, host_rows, columns) if homes else \
+            LocalSource(RowStore(x, columns[rank], **store))
+        self.features = self.eval_features = FeatureTier(source, x.shape[0], self.device)
+        if homes:
+            s.x = None  # what this rank reads now comes through its host's store
+            whole = [slice(0, x.shape[1])] * world  # evaluation reads whole rows (nfp trains on slices)
+            self.eval_features = self.features if columns == whole else \
+                FeatureTier(ShardedSource(strategy.comm, homes, host_rows, whole), x.shape[0], self.device)
         if counts is not None and cache_bytes:
             self.features.fill(dryrun.cache_rows(routes[chosen], counts, cache_bytes // (4 * widths[chosen][rank]),
                                                  rank, self.operator))
@@ -140,8 +156,10 @@ class MiniBatchTrainer(Trainer):
         sample = sampler.sample(seeds, epoch, step)
         view = BlockView(sample, self.op, self.config.seed, self.device)
         view.set_epoch((epoch << 32) | step)  # one stream of dropout draws per step
-        if not self.model.training:  # evaluation reads the features directly, on every rank
-            return self.model(view, self.shard.x[torch.from_numpy(sample.input_nodes).to(self.shard.x.device)])
+        if not self.model.training:  # evaluation reads the features directly where this rank has them all
+            x = self.shard.x
+            return self.model(view, self.eval_features.load(sample.input_nodes) if x is None else
+                              x[torch.from_numpy(sample.input_nodes).to(x.device)])
         self.sampled_edges += sample.sampled_entries()
         if self.parallel:
             first = self.strategy.first_layer(self.model, view, sample, self.features)
@@ -182,9 +200,10 @@ class MiniBatchTrainer(Trainer):
             count(mine, pred[torch.from_numpy(mine).to(pred.device)])
         else:
             size = max(self.batch_size, DEFAULT_BATCH)  # no gradients kept: larger batches
-            for step, start in enumerate(range(0, len(self.labelled), size)):
-                seeds = self._mine(self.labelled[start:start + size])
-                count(seeds, self._logits(self.eval_sampler, seeds, self.epoch, step).argmax(dim=-1))
+            with self.eval_features.uncounted():  # an epoch's counts are its training steps'
+                for step, start in enumerate(range(0, len(self.labelled), size)):
+                    seeds = self._mine(self.labelled[start:start + size])
+                    count(seeds, self._logits(self.eval_sampler, seeds, self.epoch, step).argmax(dim=-1))
         hits = self.strategy.all_reduce(hits)
         return [h / max(n, 1.0) for h, n in zip(hits.tolist(), self.split_sizes)]
 
@@ -193,15 +212,21 @@ class MiniBatchTrainer(Trainer):
         self.features.take()
         result = super().run_epoch()
         reads = self.features.take()
-        mine = [self.sampled_edges, reads["hits"], reads["misses"], reads["load_bytes"], reads["load_seconds"],
-                reads["cache_bytes"]]
+        mine = dict(reads, sampled_edges=self.sampled_edges)
         everyone = self.strategy.comm.all_gather_object(mine) if self.parallel else [mine]
         self.strategy.reset_counters() if self.parallel else None
-        result.extra.update(sampled_edges=sum(r[0] for r in everyone), steps=self.steps_per_epoch,
-                            batch_size=self.batch_size, cache_hits=sum(r[1] for r in everyone),
-                            cache_misses=sum(r[2] for r in everyone), load_bytes=sum(r[3] for r in everyone),
-                            rank_load_bytes=[r[3] for r in everyone], rank_load_seconds=[r[4] for r in everyone],
-                            rank_cache_bytes=[r[5] for r in everyone])
+
+        def total(key):
+            return sum(r[key] for r in everyone)
+
+        result.extra.update(sampled_edges=total("sampled_edges"), steps=self.steps_per_epoch,
+                            batch_size=self.batch_size, cache_hits=total("hits"), cache_misses=total("misses"),
+                            load_bytes=total("load_bytes"), rank_load_bytes=[r["load_bytes"] for r in everyone],
+                            rank_load_seconds=[r["load_seconds"] for r in everyone],
+                            rank_cache_bytes=[r["cache_bytes"] for r in everyone])
+        if "remote_bytes" in reads:  # features spread over hosts
+            result.extra.update(remote_bytes=total("remote_bytes"),
+                                rank_remote_bytes=[r["remote_bytes"] for r in everyone])
         if self.dry_run and self.epoch == 1:
             result.extra["dry_run"] = [p.as_dict() for p in self.dry_run]
         return result

@@ -67,13 +67,15 @@ def _train(config, parts, quiet, rank, world_size, device) -> Summary:
         config = config.updated(dataset=data.dataset)  # what checkpoints and metrics record
     else:
         data = _load_once_per_host(config, rank, world_size)
+    loaded = data.describe() if parts is not None else repr(data)
     if config.minibatch:
         from .minibatch import MiniBatchTrainer
         trainer = MiniBatchTrainer(config, data)
     else:
         trainer = Trainer(config, data)
+    del data  # the trainer keeps what it needs (with features spread over hosts, this host's rows)
     cfg, strategy = trainer.config, trainer.strategy
-    say(f"{data.describe() if parts is not None else repr(data)} loaded in {time.perf_counter() - t0:.2f}s")
+    say(f"{loaded} loaded in {time.perf_counter() - t0:.2f}s")
     say(f"model {cfg.model}: {sum(p.numel() for p in trainer.model.parameters()):,} parameters, "
         f"strategy {strategy.describe()}, device {device}, {torch.get_num_threads()} threads per rank")
     lines = getattr(trainer, "dry_run_lines", [])

@@ -24,7 +24,8 @@ from ...sampling import row_positions
 from ...sampling.features import tier_counts
 from ...validate import parse_bytes
 
-FIELDS = ("graph_bytes", "shuffle_bytes", "load_bytes", "cache_bytes", "hits", "misses", "calls")
+FIELDS = ("graph_bytes", "shuffle_bytes", "load_bytes", "cache_bytes", "hits", "misses", "calls", "remote_bytes",
+          "features_bytes")
 # Per probe of a bandwidth: larger than the CPU's caches, or reads from a warm cache would
 # promise what a batch's scattered rows never get.
 PROBE_BYTES = 64 << 20
@@ -84,14 +85,21 @@ def access_counts(samples: dict, num_nodes: int) -> np.ndarray:
     return counts
 
 
-def route_totals(route, samples: dict, width: int, caches: list, row_bytes: list) -> np.ndarray:
-    """[FIELDS x ranks] summed over the sampled steps, with rank q caching ``caches[q]`` (a mask)."""
+def route_totals(route, samples: dict, width: int, caches: list, row_bytes: list, homes=None) -> np.ndarray:
+    """[FIELDS x ranks] summed over the sampled steps, with rank q caching ``caches[q]`` (a mask)
+    and, when the features are spread over hosts, ``homes`` (``FeatureHomes``) saying where."""
     out = np.zeros((len(FIELDS), route.world), dtype=np.int64)
     for blocks in samples.values():
-        for q, cost in enumerate(route.step_costs(blocks, width)):
+        costs = route.step_costs(blocks, width)
+        for q, cost in enumerate(costs):
             reads = tier_counts(caches[q], cost.load, row_bytes[q])
-            out[:, q] += [cost.graph_bytes, cost.shuffle_bytes, reads["load_bytes"], reads["cache_bytes"],
-                          reads["hits"], reads["misses"], cost.calls]
+            local = reads["load_bytes"] if homes is None else 0  # else: counted below, host by host
+            out[:, q] += [cost.graph_bytes, cost.shuffle_bytes, local, reads["cache_bytes"], reads["hits"],
+                          reads["misses"], cost.calls, 0, 0]
+        if homes is not None:
+            misses = [cost.load[~caches[q][cost.load]] for q, cost in enumerate(costs)]
+            for name, values in homes.step_counts(misses, [b // 4 for b in row_bytes]).items():
+                out[FIELDS.index(name)] += values
     return out
 
 
@@ -123,21 +131,21 @@ def parse_links(text, name: str = "bandwidths") -> dict:
     return out
 
 
-def probe_bandwidths(comm, features, given: dict = None) -> dict:
-    """Bytes per second of reading feature rows from ``features``' store, of gathering them
+def probe_bandwidths(comm, store, device, given: dict = None) -> dict:
+    """Bytes per second of reading feature rows from ``store`` (a ``RowStore``), of gathering them
     from a cache in the device's memory and of an all-to-all (each rank's bytes sent), and an
     all-to-all's latency (seconds for one id to each rank): the median of a few probes, the
-    slowest rank's. Figures in ``given`` are taken as they are (``features`` may then be
-    None). On a CPU the cache and the store are the same memory, and the probes say so."""
+    slowest rank's. Figures in ``given`` are taken as they are (``store`` may then be None). On a CPU the cache and the store are the same memory, and the probes say so."""
     given = given or {}
     seconds = dict.fromkeys(LINK_KEYS, 0.0)  # per byte, and per call for the latency
     if not {"load", "cache"} <= set(given):
-        rows = max(1, min(features.num_rows, PROBE_BYTES // features.row_bytes))
-        ids = np.sort(np.random.default_rng(0).choice(features.num_rows, rows, replace=False))
-        seconds["load"] = _median_seconds(lambda: features._read(ids)) / (rows * features.row_bytes)
-        cache = torch.zeros(rows, features.width, device=features.device)
-        order = torch.from_numpy(np.random.default_rng(1).permutation(rows)).to(features.device)
-        seconds["cache"] = _median_seconds(lambda: cache.index_select(0, order)) / (rows * features.row_bytes)
+        row_bytes = 4 * store.width
+        rows = max(1, min(store.num_rows, PROBE_BYTES // row_bytes))
+        ids = np.sort(np.random.default_rng(0).choice(store.num_rows, rows, replace=False))
+        seconds["load"] = _median_seconds(lambda: store.read(ids)) / (rows * row_bytes)
+        cache = torch.zeros(rows, store.width, device=device)
+        order = torch.from_numpy(np.random.default_rng(1).permutation(rows)).to(device)
+        seconds["cache"] = _median_seconds(lambda: cache.index_select(0, order)) / (rows * row_bytes)
     if comm.world_size > 1 and not {"net", "latency"} <= set(given):
         ones = [1] * comm.world_size
         tiny = torch.zeros(comm.world_size, dtype=torch.int64, device=comm.device)
@@ -168,7 +176,7 @@ def _median_seconds(fn) -> float:
 def predict(route, totals: np.ndarray, bandwidths: dict) -> RoutePrediction:
     ranks = {k: totals[i].tolist() for i, k in enumerate(FIELDS)}
     seconds = [ranks["load_bytes"][q] / bandwidths["load"] + ranks["cache_bytes"][q] / bandwidths["cache"]
-               + (ranks["graph_bytes"][q] + ranks["shuffle_bytes"][q]) / bandwidths["net"]
+               + (ranks["graph_bytes"][q] + ranks["shuffle_bytes"][q] + ranks["features_bytes"][q]) / bandwidths["net"]
                + ranks["calls"][q] * bandwidths["latency"]
                for q in range(route.world)]
     return RoutePrediction(route.name, ranks, seconds)
@@ -176,11 +184,15 @@ def predict(route, totals: np.ndarray, bandwidths: dict) -> RoutePrediction:
 
 def table_lines(predictions: list, chosen: str) -> list:
     """The dry run's table, as printed: one line per route, the chosen one marked."""
-    lines = [f"{'strategy':>8} {'predicted':>10} {'load MiB':>9} {'graph MiB':>9} {'shuffle MiB':>11} {'hit rate':>8}"]
+    remote = any(sum(p.ranks["remote_bytes"]) for p in predictions)  # features spread over hosts
+    lines = [f"{'strategy':>8} {'predicted':>10} {'load MiB':>9} {'graph MiB':>9} {'shuffle MiB':>11} "
+             f"{'hit rate':>8}" + (f" {'remote MiB':>10}" if remote else "")]
     for p in predictions:
         r = p.ranks
         reads = sum(r["hits"]) + sum(r["misses"])
         lines.append(f"{p.name:>8} {p.time:9.3f}s {sum(r['load_bytes']) / 2**20:9.2f} "
                      f"{sum(r['graph_bytes']) / 2**20:9.2f} {sum(r['shuffle_bytes']) / 2**20:11.2f} "
-                     f"{sum(r['hits']) / max(reads, 1):8.1%}" + ("  <- chosen" if p.name == chosen else ""))
+                     f"{sum(r['hits']) / max(reads, 1):8.1%}"
+                     + (f" {sum(r['remote_bytes']) / 2**20:10.2f}" if remote else "")
+                     + ("  <- chosen" if p.name == chosen else ""))
     return lines

@@ -12,14 +12,14 @@ from ...comm import Comm
 GRAPH, SHUFFLE = "graph", "shuffle"  # the traffic phases: sampled structure, hidden rows
 
 
-def exchange_ids(comm: Comm, pieces: list) -> list:
+def exchange_ids(comm: Comm, pieces: list, phase: str = GRAPH) -> list:
     """``pieces[q]`` (an int64 array) goes to rank q; returns what each rank sent here, in rank
-    order. Two all-to-alls (the lengths, then the ids), both under the ``graph`` phase."""
+    order. Two all-to-alls (the lengths, then the ids), both under ``phase``."""
     if comm.world_size == 1:
         return [np.asarray(pieces[0], dtype=np.int64)]
     sizes = [len(p) for p in pieces]
     ones = [1] * comm.world_size
-    with comm.phase(GRAPH):  # moved on the communicator's device (nccl sends no host tensors)
+    with comm.phase(phase):  # moved on the communicator's device (nccl sends no host tensors)
         arriving = comm.all_to_all(torch.tensor(sizes, device=comm.device), ones, ones).tolist()
         flat = torch.from_numpy(np.concatenate(pieces).astype(np.int64)).to(comm.device)
         got = comm.all_to_all(flat, sizes, arriving).cpu().numpy()

@@ -13,15 +13,22 @@ from ..distributed import DistributedStrategy
 from ..partition import agreed_partition
 from ..single import SingleProcess
 from .exchange import GRAPH, SHUFFLE
+from .feature_shards import FEATURES, job_hosts
 
 
 class MiniBatchParallel(DistributedStrategy):
+    """``hosts``: the machines the input features are spread over (default: the job's hosts;
+    one keeps every row on every rank)."""
+
     reported_phases = (GRAPH, SHUFFLE)
 
     def __init__(self, layout, device, route: str = "gdp", method: Optional[str] = None, epsilon: float = 0.01,
-                 seed: int = 0, partition_file: Optional[str] = None):
+                 seed: int = 0, partition_file: Optional[str] = None, hosts: Optional[int] = None):
         from . import ROUTES
         super().__init__(layout, device, "rows")
+        self.hosts = job_hosts(self.world_size) if hosts is None else hosts
+        if self.hosts > 1:  # remote feature reads get a field of their own
+            self.reported_phases = (GRAPH, SHUFFLE, FEATURES)
         self.route_class = ROUTES.get(route)  # None for auto: the dry run picks it
         self.name, self.asked = route, route
         self.method, self.epsilon, self.seed, self.partition_file = method, epsilon, seed, partition_file
@@ -33,7 +40,8 @@ class MiniBatchParallel(DistributedStrategy):
         where = f", vertices by {self.partition.method}" if self.partition is not None and \
             (self.route is None or self.route.needs_partition) else ""
         chosen = "auto: " if self.asked == "auto" else ""
-        return f"{chosen}{self.name} ({self.world_size} ranks{where})"
+        spread = f", features spread over {self.hosts} hosts" if self.hosts > 1 else ""
+        return f"{chosen}{self.name} ({self.world_size} ranks{where}{spread})"
 
     shard = SingleProcess.shard  # the whole graph on every rank
 
