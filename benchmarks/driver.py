@@ -45,6 +45,37 @@ def train(flags: Sequence[str], timeout: Optional[float] = None, data_root: Opti
         return [json.loads(line) for line in metrics.read_text().splitlines()]
 
 
+def train_on_hosts(flags: Sequence[str], hosts: int, per_host: int, timeout: Optional[float] = None,
+                   data_root: Optional[str] = None) -> list:
+    """``train`` as a job of ``hosts`` machines of ``per_host`` ranks each, on this one: one
+    torchrun agent per host, meeting on localhost (each host's ranks share its features only)."""
+    import socket
+    flags = [str(f) for f in flags] + (["--data-root", str(data_root)] if data_root else [])
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    with tempfile.TemporaryDirectory(prefix="gnnmesh-bench-") as tmp:
+        metrics = Path(tmp) / "metrics.jsonl"  # rank 0, on host 0, writes it
+        agents = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", str(hosts),
+                                    "--nproc-per-node", str(per_host), "--node-rank", str(host),
+                                    "--master-addr", "127.0.0.1", "--master-port", port, "-m", "gnnmesh", "train",
+                                    *flags, "--metrics", str(metrics), "--quiet"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                  for host in range(hosts)]
+        try:
+            errors = [agent.communicate(timeout=timeout)[1] for agent in agents]
+        except subprocess.TimeoutExpired:
+            raise TrainFailed(f"over {timeout:g} s") from None
+        finally:
+            for agent in agents:
+                agent.kill()
+        for agent, err in zip(agents, errors):
+            if agent.returncode:
+                lines = err.strip().splitlines()
+                raise TrainFailed(lines[-1] if lines else f"exit status {agent.returncode}")
+        return [json.loads(line) for line in metrics.read_text().splitlines()]
+
+
 def epochs(records: list, first: int = 0, last: int = 0) -> list:
     """The epochs that count: all but the ``first`` (warm-up) and the ``last`` (an epoch that
     also evaluates, say); the final epoch alone if that leaves none."""

@@ -4,7 +4,7 @@ four strategies side by side with the dry run's prediction.
     python benchmarks/minibatch.py --data-root ../shared/data \
         [--datasets github,facebook,rmat:nodes=1000000,edges=10000000] [--fanouts 25,10]
         [--batch-size 1024] [--batches 20] [--repeats 3] [--epochs 10] [--full-epochs 100]
-        [--sections sampling,accuracy,strategies] [--strategy-datasets github,rmat:...]
+        [--sections sampling,accuracy,strategies,hosts] [--strategy-datasets github,rmat:...]
         [--ranks 4] [--cache-memory 64MiB] [--partitioner gp] [--runs 1]
 
 * sampling: sampled edges per second of ``NeighborSampler`` over ``--batches`` batches of
@@ -19,6 +19,10 @@ four strategies side by side with the dry run's prediction.
   and the dry run's predicted time of what the strategies do differently (reads and
   exchanges, the slowest rank's) beside the measured time of the same (reads plus the time
   blocked in the two exchanges, the slowest rank's); median (range) over ``--runs`` runs.
+* hosts: each strategy on ``--ranks`` ranks as one host, then as two hosts of half the ranks
+  (two torchrun agents on this machine, so the "network" is loopback): epoch time, the
+  largest rank's peak memory, and the bytes read from the other host; median (range) over
+  ``--runs`` runs.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from driver import TrainFailed, split_specs, train  # noqa: E402
+from driver import TrainFailed, split_specs, train, train_on_hosts  # noqa: E402
 
 from gnnmesh import datasets  # noqa: E402
 from gnnmesh.sampling import NeighborSampler, parse_fanouts  # noqa: E402
@@ -146,9 +150,33 @@ def strategy_table(spec: str, args) -> list:
     return lines
 
 
-def spread_text(values: list) -> str:
+def hosts_table(spec: str, args) -> list:
+    """Each strategy on one host and on two: what spreading the features over hosts costs and saves."""
+    common = ["--dataset", spec, "--model", "sage", "--minibatch", "--fanouts", args.fanouts, "--batch-size",
+              args.batch_size, "--threads", 1, "--epochs", 2, "--eval-every", 1000, "--cache-memory",
+              args.cache_memory]
+    half = args.ranks // 2
+    lines = [f"{spec}: {args.ranks} ranks as 1 host and as 2 hosts of {half}, sage, fanouts {args.fanouts}, batch "
+             f"{args.batch_size}, cache {args.cache_memory} per rank, vertices by {args.partitioner}; epoch 1, "
+             f"median (range) over {args.runs} runs",
+             f"{'strategy':>8} {'epoch s, 1 host':>18} {'2 hosts':>18} {'peak MiB, 1 host':>17} {'2 hosts':>17} "
+             f"{'remote MiB':>11} {'sent MiB':>9}"]
+    for name in STRATEGIES:
+        flags = common + ["--strategy", name] + (["--partitioner", args.partitioner] if name in ("snp", "dnp") else [])
+        one = [train(flags + ["--nproc", args.ranks], data_root=args.root)[0] for _ in range(args.runs)]
+        two = [train_on_hosts(flags, 2, half, data_root=args.root)[0] for _ in range(args.runs)]
+        r = two[len(two) // 2]
+        lines.append(f"{name:>8} {spread_text([x['epoch_time'] for x in one]):>18} "
+                     f"{spread_text([x['epoch_time'] for x in two]):>18} "
+                     f"{spread_text([x['peak_rss_mib_max'] for x in one], 0):>17} "
+                     f"{spread_text([x['peak_rss_mib_max'] for x in two], 0):>17} "
+                     f"{r['remote_bytes'] / 2**20:>11.1f} {r['features_bytes'] / 2**20:>9.1f}")
+    return lines
+
+
+def spread_text(values: list, digits: int = 2) -> str:
     mid, low, high = statistics.median(values), min(values), max(values)
-    return f"{mid:.2f}" if len(values) == 1 else f"{mid:.2f} ({low:.2f}-{high:.2f})"
+    return f"{mid:.{digits}f}" if len(values) == 1 else f"{mid:.{digits}f} ({low:.{digits}f}-{high:.{digits}f})"
 
 
 def main() -> None:
@@ -175,11 +203,12 @@ def main() -> None:
         sampling(specs, fanouts, args)
     if "accuracy" in sections:
         accuracies(specs, args)
-    if "strategies" in sections:
-        for spec in split_specs(args.strategy_datasets):
-            print()
-            for line in strategy_table(spec, args):
-                print(line, flush=True)
+    for section, table in (("strategies", strategy_table), ("hosts", hosts_table)):
+        if section in sections:
+            for spec in split_specs(args.strategy_datasets):
+                print()
+                for line in table(spec, args):
+                    print(line, flush=True)
 
 
 def sampling(specs: list, fanouts: list, args) -> None:
