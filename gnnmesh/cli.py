@@ -13,7 +13,7 @@ import warnings
 from dataclasses import fields
 from typing import Optional
 
-from . import __version__
+from . import __version__, progress
 from .config import CHOICES, Config
 from .errors import ConfigError, GraphError
 from .launch import (PIPE_CLOSED, die_with_launcher, ignore_stop_signals, launched_rank, restore_signals,
@@ -162,6 +162,8 @@ def cmd_train(args, argv) -> int:
     if world is not None and config.nproc > 1 and config.nproc != world[1]:
         raise ConfigError(f"--nproc {config.nproc} but the job has {world[1]} ranks (leave --nproc out under torchrun)")
     from .train.run import run_training  # heavy imports only when training
+    if args.quiet:
+        progress.disable()
     run_training(config, quiet=args.quiet)
     return 0
 
@@ -206,6 +208,9 @@ def main(argv: Optional[list] = None) -> int:
     """The program (``argv=None``: the command line's), or one command run in-process."""
     program = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
+    world = world_from_env()
+    if program and (world is None or world[0] == 0):  # the library stays quiet; rank 0 speaks for a job
+        progress.enable()
     die_with_launcher()
     previous, formatwarning = stop_on_signals(), warnings.formatwarning
     warnings.formatwarning = _one_line_warning

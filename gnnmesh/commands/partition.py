@@ -99,8 +99,7 @@ def run(args) -> int:
     if args.write_parts:
         from ..parts import write_partition_parts
         start = time.perf_counter()
-        path = write_partition_parts(graph, part, args.write_parts, args.dataset,
-                                     progress=lambda text: print(f"  {text}", flush=True))
+        path = write_partition_parts(graph, part, args.write_parts, args.dataset)
         print(written_line(path, time.perf_counter() - start))
     return 0
 
@@ -212,8 +211,7 @@ def write_tensor(args) -> int:
     parts = check_parts(args.parts, graph.num_nodes)
     print(f"graph:         {graph.name}, {graph.num_nodes:,} nodes, {graph.num_edges:,} entries")
     start = time.perf_counter()
-    path = write_tensor_parts(graph, parts, args.write_parts, args.dataset,
-                              progress=lambda text: print(f"  {text}", flush=True))
+    path = write_tensor_parts(graph, parts, args.write_parts, args.dataset)
     print(written_line(path, time.perf_counter() - start))
     return 0
 
@@ -240,8 +238,7 @@ def write_grid(args) -> int:
         raise ConfigError(f"--grid {args.grid}: {total} ranks for a graph of {graph.num_nodes} nodes")
     print(f"graph:         {graph.name}, {graph.num_nodes:,} nodes, {graph.num_edges:,} entries")
     start = time.perf_counter()
-    path = write_grid_parts(graph, dims, args.write_parts, args.dataset, layers=args.layers, seed=args.seed,
-                            progress=lambda text: print(f"  {text}", flush=True))
+    path = write_grid_parts(graph, dims, args.write_parts, args.dataset, layers=args.layers, seed=args.seed)
     print(written_line(path, time.perf_counter() - start))
     return 0
 

@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from .. import progress
 from ..errors import GraphError
 
 # Separators other than ' ' and '\n' become spaces; '\r' too, so CRLF files parse as LF.
@@ -84,12 +85,14 @@ def parse_table(data: bytes, source, *, columns: Optional[Sequence[int]] = (2, 3
     state = _State(str(source), columns, int_columns, names, allow_header)
     parts = []
     lines_before = 0
-    for start, end in _chunks(data):
-        chunk = data[start:end]
-        part = _parse_chunk(chunk, lines_before, state)
-        if part is not None:
-            parts.append(part)
-        lines_before += chunk.count(b"\n")
+    with progress.phase(f"parsing {state.source}", total=len(data)) as shown:
+        for start, end in _chunks(data):
+            chunk = data[start:end]
+            part = _parse_chunk(chunk, lines_before, state)
+            if part is not None:
+                parts.append(part)
+            lines_before += chunk.count(b"\n")
+            shown.update(end)
     if not parts:
         return Table(np.zeros((0, int_columns), np.int64), None, np.zeros(0, np.int64),
                      state.header, state.source)

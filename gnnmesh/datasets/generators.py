@@ -19,6 +19,7 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
+from .. import progress
 from ..errors import GraphError
 from ..graph import Graph
 from ._build import adjacency_from_keys, random_split, sorted_unique
@@ -68,30 +69,33 @@ def _distinct_keys(sample: Callable[[int], tuple], target: int, n: int, undirect
         raise GraphError(f"{what}: {target} edges requested but {n} nodes allow at most {possible}")
     have = np.zeros(0, dtype=np.int64)
     factor = 1.05
-    for _ in range(_MAX_ROUNDS):
-        need = target - have.size
-        if need <= 0:
-            break
-        count = int(need * factor) + 64
-        fresh = []
-        for start in range(0, count, _CHUNK):
-            src, dst = sample(min(_CHUNK, count - start))
-            keep = src != dst
-            src, dst = src[keep], dst[keep]
-            if undirected:
-                src, dst = np.minimum(src, dst), np.maximum(src, dst)
-            fresh.append(sorted_unique(dst * n + src))
-        new = sorted_unique(np.concatenate(fresh)) if len(fresh) > 1 else fresh[0]
-        if have.size:
-            pos = np.searchsorted(have, new).clip(max=have.size - 1)
-            new = new[have[pos] != new]
-            merged = np.concatenate([have, new])
-            merged.sort(kind="stable")  # two sorted runs: timsort merges them in linear time
-            have = merged
-        else:
-            have = new
-        gained = max(new.size, 1)
-        factor = min(max(count / gained, 1.0) * 1.05, 1e3)
+    with progress.phase(f"{what}: drawing {target:,} distinct edges", total=target) as shown:
+        for _ in range(_MAX_ROUNDS):
+            need = target - have.size
+            if need <= 0:
+                break
+            count = int(need * factor) + 64
+            fresh = []
+            for start in range(0, count, _CHUNK):
+                src, dst = sample(min(_CHUNK, count - start))
+                keep = src != dst
+                src, dst = src[keep], dst[keep]
+                if undirected:
+                    src, dst = np.minimum(src, dst), np.maximum(src, dst)
+                fresh.append(sorted_unique(dst * n + src))
+                shown.update(have.size + need * min(1.0, (start + _CHUNK) / count))  # the round's expected yield
+            new = sorted_unique(np.concatenate(fresh)) if len(fresh) > 1 else fresh[0]
+            if have.size:
+                pos = np.searchsorted(have, new).clip(max=have.size - 1)
+                new = new[have[pos] != new]
+                merged = np.concatenate([have, new])
+                merged.sort(kind="stable")  # two sorted runs: timsort merges them in linear time
+                have = merged
+            else:
+                have = new
+            gained = max(new.size, 1)
+            factor = min(max(count / gained, 1.0) * 1.05, 1e3)
+            shown.update(have.size)
     if have.size < target:
         raise GraphError(f"{what}: could not draw {target} distinct edges (got {have.size}); "
                          f"the requested graph is too dense for this generator")
@@ -142,18 +146,20 @@ def sbm(nodes, classes, features, avg_degree, p_in_ratio, feature_noise, seed,
 
     target = int(round(n * avg_degree / 2))
     keys = _distinct_keys(sample, target, n, True, pick_rng, "sbm")
-    x = None
-    if features:
-        means = feat_rng.standard_normal((k, features), dtype=np.float32)
-        x = means[y]
-        x += np.float32(feature_noise) * feat_rng.standard_normal((n, features), dtype=np.float32)
-        x = torch.from_numpy(x)
+    with progress.phase("sbm: building the adjacency and features"):
+        adj = _keys_to_adjacency(keys, n, True)
+        x = None
+        if features:
+            means = feat_rng.standard_normal((k, features), dtype=np.float32)
+            x = means[y]
+            x += np.float32(feature_noise) * feat_rng.standard_normal((n, features), dtype=np.float32)
+            x = torch.from_numpy(x)
     masks, split = random_split(n, y, train_frac, val_frac, split_seed)
     params = dict(nodes=n, classes=k, features=features, avg_degree=avg_degree,
                   p_in_ratio=p_in_ratio, feature_noise=feature_noise, seed=seed)
     meta = {"generator": "sbm", "params": params, "split": split,
             "undirected_edges": int(keys.size), "intra_class_edge_fraction": frac_in}
-    return Graph.from_adjacency(_keys_to_adjacency(keys, n, True), source="sbm", directed=False, x=x,
+    return Graph.from_adjacency(adj, source="sbm", directed=False, x=x,
                       y=torch.from_numpy(y), name=f"sbm-{n}", num_classes=k, meta=meta, **masks)
 
 
@@ -219,11 +225,12 @@ def rmat(scale, nodes, edges, edge_factor, a, b, c, features, classes, seed, und
         return src, dst
 
     keys = _distinct_keys(sample, m, n, undirected, pick_rng, "rmat")
-    adj = _keys_to_adjacency(keys, n, undirected)
-    del keys
-    x = None
-    if features:
-        x = torch.from_numpy(feat_rng.standard_normal((n, features), dtype=np.float32))
+    with progress.phase("rmat: building the adjacency and features"):
+        adj = _keys_to_adjacency(keys, n, undirected)
+        del keys
+        x = None
+        if features:
+            x = torch.from_numpy(feat_rng.standard_normal((n, features), dtype=np.float32))
     y = feat_rng.integers(0, classes, n)
     masks, split = random_split(n, None, train_frac, val_frac, split_seed)
     params = dict(nodes=n, edges=m, scale=levels, edge_factor=edge_factor, a=a, b=b, c=c,

@@ -12,6 +12,7 @@ from typing import Callable, Optional, Union
 import numpy as np
 import torch
 
+from .. import progress
 from ..errors import GraphError
 from ..graph import Graph
 from . import cache, ogb
@@ -319,7 +320,8 @@ def load(name_or_path: Union[str, os.PathLike], root=None, **options) -> Graph:
         graph = cache.load(entry)
         if graph is None:
             graph = build()
-            cache.save(graph, entry)
+            with progress.phase(f"writing {key_name} to the dataset cache"):
+                cache.save(graph, entry)
     return _with_random_labels(graph, random_labels) if random_labels else graph
 
 

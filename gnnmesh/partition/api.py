@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 
+from .. import progress
 from ..validate import check_seed
 from ..errors import ConfigError, GraphError
 from .base import Partition, as_adjacency, check_method, check_parts, fill_empty_parts, graph_key
@@ -66,7 +67,8 @@ def cached_partition(adj, parts: int, method: str, epsilon: float, seed: int, co
             warnings.warn(f"gnnmesh: ignoring unusable stored partition: {exc}", stacklevel=3)
 
     start = time.perf_counter()
-    assignment, sampling = compute()
+    with progress.phase(f"{method}: partitioning {adj.shape[0]:,} vertices into {parts} parts"):
+        assignment, sampling = compute()
     assignment = fill_empty_parts(np.asarray(assignment, dtype=np.int64), parts)
     seconds = time.perf_counter() - start
     result = Partition(assignment=assignment, parts=parts, method=method, epsilon=epsilon,

@@ -14,13 +14,13 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 import warnings
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
+from .. import progress
 from ..graph import Adjacency
 from ..errors import ConfigError
 from . import metis_kway
@@ -36,8 +36,6 @@ HP_PRESETS = ("default", "quality", "highest_quality", "deterministic", "determi
 # always cut anyway, and big nets dominate its run time (coarsening cannot shrink them, so
 # initial partitioning works on most of the pins). Volume still counts them (README).
 MAX_NET_PINS = 50
-PROGRESS_MIN_PINS = 1_000_000  # report progress on stderr from this hypergraph size on
-HEARTBEAT_SECONDS = 30.0
 WORKER = Path(__file__).with_name("mtkahypar_worker.py")
 
 
@@ -131,21 +129,18 @@ def hypergraph(adj: Adjacency, parts: int, epsilon: float, seed: int) -> np.ndar
     if parts == 1:
         return np.zeros(n, dtype=np.int64)
     preset, threads = hp_preset(), partition_threads()
-    progress = _Progress(adj.nnz + n >= PROGRESS_MIN_PINS)
-    progress("building the column-net hypergraph")
-    order = np.random.default_rng(seed).permutation(n) if seed else np.arange(n)
-    starts, pins, dropped = column_nets(adj, order, max_pins=MAX_NET_PINS)
+    with progress.phase("hp: building the column-net hypergraph"):
+        order = np.random.default_rng(seed).permutation(n) if seed else np.arange(n)
+        starts, pins, dropped = column_nets(adj, order, max_pins=MAX_NET_PINS)
     weights = vertex_weights(adj)
-    progress(f"mt-KaHyPar, {preset} preset, {threads} thread{'s' * (threads > 1)}: "
-             f"{starts.shape[0] - 1:,} nets, {pins.shape[0]:,} pins "
-             f"({dropped:,} nets over {MAX_NET_PINS} pins left out)")
     assignment = np.empty(n, dtype=np.int64)
-    assignment[order] = run_mtkahypar(n, starts, pins, weights[order], parts, epsilon, preset,
-                                      threads, seed, progress)
-    progress("refining the largest send volume")
-    assignment = reduce_max_send(adj, assignment, parts, weights, epsilon)
-    progress("done")
-    return assignment
+    with progress.phase(f"hp: mt-KaHyPar, {preset} preset, {threads} thread{'s' * (threads > 1)}: "
+                        f"{starts.shape[0] - 1:,} nets, {pins.shape[0]:,} pins "
+                        f"({dropped:,} nets over {MAX_NET_PINS} pins left out)"):
+        assignment[order] = run_mtkahypar(n, starts, pins, weights[order], parts, epsilon, preset,
+                                          threads, seed)
+    with progress.phase("hp: refining the largest send volume"):
+        return reduce_max_send(adj, assignment, parts, weights, epsilon)
 
 
 def hp_preset() -> str:
@@ -197,10 +192,10 @@ def relabel(pins: np.ndarray, order: np.ndarray) -> np.ndarray:
 
 
 def run_mtkahypar(n: int, starts: np.ndarray, pins: np.ndarray, weights: np.ndarray, parts: int,
-                  epsilon: float, preset: str, threads: int, seed: int, progress=None,
+                  epsilon: float, preset: str, threads: int, seed: int,
                   net_weights=None) -> np.ndarray:
     """Mt-KaHyPar's partition (connectivity - 1) of the hypergraph given as CSR arrays, run
-    in a child process; ``progress`` hears from the parent every HEARTBEAT_SECONDS.
+    in a child process.
     ``net_weights`` (positive ints, one per net; default 1 each) make it minimize the
     weighted sum of connectivity - 1."""
     extra = {} if net_weights is None else {"net_weights": np.asarray(net_weights, dtype=np.int64)}
@@ -212,13 +207,7 @@ def run_mtkahypar(n: int, starts: np.ndarray, pins: np.ndarray, weights: np.ndar
             child = subprocess.Popen([sys.executable, str(WORKER), str(folder)], cwd=folder,
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
             try:
-                while True:
-                    try:
-                        code = child.wait(timeout=HEARTBEAT_SECONDS)
-                        break
-                    except subprocess.TimeoutExpired:
-                        if progress is not None:
-                            progress("mt-KaHyPar still running")
+                code = child.wait()
             finally:  # interrupted: the child must not outlive us
                 if child.poll() is None:
                     child.kill()
@@ -228,17 +217,6 @@ def run_mtkahypar(n: int, starts: np.ndarray, pins: np.ndarray, weights: np.ndar
             raise RuntimeError(f"mt-KaHyPar failed (exit status {code}): "
                                f"{lines[-1] if lines else 'no message'}")
         return np.load(folder / "output.npy", allow_pickle=False)
-
-
-class _Progress:
-    """Elapsed time and phase on stderr, when enabled."""
-
-    def __init__(self, enabled: bool):
-        self.enabled, self.start = enabled, time.perf_counter()
-
-    def __call__(self, phase: str) -> None:
-        if self.enabled:
-            print(f"hp: {time.perf_counter() - self.start:7.1f} s  {phase}", file=sys.stderr, flush=True)
 
 
 def _pattern(adj: Adjacency) -> sp.csr_matrix:

@@ -59,6 +59,7 @@ from typing import Optional
 import numpy as np
 import scipy.sparse as sp
 
+from .. import progress
 from ..errors import ConfigError
 from ..sampling import NeighborSampler, parse_fanouts
 from ..validate import Range
@@ -236,11 +237,13 @@ def stochastic_partition(graph, parts: int, fanouts, batch_size: int, *, seeds_p
         if parts == 1:  # nothing to sample for
             return np.zeros(adj.shape[0], dtype=np.int64), {**settings, **NO_DRAW}
         _import_extra("mtkahypar", "shp")  # fail before sampling, naming the extra
-        hg = stochastic_hypergraph(OPERATORS[operator](adj), parts, settings["fanouts"], batch_size,
-                                   pool, theta, delta, seed, min_batches)
+        with progress.phase("shp: sampling batches"):
+            hg = stochastic_hypergraph(OPERATORS[operator](adj), parts, settings["fanouts"], batch_size,
+                                       pool, theta, delta, seed, min_batches)
         draw = {"batches": hg.batches, "epochs": hg.epochs, "sampled_nets": hg.sampled_nets,
                 "nets": hg.nets, "needed_nets": hg.needed, "stop": hg.stop}
-        return _partition_nets(adj, hg, parts, epsilon, seed, preset), {**settings, **draw}
+        with progress.phase(f"shp: mt-KaHyPar, {preset} preset: {hg.nets:,} nets"):
+            return _partition_nets(adj, hg, parts, epsilon, seed, preset), {**settings, **draw}
 
     return cached_partition(adj, parts, "shp", epsilon, seed, compute, preset=preset,
                             variant=_digest(settings, pool), cache=cache, cache_dir=cache_dir)

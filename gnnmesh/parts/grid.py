@@ -18,11 +18,11 @@ training from parts computes what training from the dataset does.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
 
+from .. import progress
 from ..atomic import staged_directory
 from ..graph import Graph
 from ..layout import ParallelLayout
@@ -36,20 +36,19 @@ PERIOD = 6  # three planes x two permutations
 
 
 def write_grid_parts(graph: Graph, dims: dict, directory, dataset: str, *, layers: int = 2,
-                     seed: int = 0, permute: bool = True, progress=None) -> Path:
+                     seed: int = 0, permute: bool = True) -> Path:
     """Write ``graph`` for an X x Y x Z grid (``dims``) and models of up to ``layers`` layers
     (every depth when ``layers >= 6``) into ``directory``, replacing earlier parts."""
-    say = progress or (lambda text: None)
-    start = time.perf_counter()
     vertex = VertexData(graph)
     placement = ParallelLayout.of_grid(dims)
     world = placement.size
-    grid_blocks = GridBlocks(dims, graph.num_nodes, permute, seed, adj=graph.adj)
-    say(f"permutations chosen ({time.perf_counter() - start:.1f} s)")
+    with progress.phase("grid3d: choosing the permutations"):
+        grid_blocks = GridBlocks(dims, graph.num_nodes, permute, seed, adj=graph.adj)
     op = OPERATORS["gcn"](graph.adj).to_scipy()
     blocks = min(int(layers), PERIOD)
     orders = np.stack(grid_blocks.orders)
-    with staged_directory(directory, MANIFEST, "parts directory") as tmp:
+    with staged_directory(directory, MANIFEST, "parts directory") as tmp, \
+            progress.phase(f"writing {world} grid3d parts", total=world) as shown:
         files = []
         for rank in range(world):
             me = placement.coordinates(rank)
@@ -70,7 +69,7 @@ def write_grid_parts(graph: Graph, dims: dict, directory, dataset: str, *, layer
             for name, array in vertex.labels(grid_blocks.loss_rows(rank, world)).items():
                 save_array(folder, name, array, mine)
             files.append({"coords": me, "files": mine})
-            say(f"rank {rank} written ({time.perf_counter() - start:.1f} s)")
+            shown.advance()
         shape = "x".join(str(dims[a]) for a in AXES)
         write_manifest(tmp, {
             **graph_facts(graph, vertex.num_features, dataset), "kind": "grid3d", "parts": world,

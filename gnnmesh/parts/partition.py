@@ -18,11 +18,11 @@ from parts computes exactly what training from the dataset does.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
 
+from .. import progress
 from ..atomic import staged_directory
 from ..graph import Graph
 from ..partition import Partition, graph_key, rank_halos
@@ -31,15 +31,14 @@ from .store import MANIFEST, graph_facts, rank_folder, save_array, write_manifes
 from .vertex import VertexData
 
 
-def write_partition_parts(graph: Graph, partition: Partition, directory, dataset: str,
-                          progress=None) -> Path:
+def write_partition_parts(graph: Graph, partition: Partition, directory, dataset: str) -> Path:
     """Write ``graph`` cut by ``partition`` into ``directory`` (replacing earlier parts).
     ``dataset`` is the spec the graph was loaded from, recorded so a run can check it."""
-    say = progress or (lambda text: None)
     parts, assignment = partition.parts, np.asarray(partition.assignment, dtype=np.int64)
     vertex = VertexData(graph)
-    start = time.perf_counter()
-    with staged_directory(directory, MANIFEST, "parts directory") as tmp:
+    steps = parts + len(OPERATORS)  # every rank's vertex data, then every operator
+    with staged_directory(directory, MANIFEST, "parts directory") as tmp, \
+            progress.phase(f"writing {parts} partition parts", total=steps) as shown:
         folders = [tmp / rank_folder(r) for r in range(parts)]
         files = [{} for _ in range(parts)]
         order = np.argsort(assignment, kind="stable")
@@ -51,7 +50,7 @@ def write_partition_parts(graph: Graph, partition: Partition, directory, dataset
             save_array(folder, "x", vertex.features(owned), files[r])
             for name, array in vertex.labels(owned).items():
                 save_array(folder, name, array, files[r])
-        say(f"vertex data written ({time.perf_counter() - start:.1f} s)")
+            shown.advance()
         structures, operators = {}, {}
         for name, build in OPERATORS.items():
             op = build(graph.adj)
@@ -66,7 +65,7 @@ def write_partition_parts(graph: Graph, partition: Partition, directory, dataset
                     save_array(folder, f"{name}.values", values[entries], files[r])
             operators[name] = {"structure": structure, "values": op.values is not None}
             del op
-            say(f"operator {name} written ({time.perf_counter() - start:.1f} s)")
+            shown.advance()
         manifest = {
             **graph_facts(graph, vertex.num_features, dataset), "kind": "partition", "parts": parts,
             "how": f"{partition.method}, epsilon {partition.epsilon:g}, seed {partition.seed}",

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import progress
 from ..atomic import staged_directory
 from ..graph import Graph
 from ..partition.blocks import block_bounds
@@ -25,12 +26,12 @@ from .store import MANIFEST, graph_facts, rank_folder, save_array, write_manifes
 from .vertex import VertexData
 
 
-def write_tensor_parts(graph: Graph, parts: int, directory, dataset: str, progress=None) -> Path:
-    say = progress or (lambda text: None)
+def write_tensor_parts(graph: Graph, parts: int, directory, dataset: str) -> Path:
     vertex = VertexData(graph)
     adj = graph.adj
     bounds = block_bounds(graph.num_nodes, parts)
-    with staged_directory(directory, MANIFEST, "parts directory") as tmp:
+    with staged_directory(directory, MANIFEST, "parts directory") as tmp, \
+            progress.phase(f"writing {parts} tensor parts", total=parts) as shown:
         ranks = []
         for r in range(parts):
             folder = tmp / rank_folder(r)
@@ -51,7 +52,7 @@ def write_tensor_parts(graph: Graph, parts: int, directory, dataset: str, progre
             for name, array in vertex.labels(rows).items():
                 save_array(folder, name, array, mine)
             ranks.append({"rows": [int(bounds[r]), int(bounds[r + 1])], "files": mine})
-            say(f"rank {r} written")
+            shown.advance()
         write_manifest(tmp, {**graph_facts(graph, vertex.num_features, dataset), "kind": "tensor",
                              "parts": parts, "how": "whole topology, row blocks of the vertex data",
                              "ranks": ranks})
