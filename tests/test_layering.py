@@ -8,7 +8,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "gnnmesh"
 
 # Bottom to top; a module may import from its own layer's earlier entries and from lower layers.
 LAYERS = [
-    ["errors", "validate", "atomic", "memory", "launch", "host_store"],
+    ["errors", "progress", "validate", "atomic", "memory", "launch", "host_store"],
     ["graph", "transforms", "datasets"],
     ["ops"],
     ["view", "models", "sampling"],
