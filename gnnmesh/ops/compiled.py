@@ -9,8 +9,6 @@ Outputs live in pooled memory (``buffers``), so that epochs after the first faul
 
 from __future__ import annotations
 
-import os
-import sys
 import warnings
 from contextlib import contextmanager
 
@@ -26,11 +24,6 @@ _module: dict = {}
 
 def _kernels():
     if "kernels" not in _module:
-        if "numba" not in sys.modules:
-            # numba sizes its thread pool when it loads (default: every core). Idle pool threads
-            # still take turns on the cores, so ranks sharing a machine would slow each other:
-            # no more threads than this process computes with, unless the user says otherwise.
-            os.environ.setdefault("NUMBA_NUM_THREADS", str(max(1, torch.get_num_threads())))
         try:
             from . import _numba
         except (ImportError, OSError) as err:  # numba missing, or built for another numpy
