@@ -73,7 +73,6 @@ def _train(config, parts, quiet, rank, world_size, device) -> Summary:
         trainer = MiniBatchTrainer(config, data)
     else:
         trainer = Trainer(config, data)
-    del data  # the trainer keeps what it needs (with features spread over hosts, this host's rows)
     cfg, strategy = trainer.config, trainer.strategy
     say(f"{loaded} loaded in {time.perf_counter() - t0:.2f}s")
     say(f"model {cfg.model}: {sum(p.numel() for p in trainer.model.parameters()):,} parameters, "
