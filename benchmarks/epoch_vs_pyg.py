@@ -1,13 +1,18 @@
-"""One GCN training epoch (forward, backward, Adam step), gnnmesh against PyG's GCNConv on
-its fastest path here (torch CSR adjacency, cached normalization), same graph, same threads.
+"""Training epochs of every model, gnnmesh against PyG on its fastest path here.
 
-Each framework runs in its own fresh process so that its peak memory is its own; the
-processes alternate (gnnmesh, PyG, gnnmesh, PyG, ...) and the medians are compared.
-Also reports SpMM throughput against the machine's measured memory-copy bandwidth and the
-effect of locality reordering on SpMM time.
+GCN, GraphSAGE (mean) and GAT (4 heads) epochs (forward, backward, Adam step; 2 layers, no
+dropout) on an R-MAT graph, against PyG's ``GCNConv`` (``cached=True``), ``SAGEConv`` and
+``GATConv``, all given the torch CSR adjacency; and Cora end to end (GCN recipe: hidden 16,
+dropout 0.5; a training step and an evaluation per epoch). Same graph, same threads.
 
-    python benchmarks/epoch_vs_pyg.py                # 1M nodes, 10M edges, 128 features
-    python benchmarks/epoch_vs_pyg.py --nodes 100000 --edges 1000000   # quick look
+Each framework runs in its own fresh process, so that its peak memory and kernel (sys) time
+are its own; processes alternate (gnnmesh, PyG, gnnmesh, ...). A process's figure is the
+median of its timed epochs; the table gives the median over processes and their range, and
+the kernel (sys) time, page faults mostly, from ``getrusage``. Then the SpMM kernels'
+throughput against the machine's measured copy bandwidth (kernels.py).
+
+    python benchmarks/epoch_vs_pyg.py --data-root DIR          # 1M nodes, 10M edges, 128 features
+    python benchmarks/epoch_vs_pyg.py --nodes 100000 --edges 1000000 --data-root DIR   # quick look
 """
 
 from __future__ import annotations
@@ -23,6 +28,18 @@ import time
 
 import torch
 
+from driver import Spread
+from kernels import copy_bandwidth_gbs, kernel_table
+
+FRAMEWORKS = ("gnnmesh", "pyg")
+# case -> (gnnmesh model, hidden width per head, heads, dropout, evaluate every epoch)
+CASES = {
+    "gcn": ("gcn", 128, 1, 0.0, False),
+    "sage": ("sage", 128, 1, 0.0, False),
+    "gat": ("gat", 8, 4, 0.0, False),
+    "cora": ("gcn", 16, 1, 0.5, True),
+}
+
 
 def rss_mib() -> float:
     with open("/proc/self/statm") as fh:
@@ -33,156 +50,158 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def load(spec: str):
+def load(args, case: str):
     from gnnmesh import datasets
-    return datasets.load(spec)
+    return datasets.load("cora" if case == "cora" else args.spec, root=args.data_root)
 
 
-# -- workers: one framework per process ---------------------------------------------------------
-def run_gnnmesh(graph, args):
+# -- workers: one framework and one case per process ------------------------------------------
+def gnnmesh_epoch(graph, args):
     from gnnmesh.config import Config
+    from gnnmesh.ops import buffers
     from gnnmesh.train import Trainer
-    cfg = Config(model="gcn", hidden=args.hidden, layers=2, dropout=0.0, epochs=args.epochs)
+    buffers.pool(True)  # as `gnnmesh train` runs it
+    model, hidden, heads, dropout, evaluate = CASES[args.case]
+    cfg = Config(model=model, hidden=hidden, heads=heads, attn_dropout=0.0, layers=2, dropout=dropout,
+                 lr=0.01, weight_decay=5e-4)
     trainer = Trainer(cfg, graph)
+    if evaluate:
+        return lambda: (trainer.train_step(), trainer.evaluate())
     return trainer.train_step
 
 
-def run_pyg(graph, args):
-    import torch.nn.functional as F
-    from torch_geometric.nn import GCNConv
+def pyg_model(case: str, in_dim: int, classes: int):
+    from torch_geometric.nn import GATConv, GCNConv, SAGEConv
+    _, hidden, heads, dropout, _ = CASES[case]
 
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            if case == "gat":
+                self.conv1 = GATConv(in_dim, hidden, heads=heads)
+                self.conv2 = GATConv(hidden * heads, classes, heads=1, concat=False)
+            elif case == "sage":
+                self.conv1, self.conv2 = SAGEConv(in_dim, hidden), SAGEConv(hidden, classes)
+            else:
+                self.conv1 = GCNConv(in_dim, hidden, cached=True)
+                self.conv2 = GCNConv(hidden, classes, cached=True)
+            self.act = torch.nn.functional.elu if case == "gat" else torch.relu
+
+        def forward(self, x, adj_t):
+            x = torch.nn.functional.dropout(x, dropout, self.training)
+            x = self.act(self.conv1(x, adj_t))
+            return self.conv2(torch.nn.functional.dropout(x, dropout, self.training), adj_t)
+
+    return Net()
+
+
+def pyg_epoch(graph, args):
+    import torch.nn.functional as F
     n = graph.num_nodes
     adj_t = torch.sparse_csr_tensor(graph.adj.indptr, graph.adj.indices, torch.ones(graph.num_edges),
                                     size=(n, n))
-    x, y, mask = graph.x, graph.y, graph.train_mask
-
-    class GCN(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv1 = GCNConv(x.shape[1], args.hidden, cached=True)
-            self.conv2 = GCNConv(args.hidden, graph.num_classes, cached=True)
-
-        def forward(self):
-            return self.conv2(torch.relu(self.conv1(x, adj_t)), adj_t)
-
+    x, y = graph.x, graph.y
+    x = (x.to_dense() if x.layout != torch.strided else x).float()  # as gnnmesh's trainer takes them
+    masks = (graph.train_mask, graph.val_mask, graph.test_mask)
     torch.manual_seed(0)
-    model = GCN()
+    model = pyg_model(args.case, x.shape[1], graph.num_classes)
     opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
 
-    def step():
-        out = model()
-        loss = F.cross_entropy(out[mask], y[mask])
+    def train():
+        model.train()
+        out = model(x, adj_t)
+        loss = F.cross_entropy(out[masks[0]], y[masks[0]])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         return float(loss)
 
-    return step
+    @torch.no_grad()
+    def evaluate():
+        model.eval()
+        correct = model(x, adj_t).argmax(dim=-1) == y
+        return [float(correct[m].float().mean()) for m in masks]
+
+    return (lambda: (train(), evaluate())) if CASES[args.case][4] else train
 
 
 def worker(args):
     torch.set_num_threads(args.threads)
-    graph = load(args.spec)
+    graph = load(args, args.case)
     base = rss_mib()
-    step = {"gnnmesh": run_gnnmesh, "pyg": run_pyg}[args.worker](graph, args)
+    step = (pyg_epoch if args.worker == "pyg" else gnnmesh_epoch)(graph, args)
     for _ in range(args.warmup):
         step()
     times = []
+    before = resource.getrusage(resource.RUSAGE_SELF)
     for _ in range(args.epochs):
         start = time.perf_counter()
         step()
         times.append(time.perf_counter() - start)
-    print(json.dumps({"times": times, "peak_mib": peak_rss_mib(), "base_mib": base}))
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({"epoch": statistics.median(times), "sys": (after.ru_stime - before.ru_stime) / args.epochs,
+                      "peak_mib": peak_rss_mib(), "base_mib": base}))
 
 
 # -- the driver ----------------------------------------------------------------------------------
-def spawn(name, args) -> dict:
-    cmd = [sys.executable, __file__, "--worker", name, "--spec", args.spec, "--threads", str(args.threads),
-           "--epochs", str(args.epochs), "--warmup", str(args.warmup), "--hidden", str(args.hidden)]
+def spawn(name: str, case: str, args) -> dict:
+    cmd = [sys.executable, __file__, "--worker", name, "--case", case, "--spec", args.spec,
+           "--threads", str(args.threads), "--epochs", str(args.epochs), "--warmup", str(args.warmup)]
+    if args.data_root:
+        cmd += ["--data-root", args.data_root]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def copy_bandwidth_gbs(mib: int = 512) -> float:
-    """Memory-copy bandwidth into an already touched buffer, counting read + write bytes."""
-    src = torch.rand(mib * 2**18)
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    best = min(_timed(lambda: dst.copy_(src)) for _ in range(5))
-    return 2 * src.numel() * 4 / best / 1e9
-
-
-def _timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
-def spmm_figures(graph, features: int) -> tuple[float, float, float]:
-    """Seconds, GFLOP/s and effective GB/s of one forward SpMM with the GCN operator."""
-    from gnnmesh.view import GraphView
-    op = GraphView(graph.adj).operator("gcn")
-    from gnnmesh.ops import spmm
-    x = torch.rand(graph.num_nodes, features)
-    spmm(op, x)
-    seconds = min(_timed(lambda: spmm(op, x)) for _ in range(5))  # min: least disturbed by noise
-    flops = 2 * op.nnz * features
-    # bytes an ideal kernel moves: every stored entry reads a row of x, its index and value;
-    # the output is written once; indptr is read once.
-    moved = op.nnz * (features * 4 + 4 + 4) + graph.num_nodes * (features * 4 + 4)
-    return seconds, flops / seconds / 1e9, moved / seconds / 1e9
+def compare(case: str, args) -> dict:
+    """``{framework: {figure: Spread over processes}}`` for one case, processes alternating."""
+    runs = {name: [] for name in FRAMEWORKS}
+    for _ in range(args.rounds):
+        for name in runs:
+            runs[name].append(spawn(name, case, args))
+    return {name: {key: Spread.of(r[key] for r in records) for key in ("epoch", "sys", "peak_mib")}
+            for name, records in runs.items()}
 
 
 def driver(args):
-    print(f"graph: {args.spec}  threads: {args.threads}  torch {torch.__version__}")
-    graph = load(args.spec)  # generate and cache once, so the workers only read the cache
+    print(f"graph: {args.spec}  threads: {args.threads}  torch {torch.__version__}  "
+          f"processes: {args.rounds} per framework and case, {args.epochs} timed epochs each")
+    graph = load(args, "gcn")  # generate and cache once, so the workers only read the cache
     print(f"  {graph!r}")
-    results = {"gnnmesh": [], "pyg": []}
-    for _ in range(args.rounds):
-        for name in results:
-            results[name].append(spawn(name, args))
-    med = {k: statistics.median(t for r in v for t in r["times"]) for k, v in results.items()}
-    peak = {k: max(r["peak_mib"] for r in v) for k, v in results.items()}
-    extra = {k: max(r["peak_mib"] - r["base_mib"] for r in v) for k, v in results.items()}
-    print("\n| | epoch (s, median) | peak RSS (MiB) | peak above loaded graph (MiB) |")
-    print("|---|---|---|---|")
-    for k in results:
-        print(f"| {k} | {med[k]:.3f} | {peak[k]:.0f} | {extra[k]:.0f} |")
-    print(f"| **gnnmesh / PyG** | **{med['gnnmesh'] / med['pyg']:.2f}x** | **{peak['gnnmesh'] / peak['pyg']:.2f}x** "
-          f"| {extra['gnnmesh'] / extra['pyg']:.2f}x |")
+    print("\n| case | framework | epoch s, median (min-max) | sys s per epoch | peak RSS MiB "
+          "| gnnmesh / PyG: time | peak RSS |")
+    print("|---|---|---|---|---|---|---|")
+    for case in args.cases.split(","):
+        fig = compare(case, args)
+        for name, f in fig.items():
+            ratio = ("", "") if name == "pyg" else (
+                f"**{f['epoch'].median / fig['pyg']['epoch'].median:.2f}x**",
+                f"**{f['peak_mib'].median / fig['pyg']['peak_mib'].median:.2f}x**")
+            print(f"| {case} | {name} | {f['epoch'].format(3)} | {f['sys'].format(3)} | "
+                  f"{f['peak_mib'].format(0)} | {ratio[0]} | {ratio[1]} |", flush=True)
 
     torch.set_num_threads(args.threads)
-    bandwidth = copy_bandwidth_gbs()
-    seconds, gflops, gbs = spmm_figures(graph, args.hidden)
-    print(f"\nSpMM (GCN operator, {args.hidden} columns): {seconds * 1e3:.0f} ms, {gflops:.2f} GFLOP/s, "
-          f"{gbs:.1f} GB/s effective = {gbs / bandwidth:.0%} of measured copy bandwidth {bandwidth:.1f} GB/s")
-
-    from gnnmesh.transforms import reorder
-    print("\n| node order | SpMM (ms) | vs. given order |")
-    print("|---|---|---|")
-    base_ms = spmm_figures(graph, args.hidden)[0] * 1e3
-    print(f"| as generated | {base_ms:.0f} | 1.00x |")
-    for method in ("degree", "rcm"):
-        start = time.perf_counter()
-        g = reorder(graph, method)
-        cost = time.perf_counter() - start
-        ms = spmm_figures(g, args.hidden)[0] * 1e3
-        print(f"| {method} | {ms:.0f} | {ms / base_ms:.2f}x (reordering took {cost:.1f}s) |")
+    kernel_table(graph, args.features, 4, args.repeats, copy_bandwidth_gbs(),
+                 ops=("SpMM fwd", "SpMM bwd"), candidates=("compiled",))
 
 
 def main():
-    parser = argparse.ArgumentParser(description="GCN epoch: gnnmesh vs PyG")
+    parser = argparse.ArgumentParser(description="training epochs of every model: gnnmesh vs PyG")
     parser.add_argument("--nodes", type=int, default=1_000_000)
     parser.add_argument("--edges", type=int, default=10_000_000)
     parser.add_argument("--features", type=int, default=128)
     parser.add_argument("--classes", type=int, default=16)
-    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
+    parser.add_argument("--data-root", default=os.environ.get("GNNMESH_DATA"),
+                        help="directory holding Cora (default: $GNNMESH_DATA)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--epochs", type=int, default=3, help="timed epochs per process")
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=2, help="processes per framework")
+    parser.add_argument("--rounds", type=int, default=3, help="processes per framework and case")
+    parser.add_argument("--repeats", type=int, default=7, help="timed calls per kernel")
     parser.add_argument("--spec", help=argparse.SUPPRESS)
-    parser.add_argument("--worker", choices=["gnnmesh", "pyg"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=FRAMEWORKS, help=argparse.SUPPRESS)
+    parser.add_argument("--case", choices=list(CASES), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.spec is None:
         args.spec = (f"rmat:nodes={args.nodes},edges={args.edges},features={args.features},"

@@ -1,6 +1,8 @@
 """Sparse kernels with autograd: the three primitives every model is written with."""
 
-from ._index import cols, csr, rows, transpose_perm
+import torch
+
+from ._index import bounds, cols, csr, rows, transpose_perm
 from .softmax import edge_softmax
 from .spmm import spmm
 from .sddmm import sddmm
@@ -8,9 +10,11 @@ from .sddmm import sddmm
 
 def index(adj, device) -> None:
     """Build, now, the index arrays the kernels would build on first use of ``adj`` (its
-    CSR and transpose, entry rows and columns) on ``device``."""
+    CSR and transpose, entry rows and columns, the CPU kernels' row ranges) on ``device``."""
     for transpose in (False, True):
         csr(adj, transpose, device)
+        if torch.device(device).type == "cpu":
+            bounds(adj, transpose)
     transpose_perm(adj, device)
     rows(adj, device)
     cols(adj, device)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..graph import Adjacency
@@ -39,3 +40,22 @@ def csr(adj: Adjacency, transpose: bool, device) -> tuple[torch.Tensor, torch.Te
         dtype = torch.int32 if small else torch.int64
         return indptr.to(device=device, dtype=dtype), indices.to(device=device, dtype=dtype)
     return _cached(adj, ("csr", transpose, str(device)), build)
+
+
+_TASKS_PER_THREAD = 16  # slack for rows too long to split evenly and for busy threads
+
+
+def bounds(adj: Adjacency, transpose: bool) -> np.ndarray:
+    """Row ranges of A (or A^T) of about equal work, ``_TASKS_PER_THREAD`` per torch thread:
+    ``[0, r_1, ..., rows]``. A row costs its entries plus one (writing its output), so the
+    split follows the entries, not the row count, on graphs where few rows hold most."""
+    tasks = _TASKS_PER_THREAD * torch.get_num_threads()
+
+    def build():
+        indptr = csr(adj, transpose, "cpu")[0].numpy().astype(np.int64)
+        rows = indptr.shape[0] - 1
+        cost = indptr[1:] + np.arange(1, rows + 1)  # work of rows [0, r] inclusive
+        total = int(cost[-1]) if rows else 0
+        cuts = np.searchsorted(cost, np.arange(1, tasks) * (total / tasks), side="left")
+        return np.unique(np.concatenate(([0], cuts, [rows]))).astype(np.int64)
+    return _cached(adj, ("bounds", transpose, tasks), build)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import torch
 
 from ..graph import Adjacency
-from ._index import cols, rows, transpose_perm
+from . import compiled
+from ._index import cols, rows
 from .profile import phase
-from .spmm import edge_dot
+from .spmm import edge_dot, multiply
 
 
 class _EdgeDot(torch.autograd.Function):
@@ -21,16 +22,40 @@ class _EdgeDot(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         # d out[e] / d a[row(e)] = b[col(e)]: a weighted SpMM with the edge gradients as values.
-        from .spmm import spmm
         a, b = ctx.saved_tensors
         adj = ctx.adj
         grad_a = grad_b = None
         with phase("aggregate"):
             if ctx.needs_input_grad[1]:
-                grad_a = spmm(adj, b.detach(), values=grad.detach())
+                grad_a = multiply(adj, grad, b)
             if ctx.needs_input_grad[2]:
-                grad_b = spmm(adj.t(), a.detach(), values=grad.detach()[transpose_perm(adj, grad.device)])
+                grad_b = multiply(adj, grad, a, transpose=True)
         return None, grad_a, grad_b
+
+
+class _EdgeAdd(torch.autograd.Function):
+    """``a[row(e)] + b[col(e)]`` in one pass; the gradients are row sums of A and of A^T."""
+
+    @staticmethod
+    def forward(ctx, adj, a, b):
+        with phase("aggregate"):
+            ctx.adj = adj
+            return compiled.edge_add(adj, a, b)
+
+    @staticmethod
+    def backward(ctx, grad):
+        adj, needs = ctx.adj, ctx.needs_input_grad
+        with phase("aggregate"):
+            grad_a = compiled.row_sum(adj, grad, transpose=False) if needs[1] else None
+            grad_b = compiled.row_sum(adj, grad, transpose=True) if needs[2] else None
+        return None, grad_a, grad_b
+
+
+def _edge_add(adj: Adjacency, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    if a.dim() <= 2 and a.shape[1:] == b.shape[1:] and compiled.available(adj, a, b):
+        return _EdgeAdd.apply(adj, a, b)
+    with phase("aggregate"):
+        return a[rows(adj, a.device)] + b[cols(adj, b.device)]
 
 
 def sddmm(adj: Adjacency, a: torch.Tensor, b: torch.Tensor, op: str = "dot") -> torch.Tensor:
@@ -39,6 +64,5 @@ def sddmm(adj: Adjacency, a: torch.Tensor, b: torch.Tensor, op: str = "dot") -> 
     if op == "dot":
         return _EdgeDot.apply(adj, a, b)
     if op == "add":
-        with phase("aggregate"):
-            return a[rows(adj, a.device)] + b[cols(adj, b.device)]
+        return _edge_add(adj, a, b)
     raise ValueError(f"sddmm: unknown op {op!r} (use 'dot' or 'add')")

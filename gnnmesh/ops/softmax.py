@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..graph import Adjacency
+from . import compiled
 from ._index import rows
 from .profile import phase
 
@@ -14,17 +15,30 @@ def _row_sum(adj: Adjacency, edge_values: torch.Tensor) -> torch.Tensor:
     return out.index_add_(0, rows(adj, edge_values.device), edge_values)
 
 
+def _softmax(adj: Adjacency, scores: torch.Tensor) -> torch.Tensor:
+    if scores.dim() <= 2 and compiled.available(adj, scores):
+        return compiled.edge_softmax(adj, scores)
+    row = rows(adj, scores.device)
+    shape = (adj.shape[0],) + tuple(scores.shape[1:])
+    index = row.view(-1, *([1] * (scores.dim() - 1))).expand_as(scores)
+    row_max = scores.new_full(shape, float("-inf")).scatter_reduce(
+        0, index, scores, reduce="amax", include_self=True)
+    exp = (scores - row_max[row]).exp()
+    return exp / _row_sum(adj, exp)[row]
+
+
+def _softmax_backward(adj: Adjacency, out: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    if out.dim() <= 2 and compiled.available(adj, out, grad):
+        return compiled.edge_softmax_backward(adj, out, grad)
+    weighted = grad * out
+    return weighted - out * _row_sum(adj, weighted)[rows(adj, grad.device)]
+
+
 class _EdgeSoftmax(torch.autograd.Function):
     @staticmethod
     def forward(ctx, adj, scores):
         with phase("aggregate"):
-            row = rows(adj, scores.device)
-            shape = (adj.shape[0],) + tuple(scores.shape[1:])
-            index = row.view(-1, *([1] * (scores.dim() - 1))).expand_as(scores)
-            row_max = scores.new_full(shape, float("-inf")).scatter_reduce(
-                0, index, scores, reduce="amax", include_self=True)
-            exp = (scores - row_max[row]).exp()
-            out = exp / _row_sum(adj, exp)[row]
+            out = _softmax(adj, scores)
             ctx.adj = adj
             ctx.save_for_backward(out)
             return out
@@ -32,11 +46,8 @@ class _EdgeSoftmax(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (out,) = ctx.saved_tensors
-        adj = ctx.adj
         with phase("aggregate"):
-            row = rows(adj, grad.device)
-            weighted = grad * out
-            return None, weighted - out * _row_sum(adj, weighted)[row]
+            return None, _softmax_backward(ctx.adj, out, grad)
 
 
 def edge_softmax(adj: Adjacency, scores: torch.Tensor) -> torch.Tensor:

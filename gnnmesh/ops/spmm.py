@@ -1,8 +1,9 @@
 """SpMM ``Y = A @ X`` whose backward multiplies with the stored transpose.
 
 torch's own CSR autograd transposes ``A`` on every backward call; here the transpose
-structure is built once per graph and kept, and indices are int32 where they fit
-(MKL/cuSPARSE run measurably faster on them).
+structure is built once per graph and kept, and indices are int32 where they fit. On CPU
+the compiled kernels split rows between threads by entries and multiply every head in one
+pass over the entries; elsewhere (CUDA: cuSPARSE) torch's CSR product runs, head by head.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Optional
 import torch
 
 from ..graph import Adjacency
+from . import compiled
 from ._index import cols, csr, rows, transpose_perm
 from .profile import phase
 
@@ -35,6 +37,8 @@ def _multiply(adj: Adjacency, values: torch.Tensor, x: torch.Tensor, transpose: 
 
 def multiply(adj, values, x, transpose: bool = False):
     """Heads-aware multiply: ``x`` is [N, F] with values [E], or [N, H, F] with values [E, H]."""
+    if x.dim() in (2, 3) and compiled.available(adj, x):
+        return compiled.spmm(adj, values, x, transpose)
     if x.dim() == 2:
         return _multiply(adj, values, x.contiguous(), transpose)
     heads = [_multiply(adj, values[:, h].contiguous(), x[:, h].contiguous(), transpose)
@@ -44,6 +48,8 @@ def multiply(adj, values, x, transpose: bool = False):
 
 def edge_dot(adj: Adjacency, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``out[e] = <a[row(e)], b[col(e)]>`` over the last dim, in chunks of edges to bound memory."""
+    if a.dim() in (2, 3) and compiled.available(adj, a, b):
+        return compiled.edge_dot(adj, a, b)
     row, col = rows(adj, a.device), cols(adj, a.device)
     width = max(1, a[0].numel())
     step = max(1, _EDGE_CHUNK_ELEMS // width)
@@ -58,7 +64,8 @@ class _SpMM(torch.autograd.Function):
     def forward(ctx, adj: Adjacency, values: torch.Tensor, x: torch.Tensor):
         with phase("aggregate"):
             ctx.adj = adj
-            ctx.save_for_backward(values, x)
+            # x only serves the values' gradient: unsaved, it is freed once the layer is done with it
+            ctx.save_for_backward(values, x if ctx.needs_input_grad[1] else None)
             return multiply(adj, values, x, transpose=False)
 
     @staticmethod

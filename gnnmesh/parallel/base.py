@@ -32,6 +32,7 @@ class Strategy:
     name = "base"
     rank = 0
     world_size = 1
+    holds_memory_budget = False  # whether it keeps its resident memory within a budget it plans
 
     def shard(self, graph: Graph, x: torch.Tensor, seed: int, device) -> Shard:
         raise NotImplementedError

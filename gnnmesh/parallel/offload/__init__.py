@@ -93,6 +93,7 @@ def chunk_views(adj, plan, stages: list, rank: int, seed: int, device) -> list:
 class Offload(DistributedStrategy):
     name = "offload"
     reported_phases = ("offload",)
+    holds_memory_budget = True
     mesh_dim = "rows"  # the layout's dimension its ranks lie on
 
     def __init__(self, layout: ParallelLayout, device, device_memory: int, host_store: str = "ram",
