@@ -50,19 +50,6 @@ def measure(args, grid: Grid) -> dict:
             "comm": median("comm_time"), "bytes": median("bytes_total") / grid.size}
 
 
-def counted_bytes(work: m.Workload, grid: Grid) -> float:
-    """The model's per-rank payload as the strategy's counters count it: an all-reduce its
-    buffer, an all-gather this rank's piece, a reduce-scatter its whole input, an all-to-all
-    what leaves the rank."""
-    total = 0.0
-    for op in m.epoch_ops(work, grid):
-        p = grid[op.axis] if isinstance(op, m.Collective) else 1
-        if p == 1:
-            continue
-        total += {"all_gather": op.nbytes / p, "all_to_all": op.nbytes * (p - 1) / p}.get(op.kind, op.nbytes)
-    return total
-
-
 def machine(args, worlds: list) -> tuple:
     """(compute rates, {rank count: network})."""
     if args.rates:
@@ -109,7 +96,7 @@ def compare(args, work: m.Workload, rates: m.ComputeRates, networks: dict, runs:
                             "compute": predicted.compute, "comm": predicted.communication,
                             "measured": measured.median, "measured_low": measured.low,
                             "measured_high": measured.high, "measured_compute": spread(got, "compute").median,
-                            "measured_comm": spread(got, "comm").median, "model_bytes": counted_bytes(work, grid),
+                            "measured_comm": spread(got, "comm").median, "model_bytes": m.payload_bytes(work, grid),
                             "measured_bytes": spread(got, "bytes").median, "runs": [r["measured"] for r in got]})
     return results
 

@@ -138,9 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "checked against their pinned sha256 ($GNNMESH_MIRROR replaces "
                            "https://raw.githubusercontent.com in their URLs)")
 
-    from .commands import partition as partition_command, plan as plan_command
+    from .commands import partition as partition_command, plan as plan_command, report as report_command
     partition_command.add_parser(sub)
     plan_command.add_parser(sub)
+    report_command.add_parser(sub)
     return parser
 
 
@@ -200,6 +201,11 @@ def cmd_plan(args, argv) -> int:
     return plan_command.run(args)
 
 
+def cmd_report(args, argv) -> int:
+    from .commands import report as report_command
+    return report_command.run(args)
+
+
 def _num(value) -> str:
     return "-" if value is None else f"{value:,}"
 
@@ -246,7 +252,7 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:
 
 def _main(argv: list) -> int:
     commands = {"train": cmd_train, "datasets": cmd_datasets, "partition": cmd_partition,
-                "plan": cmd_plan}
+                "plan": cmd_plan, "report": cmd_report}
     world = world_from_env()
     speak = world is None or world[0] == 0  # in a job, rank 0 alone reports bad input
     try:

@@ -18,6 +18,7 @@ LAYERS = [
     ["parallel"],
     ["planner"],
     ["config", "train"],
+    ["report"],
     ["commands", "cli", "__main__"],
 ]
 RANK = {unit: (layer, position) for layer, units in enumerate(LAYERS) for position, unit in enumerate(units)}

@@ -10,11 +10,13 @@ import os
 from dataclasses import asdict
 from typing import Optional
 
-from ..atomic import write_file
+from ..atomic import check_writable, write_file
 from ..errors import ConfigError
 from ..layout.grid import AXES, RANK_ORDER, WORLD, rank_orders
 from . import plan_offload
-from ..planner.grid3d import GPU_NETWORK, GPU_RATES, ComputeRates, Network, SpMM, Workload, rank_grids
+from ..planner.grid3d import (GPU_NETWORK, GPU_RATES, ComputeRates, Network, SpMM, Workload, payload_bytes,
+                              rank_grids)
+from ..report.plan_file import Candidate, write_plan
 
 DEFAULT_HIDDEN, DEFAULT_LAYERS = 16, 2           # the train command's GCN defaults
 DEFAULT_FEATURES, DEFAULT_CLASSES = 128, 10      # for a graph given by its size alone
@@ -66,11 +68,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      help=f"grid axes from slowest to fastest varying rank number (default {RANK_ORDER}, "
                           "the grid3d strategy's)")
     cmd.add_argument("--top", type=int, metavar="N", help="show only the best N grids")
+    cmd.add_argument("--json", metavar="FILE", help="also write the ranked candidates to FILE as JSON "
+                     "(what 'gnnmesh report --plan' draws)")
     plan_offload.add_arguments(cmd)
     return cmd
 
 
 def run(args) -> int:
+    if args.json:  # fail before planning, which may load a dataset or probe the machine
+        check_writable(args.json, "plan file")
     if args.strategy == "offload":
         args.hidden_given = args.hidden is not None
         return plan_offload.run(args)
@@ -84,11 +90,22 @@ def run(args) -> int:
         write_file(args.save_rates, json.dumps({"compute": asdict(rates), "network": asdict(network)}, indent=2))
     per_node = min(args.per_node or args.nproc, args.nproc)
     ranked = rank_grids(work, args.nproc, rates, network, per_node, args.order)
+    shown = ranked[:args.top] if args.top else ranked
+    if args.json:
+        write_plan(args.json, "grid3d", [candidate(p, work) for p in shown])
     for line in header(name, work, args.nproc, per_node, args.order, rates, network):
         print(line)
-    for line in table(ranked[:args.top] if args.top else ranked):
+    for line in table(shown):
         print(line)
     return 0
+
+
+def candidate(prediction, work: Workload) -> Candidate:
+    """A grid's entry in the plan file; ``dominant`` names its largest term."""
+    terms = {"spmm": prediction.spmm, "dense": prediction.dense,
+             **{f"comm {group}": t for group, t in prediction.comm.items()}}
+    return Candidate(str(prediction.grid), prediction.total, payload_bytes(work, prediction.grid),
+                     None, max(terms, key=terms.get))  # the model does not predict memory
 
 
 MAX_RANKS = 1 << 20

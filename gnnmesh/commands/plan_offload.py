@@ -14,6 +14,7 @@ from ..parallel.offload.engine import tables
 from ..parallel.offload.stages import stages_of
 from ..validate import parse_bytes
 from ..train.trainer import model_options
+from ..report.plan_file import Candidate, write_plan
 
 MiB = 2**20
 
@@ -58,9 +59,20 @@ def run(args) -> int:
     heads = getattr(model, "heads", 1)
     plan = make_plan(graph.adj, owned, 0, in_dim, stages, stages[-1].width, heads, budget, chunks,
                      config.dedup, config.reorganize)
+    if args.json:
+        write_plan(args.json, "offload", [candidate(plan, stages, stages[-1].width, heads)])
     for line in describe(graph, config, plan, stages, stages[-1].width, heads, budget, chunks is None):
         print(line)
     return 0
+
+
+def candidate(plan, stages: list, classes: int, heads: int) -> Candidate:
+    """The plan's entry in the plan file. The offload model predicts bytes and memory, not
+    time: no epoch time and nothing dominant."""
+    traffic = costs.epoch_traffic(plan, stages, 1, 1)
+    moved = [traffic.load[r] + traffic.store[r] + traffic.peer[r] for r in range(plan.world)]
+    return Candidate("offload", None, int(max(moved)), int(max(costs.footprint(plan, stages, classes, heads))),
+                     None)
 
 
 def _owned(graph, nproc: int, config: Config) -> list:

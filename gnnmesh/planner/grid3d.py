@@ -324,6 +324,21 @@ def predict(work: Workload, grid: Grid, rates: ComputeRates, network: Network,
     return Prediction(grid, spmm, dense, comm)
 
 
+def payload_bytes(work: Workload, grid: Grid) -> int:
+    """The bytes one rank's collectives carry in an epoch, counted as the strategy's counters
+    count them (a run's ``bytes_total`` divided by its ranks, to padding): an all-reduce its
+    buffer, an all-gather this rank's piece, a reduce-scatter its whole input, an all-to-all
+    what leaves the rank; a group of one rank moves nothing."""
+    total = 0.0
+    for op in epoch_ops(work, grid):
+        ranks = grid[op.axis] if isinstance(op, Collective) else 1
+        if ranks == 1:
+            continue
+        share = {"all_gather": op.nbytes / ranks, "all_to_all": op.nbytes * (ranks - 1) / ranks}
+        total += share.get(op.kind, op.nbytes)
+    return int(round(total))
+
+
 def rank_grids(work: Workload, world: int, rates: ComputeRates, network: Network,
                ranks_per_node: Optional[int] = None, order: str = RANK_ORDER,
                grids: Optional[Iterable] = None) -> list:
