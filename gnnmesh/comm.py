@@ -207,7 +207,7 @@ class Comm:
         if piece.numel() == 0:
             return tensor.new_empty((sum(sizes),) + tuple(piece.shape[1:])).movedim(0, dim)
         pieces = [torch.empty_like(piece) for _ in sizes]
-        self._count(piece.numel() * piece.element_size())
+        self._count(all_gather_bytes(sizes, _row_elements(piece), piece.element_size()))
         with self._waiting():
             dist.all_gather(pieces, piece, group=self.group)
         out = torch.cat([p[:n] for p, n in zip(pieces, sizes)]).movedim(0, dim)
@@ -224,7 +224,7 @@ class Comm:
         chunks = [_pad(c, max(sizes)).contiguous() for c in moved.split(sizes)]
         out = torch.empty_like(chunks[0])
         if out.numel():
-            self._count(out.numel() * out.element_size() * len(chunks))
+            self._count(reduce_scatter_bytes(sizes, _row_elements(out), out.element_size()))
             with self._waiting():
                 dist.reduce_scatter(out, chunks, group=self.group)
         return out[:sizes[self.rank]].movedim(0, dim).to(tensor.device)
@@ -261,6 +261,22 @@ class Comm:
         if self.world_size > 1:
             with self._waiting():
                 dist.barrier(group=self.group)
+
+
+def all_gather_bytes(sizes: list, row_elements: int, element_size: int = 4) -> int:
+    """What ``Comm.all_gather`` counts on each rank for pieces of ``sizes`` rows (rank order)
+    of ``row_elements`` elements each: its piece padded to the longest; nothing on one rank."""
+    return max(sizes) * row_elements * element_size if len(sizes) > 1 else 0
+
+
+def reduce_scatter_bytes(sizes: list, row_elements: int, element_size: int = 4) -> int:
+    """What ``Comm.reduce_scatter`` counts on each rank: its whole input, every piece padded
+    to the longest; nothing on one rank."""
+    return len(sizes) * all_gather_bytes(sizes, row_elements, element_size)
+
+
+def _row_elements(tensor: torch.Tensor) -> int:
+    return tensor[0].numel() if tensor.shape[0] else 0
 
 
 def _pad(tensor: torch.Tensor, rows: int) -> torch.Tensor:

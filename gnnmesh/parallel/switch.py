@@ -29,6 +29,19 @@ def even_bounds(total: int, parts: int) -> list:
     return block_bounds(total, parts).tolist()
 
 
+def rank_switch_bytes(row_counts: list, width: int, mid: int = 1, element_size: int = 4) -> tuple:
+    """(split, gather): the bytes each rank sends in one split and in one gather of a
+    ``[V, mid, width]`` tensor whose rows the ranks own ``row_counts`` of. A split sends the
+    rank's rows but its own column slice; a gather sends its column slice of the other ranks'
+    rows. Both add up to the same total; what one rank sends differs."""
+    world, total = len(row_counts), sum(row_counts)
+    bounds = even_bounds(width, world)
+    cols = [b - a for a, b in zip(bounds[:-1], bounds[1:])]
+    split = [element_size * mid * rows * (width - c) for rows, c in zip(row_counts, cols)]
+    gather = [element_size * mid * c * (total - rows) for rows, c in zip(row_counts, cols)]
+    return split, gather
+
+
 class LayoutSwitch:
     """One rank's rows and column slices, and the split and gather that move between them."""
 
@@ -67,9 +80,7 @@ class LayoutSwitch:
     def switch_bytes(self, width: int, mid: int = 1, element_size: int = 4) -> int:
         """Bytes all ranks together send for one split or one gather of a ``[V, mid, width]``
         tensor: every row leaves its owner once for every other rank's columns."""
-        rows = self.row_counts
-        cols = [self.col_width(width, r) for r in range(self.world)]
-        return element_size * mid * sum(rows[r] * (width - cols[r]) for r in range(self.world))
+        return sum(rank_switch_bytes(self.row_counts, width, mid, element_size)[0])
 
     # -- rows -> columns ---------------------------------------------------------------------
     def start_split(self, x_rows: torch.Tensor, rows_by_rank: list, first: Optional[int] = None):

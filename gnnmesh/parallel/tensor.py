@@ -31,7 +31,7 @@ from ..view import GraphView
 from .base import Shard
 from .chunks import ChunkedAggregation, Chunks
 from .distributed import DistributedStrategy
-from .switch import LayoutSwitch
+from .switch import LayoutSwitch, rank_switch_bytes
 
 
 class ShareRows(torch.autograd.Function):
@@ -105,6 +105,28 @@ class TensorView(GraphView):
         return range(*self._entry_range(op))
 
 
+def aggregation_switches(width: int, mid: int = 1, passes: int = 1, backward: bool = True,
+                         input_grad: bool = True) -> list:
+    """The layout switches, ``(kind, width, mid)``, of one aggregation of a ``[V, mid, width]``
+    tensor (``ChunkedAggregation`` with its input split and its output gathered): a split and
+    a gather in each of ``passes`` forward passes; with ``backward`` (autograd reaches it)
+    the output's gradient split and, with ``input_grad``, the input's gradient gathered."""
+    switches = [("split", width, mid), ("gather", width, mid)] * passes
+    if backward:
+        switches += [("split", width, mid)] + ([("gather", width, mid)] if input_grad else [])
+    return switches
+
+
+def layout_bytes(row_counts: list, switches, element_size: int = 4) -> list:
+    """The bytes each rank sends in ``switches`` (``aggregation_switches``) when the ranks own
+    ``row_counts`` rows: what its ``layout`` counters count."""
+    out = [0] * len(row_counts)
+    for kind, width, mid in switches:
+        split, gather = rank_switch_bytes(row_counts, width, mid, element_size)
+        out = [a + b for a, b in zip(out, split if kind == "split" else gather)]
+    return out
+
+
 class TensorParallel(DistributedStrategy):
     reported_phases = ("layout", "share")
 
@@ -170,12 +192,12 @@ class TensorParallel(DistributedStrategy):
         the forward pass, and again, reversed, in backward for those in ``backward_widths``
         (default: all; an aggregation of the input features has no backward); evaluation
         adds one more forward."""
-        def size(w):
-            width, heads = w if isinstance(w, tuple) else (w, 1)
-            return self.switch.switch_bytes(width, heads)
-        forward = (2 + (2 if evaluate else 0)) * sum(size(w) for w in widths)
-        backward = 2 * sum(size(w) for w in (widths if backward_widths is None else backward_widths))
-        return forward + backward
+        def shape(w):
+            return w if isinstance(w, tuple) else (w, 1)
+        backward = widths if backward_widths is None else backward_widths
+        switches = [s for w in widths for s in aggregation_switches(*shape(w), passes=1 + evaluate, backward=False)]
+        switches += [s for w in backward for s in aggregation_switches(*shape(w), passes=0)]
+        return sum(layout_bytes(self.switch.row_counts, switches))
 
     def report(self, epoch_time: float, peaks: dict) -> dict:
         out = super().report(epoch_time, peaks)

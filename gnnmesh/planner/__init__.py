@@ -1,1 +1,9 @@
-"""Performance models of the strategies, and the machine rates they take (given or probed)."""
+"""Performance models of the strategies, and the machine rates they take (given or probed).
+
+``estimate.Estimate`` is the one result a strategy's model gives (epoch time and its terms,
+bytes per rank and phase, peak memory per rank), so that strategies can be ranked side by
+side: ``partition.estimate`` (1D partition parallelism, for a given partition) and
+``tensor.estimate`` (feature-column tensor parallelism, plain or decoupled), both built on
+``trace`` (what a model asks of one epoch) and on the rates and collective costs of
+``grid3d``, the 3D model (``grid3d.predict``).
+"""

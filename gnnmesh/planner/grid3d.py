@@ -281,6 +281,15 @@ def _all_to_all_link(grid: Grid, ranks_per_node: int, network: Network, links: d
     return bandwidth, latency
 
 
+def world_links(world: int, ranks_per_node: Optional[int], network: Network) -> tuple:
+    """For a strategy whose ranks form one process group: ((bandwidth, latency) of a
+    collective over all ``world`` ranks, that of an all-to-all or of messages leaving a node,
+    whose ranks share its NIC). ``ranks_per_node`` defaults to one node."""
+    grid, per_node = Grid(world, 1, 1), ranks_per_node or world
+    links = group_links(grid, per_node, network)
+    return links[WORLD], _all_to_all_link(grid, per_node, network, links)
+
+
 # ---------------------------------------------------------------------------- prediction
 
 @dataclass(frozen=True)

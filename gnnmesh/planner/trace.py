@@ -1,0 +1,281 @@
+"""What a model asks of the graph and of dense algebra in one epoch, traced on a tiny graph.
+
+A strategy's traffic and work follow from the graph primitives a model calls (``view.spmm``,
+``view.sddmm``, ``view.edge_softmax``) — with the shape of one row of their operands and
+whether autograd sends a gradient back through them — and from the dense products on vertex
+rows. None of that depends on the graph, so ``trace`` runs the model once forward and backward
+(a training step) and once forward without gradients (the trainer's evaluation) on a graph of
+a few nodes, and records every call per row. The estimators (``partition.py``, ``tensor.py``)
+price the calls on a real graph and layout; ``epoch_compute`` is the compute part they share.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from ..graph import Adjacency
+from ..models import MODELS, Decoupled, build_model
+from ..view import GraphView
+from .grid3d import GEMM, ComputeRates, Elementwise, SpMM, collective_time
+
+ELEMENT_BYTES = 4   # float32 vertex data, values and gradients
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """``view.spmm(x, op, values)``: ``shape`` is one row of x; ``values`` one edge's values
+    (None: the operator's own); ``steps``: aggregations this one stands for (a decoupled
+    model's k propagation steps, which tensor parallelism runs between one split and one
+    gather)."""
+    op: str
+    shape: tuple
+    input_grad: bool
+    values: Optional[tuple] = None
+    values_grad: bool = False
+    steps: int = 1
+
+    @property
+    def row_elements(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def backward(self) -> bool:
+        """Whether autograd runs this aggregation's backward."""
+        return self.input_grad or self.values_grad
+
+
+@dataclass(frozen=True)
+class EdgeScores:
+    """``view.sddmm(dst, src, op)``: ``src`` is one row of the source scores, which every edge
+    reads from its source vertex."""
+    op: str
+    src: tuple
+    src_grad: bool
+
+    @property
+    def row_elements(self) -> int:
+        return math.prod(self.src)
+
+
+@dataclass(frozen=True)
+class EdgeSoftmax:
+    op: str
+    shape: tuple   # one edge's scores
+
+
+@dataclass(frozen=True)
+class Dense:
+    """A product of vertex rows with a ``k`` x ``n`` weight, ``batch`` times per row."""
+    k: int
+    n: int
+    batch: int
+    input_grad: bool
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A training step's calls (forward order), an evaluation pass's, and the gradient
+    elements the step leaves on parameters (what ranks all-reduce)."""
+    train: tuple
+    evaluation: tuple
+    gradients: int
+
+    def passes(self, evaluate: bool = True) -> tuple:
+        """``(calls, training)`` of the training step and, with ``evaluate``, the evaluation."""
+        return ((self.train, True),) + (((self.evaluation, False),) if evaluate else ())
+
+    def ops(self) -> set:
+        """The graph operators the model uses."""
+        return {c.op for c in self.train + self.evaluation if not isinstance(c, Dense)}
+
+
+TINY_NODES = 5
+_DENSE = {F.linear, torch.matmul, torch.mm, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.mm}
+
+
+class _Recorder(GraphView):
+    """A whole-graph view that records the primitives called on it and, through ``dense``
+    (a torch function mode), the dense products on its vertex rows outside the primitives."""
+
+    def __init__(self, adj: Adjacency):
+        super().__init__(adj)
+        self.calls: list = []
+        self.inside = False
+        self.dense = _DenseProducts(self)
+
+    def _primitive(self, call, run):
+        self.calls.append(call)
+        self.inside = True
+        try:
+            return run()
+        finally:
+            self.inside = False
+
+    def spmm(self, x, op="gcn", values=None):
+        given = values is not None
+        call = Aggregate(op, tuple(x.shape[1:]), x.requires_grad, tuple(values.shape[1:]) if given else None,
+                         given and values.requires_grad)
+        return self._primitive(call, lambda: super(_Recorder, self).spmm(x, op, values))
+
+    def sddmm(self, dst, src, op="loop", kind="add"):
+        return self._primitive(EdgeScores(op, tuple(src.shape[1:]), src.requires_grad),
+                               lambda: super(_Recorder, self).sddmm(dst, src, op, kind))
+
+    def edge_softmax(self, scores, op="loop"):
+        return self._primitive(EdgeSoftmax(op, tuple(scores.shape[1:])),
+                               lambda: super(_Recorder, self).edge_softmax(scores, op))
+
+
+class _DenseProducts(TorchFunctionMode):
+    def __init__(self, view: _Recorder):
+        super().__init__()
+        self.view = view
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in _DENSE and not self.view.inside:
+            x, weight = args[0], args[1]
+            k, n = (weight.shape[1], weight.shape[0]) if func is F.linear else (weight.shape[0], weight.shape[-1])
+            if x.dim() >= 2 and x.shape[0] == TINY_NODES and weight.dim() == 2:
+                self.view.calls.append(Dense(int(k), int(n), x.numel() // (TINY_NODES * k), x.requires_grad))
+        return func(*args, **(kwargs or {}))
+
+
+def tiny_graph() -> Adjacency:
+    """A directed cycle and its reverse: every primitive has edges to work on."""
+    ids = torch.arange(TINY_NODES)
+    row = torch.cat([ids, ids])
+    col = torch.cat([(ids + 1) % TINY_NODES, (ids - 1) % TINY_NODES])
+    return Adjacency.from_coo(row, col, (TINY_NODES, TINY_NODES))
+
+
+# Options of one model only; another model ignores them, as the trainer passes them.
+_MODEL_SPECIFIC = {"heads", "attn_dropout", "k", "alpha"}
+
+
+def build(widths, model: str = "gcn", decoupled: bool = False, **options) -> torch.nn.Module:
+    """The model the trainer would build for ``widths`` (input, the ``hidden`` option of every
+    hidden layer — per head for GAT —, classes), without touching the global RNG.
+    ``options``: constructor options (``heads`` and ``k`` are ignored by models without them)."""
+    widths = tuple(int(w) for w in widths)
+    if len(widths) < 2 or len(set(widths[1:-1])) > 1:
+        raise ValueError(f"widths must be (input, hidden, ..., classes) with one hidden width, got {widths}")
+    hidden = widths[1] if len(widths) > 2 else options.pop("hidden", 16)
+    built = Decoupled if decoupled else MODELS.get(model.lower())
+    if built is not None:
+        taken = inspect.signature(built).parameters
+        options = {k: v for k, v in options.items() if k in taken or k not in _MODEL_SPECIFIC}
+    with torch.random.fork_rng(devices=[]):
+        return build_model(model, widths[0], widths[-1], decoupled=decoupled, hidden=hidden,
+                           layers=len(widths) - 1, **options)
+
+
+def trace(net: torch.nn.Module, in_dim: int, forward: Optional[Callable] = None) -> Trace:
+    """The calls of ``forward(net, view, x)`` (default ``net(view, x)``) in a training step
+    and in an evaluation pass."""
+    forward = forward or (lambda m, view, x: m(view, x))
+    view = _Recorder(tiny_graph())
+    x = torch.randn(TINY_NODES, in_dim, generator=torch.Generator().manual_seed(0))  # not the global RNG
+    was_training = net.training
+    try:
+        net.train()
+        with torch.enable_grad(), view.dense:
+            out = forward(net, view, x)
+        train = tuple(view.calls)
+        net.zero_grad(set_to_none=True)
+        out.sum().backward()
+        gradients = sum(p.numel() for p in net.parameters() if p.grad is not None)
+        net.zero_grad(set_to_none=True)
+        view.calls = []
+        net.eval()
+        with torch.no_grad(), view.dense:
+            forward(net, view, x)
+        return Trace(train, tuple(view.calls), gradients)
+    finally:
+        net.train(was_training)
+
+
+def epoch_compute(traced: Trace, rates: ComputeRates, rows: int, aggregation: Callable, edges: Callable,
+                  evaluate: bool = True) -> dict:
+    """Seconds of one rank's compute in an epoch, ``{"aggregate": ..., "dense": ...}``: the
+    training step and, with ``evaluate``, the evaluation pass.
+
+    ``rows``: the rank's vertex rows for dense work; ``aggregation(call)``: the SpMM an
+    ``Aggregate`` runs there; ``edges(op)``: the edges whose scores it computes. Backward
+    adds an aggregation's transpose (when its input wants a gradient) and its per-edge value
+    gradients (priced as one more SpMM); the products dW and, when the input wants one, dX;
+    the edge work once more. Elementwise work is two passes over every product's output
+    forward and one backward (bias, activation), one over the edges for scores and three
+    for a softmax."""
+    out = {"aggregate": 0.0, "dense": 0.0}
+    for calls, backward in traced.passes(evaluate):
+        for call in calls:
+            if isinstance(call, Aggregate):
+                op = aggregation(call)
+                seconds = rates.spmm(op)
+                if backward:
+                    seconds += call.input_grad * rates.spmm(transposed(op)) + call.values_grad * rates.spmm(op)
+                out["aggregate"] += call.steps * seconds
+            elif isinstance(call, Dense):
+                m = rows * call.batch
+                seconds = rates.gemm(GEMM(m, call.k, call.n)) + rates.elementwise(Elementwise(2 * m * call.n))
+                if backward:
+                    seconds += rates.gemm(GEMM(call.k, m, call.n)) + rates.elementwise(Elementwise(m * call.n))
+                    seconds += call.input_grad * rates.gemm(GEMM(m, call.n, call.k))
+                out["dense"] += seconds
+            else:
+                scores = isinstance(call, EdgeScores)
+                width = call.row_elements if scores else math.prod(call.shape)
+                seconds = rates.elementwise(Elementwise((1 if scores else 3) * edges(call.op) * width))
+                out["aggregate"] += seconds * (1 + backward)
+    return out
+
+
+def transposed(op: SpMM) -> SpMM:
+    return SpMM(op.common, op.rows, op.nnz, op.width)
+
+
+# What the trainer all-reduces besides gradients: the summed loss of the step (one float) and,
+# in an evaluation, the hits on the train, validation and test rows (three).
+LOSS_ELEMENTS, EVALUATION_ELEMENTS = 1, 3
+
+
+def replicated_phases(world: int, gradients: int, evaluate: bool, link: tuple) -> tuple:
+    """The ``grad`` and ``metrics`` phases every strategy with replicated weights runs (one
+    all-reduce of the gradients, the metrics' all-reduces; nothing on one rank): ``(bytes per
+    phase and rank, seconds per phase)``; ``link``: (bandwidth, latency) of a collective over
+    all ranks."""
+    buffers = {"grad": [gradients * ELEMENT_BYTES] if gradients else [],
+               "metrics": [LOSS_ELEMENTS * ELEMENT_BYTES] + ([EVALUATION_ELEMENTS * ELEMENT_BYTES] if evaluate else [])}
+    counted = {phase: [sum(sizes) if world > 1 else 0] * world for phase, sizes in buffers.items()}
+    seconds = {phase: sum(collective_time("all_reduce", n, world, *link) for n in sizes)
+               for phase, sizes in buffers.items()}
+    return counted, seconds
+
+
+def peak_bytes(net: torch.nn.Module, traced: Trace, in_dim: int, rows: int, structure: int, aggregated: Callable,
+               gathered: Callable, edges: Callable) -> int:
+    """One rank's ``Estimate.peak_bytes``: ``structure`` (its graph operators), its ``rows``
+    of vertex data (features, labels, masks), the parameters with their gradients and Adam's
+    two moments, and twice what a training step saves for backward: every product's output,
+    ``aggregated(call)`` elements per aggregation, ``gathered(call)`` per score gather, two
+    values per edge (``edges(op)``) per softmax."""
+    saved = 0
+    for call in traced.train:
+        if isinstance(call, Dense):
+            saved += rows * call.batch * call.n
+        elif isinstance(call, Aggregate):
+            saved += aggregated(call)
+        elif isinstance(call, EdgeScores):
+            saved += gathered(call)
+        elif isinstance(call, EdgeSoftmax):
+            saved += 2 * edges(call.op) * math.prod(call.shape)
+    vertex = rows * (in_dim * ELEMENT_BYTES + 8 + 3)
+    parameters = 4 * ELEMENT_BYTES * sum(p.numel() for p in net.parameters())
+    return structure + vertex + parameters + 2 * ELEMENT_BYTES * saved
