@@ -1,5 +1,6 @@
 """``gnnmesh plan``: rank every X x Y x Z grid of G ranks by the predicted epoch time of
-3D-parallel GCN training (``gnnmesh.planner.grid3d``), for this machine or one described by flags."""
+3D-parallel GCN training (``gnnmesh.planner.grid3d``), for this machine or one described by flags;
+``--strategy offload`` (``plan_offload.py``) and ``all``, every full-graph strategy (``plan_all.py``)."""
 
 from __future__ import annotations
 
@@ -25,10 +26,11 @@ DEFAULT_FEATURES, DEFAULT_CLASSES = 128, 10      # for a graph given by its size
 def add_parser(subparsers) -> argparse.ArgumentParser:
     cmd = subparsers.add_parser("plan", help="rank the process grids of a parallel strategy by "
                                 "predicted epoch time")
-    cmd.add_argument("--strategy", choices=("grid3d", "offload"), default="grid3d",
-                     help="parallel strategy to plan (default grid3d)")
+    cmd.add_argument("--strategy", choices=("grid3d", "offload", "all"), default="grid3d",
+                     help="parallel strategy to plan (default grid3d); all: rank every full-graph strategy "
+                          "(partition, tensor, grid3d) for a --dataset")
     cmd.add_argument("--nproc", type=int, metavar="G", help="number of ranks (GPUs) G (offload: default 1)")
-    cmd.add_argument("--gpus-per-node", dest="per_node", type=int, metavar="K",
+    cmd.add_argument("--gpus-per-node", "--nodes-per-host", dest="per_node", type=int, metavar="K",
                      help="ranks per node (default: all G on one node)")
     graph = cmd.add_argument_group("graph and model (a dataset, or its size)")
     graph.add_argument("--dataset", metavar="NAME", help="dataset name, generator spec or graph file (R-MAT specs "
@@ -71,6 +73,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     cmd.add_argument("--json", metavar="FILE", help="also write the ranked candidates to FILE as JSON "
                      "(what 'gnnmesh report --plan' draws)")
     plan_offload.add_arguments(cmd)
+    every = cmd.add_argument_group("every strategy (--strategy all; also --model, --decoupled, --device-memory, "
+                                   "--partitioner)")
+    every.add_argument("--epochs", type=int, metavar="E", help="epochs the partitioning time is spread over "
+                       "in the ranking (default: the train command's, 200)")
     return cmd
 
 
@@ -80,14 +86,17 @@ def run(args) -> int:
     if args.strategy == "offload":
         args.hidden_given = args.hidden is not None
         return plan_offload.run(args)
+    if args.strategy == "all":
+        from . import plan_all
+        return plan_all.run(args)
+    if args.epochs is not None:
+        raise ConfigError("--epochs applies to --strategy all (it spreads partitioning time over the run)")
     if args.nproc is None:
         raise ConfigError("--nproc G: the number of ranks to plan grids for")
     args.hidden = args.hidden or DEFAULT_HIDDEN
-    _check(args)
+    check_flags(args)
     name, work = workload(args)
     rates, network = machine(args)
-    if args.save_rates:
-        write_file(args.save_rates, json.dumps({"compute": asdict(rates), "network": asdict(network)}, indent=2))
     per_node = min(args.per_node or args.nproc, args.nproc)
     ranked = rank_grids(work, args.nproc, rates, network, per_node, args.order)
     shown = ranked[:args.top] if args.top else ranked
@@ -111,7 +120,8 @@ def candidate(prediction, work: Workload) -> Candidate:
 MAX_RANKS = 1 << 20
 
 
-def _check(args) -> None:
+def check_flags(args) -> None:
+    """The numeric and machine flags, and that one description of the graph is given."""
     positive = {"--nproc": args.nproc, "--gpus-per-node": args.per_node, "--nodes": args.nodes,
                 "--features": args.features, "--hidden": args.hidden, "--classes": args.classes,
                 "--layers": args.layers, "--threads": args.threads, "--top": args.top}
@@ -173,11 +183,11 @@ def graph_size(dataset: str, data_root: Optional[str]) -> tuple:
 
 def machine(args) -> tuple:
     """(ComputeRates, Network): from --rates, --probe or the nominal GPU figures, then the
-    bandwidth and latency flags on top."""
+    bandwidth and latency flags on top; written to --save-rates if given."""
     if args.rates:
         rates, network = _read_rates(args.rates)
     elif args.probe:
-        from .probe import probe_compute, probe_network
+        from ..planner.probe import probe_compute, probe_network
         if args.device == "cuda":
             import torch
             if not torch.cuda.is_available():
@@ -194,6 +204,8 @@ def machine(args) -> tuple:
         flags = ", ".join("--" + k.replace("_", "-") for k in given)
         source = "given" if len(given) == 4 else f"{network.source} with {flags}"
         network = Network(**{**asdict(network), **given, "source": source})
+    if args.save_rates:
+        write_file(args.save_rates, json.dumps({"compute": asdict(rates), "network": asdict(network)}, indent=2))
     return rates, network
 
 
@@ -223,12 +235,19 @@ def header(name: str, work: Workload, world: int, per_node: int, order: str, rat
         f"rank order {order} ({order[-1].upper()} fastest)",
         f"graph:   {name}, {work.nodes:,} nodes, {work.nnz:,} adjacency entries with self-loops; "
         f"GCN {widths}{', with evaluation pass' if work.evaluate else ''}",
+        *machine_lines(rates, network),
+        "",
+    ]
+
+
+def machine_lines(rates: ComputeRates, network: Network) -> list:
+    """The header's compute and network lines."""
+    return [
         f"compute: {rates.source}: SpMM {_gflops(rates, 128):.1f} GFLOP/s at width 128, "
         f"{_gflops(rates, 8):.1f} at width 8; GEMM {rates.gemm_flops / 1e9:.1f} GFLOP/s",
         f"network: {network.source}: intra-node {network.intra_bw / 1e9:.3g} GB/s, "
         f"inter-node {network.inter_bw / 1e9:.3g} GB/s per node; latency "
         f"{network.intra_latency * 1e6:.3g} / {network.inter_latency * 1e6:.3g} us",
-        "",
     ]
 
 
@@ -240,11 +259,14 @@ def _gflops(rates: ComputeRates, width: int) -> float:
 
 
 def _ms(seconds: float) -> str:
-    """Milliseconds to four significant digits, never in exponent form."""
-    ms = seconds * 1e3
-    if ms == 0:
+    return significant(seconds * 1e3)
+
+
+def significant(value: float) -> str:
+    """``value`` (>= 0) to four significant digits, never in exponent form."""
+    if value == 0:
         return "0"
-    return f"{ms:.{max(0, 3 - math.floor(math.log10(ms)))}f}"
+    return f"{value:.{max(0, 3 - math.floor(math.log10(value)))}f}"
 
 
 def table(ranked: list) -> list:

@@ -22,7 +22,8 @@ MiB = 2**20
 def add_arguments(cmd) -> None:
     off = cmd.add_argument_group("offload (--strategy offload)")
     off.add_argument("--device-memory", dest="device_memory", metavar="SIZE",
-                     help="the fast tier's budget, e.g. 512MiB (required for offload)")
+                     help="the fast tier's budget, e.g. 512MiB (required for offload); all: the memory of a "
+                          "rank, candidates predicted to need more are left out")
     off.add_argument("--model", default="gcn", choices=("gcn", "sage", "gat", "gin"), help="GNN model")
     off.add_argument("--decoupled", action="store_true", help="the model's decoupled form")
     off.add_argument("--chunks", default="auto", help="chunks per rank, or auto (default)")
@@ -32,7 +33,8 @@ def add_arguments(cmd) -> None:
                      help="cache aggregates or recompute layers (default auto)")
     off.add_argument("--reorganize", action="store_true", default=None, help="regroup chunks (default)")
     off.add_argument("--no-reorganize", dest="reorganize", action="store_false")
-    off.add_argument("--partitioner", default=None, help="vertex partitioner for several ranks (default hp)")
+    off.add_argument("--partitioner", default=None, help="vertex partitioner for several ranks (default hp); "
+                     "all: the partitioners to rank, comma-separated (default rp,gp,hp)")
 
 
 def run(args) -> int:

@@ -348,6 +348,31 @@ def payload_bytes(work: Workload, grid: Grid) -> int:
     return int(round(total))
 
 
+def peak_bytes(work: Workload, grid: Grid) -> int:
+    """A rough peak of one rank's tensor bytes, by the rule ``Estimate.peak_bytes`` states for
+    the other strategies, from the block shapes under an even spread of nonzeros; unlike
+    their bytes, not yet checked against a run. It counts each layer's adjacency block (CSR,
+    int64 indices, float32 values; six kept at most, three planes x two permutations) twice
+    (the block and its row blocks); the layer-0 feature block and the labels and masks of the
+    rows the rank scores; the whole of W and b with gradients and Adam's two moments; and
+    twice what a training step saves for backward: per layer its input block, the SpMM's
+    output and the GEMM's. Not counted: the whole graph a rank training from the dataset
+    (not from parts) keeps to cut its blocks from, the permutations and the logit route."""
+    b, structure, saved = work.element_bytes, 0, 0
+    first = roles(0)
+    vertex = (_split(work.nodes, grid[first.cols]) * _split(work.widths[0], grid[first.feats]) * b
+              + _split(work.nodes, grid.size) * (8 + 3))
+    for layer in range(work.layers):
+        r = roles(layer)
+        out_rows, in_rows = _split(work.nodes, grid[r.rows]), _split(work.nodes, grid[r.cols])
+        f_in, f_out = _split(work.widths[layer], grid[r.feats]), _split(work.widths[layer + 1], grid[r.cols])
+        if layer < 6:
+            nnz = _split(work.nnz, grid[r.rows] * grid[r.cols])
+            structure += 2 * (8 * (out_rows + 1) + nnz * (8 + b))
+        saved += in_rows * f_in + out_rows * f_in + out_rows * f_out
+    return structure + vertex + 4 * b * work.parameters + 2 * b * saved
+
+
 def rank_grids(work: Workload, world: int, rates: ComputeRates, network: Network,
                ranks_per_node: Optional[int] = None, order: str = RANK_ORDER,
                grids: Optional[Iterable] = None) -> list:

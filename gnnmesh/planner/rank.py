@@ -1,0 +1,124 @@
+"""Every full-graph strategy for a graph on P ranks, ranked by the models of ``partition``,
+``tensor`` and ``grid3d``: ``rank_strategies``.
+
+The candidates are 1D partition parallelism under each partitioner (the partition is
+computed, or read from the partition store, so its bytes are exact and its partitioning time
+is the candidate's setup), tensor parallelism (its decoupled form when the model is), and
+every X x Y x Z grid of P ranks. They are ranked by ``epoch_s + setup_s / epochs``: the
+predicted epoch with the one-off setup spread over the run. Each model's bytes are checked
+against runs on its own (``tests/test_planner_estimates.py``); the ranking across strategies,
+which rests on their times, is not yet checked against measured epochs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from ..layout.grid import RANK_ORDER, factorizations
+from ..models.base import GraphLayer, LayerStack
+from ..partition import MissingExtraError, partition
+from ..view import OPERATORS
+from . import partition as partition_model
+from . import tensor as tensor_model
+from .estimate import Estimate
+from .grid3d import ComputeRates, Network, Prediction, Workload, payload_bytes, peak_bytes, predict
+from .trace import build
+
+PARTITIONERS = ("rp", "gp", "hp")   # random, METIS (pymetis), hypergraph (mt-KaHyPar)
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """A candidate left out of the ranking, and why."""
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """``ranked``: the candidates' Estimates, best first; ``dropped``: those left out."""
+    ranked: tuple
+    dropped: tuple
+    epochs: int
+
+    def cost(self, estimate: Estimate) -> float:
+        return cost(estimate, self.epochs)
+
+
+def cost(estimate: Estimate, epochs: int) -> float:
+    """What the ranking sorts on: seconds per epoch with the setup spread over ``epochs``."""
+    return estimate.epoch_s + estimate.setup_s / epochs
+
+
+def rank_strategies(graph, ranks: int, model: str, widths, rates: ComputeRates, network: Network,
+                    ranks_per_node: Optional[int] = None, *, epochs: int = 200, memory_limit: Optional[int] = None,
+                    partitioners=PARTITIONERS, decoupled: bool = False, evaluate: bool = True, seed: int = 0,
+                    epsilon: float = 0.01, cache: bool = True, cache_dir=None, order: str = RANK_ORDER,
+                    **options) -> Ranking:
+    """Rank the strategies for ``model`` (``decoupled``: its decoupled form; ``options``: the
+    constructor's, e.g. ``heads``, ``k``) with ``widths`` (input, hidden..., classes; GAT's
+    hidden per head) on ``graph`` (a loaded Graph) over ``ranks`` ranks, ``ranks_per_node``
+    to a node (default: one node).
+
+    ``partitioners``: the methods to partition with, through ``gnnmesh.partition.partition``
+    (``epsilon``, ``seed``, and the store: ``cache``, ``cache_dir``); one whose package is
+    missing is dropped with the reason. Tensor parallelism is the plain one, or the
+    decoupled one for a decoupled model. grid3d is priced for GCN only (``grid3d.predict``);
+    for another model it is dropped with the reason; its peak memory is the rough
+    ``grid3d.peak_bytes`` and its setup (permutations, cutting blocks) is not modelled (0).
+    ``memory_limit``: bytes per rank; a candidate whose largest peak exceeds it is dropped.
+    ``epochs``: how many epochs the setup is spread over."""
+    if epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {epochs}")
+    common = dict(decoupled=decoupled, **options)
+    candidates, dropped = [], []
+    for method in partitioners:
+        try:
+            part = partition(graph, ranks, method, epsilon=epsilon, seed=seed, cache=cache, cache_dir=cache_dir)
+        except MissingExtraError as err:
+            dropped.append(Dropped(f"partition {method}", str(err)))
+            continue
+        candidates.append(partition_model.estimate(graph, part, widths, model, rates, network, ranks_per_node,
+                                                   evaluate, **common))
+    candidates.append(tensor_model.estimate(graph, ranks, widths, model, rates, network, ranks_per_node, evaluate,
+                                            **common))
+    refusal = grid3d_refusal(build(widths, model, decoupled, **options), model, decoupled)
+    if refusal:
+        dropped.append(Dropped("grid3d", refusal))
+    else:
+        adj = getattr(graph, "adj", graph)
+        work = Workload(adj.shape[0], OPERATORS["gcn"](adj).nnz, tuple(int(w) for w in widths), evaluate=evaluate)
+        candidates += [grid3d_estimate(work, predict(work, grid, rates, network, ranks_per_node, order))
+                       for grid in factorizations(ranks)]
+    kept = []
+    for estimate in candidates:
+        peak = max(estimate.peak_bytes)
+        if memory_limit is not None and peak > memory_limit:
+            dropped.append(Dropped(estimate.strategy, f"peak {peak / 2**20:.3g} MiB per rank is over the "
+                                                      f"limit of {memory_limit / 2**20:.3g} MiB"))
+        else:
+            kept.append(estimate)
+    return Ranking(tuple(sorted(kept, key=lambda e: (cost(e, epochs), e.strategy))), tuple(dropped), epochs)
+
+
+def grid3d_refusal(net, model: str, decoupled: bool) -> Optional[str]:
+    """Why grid3d is not a candidate for ``net`` (the built ``model``), or None. The strategy
+    runs models whose layers are sums of aggregation terms (what ``Grid3D`` checks); its
+    performance model prices GCN layers."""
+    name = f"decoupled {model}" if decoupled else model
+    if decoupled or not (isinstance(net, LayerStack) and all(isinstance(layer, GraphLayer) for layer in net.layers)):
+        return f"the grid3d strategy does not run {name}"
+    if model != "gcn":
+        return f"the grid3d strategy runs {name}, but its performance model prices GCN layers only"
+    return None
+
+
+def grid3d_estimate(work: Workload, prediction: Prediction) -> Estimate:
+    """A grid's Prediction as an Estimate: the collectives' seconds per process group
+    (``comm x``, ... ``comm world``), one phase ``collectives`` of ``payload_bytes`` per rank
+    (every rank alike under an even spread), the rough ``peak_bytes``; no setup."""
+    grid, ranks = prediction.grid, prediction.grid.size
+    comm = {f"comm {group}": seconds for group, seconds in prediction.comm.items()}
+    return Estimate.build(f"grid3d {grid}", {"aggregate": prediction.spmm, "dense": prediction.dense}, comm,
+                          {"collectives": [payload_bytes(work, grid)] * ranks}, [peak_bytes(work, grid)] * ranks)
