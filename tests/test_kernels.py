@@ -198,3 +198,35 @@ def test_varying_outputs_reuse_a_bounded_pool(pooled):
     assert len(addresses) <= 3  # a handful of classes, not a buffer per step
     assert buffers.size_class(1 << 21) == 1 << 21 and buffers.size_class((1 << 21) + 1) == (1 << 21) + (1 << 18)
     buffers.clear()
+
+
+WARM_THEN_TRAIN = """
+import json
+from gnnmesh import datasets
+from gnnmesh.config import Config
+from gnnmesh.ops import _numba, compiled
+from gnnmesh.train import Trainer
+names = ["spmm", "edge_dot", "edge_add", "row_sum", "softmax", "softmax_backward"]
+def signatures():
+    return {n: [str(s) for s in getattr(_numba, n).signatures] for n in names}
+assert compiled.load()
+loaded = signatures()
+for model in ("gcn", "gat", "sage", "gin"):
+    Trainer(Config(model=model, epochs=1), datasets.load("sbm:nodes=300,features=8")).fit()
+print(json.dumps([loaded, signatures()]))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_loading_compiles_what_training_runs():
+    """``load`` (which the train command calls before measuring anything) leaves no kernel to
+    compile during training: in a fresh process, training every model after it adds no types."""
+    import json
+    import os
+    import subprocess
+    env = {**os.environ, "GNNMESH_KERNELS": "compiled"}
+    out = subprocess.run([sys.executable, "-c", WARM_THEN_TRAIN], env=env, capture_output=True, text=True,
+                         timeout=280)
+    assert out.returncode == 0, out.stderr
+    loaded, trained = json.loads(out.stdout.strip().splitlines()[-1])
+    assert all(loaded.values()) and loaded == trained

@@ -64,17 +64,27 @@ def _kernels():
 
 def load() -> bool:
     """Load the compiled kernels now rather than on the first large adjacency (their cost is
-    code, the same in every process, not data); whether they can run. The first call of any
-    kernel starts numba's compiler and thread pool (about 55 MiB): one tiny call does it here."""
+    code, the same in every process, not data); whether they can run. A kernel's first call
+    per argument type starts numba's compiler and thread pool (about 55 MiB) and, on a fresh
+    install, compiles it (seconds, more memory): every kernel runs here once on a tiny graph,
+    with the types of float32 training on a graph of under 2^31 entries."""
     if choice() == "torch" or _kernels() is None:
         return False
     if "warm" not in _module:
-        one = np.ones(1, dtype=np.float32)
-        indptr, indices, bounds = np.array([0, 1], np.int32), np.zeros(1, np.int32), np.array([0, 1], np.int64)
-        _run(_kernels().spmm, indptr, indices, one.reshape(1, 1), None, one.reshape(1, 1, 1),
-             np.empty((1, 1, 1), np.float32), bounds)
+        _warm()
         _module["warm"] = True
     return True
+
+
+def _warm() -> None:
+    adj = Adjacency.from_coo([0, 1], [1, 0], (2, 2), values=np.ones(2))
+    rows, edges = torch.ones(2, 1), torch.ones(2)
+    for transpose in (False, True):  # a transpose reads the values through a permutation
+        spmm(adj, edges, rows, transpose)
+        row_sum(adj, edges, transpose)
+    edge_dot(adj, rows, rows)
+    edge_add(adj, rows, rows)
+    edge_softmax_backward(adj, edge_softmax(adj, edges), edges)
 
 
 @contextmanager
