@@ -10,7 +10,8 @@ default (``GNNMESH_KERNELS=auto``) the compiled kernels run on adjacencies of at
 ``MIN_ENTRIES`` entries, and numba loads on the first of them. ``GNNMESH_KERNELS=compiled``
 runs them on every size, ``torch`` never (numba never loads). Inputs of any layout are made
 contiguous; plain ``[N, F]`` vertex data and ``[E]`` edge data are handled as one head.
-Outputs live in pooled memory (``buffers``), so that epochs after the first fault in no pages.
+Outputs come from ``buffers``: pooled memory when a program turns pooling on (``gnnmesh
+train`` does), so that epochs after the first fault in no pages.
 """
 
 from __future__ import annotations
