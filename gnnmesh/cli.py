@@ -42,12 +42,15 @@ HELP = {
     "weight_decay": "L2 penalty; default: the model's",
     "seed": "random seed (weights, dropout, generated data splits)",
     "eval_every": "evaluate every N epochs",
-    "strategy": "parallel strategy; with --minibatch: gdp, nfp, snp or dnp (how the first layer is "
+    "strategy": "parallel strategy; auto: the full-graph strategy the planner predicts fastest for this "
+                "job (it prints the ranking first); with --minibatch: gdp, nfp, snp or dnp (how the first layer is "
                 "split across ranks), or auto (the one a dry run predicts fastest)",
     "nproc": "number of local processes (ranks) to start; under torchrun leave it out",
     "partitioner": "vertex partitioner for --strategy partition, offload, snp or dnp (default: hp, which "
                    "needs gnnmesh[partitioners]; shp: the stochastic hypergraph of sampled batches, snp/dnp)",
     "epsilon": "--strategy partition: allowed load imbalance of the partition (default: 0.01)",
+    "rates": "--strategy auto: plan with the machine rates in this file (from 'gnnmesh plan --save-rates' or "
+             "benchmarks/planner.py; default: this machine's, probed once and kept in the cache)",
     "partition_file": "--strategy partition: use this stored partition (from 'gnnmesh partition') "
                       "instead of computing one",
     "chunk_size": "tensor in memory: destination rows per aggregation chunk (default: the "
@@ -60,7 +63,8 @@ HELP = {
     "blocks": "grid3d: row blocks per aggregation, each block's all-reduce overlapping the next "
               "block's SpMM (default: 1)",
     "device_memory": "offload, tensor with --host-store: the fast tier's budget, e.g. 512MiB or 2GiB (the GPU's memory with "
-                     "--device cuda, the process's working memory on CPU; default: 1GiB)",
+                     "--device cuda, the process's working memory on CPU; default: 1GiB); auto: each rank's "
+                     "memory, candidates predicted to need more are left out (default: no limit)",
     "host_store": "offload: where every layer's vertex data and gradients live: ram (pinned on "
                   "CUDA) or file (one file per layer under --store-dir; default: ram); tensor: "
                   "train out of core with this store (default: in memory); --minibatch with several "

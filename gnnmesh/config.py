@@ -57,11 +57,14 @@ STRATEGY_FIELDS = {"partitioner": ("partition", "offload") + VERTEX_ROUTED,
                    "partition_file": ("partition", "offload") + VERTEX_ROUTED,
                    "chunk_size": ("tensor",), "pipeline": ("tensor",),
                    "grid": ("grid3d",), "permute": ("grid3d",), "blocks": ("grid3d",),
-                   "device_memory": ("offload", "tensor"), "host_store": ("offload", "tensor") + MINIBATCH_PARALLEL,
+                   "device_memory": ("offload", "tensor", "auto"), "host_store": ("offload", "tensor") + MINIBATCH_PARALLEL,
                    "store_dir": ("offload", "tensor") + MINIBATCH_PARALLEL, "cache_memory": MINIBATCH_PARALLEL,
                    "bandwidths": MINIBATCH_PARALLEL, "chunks": ("offload", "tensor"),
                    "intermediates": ("offload",), "dedup": ("offload", "tensor"),
-                   "reorganize": ("offload", "tensor")}
+                   "reorganize": ("offload", "tensor"), "rates": ("auto",)}
+# --strategy auto without --minibatch plans across the full-graph strategies and takes these
+# settings only: the partitioners to rank, their imbalance, each rank's memory and the rates file.
+PLANNED_FIELDS = ("partitioner", "epsilon", "device_memory", "rates")
 STRATEGY_DEFAULTS = {"partitioner": "hp", "epsilon": 0.01, "pipeline": True, "permute": True, "blocks": 1,
                      "device_memory": "1GiB", "host_store": "ram", "chunks": "auto", "intermediates": "auto",
                      "dedup": "both", "reorganize": True}
@@ -138,6 +141,7 @@ class Config:
     partitioner: Optional[str] = field(default=None, metadata=_section("run"))
     epsilon: Optional[float] = field(default=None, metadata=_section("run"))
     partition_file: Optional[str] = field(default=None, metadata=_section("run"))
+    rates: Optional[str] = field(default=None, metadata=_section("run"))
     chunk_size: Optional[int] = field(default=None, metadata=_section("run"))
     pipeline: Optional[bool] = field(default=None, metadata=_section("run"))
     grid: Optional[str] = field(default=None, metadata=_section("run"))
@@ -217,6 +221,9 @@ class Config:
         if self.parts and self.reorder != "none":
             raise ConfigError("config field 'reorder': parts are written in their final order; "
                               "reorder applies only when loading a dataset")
+        if self.parts and self.planned:
+            raise ConfigError("config field 'parts': --strategy auto plans from the whole dataset; parts were "
+                              "written for one strategy (leave --strategy out to train with it)")
         if self.resume and not self.checkpoint:
             raise ConfigError("config field 'resume' needs 'checkpoint' (a file path)")
         self._refuse_inapplicable()
@@ -227,7 +234,7 @@ class Config:
         if not self.minibatch:
             if given:
                 raise ConfigError(f"config field '{given[0]}' applies only with --minibatch")
-            if self.strategy in MINIBATCH_STRATEGIES[1:]:
+            if self.strategy in MINIBATCH_STRATEGIES[1:] and self.strategy != "auto":
                 raise ConfigError(f"config field 'strategy': {self.strategy} trains mini-batches; add --minibatch")
             return
         if self.strategy not in MINIBATCH_STRATEGIES:
@@ -271,12 +278,23 @@ class Config:
             if self.partition_file is not None and name in FIXED_BY_PARTITION_FILE:
                 raise ConfigError(f"{where} does not apply with --partition-file: the stored "
                                   f"partition is used as it is")
+            if self.planned != (name in PLANNED_FIELDS) and self.strategy == "auto":
+                raise ConfigError(f"{where} does not apply to --strategy auto "
+                                  + ("without --minibatch: it plans across the full-graph strategies and takes "
+                                     f"--{', --'.join(n.replace('_', '-') for n in PLANNED_FIELDS)}"
+                                     if self.planned else "with --minibatch (it applies to full-graph training)"))
             if self.strategy not in strategy and not (self.parts and self.strategy == "single"):
                 raise ConfigError(f"{where} applies only to --strategy {' or '.join(strategy)}; this run "
                                   f"uses {self.strategy}")
             refusal = self._tensor_engine_refuses(name)
             if refusal:
                 raise ConfigError(f"{where} {refusal}")
+
+    @property
+    def planned(self) -> bool:
+        """Whether the strategy is chosen by the planner across the full-graph strategies
+        (``--strategy auto`` without ``--minibatch``; ``gnnmesh.train.auto``)."""
+        return self.strategy == "auto" and not self.minibatch
 
     def _tensor_engine_refuses(self, name: str) -> Optional[str]:
         """Why setting ``name`` does not fit the tensor engine this config picks (None: it fits)."""
@@ -302,7 +320,8 @@ class Config:
                         and self._tensor_engine_refuses(k) is None
                         and not (self.strategy == "tensor" and k == "host_store")  # in memory unless asked
                         and not (self.parts and k in FIXED_BY_PARTS)
-                        and not (self.partition_file is not None and k in FIXED_BY_PARTITION_FILE)})
+                        and not (self.partition_file is not None and k in FIXED_BY_PARTITION_FILE)
+                        and not self.planned})   # the plan leaves them open, then takes the chosen one's
         if self.minibatch and self.fanouts is None:  # ten neighbours per hop
             changes["fanouts"] = ",".join(["10"] * self.layers)
         if self.device != "cpu":

@@ -6,7 +6,7 @@ import pytest
 
 from gnnmesh import datasets
 from gnnmesh.cli import main
-from gnnmesh.commands.plan_all import choice
+from gnnmesh.planner.explain import choice
 from gnnmesh.layout.grid import Grid, factorizations
 from gnnmesh.partition import MissingExtraError, partition
 from gnnmesh.partition import methods as partition_methods

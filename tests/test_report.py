@@ -58,8 +58,8 @@ def snapshot(directory: Path):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Metrics files of real runs: one process, 2 ranks under 1D partitioning, 2 ranks of
-    grid3d on the 2x1x1 grid (its file named after that grid, so a plan's candidate matches
-    it), and a grid3d plan for 2 ranks."""
+    grid3d on the 2x1x1 grid (its records name the candidate, "grid3d 2x1x1"), and a grid3d
+    plan for 2 ranks."""
     root = tmp_path_factory.mktemp("runs")
     ok(gnnmesh(*TRAIN, "--metrics", root / "single.jsonl"))
     ok(gnnmesh(*TRAIN, "--nproc", "2", "--strategy", "partition", "--partitioner", "rp",
@@ -126,33 +126,33 @@ def test_plan_file_ranks_every_grid_and_matches_the_measured_bytes(runs, tmp_pat
     plan = json.loads((runs / "plan.json").read_text())
     assert plan["strategy"] == "grid3d" and set(plan) == {"strategy", "candidates"}
     names = [c["name"] for c in plan["candidates"]]
-    assert sorted(names) == ["1x1x2", "1x2x1", "2x1x1"]
+    assert sorted(names) == ["grid3d 1x1x2", "grid3d 1x2x1", "grid3d 2x1x1"]
     times = [c["predicted_epoch_s"] for c in plan["candidates"]]
     assert times == sorted(times) and all(isinstance(t, float) and t > 0 for t in times)
     for c in plan["candidates"]:
         assert set(c) == {"name", "predicted_epoch_s", "bytes_per_rank", "peak_memory_bytes", "dominant"}
         assert isinstance(c["bytes_per_rank"], int) and c["peak_memory_bytes"] is None and isinstance(c["dominant"], str)
     # the model's bytes per rank are what the 2x1x1 run's counters saw (to padding)
-    predicted = next(c for c in plan["candidates"] if c["name"] == "2x1x1")["bytes_per_rank"]
+    predicted = next(c for c in plan["candidates"] if c["name"] == "grid3d 2x1x1")["bytes_per_rank"]
     measured = records(runs / "2x1x1.jsonl")[-1]["bytes_total"] / 2
     assert abs(predicted - measured) <= 0.01 * measured
-    # the report puts the run beside the candidate its file is named after
+    # the report puts the run beside the candidate its records name
     out = tmp_path / "report"
     ok(gnnmesh("report", runs / "2x1x1.jsonl", runs / "single.jsonl", "--plan", runs / "plan.json", "--out", out))
     rows = table(out / "report.md", PLAN, 1)  # rank, candidate, predicted, measured, runs, ...
     assert [rows[name][0] for name in names] == ["1", "2", "3"]
-    assert rows["2x1x1"][3].endswith("ms") and rows["2x1x1"][4] == "2x1x1"
-    assert rows["1x2x1"][3:5] == rows["1x1x2"][3:5] == ["-", "-"]
+    assert rows["grid3d 2x1x1"][3].endswith("ms") and rows["grid3d 2x1x1"][4] == "2x1x1"
+    assert rows["grid3d 1x2x1"][3:5] == rows["grid3d 1x1x2"][3:5] == ["-", "-"]
     assert png_size(out / "plan.png") == figures.SIZE
 
 
 @pytest.mark.timeout(600)
 def test_a_candidate_field_in_the_records_names_the_candidate(runs, tmp_path):
     named = tmp_path / "whatever.jsonl"
-    named.write_text("".join(json.dumps({**r, "candidate": "1x1x2"}) + "\n" for r in records(runs / "single.jsonl")))
+    named.write_text("".join(json.dumps({**r, "candidate": "grid3d 1x1x2"}) + "\n" for r in records(runs / "single.jsonl")))
     out = tmp_path / "report"
     ok(gnnmesh("report", named, "--plan", runs / "plan.json", "--out", out))
-    assert table(out / "report.md", PLAN, 1)["1x1x2"][4] == "whatever"
+    assert table(out / "report.md", PLAN, 1)["grid3d 1x1x2"][4] == "whatever"
 
 
 @pytest.mark.timeout(600)

@@ -5,18 +5,19 @@
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import os
 from dataclasses import asdict
 from typing import Optional
 
-from ..atomic import check_writable, write_file
+from ..atomic import check_writable
 from ..errors import ConfigError
 from ..layout.grid import AXES, RANK_ORDER, WORLD, rank_orders
 from . import plan_offload
 from ..planner.grid3d import (GPU_NETWORK, GPU_RATES, ComputeRates, Network, SpMM, Workload, payload_bytes,
                               rank_grids)
+from ..planner.estimate import name_of
+from ..planner.explain import significant
+from ..planner.rates import read as read_rates, write as write_rates
 from ..report.plan_file import Candidate, write_plan
 
 DEFAULT_HIDDEN, DEFAULT_LAYERS = 16, 2           # the train command's GCN defaults
@@ -113,7 +114,7 @@ def candidate(prediction, work: Workload) -> Candidate:
     """A grid's entry in the plan file; ``dominant`` names its largest term."""
     terms = {"spmm": prediction.spmm, "dense": prediction.dense,
              **{f"comm {group}": t for group, t in prediction.comm.items()}}
-    return Candidate(str(prediction.grid), prediction.total, payload_bytes(work, prediction.grid),
+    return Candidate(name_of("grid3d", grid=prediction.grid), prediction.total, payload_bytes(work, prediction.grid),
                      None, max(terms, key=terms.get))  # the model does not predict memory
 
 
@@ -185,7 +186,7 @@ def machine(args) -> tuple:
     """(ComputeRates, Network): from --rates, --probe or the nominal GPU figures, then the
     bandwidth and latency flags on top; written to --save-rates if given."""
     if args.rates:
-        rates, network = _read_rates(args.rates)
+        rates, network = read_rates(args.rates)
     elif args.probe:
         from ..planner.probe import probe_compute, probe_network
         if args.device == "cuda":
@@ -205,23 +206,12 @@ def machine(args) -> tuple:
         source = "given" if len(given) == 4 else f"{network.source} with {flags}"
         network = Network(**{**asdict(network), **given, "source": source})
     if args.save_rates:
-        write_file(args.save_rates, json.dumps({"compute": asdict(rates), "network": asdict(network)}, indent=2))
+        write_rates(args.save_rates, rates, network)
     return rates, network
 
 
 def _si(value, unit):
     return None if value is None else value * unit
-
-
-def _read_rates(path: str) -> tuple:
-    try:
-        with open(path) as f:
-            data = json.load(f)
-        return ComputeRates(**data["compute"]), Network(**data["network"])
-    except OSError as err:
-        raise ConfigError(f"--rates {path}: {err.strerror or err}") from None
-    except (ValueError, KeyError, TypeError) as err:
-        raise ConfigError(f"--rates {path}: not a rates file written by --save-rates ({err})") from None
 
 
 # ---------------------------------------------------------------------------- output
@@ -260,13 +250,6 @@ def _gflops(rates: ComputeRates, width: int) -> float:
 
 def _ms(seconds: float) -> str:
     return significant(seconds * 1e3)
-
-
-def significant(value: float) -> str:
-    """``value`` (>= 0) to four significant digits, never in exponent form."""
-    if value == 0:
-        return "0"
-    return f"{value:.{max(0, 3 - math.floor(math.log10(value)))}f}"
 
 
 def table(ranked: list) -> list:

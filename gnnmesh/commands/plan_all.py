@@ -8,14 +8,12 @@ from __future__ import annotations
 from ..config import Config
 from ..errors import ConfigError
 from ..partition import METHODS, STOCHASTIC_METHODS
-from ..planner.rank import PARTITIONERS, Ranking, cost, rank_strategies
+from ..planner.explain import choice, dropped, table
+from ..planner.rank import PARTITIONERS, input_width, rank_strategies
 from ..report.plan_file import Candidate, write_plan
 from ..train.trainer import model_options
 from ..validate import parse_bytes
-from .plan import check_flags, machine, machine_lines, significant
-
-MiB = 2**20
-CLOSE = 1.05   # a lead under 5% is within what the models can tell apart
+from .plan import check_flags, machine, machine_lines
 
 
 def run(args) -> int:
@@ -34,7 +32,7 @@ def run(args) -> int:
     from .. import datasets
     graph = datasets.load(config.dataset, root=config.data_root)
     graph.require_node_classification()
-    in_dim = args.features or graph.num_features or (2 if graph.directed else 1)
+    in_dim = args.features or input_width(graph)
     classes = args.classes or graph.num_classes
     widths = (in_dim,) + (config.hidden,) * (config.layers - 1) + (classes,)
     options = {k: v for k, v in model_options(config).items() if k not in ("hidden", "layers")}
@@ -79,60 +77,3 @@ def candidate(estimate) -> Candidate:
     rank's bytes and peak."""
     return Candidate(estimate.strategy, estimate.epoch_s, max(estimate.rank_bytes), max(estimate.peak_bytes),
                      estimate.dominant)
-
-
-def _rough(estimate) -> bool:
-    return estimate.strategy.startswith("grid3d")   # grid3d.peak_bytes: block shapes only
-
-
-def table(ranking: Ranking, shown) -> list:
-    if not shown:
-        return ["no candidate left to rank"]
-    width = max(len(e.strategy) for e in shown)
-    lines = [f"ranked by predicted epoch + setup / {ranking.epochs} epochs (setup: the partitioning time)",
-             "comm: the bytes a rank's counters count in an epoch; comm and peak: the largest rank's",
-             f"{'rank':>4}  {'candidate':<{width}}  {'ms/epoch':>10}  {'epoch ms':>10}  {'setup s':>9}  "
-             f"{'comm MiB/rank':>14}  {'peak MiB/rank':>13}  dominant"]
-    for i, e in enumerate(shown, 1):
-        peak = ("~" if _rough(e) else "") + significant(max(e.peak_bytes) / MiB)
-        lines.append(f"{i:>4}  {e.strategy:<{width}}  {significant(ranking.cost(e) * 1e3):>10}  "
-                     f"{significant(e.epoch_s * 1e3):>10}  {significant(e.setup_s):>9}  "
-                     f"{significant(max(e.rank_bytes) / MiB):>14}  {peak:>13}  {e.dominant}")
-    if len(shown) < len(ranking.ranked):
-        lines.append(f"      ({len(ranking.ranked) - len(shown)} more ranked below these)")
-    if any(_rough(e) for e in shown):
-        lines.append("~ rough: grid3d's peak comes from block shapes under an even spread, not yet checked "
-                     "against runs")
-    lines.append("the ranking across strategies is not yet checked against measured epochs")
-    return lines
-
-
-def dropped(ranking: Ranking) -> list:
-    if not ranking.dropped:
-        return []
-    return ["not ranked:"] + [f"  {d.name}: {d.reason}" for d in ranking.dropped]
-
-
-def choice(ranking: Ranking, json_path=None) -> str:
-    """One line: the first candidate and why."""
-    ranked = ranking.ranked
-    if not ranked:
-        return ("choice: none: every candidate was left out (above)"
-                + (f"; {json_path} not written" if json_path else ""))
-    best = ranked[0]
-    if len(ranked) == 1:
-        return f"choice: {best.strategy} (the only candidate left)"
-    quickest = min(ranked, key=lambda e: e.epoch_s)
-    why = "fastest predicted epoch"
-    aside = ""
-    if quickest.epoch_s < best.epoch_s:
-        why += f" with the setup spread over {ranking.epochs} epochs"
-        aside = (f"; {quickest.strategy}'s epoch alone is {100 * (1 - quickest.epoch_s / best.epoch_s):.1f}% "
-                 f"shorter, but it takes {quickest.setup_s:.3g} s to set up")
-    nxt = ranked[1]
-    first, second = cost(best, ranking.epochs), cost(nxt, ranking.epochs)
-    lead = second / first if first > 0 else float("inf")
-    if lead < CLOSE:
-        return (f"choice: {best.strategy} ({why}, but {nxt.strategy} is within {100 * (lead - 1):.1f}%, "
-                f"closer than the models can tell apart{aside})")
-    return f"choice: {best.strategy} ({why}, {lead:.2f}x ahead of the next, {nxt.strategy}{aside})"

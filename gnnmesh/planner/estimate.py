@@ -40,17 +40,32 @@ class Estimate:
     peak_bytes: list
     dominant: str
     rank_phase_bytes: dict = field(default_factory=dict)
+    settings: dict = field(default_factory=dict)   # the run settings that train it (``name_of``'s)
 
     @classmethod
-    def build(cls, strategy: str, compute: dict, comm: dict, rank_phase_bytes: dict, peak_bytes: list,
-              setup_s: float = 0.0) -> "Estimate":
+    def build(cls, compute: dict, comm: dict, rank_phase_bytes: dict, peak_bytes: list,
+              setup_s: float = 0.0, **settings) -> "Estimate":
         """From the epoch's terms in seconds (``compute``: the slowest rank's, by kind;
-        ``comm``: by phase) and the bytes per phase and rank."""
+        ``comm``: by phase) and the bytes per phase and rank; ``settings``: ``strategy`` and
+        what else the run needs (``partitioner``, ``grid``, ``decoupled``), which name it."""
         ranks = len(peak_bytes)
         terms = {**compute, **comm}
         compute_s, comm_s = sum(compute.values()), sum(comm.values())
-        return cls(strategy, compute_s + comm_s, compute_s, comm_s, float(setup_s),
+        return cls(name_of(**settings), compute_s + comm_s, compute_s, comm_s, float(setup_s),
                    [sum(int(b[r]) for b in rank_phase_bytes.values()) for r in range(ranks)],
                    {p: sum(int(v) for v in b) for p, b in rank_phase_bytes.items()},
                    [int(b) for b in peak_bytes], max(terms, key=terms.get) if terms else "",
-                   {p: [int(v) for v in b] for p, b in rank_phase_bytes.items()})
+                   {p: [int(v) for v in b] for p, b in rank_phase_bytes.items()}, dict(settings))
+
+
+def name_of(strategy: str, partitioner=None, grid=None, decoupled: bool = False, **_) -> str:
+    """A candidate's display name, the one a plan and a run's metrics (``candidate``) use:
+    "partition hp", "tensor decoupled", "grid3d 2x1x2", "single", "offload gp"; ``grid``
+    is "X,Y,Z" or a Grid."""
+    if strategy in ("partition", "offload") and partitioner:
+        return f"{strategy} {partitioner}"
+    if strategy == "tensor" and decoupled:
+        return "tensor decoupled"
+    if strategy == "grid3d" and grid is not None:
+        return f"grid3d {str(grid).replace(',', 'x')}"
+    return strategy

@@ -44,6 +44,7 @@ class Workload:
     widths: tuple
     trainable_input: bool = False   # Plexus learns input embeddings; gnnmesh's features are fixed
     evaluate: bool = False          # one more forward pass per epoch (the trainer's evaluation)
+    dropout: bool = False           # dropout on every layer's input in the training step
     element_bytes: int = ELEMENT_BYTES
 
     @classmethod
@@ -83,6 +84,11 @@ class Elementwise:
 
 
 @dataclass(frozen=True)
+class Dropout:
+    elements: int   # a layer input's block: a keep-mask drawn and applied
+
+
+@dataclass(frozen=True)
 class Collective:
     kind: str       # "all_reduce", "all_gather", "reduce_scatter" or "all_to_all"
     axis: str       # grid axis whose process group runs it, or WORLD
@@ -93,8 +99,9 @@ def _split(n: int, parts: int) -> int:
     return -(-n // parts)   # the largest block decides the time
 
 
-def layer_ops(work: Workload, grid: Grid, layer: int, backward: bool) -> list:
-    """One layer's operations on one rank, in order."""
+def layer_ops(work: Workload, grid: Grid, layer: int, backward: bool, training: bool = True) -> list:
+    """One layer's operations on one rank, in order (``training``: a forward pass of the
+    training step, which drops out the layer's input when ``work.dropout``)."""
     r = roles(layer)
     d_in, d_out, b = work.widths[layer], work.widths[layer + 1], work.element_bytes
     out_rows, in_rows = _split(work.nodes, grid[r.rows]), _split(work.nodes, grid[r.cols])
@@ -103,7 +110,8 @@ def layer_ops(work: Workload, grid: Grid, layer: int, backward: bool) -> list:
     learned_input = layer == 0 and work.trainable_input   # cut along rows too, like Plexus
     if not backward:
         gather = [Collective("all_gather", r.rows, in_rows * f_in * b)] if learned_input else []
-        return gather + [SpMM(out_rows, in_rows, nnz, f_in),
+        dropped = [Dropout(in_rows * f_in)] if training and work.dropout else []
+        return gather + dropped + [SpMM(out_rows, in_rows, nnz, f_in),
                          Collective("all_reduce", r.cols, out_rows * f_in * b),    # H, partial over cols
                          GEMM(out_rows, f_in, f_out),
                          Elementwise(2 * out_rows * f_out),                        # bias, activation
@@ -113,7 +121,7 @@ def layer_ops(work: Workload, grid: Grid, layer: int, backward: bool) -> list:
            Collective("reduce_scatter", r.rows, (f_in * f_out + f_out) * b)]       # W and b blocks
     if layer > 0 or work.trainable_input:                                          # dF is wanted
         ops += [GEMM(out_rows, f_out, f_in),                                       # dH = dQ W^T
-                Elementwise(out_rows * f_in + in_rows * f_in),                     # summed in copies
+                Elementwise(out_rows * f_in + in_rows * f_in * (1 + work.dropout)),  # copies, mask
                 Collective("all_reduce", r.cols, out_rows * f_in * b),
                 SpMM(in_rows, out_rows, nnz, f_in),                                # dF = A^T dH
                 Collective("reduce_scatter" if learned_input else "all_reduce", r.rows,
@@ -141,7 +149,9 @@ def epoch_ops(work: Workload, grid: Grid) -> list:
     backward = _logits_ops(work, grid, backward=True)
     backward += [op for layer in reversed(range(work.layers)) for op in layer_ops(work, grid, layer, True)]
     backward.append(Collective("all_gather", WORLD, work.parameters * work.element_bytes))
-    evaluation = forward + [Collective("all_reduce", WORLD, 3 * work.element_bytes)] if work.evaluate else []
+    evaluation = [op for layer in range(work.layers) for op in layer_ops(work, grid, layer, False, False)]
+    evaluation += _logits_ops(work, grid, backward=False) + [Collective("all_reduce", WORLD, 3 * work.element_bytes)]
+    evaluation = evaluation if work.evaluate else []
     return forward + loss + backward + evaluation
 
 
@@ -167,6 +177,7 @@ class ComputeRates:
     gemm_flops: float        # flop/s
     elementwise_call: float = 0.0
     elementwise_per: float = 0.0   # per element of a dense block
+    dropout_per: float = 0.0       # per element of a dropout's mask, drawn and applied
     source: str = "given"
 
     def spmm(self, op: SpMM) -> float:
@@ -179,10 +190,13 @@ class ComputeRates:
     def elementwise(self, op: Elementwise) -> float:
         return self.elementwise_call + op.elements * self.elementwise_per
 
+    def dropout(self, elements: int) -> float:
+        return self.elementwise_call + elements * self.dropout_per
+
     def scaled(self, factor: float) -> "ComputeRates":
         """Every cost times ``factor`` (e.g. ranks sharing a core run that much slower)."""
         costs = ("spmm_call", "spmm_per_nnz", "spmm_per_nnz_col", "spmm_per_out", "spmm_per_in", "gemm_call",
-                 "elementwise_call", "elementwise_per")
+                 "elementwise_call", "elementwise_per", "dropout_per")
         return replace(self, gemm_flops=self.gemm_flops / factor,
                        **{name: getattr(self, name) * factor for name in costs})
 
@@ -192,7 +206,7 @@ class ComputeRates:
 # gap Plexus measured between two grids of equal flops (§4.1, configurations U and V).
 GPU_RATES = ComputeRates(spmm_call=10e-6, spmm_per_nnz=56e-12, spmm_per_nnz_col=2e-12,
                          spmm_per_out=2e-12, spmm_per_in=2e-12, gemm_call=10e-6, gemm_flops=40e12,
-                         elementwise_call=5e-6, elementwise_per=4e-12, source="nominal GPU")
+                         elementwise_call=5e-6, elementwise_per=4e-12, dropout_per=12e-12, source="nominal GPU")
 
 
 @dataclass(frozen=True)
@@ -326,6 +340,8 @@ def predict(work: Workload, grid: Grid, rates: ComputeRates, network: Network,
             dense += rates.gemm(op)
         elif isinstance(op, Elementwise):
             dense += rates.elementwise(op)
+        elif isinstance(op, Dropout):
+            dense += rates.dropout(op.elements)
         else:
             link = (_all_to_all_link(grid, per_node, network, links) if op.kind == "all_to_all"
                     else links[op.axis])

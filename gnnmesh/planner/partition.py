@@ -89,9 +89,9 @@ def estimate(graph, assignment, widths, model: str, rates: ComputeRates, network
                   key=lambda c: sum(c.values()))
     name = method or getattr(assignment, "method", None)
     setup = setup_s if setup_s is not None else (getattr(assignment, "seconds", None) or 0.0)
-    return Estimate.build(f"partition {name}" if name else "partition", compute, comm,
-                          {"halo": halo_bytes.tolist(), **counted},
-                          [_peak(net, traced, halos, widths[0], int(owned[r]), r) for r in range(parts)], setup)
+    return Estimate.build(compute, comm, {"halo": halo_bytes.tolist(), **counted},
+                          [_peak(net, traced, halos, widths[0], int(owned[r]), r) for r in range(parts)], setup,
+                          strategy="partition", partitioner=name)
 
 
 def _rank_compute(traced, halos: dict, rates: ComputeRates, owned: int, r: int, evaluate: bool) -> dict:

@@ -28,6 +28,7 @@ SPMM_SHAPES = ((1 << 15, 1 << 15, 8), (1 << 12, 1 << 17, 16), (1 << 17, 1 << 13,
 SPMM_WIDTHS = (1, 4, 16, 64, 128)
 GEMM_SHAPES = ((1 << 15, 128, 16), (1 << 15, 16, 128), (128, 1 << 15, 16), (1024, 256, 256), (16, 16, 16))
 ELEMENTWISE_SIZES = tuple(1 << s for s in range(10, 25, 2))  # elements
+DROPOUT_ROWS, DROPOUT_WIDTH = tuple(1 << s for s in range(8, 17, 2)), 64
 ALLREDUCE_BYTES = tuple(1 << s for s in range(10, 25, 2))   # 1 KiB to 16 MiB
 
 
@@ -68,6 +69,7 @@ def probe_compute(device: str = "cpu", threads: Optional[int] = None) -> Compute
     torch's). SpMMs run both ways, as forward and backward passes do."""
     import torch
     from ..ops.spmm import multiply
+    from ..view import GraphView
 
     dev = torch.device(device)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
@@ -97,12 +99,19 @@ def probe_compute(device: str = "cpu", threads: Optional[int] = None) -> Compute
             times.append(_seconds(lambda: torch.relu(a), sync))
             cols.append([1.0, n])
         elementwise = _fit(cols, times)
+        cols, times = [], []
+        for rows in DROPOUT_ROWS:   # the trainer's dropout: masks keyed by global row ids
+            view = GraphView(_random_adjacency(rows, rows, 1, seed=rows))
+            a = torch.rand(rows, DROPOUT_WIDTH, device=dev)
+            times.append(_seconds(lambda: view.dropout(a, 0.5, True), sync))
+            cols.append([1.0, a.numel()])
+        dropout = _fit(cols, times)
     finally:
         torch.set_num_threads(before)
     label = f"probed ({device}, {threads or before} thread{'s' if (threads or before) > 1 else ''})"
     return ComputeRates(*(float(v) for v in spmm), gemm_call=float(gemm[0]),
                         gemm_flops=1.0 / max(float(gemm[1]), 1e-18), elementwise_call=float(elementwise[0]),
-                        elementwise_per=float(elementwise[1]), source=label)
+                        elementwise_per=float(elementwise[1]), dropout_per=float(dropout[1]), source=label)
 
 
 def _allreduce_worker(rank: int, world: int, store: str, out: str, sizes: list) -> None:

@@ -12,8 +12,10 @@ which rests on their times, is not yet checked against measured epochs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
+
+import numpy as np
 
 from ..layout.grid import RANK_ORDER, factorizations
 from ..models.base import GraphLayer, LayerStack
@@ -46,6 +48,12 @@ class Ranking:
         return cost(estimate, self.epochs)
 
 
+def input_width(graph) -> int:
+    """The width of the features a run trains ``graph`` with: its own, else the trainer's
+    degree features (in-degree, and out-degree when directed)."""
+    return graph.num_features or (2 if graph.directed else 1)
+
+
 def cost(estimate: Estimate, epochs: int) -> float:
     """What the ranking sorts on: seconds per epoch with the setup spread over ``epochs``."""
     return estimate.epoch_s + estimate.setup_s / epochs
@@ -68,10 +76,16 @@ def rank_strategies(graph, ranks: int, model: str, widths, rates: ComputeRates, 
     for another model it is dropped with the reason; its peak memory is the rough
     ``grid3d.peak_bytes`` and its setup (permutations, cutting blocks) is not modelled (0).
     ``memory_limit``: bytes per rank; a candidate whose largest peak exceeds it is dropped.
-    ``epochs``: how many epochs the setup is spread over."""
+    ``epochs``: how many epochs the setup is spread over. On one rank the one candidate is
+    the single process."""
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
     common = dict(decoupled=decoupled, **options)
+    if ranks == 1:   # one process: no strategy to choose
+        adj = getattr(graph, "adj", graph)
+        one = partition_model.estimate(graph, np.zeros(adj.shape[0], dtype=np.int64), widths, model, rates,
+                                       network, 1, evaluate, **common)
+        return _ranked([replace(one, strategy="single", settings={"strategy": "single"})], [], epochs, memory_limit)
     candidates, dropped = [], []
     for method in partitioners:
         try:
@@ -83,14 +97,21 @@ def rank_strategies(graph, ranks: int, model: str, widths, rates: ComputeRates, 
                                                    evaluate, **common))
     candidates.append(tensor_model.estimate(graph, ranks, widths, model, rates, network, ranks_per_node, evaluate,
                                             **common))
-    refusal = grid3d_refusal(build(widths, model, decoupled, **options), model, decoupled)
+    net = build(widths, model, decoupled, **options)
+    refusal = grid3d_refusal(net, model, decoupled)
     if refusal:
         dropped.append(Dropped("grid3d", refusal))
     else:
         adj = getattr(graph, "adj", graph)
-        work = Workload(adj.shape[0], OPERATORS["gcn"](adj).nnz, tuple(int(w) for w in widths), evaluate=evaluate)
+        work = Workload(adj.shape[0], OPERATORS["gcn"](adj).nnz, tuple(int(w) for w in widths), evaluate=evaluate,
+                        dropout=net.dropout > 0)
         candidates += [grid3d_estimate(work, predict(work, grid, rates, network, ranks_per_node, order))
                        for grid in factorizations(ranks)]
+    return _ranked(candidates, dropped, epochs, memory_limit)
+
+
+def _ranked(candidates: list, dropped: list, epochs: int, memory_limit: Optional[int]) -> Ranking:
+    """``candidates`` best first, less those over ``memory_limit`` (added to ``dropped``)."""
     kept = []
     for estimate in candidates:
         peak = max(estimate.peak_bytes)
@@ -120,5 +141,6 @@ def grid3d_estimate(work: Workload, prediction: Prediction) -> Estimate:
     (every rank alike under an even spread), the rough ``peak_bytes``; no setup."""
     grid, ranks = prediction.grid, prediction.grid.size
     comm = {f"comm {group}": seconds for group, seconds in prediction.comm.items()}
-    return Estimate.build(f"grid3d {grid}", {"aggregate": prediction.spmm, "dense": prediction.dense}, comm,
-                          {"collectives": [payload_bytes(work, grid)] * ranks}, [peak_bytes(work, grid)] * ranks)
+    return Estimate.build({"aggregate": prediction.spmm, "dense": prediction.dense}, comm,
+                          {"collectives": [payload_bytes(work, grid)] * ranks}, [peak_bytes(work, grid)] * ranks,
+                          strategy="grid3d", grid=f"{grid.x},{grid.y},{grid.z}")

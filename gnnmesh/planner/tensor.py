@@ -110,7 +110,7 @@ def estimate(graph, ranks: int, widths, model: str, rates: ComputeRates, network
     compute = max((_rank_compute(traced, ops, entries, rates, row_counts, r, evaluate) for r in range(ranks)),
                   key=lambda c: sum(c.values()))
     peaks = [_peak(net, traced, ops, entries, widths[0], row_counts, r) for r in range(ranks)]
-    return Estimate.build("tensor decoupled" if decoupled else "tensor", compute, comm, counted, peaks)
+    return Estimate.build(compute, comm, counted, peaks, strategy="tensor", decoupled=decoupled)
 
 
 def _all_to_all_seconds(sent: list, ranks: int, link: tuple) -> float:

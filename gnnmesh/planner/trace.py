@@ -71,6 +71,15 @@ class EdgeSoftmax:
 
 
 @dataclass(frozen=True)
+class Dropout:
+    """``view.dropout`` on vertex rows of ``shape`` (``op`` None) or ``view.edge_dropout`` on
+    the entries of operator ``op``, in a training step: a keep-mask drawn and applied
+    forward, applied again backward."""
+    shape: tuple
+    op: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class Dense:
     """A product of vertex rows with a ``k`` x ``n`` weight, ``batch`` times per row."""
     k: int
@@ -93,7 +102,7 @@ class Trace:
 
     def ops(self) -> set:
         """The graph operators the model uses."""
-        return {c.op for c in self.train + self.evaluation if not isinstance(c, Dense)}
+        return {c.op for c in self.train + self.evaluation if getattr(c, "op", None) is not None}
 
 
 TINY_NODES = 5
@@ -131,6 +140,17 @@ class _Recorder(GraphView):
     def edge_softmax(self, scores, op="loop"):
         return self._primitive(EdgeSoftmax(op, tuple(scores.shape[1:])),
                                lambda: super(_Recorder, self).edge_softmax(scores, op))
+
+
+    def dropout(self, x, p, training):
+        if training and p > 0:
+            self.calls.append(Dropout(tuple(x.shape[1:])))
+        return super().dropout(x, p, training)
+
+    def edge_dropout(self, values, p, training, op="loop"):
+        if training and p > 0:
+            self.calls.append(Dropout(tuple(values.shape[1:]), op))
+        return super().edge_dropout(values, p, training, op)
 
 
 class _DenseProducts(TorchFunctionMode):
@@ -212,7 +232,8 @@ def epoch_compute(traced: Trace, rates: ComputeRates, rows: int, aggregation: Ca
     gradients (priced as one more SpMM); the products dW and, when the input wants one, dX;
     the edge work once more. Elementwise work is two passes over every product's output
     forward and one backward (bias, activation), one over the edges for scores and three
-    for a softmax."""
+    for a softmax; a dropout draws its mask (``rates.dropout``) and applies it once more
+    backward, on the rank's rows (dense) or an operator's edges (aggregate)."""
     out = {"aggregate": 0.0, "dense": 0.0}
     for calls, backward in traced.passes(evaluate):
         for call in calls:
@@ -229,6 +250,11 @@ def epoch_compute(traced: Trace, rates: ComputeRates, rows: int, aggregation: Ca
                     seconds += rates.gemm(GEMM(call.k, m, call.n)) + rates.elementwise(Elementwise(m * call.n))
                     seconds += call.input_grad * rates.gemm(GEMM(m, call.n, call.k))
                 out["dense"] += seconds
+            elif isinstance(call, Dropout):
+                vertex = call.op is None
+                elements = (rows if vertex else edges(call.op)) * math.prod(call.shape)
+                seconds = rates.dropout(elements) + rates.elementwise(Elementwise(elements))
+                out["dense" if vertex else "aggregate"] += seconds
             else:
                 scores = isinstance(call, EdgeScores)
                 width = call.row_elements if scores else math.prod(call.shape)

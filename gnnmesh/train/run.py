@@ -62,12 +62,22 @@ def _train(config, parts, quiet, rank, world_size, device) -> Summary:
                                              else torch.get_num_threads()))
     say = (lambda *a: None) if quiet or rank != 0 else print
     t0 = time.perf_counter()
+    planned, graph = {}, None
+    if config.planned:
+        def load():
+            nonlocal graph
+            graph = load_graph(config)
+            return graph
+        from .auto import choose
+        config, planned = choose(config, load, rank, world_size, say)
+        say(f"planned in {time.perf_counter() - t0:.2f}s")
+        t0 = time.perf_counter()
     if parts is not None:
         data = parts
         data.check_run(config.strategy, world_size, None if config.dataset == DEFAULT_DATASET else config.dataset)
         config = config.updated(dataset=data.dataset)  # what checkpoints and metrics record
     else:
-        data = _load_once_per_host(config, rank, world_size)
+        data = _load_once_per_host(config, rank, world_size, graph)
     loaded = data.describe() if parts is not None else repr(data)
     # the CPU kernels load now, not in the first epoch's time nor in a strategy's memory
     # baseline: they are code
@@ -79,6 +89,7 @@ def _train(config, parts, quiet, rank, world_size, device) -> Summary:
     else:
         trainer = Trainer(config, data)
     cfg, strategy = trainer.config, trainer.strategy
+    trainer.labels.update(planned)
     if device.type == "cpu":
         # kernel outputs reuse freed memory from epoch to epoch (no fresh pages to fault in),
         # unless the strategy plans its resident memory, where idle buffers would count
@@ -116,16 +127,17 @@ def _peak(summary: Summary, world_size: int) -> str:
     return f"; peak memory {peak:,.0f} MiB" + (" (largest rank)" if world_size > 1 else "")
 
 
-def _load_once_per_host(config: Config, rank: int, world_size: int) -> Graph:
+def _load_once_per_host(config: Config, rank: int, world_size: int, loaded=None) -> Graph:
     """Rank 0 loads first (filling the on-disk cache); the others then read the cache. Bad
-    input found by rank 0 is sent to every rank, so that all stop with the same error."""
+    input found by rank 0 is sent to every rank, so that all stop with the same error.
+    ``loaded``: the graph rank 0 has already loaded (to plan), if it has."""
     if world_size == 1:
-        return load_graph(config)
+        return loaded if loaded is not None else load_graph(config)
     world = comm.setup_comm()
     error = graph = None
     if rank == 0:
         try:
-            graph = load_graph(config)
+            graph = loaded if loaded is not None else load_graph(config)
         except (GraphError, ConfigError) as err:
             error = err
     error = world.broadcast_object(error)

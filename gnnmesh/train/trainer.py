@@ -24,9 +24,11 @@ from ..datasets import structural_features
 from ..errors import ConfigError, TrainingDiverged
 from ..graph import Graph
 from ..layout import ParallelLayout
+from ..layout.grid import most_cubic_grid
 from ..models import build_model
 from ..ops import profile
 from ..parallel import Strategy, build_strategy
+from ..planner.estimate import name_of
 from ..atomic import check_writable
 from . import checkpoint
 from .metrics import MetricsFile, to_json
@@ -76,6 +78,13 @@ def model_options(config: Config) -> dict:
     return options
 
 
+def candidate_name(config: Config, world_size: int) -> str:
+    """The strategy's name as a plan gives it ("partition hp", "grid3d 1x2x2", ...;
+    ``planner.estimate.name_of``): what a metrics record's ``candidate`` says."""
+    grid = config.grid or (most_cubic_grid(world_size) if config.strategy == "grid3d" else None)
+    return name_of(config.strategy, config.partitioner, grid, config.decoupled)
+
+
 def rank_device(config: Config) -> torch.device:
     """This rank's device under a resolved ``config``: on CUDA, the GPU of its local rank."""
     if config.device == "cuda":
@@ -118,6 +127,8 @@ class Trainer:
         self.split_sizes = self.strategy.all_reduce(counts).tolist()
         if self.split_sizes[0] == 0:
             raise ConfigError(f"dataset '{self.name}': the train mask selects no nodes")
+        # what every epoch's record carries besides its measurements (a plan adds its prediction)
+        self.labels = {"candidate": candidate_name(self.config, self.strategy.world_size)}
         self.strategy.reset_counters()  # setup traffic and waits belong to no epoch
         self.epoch = 0
         self.best = {"epoch": 0, "val_acc": -1.0, "test_acc": 0.0, "state": None}
@@ -182,7 +193,7 @@ class Trainer:
             accs = [float("nan")] * 3
         epoch_time = time.perf_counter() - start
         aggregate = profile.take().get("aggregate", 0.0)
-        extra = self.strategy.report(epoch_time, memory.rank_peaks(self.device))
+        extra = {**self.labels, **self.strategy.report(epoch_time, memory.rank_peaks(self.device))}
         # waiting for other ranks is neither aggregation nor dense compute: it counts as "other"
         dense = compute - aggregate - extra.get("comm_time", 0.0)
         result = EpochResult(self.epoch, loss, *accs, epoch_time, aggregate, dense,

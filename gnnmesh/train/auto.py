@@ -1,0 +1,96 @@
+"""``--strategy auto`` for full-graph training: rank every strategy for this job with the
+planner (``gnnmesh.planner.rank``), print the top candidates and the choice with its reason,
+and train with the choice.
+
+Rank 0 plans (it loads the graph, partitions it under each partitioner, prices every
+candidate) and sends the choice to the others, so that every rank trains the same strategy
+even though partitioning times, which the ranking counts, differ from run to run.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .. import comm
+from ..config import PLANNED_FIELDS, STRATEGY_DEFAULTS, STRATEGY_FIELDS, Config
+from ..errors import ConfigError, GraphError
+from ..planner import rates as machine_rates
+from ..planner.estimate import Estimate
+from ..planner.explain import choice, dropped, table
+from ..planner.rank import PARTITIONERS, Ranking, input_width, rank_strategies
+from ..validate import parse_bytes
+from .trainer import model_options
+
+SHOWN = 5   # candidates printed before the choice
+_SINGLE = Estimate.build({}, {}, {}, [0], strategy="single")
+
+
+def choose(config: Config, load, rank: int, world_size: int, say) -> tuple:
+    """(``config`` with the chosen strategy's settings, the record every epoch's metrics carry:
+    ``candidate`` and ``predicted_epoch_time``). ``load``: a function returning the graph
+    (called on rank 0 only); ``say``: rank 0's print."""
+    outcome = None
+    if rank == 0:
+        try:
+            outcome = plan(config, load(), world_size, say)
+        except (GraphError, ConfigError) as err:  # every rank stops with the same error
+            outcome = err
+    if world_size > 1:
+        outcome = comm.setup_comm().broadcast_object(outcome)
+    if isinstance(outcome, Exception):
+        raise outcome
+    settings, record = outcome
+    return config.updated(**settings).resolved(), record
+
+
+def plan(config: Config, graph, ranks: int, say) -> tuple:
+    """Rank the strategies for ``config`` on ``graph`` over ``ranks`` ranks, print the ranking,
+    and return (the config fields of the choice, its record)."""
+    graph.require_node_classification()
+    if ranks == 1 and not config.device_memory:
+        say("strategy auto: one rank and no --device-memory: the single process")
+        return settings_of(_SINGLE, config), {"candidate": "single"}
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", ranks))
+    rates, network = _rates(config, ranks, per_node, say)
+    widths = (input_width(graph),) + (config.hidden,) * (config.layers - 1) + (graph.num_classes,)
+    options = {k: v for k, v in model_options(config).items() if k not in ("hidden", "layers")}
+    limit = parse_bytes(config.device_memory, "device_memory") if config.device_memory else None
+    ranking = rank_strategies(graph, ranks, config.model, widths, rates, network, per_node, epochs=config.epochs,
+                              memory_limit=limit, partitioners=(config.partitioner,) if config.partitioner
+                              else PARTITIONERS, decoupled=config.decoupled, seed=config.seed,
+                              epsilon=STRATEGY_DEFAULTS["epsilon"] if config.epsilon is None else config.epsilon, **options)
+    for line in _lines(ranking):
+        say(line)
+    if not ranking.ranked:
+        raise ConfigError("--strategy auto: no strategy fits this job (above); raise --device-memory or "
+                          "add ranks")
+    best = ranking.ranked[0]
+    return settings_of(best, config), {"candidate": best.strategy, "predicted_epoch_time": best.epoch_s}
+
+
+def settings_of(estimate, config: Config) -> dict:
+    """The config changes that train ``estimate``'s candidate: its strategy and settings; the
+    plan's own settings cleared, except the imbalance of a partitioned choice."""
+    settings = {k: v for k, v in estimate.settings.items() if k != "decoupled"}   # the model's already
+    partitioned = settings["strategy"] in STRATEGY_FIELDS["epsilon"]
+    settings.update({f: None for f in PLANNED_FIELDS if f not in settings and not (partitioned and f == "epsilon")})
+    return settings
+
+
+def _rates(config: Config, ranks: int, per_node: int, say) -> tuple:
+    """The rates file's, else this machine's; on CPU, slowed where this node's ranks share cores."""
+    import torch
+    threads = torch.get_num_threads()
+    if config.rates:
+        rates, network = machine_rates.read(config.rates, "config field 'rates'")
+    else:
+        rates, network = machine_rates.this_machine(config.device, threads, ranks, say=say)
+    if config.device == "cpu":
+        rates = machine_rates.sharing_cores(rates, per_node, threads, os.cpu_count() or 1)
+    return rates, network
+
+
+def _lines(ranking: Ranking) -> list:
+    shown = ranking.ranked[:SHOWN]
+    return (["strategy auto: every full-graph strategy for this job, by predicted epoch time:"]
+            + ["  " + line for line in table(ranking, shown) + dropped(ranking)] + [choice(ranking)])

@@ -1,0 +1,116 @@
+"""``gnnmesh train --strategy auto`` (full graph): the planner ranks every strategy for the job,
+prints the ranking and the choice, and the run trains with the choice (gnnmesh.train.auto)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from gnnmesh import datasets
+from gnnmesh.config import Config
+from gnnmesh.errors import ConfigError
+from gnnmesh.planner import rates as machine_rates
+from gnnmesh.planner.grid3d import GPU_NETWORK, GPU_RATES
+from gnnmesh.planner.rank import rank_strategies
+from gnnmesh.train.auto import plan, settings_of
+
+SBM = "sbm:nodes=400,classes=3,features=12"
+
+
+@pytest.fixture
+def rates_file(tmp_path):
+    path = tmp_path / "rates.json"
+    machine_rates.write(path, GPU_RATES, GPU_NETWORK)
+    return path
+
+
+def gnnmesh(*args, timeout=200):
+    return subprocess.run([sys.executable, "-m", "gnnmesh", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("fields, refused", [
+    ({"grid": "1,1,2"}, "'grid'"), ({"partition_file": "p.npy"}, "'partition_file'"),
+    ({"chunk_size": 8}, "'chunk_size'"), ({"host_store": "ram"}, "'host_store'"),
+    ({"minibatch": True, "rates": "r.json"}, "with --minibatch"),
+    ({"minibatch": True, "device_memory": "1GiB"}, "with --minibatch"),
+    ({"parts": "some/parts"}, "'parts'")])
+def test_auto_refuses_what_it_does_not_plan_with(fields, refused):
+    with pytest.raises(ConfigError, match=refused):
+        Config(strategy="auto", **fields)
+
+
+def test_auto_leaves_the_partitioner_open_and_takes_its_own_settings():
+    config = Config(strategy="auto", nproc=4, epsilon=0.05, device_memory="2GiB", rates="r.json").resolved()
+    assert config.planned and config.partitioner is None
+    assert not Config(strategy="auto", minibatch=True).planned
+    with pytest.raises(ConfigError, match="applies only to --strategy auto"):
+        Config(strategy="partition", rates="r.json")
+
+
+def test_every_candidate_becomes_a_valid_run():
+    """Whatever the plan picks, the config it leads to is one the trainer accepts, with the
+    plan's own settings gone and the imbalance kept where a partitioner uses it."""
+    graph = datasets.load(SBM)
+    ranking = rank_strategies(graph, 4, "gcn", (12, 16, 3), GPU_RATES, GPU_NETWORK, partitioners=("rp", "gp"),
+                              cache=False)
+    asked = Config(strategy="auto", nproc=4, epsilon=0.05, partitioner="gp", device_memory="2GiB", rates="r.json")
+    names = set()
+    for estimate in ranking.ranked:
+        config = asked.updated(**settings_of(estimate, asked)).resolved()
+        assert config.device_memory is None and config.rates is None
+        assert config.epsilon == (0.05 if config.strategy == "partition" else None)
+        names.add(config.strategy)
+    assert names == {"partition", "tensor", "grid3d"}
+
+
+def test_one_rank_is_the_single_process_without_probing(capsys):
+    settings, record = plan(Config(strategy="auto").resolved(), datasets.load(SBM), 1, print)
+    assert settings["strategy"] == "single" and record == {"candidate": "single"}
+    assert "single process" in capsys.readouterr().out
+
+
+def test_nothing_fitting_is_a_clear_error(rates_file):
+    config = Config(strategy="auto", nproc=2, device_memory="1KiB", rates=str(rates_file)).resolved()
+    with pytest.raises(ConfigError, match="no strategy fits"):
+        plan(config, datasets.load(SBM), 2, lambda line: None)
+
+
+def test_a_bad_rates_file_names_the_field(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"compute": {}}')
+    config = Config(strategy="auto", nproc=2, rates=str(bad)).resolved()
+    with pytest.raises(ConfigError, match=f"config field 'rates' {bad}: not a rates file"):
+        plan(config, datasets.load(SBM), 2, lambda line: None)
+
+
+@pytest.mark.timeout(300)
+def test_auto_trains_with_the_first_candidate_and_records_its_prediction(tmp_path, rates_file):
+    metrics = tmp_path / "auto.jsonl"
+    run = gnnmesh("train", "--dataset", SBM, "--nproc", "2", "--strategy", "auto", "--rates", str(rates_file),
+                  "--epochs", "4", "--threads", "1", "--metrics", str(metrics))
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    first = next(line for line in lines if line.strip().startswith("1  "))
+    chosen = next(line for line in lines if line.startswith("choice: "))
+    name = " ".join(first.split()[1:3]) if first.split()[1] in ("partition", "grid3d") else first.split()[1]
+    assert chosen.startswith(f"choice: {name} (")
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert {r["candidate"] for r in records} == {name}
+    assert all(r["predicted_epoch_time"] > 0 for r in records)
+    single = tmp_path / "single.jsonl"
+    alone = gnnmesh("train", "--dataset", SBM, "--epochs", "4", "--threads", "1", "--quiet", "--metrics", str(single))
+    assert alone.returncode == 0, alone.stderr
+    expected = [json.loads(line) for line in single.read_text().splitlines()]
+    assert [r["candidate"] for r in expected] == ["single"] * 4
+    assert [r["loss"] for r in records] == pytest.approx([r["loss"] for r in expected], rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.timeout(200)
+def test_a_bad_rates_file_stops_every_rank_with_one_line(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json")
+    run = gnnmesh("train", "--dataset", SBM, "--nproc", "2", "--strategy", "auto", "--rates", str(bad),
+                  "--epochs", "1", "--threads", "1")
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines()[-1].startswith(f"gnnmesh: error: config field 'rates' {bad}")
