@@ -86,7 +86,7 @@ def test_every_strategy_is_ranked_and_written(capsys, tmp_path, cora, nproc):
         assert float(r[2]) == pytest.approx(float(r[3]) + float(r[4]) * 1e3 / 200, rel=2e-3, abs=2e-4)
         assert (float(r[4]) > 0) == r[1].startswith("partition")
     assert choice_line(out).startswith(f"choice: {names[0]} (")
-    assert "not yet checked against measured epochs" in out
+    assert "The planner against measurement" in out
     written = read_plan(path)
     assert written.strategy == "all" and [c.name for c in written.candidates] == names
     for c, r in zip(written.candidates, table):

@@ -41,6 +41,7 @@ class Estimate:
     dominant: str
     rank_phase_bytes: dict = field(default_factory=dict)
     settings: dict = field(default_factory=dict)   # the run settings that train it (``name_of``'s)
+    terms: dict = field(default_factory=dict)      # the epoch's seconds by term (what ``dominant`` names)
 
     @classmethod
     def build(cls, compute: dict, comm: dict, rank_phase_bytes: dict, peak_bytes: list,
@@ -55,7 +56,7 @@ class Estimate:
                    [sum(int(b[r]) for b in rank_phase_bytes.values()) for r in range(ranks)],
                    {p: sum(int(v) for v in b) for p, b in rank_phase_bytes.items()},
                    [int(b) for b in peak_bytes], max(terms, key=terms.get) if terms else "",
-                   {p: [int(v) for v in b] for p, b in rank_phase_bytes.items()}, dict(settings))
+                   {p: [int(v) for v in b] for p, b in rank_phase_bytes.items()}, dict(settings), terms)
 
 
 def name_of(strategy: str, partitioner=None, grid=None, decoupled: bool = False, **_) -> str:

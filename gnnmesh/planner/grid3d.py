@@ -178,6 +178,8 @@ class ComputeRates:
     elementwise_call: float = 0.0
     elementwise_per: float = 0.0   # per element of a dense block
     dropout_per: float = 0.0       # per element of a dropout's mask, drawn and applied
+    epoch_overhead: float = 0.0    # per epoch: the training loop's own work (optimizer, loss, bookkeeping)
+    crowding: float = 1.0          # ranks per core's worth of threads, already in the costs (``rates.sharing_cores``)
     source: str = "given"
 
     def spmm(self, op: SpMM) -> float:
@@ -196,7 +198,7 @@ class ComputeRates:
     def scaled(self, factor: float) -> "ComputeRates":
         """Every cost times ``factor`` (e.g. ranks sharing a core run that much slower)."""
         costs = ("spmm_call", "spmm_per_nnz", "spmm_per_nnz_col", "spmm_per_out", "spmm_per_in", "gemm_call",
-                 "elementwise_call", "elementwise_per", "dropout_per")
+                 "elementwise_call", "elementwise_per", "dropout_per", "epoch_overhead")
         return replace(self, gemm_flops=self.gemm_flops / factor,
                        **{name: getattr(self, name) * factor for name in costs})
 
@@ -331,7 +333,7 @@ def predict(work: Workload, grid: Grid, rates: ComputeRates, network: Network,
     """Predicted epoch time of ``work`` on ``grid``; ``ranks_per_node`` defaults to one node."""
     per_node = ranks_per_node or grid.size
     links = group_links(grid, per_node, network, order)
-    spmm = dense = 0.0
+    spmm, dense = 0.0, rates.epoch_overhead
     comm = dict.fromkeys(AXES + (WORLD,), 0.0)
     for op in epoch_ops(work, grid):
         if isinstance(op, SpMM):

@@ -26,7 +26,7 @@ from ..view import OPERATORS
 from .estimate import Estimate
 from .grid3d import ComputeRates, Network, SpMM, world_links
 from .trace import (ELEMENT_BYTES, Aggregate, EdgeScores, build, epoch_compute, peak_bytes, replicated_phases,
-                    trace)
+                    slowest, trace)
 
 
 @dataclass(frozen=True)
@@ -85,8 +85,8 @@ def estimate(graph, assignment, widths, model: str, rates: ComputeRates, network
     counted, comm = replicated_phases(parts, traced.gradients, evaluate, collective)
     comm["halo"] = _halo_seconds(moves, halos, parts, ranks_per_node or parts, network, leaving)
     owned = np.bincount(vector, minlength=parts)
-    compute = max((_rank_compute(traced, halos, rates, int(owned[r]), r, evaluate) for r in range(parts)),
-                  key=lambda c: sum(c.values()))
+    compute = slowest([_rank_compute(traced, halos, rates, int(owned[r]), r, evaluate) for r in range(parts)],
+                      rates)
     name = method or getattr(assignment, "method", None)
     setup = setup_s if setup_s is not None else (getattr(assignment, "seconds", None) or 0.0)
     return Estimate.build(compute, comm, {"halo": halo_bytes.tolist(), **counted},

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Callable
 
@@ -72,6 +72,7 @@ def this_machine(device: str, threads: int, ranks: int, cache_dir=None,
 def sharing_cores(rates: ComputeRates, ranks_per_node: int, threads: int, cores: int) -> ComputeRates:
     """``rates`` (one rank with its threads' cores to itself) for ranks that share a node's
     ``cores``: when ``ranks_per_node * threads`` exceed them, every rank computes that much
-    slower. GPUs share nothing: pass a CPU's rates only."""
+    slower, as long as all are busy (``ComputeRates.crowding`` records by how much, for
+    ``trace.slowest``). GPUs share nothing: pass a CPU's rates only."""
     crowding = ranks_per_node * threads / max(cores, 1)
-    return rates.scaled(crowding) if crowding > 1 else rates
+    return replace(rates.scaled(crowding), crowding=crowding) if crowding > 1 else rates

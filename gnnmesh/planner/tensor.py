@@ -32,7 +32,7 @@ from ..view import OPERATORS
 from .estimate import Estimate
 from .grid3d import ComputeRates, Network, SpMM, collective_time, world_links
 from .trace import (ELEMENT_BYTES, Aggregate, EdgeScores, build, epoch_compute, peak_bytes, replicated_phases,
-                    trace)
+                    slowest, trace)
 
 
 def _decoupled_pass(net, view, x):
@@ -107,8 +107,8 @@ def estimate(graph, ranks: int, widths, model: str, rates: ComputeRates, network
                          for s in switched)
     comm["share"] = sum(collective_time(kind, ranks * all_gather_bytes(sizes, elements, ELEMENT_BYTES), ranks,
                                         *collective) for kind, sizes, elements in shared)
-    compute = max((_rank_compute(traced, ops, entries, rates, row_counts, r, evaluate) for r in range(ranks)),
-                  key=lambda c: sum(c.values()))
+    compute = slowest([_rank_compute(traced, ops, entries, rates, row_counts, r, evaluate)
+                       for r in range(ranks)], rates)
     peaks = [_peak(net, traced, ops, entries, widths[0], row_counts, r) for r in range(ranks)]
     return Estimate.build(compute, comm, counted, peaks, strategy="tensor", decoupled=decoupled)
 

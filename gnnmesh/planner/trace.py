@@ -233,8 +233,9 @@ def epoch_compute(traced: Trace, rates: ComputeRates, rows: int, aggregation: Ca
     the edge work once more. Elementwise work is two passes over every product's output
     forward and one backward (bias, activation), one over the edges for scores and three
     for a softmax; a dropout draws its mask (``rates.dropout``) and applies it once more
-    backward, on the rank's rows (dense) or an operator's edges (aggregate)."""
-    out = {"aggregate": 0.0, "dense": 0.0}
+    backward, on the rank's rows (dense) or an operator's edges (aggregate). The loop's own
+    work (``rates.epoch_overhead``) counts as dense."""
+    out = {"aggregate": 0.0, "dense": rates.epoch_overhead}
     for calls, backward in traced.passes(evaluate):
         for call in calls:
             if isinstance(call, Aggregate):
@@ -261,6 +262,20 @@ def epoch_compute(traced: Trace, rates: ComputeRates, rows: int, aggregation: Ca
                 seconds = rates.elementwise(Elementwise((1 if scores else 3) * edges(call.op) * width))
                 out["aggregate"] += seconds * (1 + backward)
     return out
+
+
+def slowest(computes: list, rates: ComputeRates) -> dict:
+    """The epoch's compute, from each rank's (``epoch_compute``): the slowest rank's, which
+    every exchange waits for. Where ranks share cores (``rates.crowding`` > 1, already in
+    each rank's costs), a rank that finishes early hands its cores to the others, so the
+    epoch is no shorter than the slowest rank alone on its cores, nor than all ranks'
+    work spread evenly over the shared cores."""
+    totals = [sum(c.values()) for c in computes]
+    worst = max(range(len(computes)), key=totals.__getitem__)
+    if rates.crowding <= 1 or totals[worst] == 0:
+        return computes[worst]
+    spread = max(totals[worst] / rates.crowding, sum(totals) / len(totals)) / totals[worst]
+    return {term: seconds * spread for term, seconds in computes[worst].items()}
 
 
 def transposed(op: SpMM) -> SpMM:

@@ -58,7 +58,8 @@ def plan(config: Config, graph, ranks: int, say) -> tuple:
     ranking = rank_strategies(graph, ranks, config.model, widths, rates, network, per_node, epochs=config.epochs,
                               memory_limit=limit, partitioners=(config.partitioner,) if config.partitioner
                               else PARTITIONERS, decoupled=config.decoupled, seed=config.seed,
-                              epsilon=STRATEGY_DEFAULTS["epsilon"] if config.epsilon is None else config.epsilon, **options)
+                              epsilon=STRATEGY_DEFAULTS["epsilon"] if config.epsilon is None else config.epsilon,
+                              **options)
     for line in _lines(ranking):
         say(line)
     if not ranking.ranked:
