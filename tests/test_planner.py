@@ -198,8 +198,9 @@ def test_plan_prints_every_grid_ranked(capsys):
     assert code == 0, err
     lines = out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.lstrip().startswith("rank"))
-    rows = [line.split() for line in lines[start + 1:]]
+    rows = [line.split() for line in lines[start + 1:-1]]
     assert [int(r[0]) for r in rows] == list(range(1, 11))
+    assert lines[-1].startswith(f"choice: grid3d {rows[0][1]} (fastest predicted epoch, ") and "% of its epoch is " in lines[-1]
     grids = [tuple(map(int, r[1].split("x"))) for r in rows]
     assert sorted(grids) == sorted((g.x, g.y, g.z) for g in factorizations(8))
     totals = [float(r[2]) for r in rows]
@@ -213,7 +214,8 @@ def test_plan_1024_ranks_from_the_command_line(capsys, predictions):
                          "--edges", "1000000000", "--hidden", "256", "--layers", "3", "--top", "5")
     assert code == 0 and time.perf_counter() - start < GENEROUS
     assert predictions["predict"] == 66  # every grid once, from sizes alone
-    assert "256 nodes" in out and out.strip().splitlines()[-1].split()[0] == "5"
+    assert "256 nodes" in out and out.strip().splitlines()[-2].split()[0] == "5"
+    assert out.strip().splitlines()[-1].startswith("choice: grid3d ")
 
 
 def test_plan_rates_file_round_trip(capsys, tmp_path):

@@ -16,7 +16,8 @@ from . import plan_offload
 from ..planner.grid3d import (GPU_NETWORK, GPU_RATES, ComputeRates, Network, SpMM, Workload, payload_bytes,
                               rank_grids)
 from ..planner.estimate import name_of
-from ..planner.explain import significant
+from ..planner.explain import choice, significant
+from ..planner.rank import Ranking, grid3d_estimate
 from ..planner.rates import read as read_rates, write as write_rates
 from ..report.plan_file import Candidate, write_plan
 
@@ -107,6 +108,7 @@ def run(args) -> int:
         print(line)
     for line in table(shown):
         print(line)
+    print(choice(Ranking(tuple(grid3d_estimate(work, p) for p in ranked), (), 1)))
     return 0
 
 

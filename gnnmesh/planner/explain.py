@@ -69,7 +69,16 @@ def choice(ranking: Ranking, json_path=None) -> str:
     nxt = ranked[1]
     first, second = cost(best, ranking.epochs), cost(nxt, ranking.epochs)
     lead = second / first if first > 0 else float("inf")
+    aside += _mostly(best)
     if lead < CLOSE:
         return (f"choice: {best.strategy} ({why}, but {nxt.strategy} is within {100 * (lead - 1):.1f}%, "
                 f"closer than the models can tell apart{aside})")
     return f"choice: {best.strategy} ({why}, {lead:.2f}x ahead of the next, {nxt.strategy}{aside})"
+
+
+def _mostly(estimate) -> str:
+    """What most of the candidate's epoch goes to, when its terms are known."""
+    if not estimate.terms or estimate.epoch_s <= 0:
+        return ""
+    share = estimate.terms[estimate.dominant] / estimate.epoch_s
+    return f"; {100 * share:.0f}% of its epoch is {estimate.dominant}"
