@@ -14,6 +14,7 @@ from gnnmesh.planner import rates as machine_rates
 from gnnmesh.planner.grid3d import GPU_NETWORK, GPU_RATES
 from gnnmesh.planner.rank import rank_strategies
 from gnnmesh.train.auto import plan, settings_of
+from gnnmesh.train.trainer import candidate_name
 
 SBM = "sbm:nodes=400,classes=3,features=12"
 
@@ -53,15 +54,17 @@ def test_every_candidate_becomes_a_valid_run():
     plan's own settings gone and the imbalance kept where a partitioner uses it."""
     graph = datasets.load(SBM)
     ranking = rank_strategies(graph, 4, "gcn", (12, 16, 3), GPU_RATES, GPU_NETWORK, partitioners=("rp", "gp"),
-                              cache=False)
+                              cache=False, memory_limit=2**30)
     asked = Config(strategy="auto", nproc=4, epsilon=0.05, partitioner="gp", device_memory="2GiB", rates="r.json")
     names = set()
     for estimate in ranking.ranked:
         config = asked.updated(**settings_of(estimate, asked)).resolved()
-        assert config.device_memory is None and config.rates is None
-        assert config.epsilon == (0.05 if config.strategy == "partition" else None)
+        assert config.rates is None
+        assert config.device_memory == (str(2**30) if config.strategy == "offload" else None)
+        assert config.epsilon == (0.05 if config.strategy in ("partition", "offload") else None)
+        assert candidate_name(config, 4) == estimate.strategy
         names.add(config.strategy)
-    assert names == {"partition", "tensor", "grid3d"}
+    assert names == {"partition", "tensor", "grid3d", "offload"}
 
 
 def test_one_rank_is_the_single_process_without_probing(capsys):
@@ -114,3 +117,27 @@ def test_a_bad_rates_file_stops_every_rank_with_one_line(tmp_path):
                   "--epochs", "1", "--threads", "1")
     assert run.returncode == 2
     assert run.stderr.strip().splitlines()[-1].startswith(f"gnnmesh: error: config field 'rates' {bad}")
+
+
+@pytest.mark.timeout(300)
+def test_the_offload_candidate_counts_what_its_run_counts(tmp_path):
+    """With a memory limit, out-of-core training joins the ranking; its bytes between ranks,
+    gradients and metrics are what a run with that budget counts."""
+    graph = datasets.load(SBM)
+    budget = 2**21
+    ranking = rank_strategies(graph, 2, "gcn", (12, 16, 3), GPU_RATES, GPU_NETWORK, partitioners=("rp",),
+                              cache=False, memory_limit=budget, seed=0)
+    found = [e for e in ranking.ranked if e.strategy == "offload rp"]
+    assert found, ranking.dropped
+    estimate = found[0]
+    assert estimate.terms["host"] > 0 and max(estimate.peak_bytes) <= budget
+    metrics = tmp_path / "offload.jsonl"
+    run = gnnmesh("train", "--dataset", SBM, "--nproc", "2", "--strategy", "offload", "--partitioner", "rp",
+                  "--device-memory", str(budget), "--epochs", "2", "--threads", "1", "--quiet",
+                  "--metrics", str(metrics))
+    assert run.returncode == 0, run.stderr
+    for record in (json.loads(line) for line in metrics.read_text().splitlines()):
+        assert record["candidate"] == "offload rp"
+        assert record["offload_bytes"] == estimate.phase_bytes["offload"] > 0
+        assert record["rank_offload_bytes"] == estimate.rank_phase_bytes["offload"]
+        assert record["bytes_total"] == sum(estimate.phase_bytes.values())   # with gradients and metrics

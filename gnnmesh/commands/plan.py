@@ -197,7 +197,7 @@ def machine(args) -> tuple:
                 raise ConfigError("--device cuda: no GPU is visible to probe")
         # one node's ranks, but no more processes than cores: the probe should see links, not queues
         ranks = max(2, min(args.nproc, args.per_node or args.nproc, os.cpu_count() or 2))
-        rates, network = probe_compute(args.device, args.threads), probe_network(ranks)
+        rates, network = probe_compute(args.device, args.threads), probe_network(ranks, args.device)
     else:
         rates, network = GPU_RATES, GPU_NETWORK
     given = {"intra_bw": _si(args.intra_bw, 1e9), "inter_bw": _si(args.inter_bw, 1e9),

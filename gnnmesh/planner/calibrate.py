@@ -4,7 +4,7 @@ A probe times kernels one at a time; a training epoch runs them among autograd, 
 optimizer and Python's own work, on ranks that share memory bandwidth. So a table fitted to
 measured epochs predicts better. Every model's epoch time is linear in three groups of rates
 (sparse: the SpMM costs; dense: GEMM, elementwise and dropout costs; links: latencies and
-inverse bandwidths) plus the fixed ``epoch_overhead``, so one factor per group and the
+inverse bandwidths, the host's included) plus the fixed ``epoch_overhead``, so one factor per group and the
 overhead are fitted by non-negative least squares on relative error, and the table is
 scaled by them (``scaled``).
 
@@ -51,6 +51,7 @@ def scaled(rates: ComputeRates, network: Network, factors: Factors) -> tuple:
                     **{name: getattr(rates, name) * factors.sparse for name in SPARSE},
                     **{name: getattr(rates, name) * factors.dense for name in DENSE})
     network = replace(network, intra_bw=network.intra_bw / factors.links, inter_bw=network.inter_bw / factors.links,
+                      host_bw=network.host_bw / factors.links,
                       intra_latency=network.intra_latency * factors.links,
                       inter_latency=network.inter_latency * factors.links, source=f"{network.source}, calibrated")
     return rates, network

@@ -220,10 +220,11 @@ class Network:
     inter_bw: float
     intra_latency: float = 5e-6
     inter_latency: float = 15e-6
+    host_bw: float = 25e9    # host memory <-> the device, each way (out-of-core transfers)
     source: str = "given"
 
 
-# NVLink-class links inside a node and 4 x 100 Gb/s NICs per node.
+# NVLink-class links inside a node, 4 x 100 Gb/s NICs per node, PCIe 4 x16 to the host.
 GPU_NETWORK = Network(intra_bw=200e9, inter_bw=50e9, source="nominal GPU cluster")
 
 

@@ -166,10 +166,21 @@ def probe_bandwidth(ranks: int = 2, sizes: tuple = ALLREDUCE_BYTES, timeout: flo
     return 1.0 / max(float(per_byte), 1e-18), float(latency)
 
 
-def probe_network(ranks: int = 2) -> Network:
+def probe_host_bandwidth(device: str = "cpu", nbytes: int = 1 << 26) -> float:
+    """Bytes per second copied from host memory to ``device`` (on CPU: from one buffer to
+    another, what an out-of-core transfer costs there)."""
+    import torch
+    dev = torch.device(device)
+    source = torch.empty(nbytes // 4).pin_memory() if dev.type == "cuda" else torch.empty(nbytes // 4)
+    target = torch.empty_like(source, device=dev)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    return nbytes / _seconds(lambda: target.copy_(source, non_blocking=True), sync)
+
+
+def probe_network(ranks: int = 2, device: str = "cpu") -> Network:
     """Both link kinds from ``ranks`` local processes: a one-machine job never leaves its node.
     Probe with the job's rank count where cores are shared: waiting for descheduled peers is
     then part of what is measured."""
     bandwidth, latency = probe_bandwidth(ranks)
-    return Network(bandwidth, bandwidth, latency, latency,
+    return Network(bandwidth, bandwidth, latency, latency, host_bw=probe_host_bandwidth(device),
                    source=f"probed (gloo all-reduce, {ranks} local processes)")

@@ -17,10 +17,12 @@ from typing import Optional
 
 import numpy as np
 
+from ..errors import ConfigError
 from ..layout.grid import RANK_ORDER, factorizations
 from ..models.base import GraphLayer, LayerStack
 from ..partition import MissingExtraError, partition
 from ..view import OPERATORS
+from . import offload as offload_model
 from . import partition as partition_model
 from . import tensor as tensor_model
 from .estimate import Estimate
@@ -75,18 +77,33 @@ def rank_strategies(graph, ranks: int, model: str, widths, rates: ComputeRates, 
     decoupled one for a decoupled model. grid3d is priced for GCN only (``grid3d.predict``);
     for another model it is dropped with the reason; its peak memory is the rough
     ``grid3d.peak_bytes`` and its setup (permutations, cutting blocks) is not modelled (0).
-    ``memory_limit``: bytes per rank; a candidate whose largest peak exceeds it is dropped.
+    ``memory_limit``: bytes per rank; a candidate whose largest peak exceeds it is dropped,
+    and out-of-core training (``offload``) with that fast-tier budget joins the candidates,
+    on each partition (or the single process), dropped with the reason where no plan fits.
     ``epochs``: how many epochs the setup is spread over. On one rank the one candidate is
     the single process."""
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
     common = dict(decoupled=decoupled, **options)
-    if ranks == 1:   # one process: no strategy to choose
-        adj = getattr(graph, "adj", graph)
-        one = partition_model.estimate(graph, np.zeros(adj.shape[0], dtype=np.int64), widths, model, rates,
-                                       network, 1, evaluate, **common)
-        return _ranked([replace(one, strategy="single", settings={"strategy": "single"})], [], epochs, memory_limit)
     candidates, dropped = [], []
+
+    def out_of_core(assignment, name):
+        """The offload candidate on ``assignment``, when a memory limit asks for one."""
+        if memory_limit is None:
+            return
+        try:
+            candidates.append(offload_model.estimate(graph, assignment, widths, model, rates, network,
+                                                     ranks_per_node, evaluate, budget=memory_limit, **common))
+        except ConfigError as err:
+            dropped.append(Dropped(name, str(err)))
+
+    if ranks == 1:   # one process: the single process, or out of core
+        adj = getattr(graph, "adj", graph)
+        alone = np.zeros(adj.shape[0], dtype=np.int64)
+        one = partition_model.estimate(graph, alone, widths, model, rates, network, 1, evaluate, **common)
+        candidates.append(replace(one, strategy="single", settings={"strategy": "single"}))
+        out_of_core(alone, "offload")
+        return _ranked(candidates, dropped, epochs, memory_limit)
     for method in partitioners:
         try:
             part = partition(graph, ranks, method, epsilon=epsilon, seed=seed, cache=cache, cache_dir=cache_dir)
@@ -95,6 +112,7 @@ def rank_strategies(graph, ranks: int, model: str, widths, rates: ComputeRates, 
             continue
         candidates.append(partition_model.estimate(graph, part, widths, model, rates, network, ranks_per_node,
                                                    evaluate, **common))
+        out_of_core(part, f"offload {method}")
     candidates.append(tensor_model.estimate(graph, ranks, widths, model, rates, network, ranks_per_node, evaluate,
                                             **common))
     net = build(widths, model, decoupled, **options)

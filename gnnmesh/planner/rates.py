@@ -53,14 +53,16 @@ def this_machine(device: str, threads: int, ranks: int, cache_dir=None,
     if path.exists():
         try:
             rates, network = read(path, "cached rates")
-            if json.loads(path.read_text())["compute"].keys() >= {f.name for f in fields(ComputeRates)}:
+            data = json.loads(path.read_text())
+            if data["compute"].keys() >= {f.name for f in fields(ComputeRates)} and \
+                    data["network"].keys() >= {f.name for f in fields(Network)}:
                 return rates, network
             say(f"cached rates {path} predate some of today's rates; probing again")
         except ConfigError as err:   # a torn file
             say(f"{err}; probing again")
     from .probe import probe_compute, probe_network
     start = time.perf_counter()
-    rates, network = probe_compute(device, threads), probe_network(max(2, ranks))
+    rates, network = probe_compute(device, threads), probe_network(max(2, ranks), device)
     path.parent.mkdir(parents=True, exist_ok=True)
     write(path, rates, network)
     say(f"probed this machine's rates in {time.perf_counter() - start:.1f} s; kept in {path} "

@@ -82,7 +82,8 @@ def candidate_name(config: Config, world_size: int) -> str:
     """The strategy's name as a plan gives it ("partition hp", "grid3d 1x2x2", ...;
     ``planner.estimate.name_of``): what a metrics record's ``candidate`` says."""
     grid = config.grid or (most_cubic_grid(world_size) if config.strategy == "grid3d" else None)
-    return name_of(config.strategy, config.partitioner, grid, config.decoupled)
+    partitioner = config.partitioner if world_size > 1 else None   # one rank is not partitioned
+    return name_of(config.strategy, partitioner, grid, config.decoupled)
 
 
 def rank_device(config: Config) -> torch.device:

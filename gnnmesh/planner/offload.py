@@ -1,0 +1,58 @@
+"""Performance model of out-of-core training (``--strategy offload``) under a fast-tier budget,
+for a given partition.
+
+Bytes are the strategy's own plan's: the chunks ``make_plan`` picks for the budget (the fewest
+that fit, dedup ``both``, reorganized, the run's defaults), the rows they move between the
+host tier and the fast tier (``costs.epoch_traffic``) and to other ranks (the ``offload``
+phase the run counts), and the fast tier's estimated peak (``costs.footprint``).
+
+Time: the compute of 1D partitioning on the same partition (``partition.estimate``; layers the
+plan recomputes in the backward pass are not priced again), every byte between the tiers at
+``network.host_bw``, and one all-to-all per batch and stage of each pass for the rows other
+ranks read; nothing overlaps.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from ..partition.halo import check_assignment
+from ..parallel.offload import costs, make_plan
+from ..parallel.offload.stages import stages_of
+from . import partition as partition_model
+from .estimate import Estimate
+from .grid3d import ComputeRates, Network, collective_time, world_links
+from .trace import build, replicated_phases, trace
+
+
+def estimate(graph, assignment, widths, model: str, rates: ComputeRates, network: Network,
+             ranks_per_node: Optional[int] = None, evaluate: bool = True, *, budget: int,
+             decoupled: bool = False, method: Optional[str] = None, **options) -> Estimate:
+    """The predicted epoch of ``model`` (as ``partition.estimate`` takes it) trained out of
+    core on ``graph`` cut by ``assignment``, each rank's fast tier holding ``budget`` bytes;
+    a ConfigError when no plan fits the budget."""
+    adj = getattr(graph, "adj", graph)
+    vector, parts = check_assignment(assignment, getattr(assignment, "parts", None), adj.shape[0])
+    owned = [np.flatnonzero(vector == r) for r in range(parts)]
+    net = build(widths, model, decoupled, **options)
+    stages = stages_of(net, widths[0])
+    heads = getattr(net, "heads", 1)
+    plan = make_plan(adj, owned, 0, widths[0], stages, stages[-1].width, heads, budget, None, "both", True)
+    traffic = costs.epoch_traffic(plan, stages, 1, int(evaluate))
+    inner = partition_model.estimate(graph, assignment, widths, model, rates, network, ranks_per_node, evaluate,
+                                     decoupled=decoupled, method=method, **options)
+    collective, all_to_all = world_links(parts, ranks_per_node, network)
+    counted, comm = replicated_phases(parts, trace(net, widths[0]).gradients, evaluate, collective)
+    exchanges = plan.batches * len(stages) * (2 + int(evaluate))
+    sent = max(traffic.peer)
+    comm["offload"] = exchanges * collective_time("all_to_all", sent * parts / max(parts - 1, 1) / exchanges,
+                                                  parts, *all_to_all) if parts > 1 and sent else 0.0
+    moved = [traffic.load[r] + traffic.store[r] for r in range(parts)]
+    comm["host"] = max(moved) / network.host_bw
+    compute = {term: inner.terms[term] for term in ("aggregate", "dense")}
+    peaks = costs.footprint(plan, stages, stages[-1].width, heads)
+    settings = {"partitioner": method or getattr(assignment, "method", None)} if parts > 1 else {}
+    return Estimate.build(compute, comm, {"offload": list(traffic.peer), **counted}, peaks, inner.setup_s,
+                          strategy="offload", device_memory=str(int(budget)), **settings)
