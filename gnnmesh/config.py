@@ -65,6 +65,8 @@ STRATEGY_FIELDS = {"partitioner": ("partition", "offload") + VERTEX_ROUTED,
 # --strategy auto without --minibatch plans across the full-graph strategies and takes these
 # settings only: the partitioners to rank, their imbalance, each rank's memory and the rates file.
 PLANNED_FIELDS = ("partitioner", "epsilon", "device_memory", "rates")
+# Of those, the ones mini-batch auto (APT's choice, which takes the partitioner's) has no use for.
+PLAN_ONLY = ("device_memory", "rates")
 STRATEGY_DEFAULTS = {"partitioner": "hp", "epsilon": 0.01, "pipeline": True, "permute": True, "blocks": 1,
                      "device_memory": "1GiB", "host_store": "ram", "chunks": "auto", "intermediates": "auto",
                      "dedup": "both", "reorganize": True}
@@ -192,9 +194,10 @@ class Config:
                 allowed.check(name, value)
         if self.device_memory is not None:
             parse_bytes(self.device_memory, "device_memory")
-        if self.partitioner == "shp" and self.strategy not in VERTEX_ROUTED:
+        if self.partitioner == "shp" and (self.strategy not in VERTEX_ROUTED or self.planned):
             raise ConfigError("config field 'partitioner': shp partitions for sampled mini-batches; it applies "
-                              f"to --minibatch --strategy {' or '.join(VERTEX_ROUTED)}, not {self.strategy}")
+                              f"to --minibatch --strategy {' or '.join(VERTEX_ROUTED)}, not {self.strategy}"
+                              + (" without --minibatch" if self.planned else ""))
         if self.chunks is not None and self.chunks != "auto" and not (self.chunks.isdigit() and int(self.chunks) >= 1):
             raise ConfigError(f"config field 'chunks': {self.chunks!r} is neither 'auto' nor a positive integer")
         if self.host_store == "file" and not self.store_dir:
@@ -278,7 +281,7 @@ class Config:
             if self.partition_file is not None and name in FIXED_BY_PARTITION_FILE:
                 raise ConfigError(f"{where} does not apply with --partition-file: the stored "
                                   f"partition is used as it is")
-            if self.planned != (name in PLANNED_FIELDS) and self.strategy == "auto":
+            if self.strategy == "auto" and (name not in PLANNED_FIELDS if self.planned else name in PLAN_ONLY):
                 raise ConfigError(f"{where} does not apply to --strategy auto "
                                   + ("without --minibatch: it plans across the full-graph strategies and takes "
                                      f"--{', --'.join(n.replace('_', '-') for n in PLANNED_FIELDS)}"
@@ -321,7 +324,8 @@ class Config:
                         and not (self.strategy == "tensor" and k == "host_store")  # in memory unless asked
                         and not (self.parts and k in FIXED_BY_PARTS)
                         and not (self.partition_file is not None and k in FIXED_BY_PARTITION_FILE)
-                        and not self.planned})   # the plan leaves them open, then takes the chosen one's
+                        # the plan leaves them open, then takes the chosen one's
+                        and not (self.strategy == "auto" and (self.planned or k in PLAN_ONLY))})
         if self.minibatch and self.fanouts is None:  # ten neighbours per hop
             changes["fanouts"] = ",".join(["10"] * self.layers)
         if self.device != "cpu":

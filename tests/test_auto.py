@@ -35,7 +35,7 @@ def gnnmesh(*args, timeout=200):
     ({"chunk_size": 8}, "'chunk_size'"), ({"host_store": "ram"}, "'host_store'"),
     ({"minibatch": True, "rates": "r.json"}, "with --minibatch"),
     ({"minibatch": True, "device_memory": "1GiB"}, "with --minibatch"),
-    ({"parts": "some/parts"}, "'parts'")])
+    ({"parts": "some/parts"}, "'parts'"), ({"partitioner": "shp"}, "without --minibatch")])
 def test_auto_refuses_what_it_does_not_plan_with(fields, refused):
     with pytest.raises(ConfigError, match=refused):
         Config(strategy="auto", **fields)
@@ -44,7 +44,8 @@ def test_auto_refuses_what_it_does_not_plan_with(fields, refused):
 def test_auto_leaves_the_partitioner_open_and_takes_its_own_settings():
     config = Config(strategy="auto", nproc=4, epsilon=0.05, device_memory="2GiB", rates="r.json").resolved()
     assert config.planned and config.partitioner is None
-    assert not Config(strategy="auto", minibatch=True).planned
+    mini = Config(strategy="auto", minibatch=True, nproc=2, partitioner="rp", epsilon=0.1)   # APT's choice
+    assert not mini.planned and mini.resolved().partitioner == "rp"
     with pytest.raises(ConfigError, match="applies only to --strategy auto"):
         Config(strategy="partition", rates="r.json")
 
