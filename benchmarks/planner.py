@@ -99,8 +99,14 @@ def measure(case: Case, settings: dict, args) -> list:
     return [r["epoch_time"] for r in epochs(records, first=args.warmup)]
 
 
-def crowding(ranks: int) -> float:
-    return max(1.0, ranks / (os.cpu_count() or 1))   # one thread per rank
+def shared(rates: ComputeRates, ranks: int) -> ComputeRates:
+    """``rates`` for ``ranks`` ranks of one thread on this machine's cores, as auto takes them."""
+    return machine_rates.sharing_cores(rates, ranks, 1, os.cpu_count() or 1)
+
+
+def table_of(data: dict) -> tuple:
+    """(probed compute rates, {ranks: network}) of a collected run."""
+    return ComputeRates(**data["rates"]), {int(p): Network(**n) for p, n in data["networks"].items()}
 
 
 def machine(args, worlds) -> tuple:
@@ -115,8 +121,7 @@ def collect(args) -> dict:
     runs = []
     for group, chosen in (("calibration", CALIBRATION), ("held-out", HELD_OUT)):
         for case in chosen:
-            shared = machine_rates.sharing_cores(rates, case.ranks, 1, os.cpu_count() or 1)
-            ranked = ranking(case, shared, networks[case.ranks], args.data_root)
+            ranked = ranking(case, shared(rates, case.ranks), networks[case.ranks], args.data_root)
             print(f"{group} {case}: {len(ranked.ranked)} candidates", flush=True)
             for estimate in ranked.ranked:
                 start = time.perf_counter()
@@ -133,8 +138,7 @@ def predictions(data: dict, rates: ComputeRates, networks: dict, root, group: st
     """{(case, candidate): Estimate} of every measured run of ``group`` under ``rates``."""
     out = {}
     for case in {Case(**r["case"]) for r in data["runs"] if r["group"] == group}:
-        shared = machine_rates.sharing_cores(rates, case.ranks, 1, os.cpu_count() or 1)
-        for estimate in ranking(case, shared, networks[case.ranks], root).ranked:
+        for estimate in ranking(case, shared(rates, case.ranks), networks[case.ranks], root).ranked:
             out[case, estimate.strategy] = estimate
     return out
 
@@ -147,15 +151,13 @@ def measured(data: dict, group: str, pick=statistics.median) -> dict:
 
 def calibrated(data: dict, root) -> tuple:
     """(frozen rates, networks, factors) fitted on the calibration runs."""
-    rates = ComputeRates(**data["rates"])
-    networks = {int(p): Network(**n) for p, n in data["networks"].items()}
+    rates, networks = table_of(data)
     samples = []
     for (case, name), seconds in measured(data, "calibration").items():
         def predict(r, n, case=case, name=name):
-            shared = machine_rates.sharing_cores(r, case.ranks, 1, os.cpu_count() or 1)
-            return next(e for e in ranking(case, shared, n, root).ranked if e.strategy == name).epoch_s
-        samples.append(calibrate.Sample(calibrate.parts(predict, rates, networks[case.ranks], crowding(case.ranks)),
-                                        seconds))
+            return next(e for e in ranking(case, shared(r, case.ranks), n, root).ranked if e.strategy == name).epoch_s
+        samples.append(calibrate.Sample(calibrate.parts(predict, rates, networks[case.ranks],
+                                                        shared(rates, case.ranks).crowding), seconds))
     factors = calibrate.fit(samples)
     frozen = {p: calibrate.scaled(rates, n, factors) for p, n in networks.items()}
     return frozen[min(frozen)][0], {p: net for p, (_, net) in frozen.items()}, factors
@@ -210,8 +212,7 @@ def main() -> None:
     data = json.loads(args.replay.read_text()) if args.replay else collect(args)
     if args.out and not args.replay:
         args.out.write_text(json.dumps(data, indent=1))
-    probed = ComputeRates(**data["rates"])
-    networks = {int(p): Network(**n) for p, n in data["networks"].items()}
+    probed, networks = table_of(data)
     report(evaluate(data, probed, networks, args.data_root), "held-out, probed rates as they are:")
     rates, frozen, factors = calibrated(data, args.data_root)
     print(f"\ncalibrated on {len(measured(data, 'calibration'))} calibration runs: sparse x{factors.sparse:.2f}, "

@@ -9,9 +9,9 @@ from ..config import Config
 from ..errors import ConfigError
 from ..partition import METHODS, STOCHASTIC_METHODS
 from ..planner.explain import choice, dropped, table
-from ..planner.rank import PARTITIONERS, input_width, rank_strategies
+from ..planner.rank import PARTITIONERS, rank_strategies
 from ..report.plan_file import Candidate, write_plan
-from ..train.trainer import model_options
+from ..train.auto import planned_model
 from ..validate import parse_bytes
 from .plan import check_flags, machine, machine_lines
 
@@ -32,10 +32,7 @@ def run(args) -> int:
     from .. import datasets
     graph = datasets.load(config.dataset, root=config.data_root)
     graph.require_node_classification()
-    in_dim = args.features or input_width(graph)
-    classes = args.classes or graph.num_classes
-    widths = (in_dim,) + (config.hidden,) * (config.layers - 1) + (classes,)
-    options = {k: v for k, v in model_options(config).items() if k not in ("hidden", "layers")}
+    widths, options = planned_model(config, graph, args.features, args.classes)
     rates, network = machine(args)
     per_node = min(args.per_node or args.nproc, args.nproc)
     ranking = rank_strategies(graph, args.nproc, config.model, widths, rates, network, per_node,

@@ -149,9 +149,10 @@ def epoch_ops(work: Workload, grid: Grid) -> list:
     backward = _logits_ops(work, grid, backward=True)
     backward += [op for layer in reversed(range(work.layers)) for op in layer_ops(work, grid, layer, True)]
     backward.append(Collective("all_gather", WORLD, work.parameters * work.element_bytes))
+    if not work.evaluate:
+        return forward + loss + backward
     evaluation = [op for layer in range(work.layers) for op in layer_ops(work, grid, layer, False, False)]
     evaluation += _logits_ops(work, grid, backward=False) + [Collective("all_reduce", WORLD, 3 * work.element_bytes)]
-    evaluation = evaluation if work.evaluate else []
     return forward + loss + backward + evaluation
 
 

@@ -24,7 +24,7 @@ from ..parallel.offload.stages import stages_of
 from . import partition as partition_model
 from .estimate import Estimate
 from .grid3d import ComputeRates, Network, collective_time, world_links
-from .trace import build, replicated_phases, trace
+from .trace import build
 
 
 def estimate(graph, assignment, widths, model: str, rates: ComputeRates, network: Network,
@@ -43,8 +43,10 @@ def estimate(graph, assignment, widths, model: str, rates: ComputeRates, network
     traffic = costs.epoch_traffic(plan, stages, 1, int(evaluate))
     inner = partition_model.estimate(graph, assignment, widths, model, rates, network, ranks_per_node, evaluate,
                                      decoupled=decoupled, method=method, **options)
-    collective, all_to_all = world_links(parts, ranks_per_node, network)
-    counted, comm = replicated_phases(parts, trace(net, widths[0]).gradients, evaluate, collective)
+    _, all_to_all = world_links(parts, ranks_per_node, network)
+    replicated = ("grad", "metrics")   # all-reduced as under 1D partitioning
+    counted = {phase: inner.rank_phase_bytes[phase] for phase in replicated}
+    comm = {phase: inner.terms[phase] for phase in replicated}
     exchanges = plan.batches * len(stages) * (2 + int(evaluate))
     sent = max(traffic.peer)
     comm["offload"] = exchanges * collective_time("all_to_all", sent * parts / max(parts - 1, 1) / exchanges,

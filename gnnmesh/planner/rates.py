@@ -22,18 +22,23 @@ from ..errors import ConfigError
 from .grid3d import ComputeRates, Network
 
 
-def read(path, what: str = "--rates") -> tuple:
+def read(path, what: str = "--rates", complete: bool = False) -> tuple:
     """(ComputeRates, Network) from the rates file at ``path``; a ConfigError naming ``what``
-    and the file when it cannot be read or is not a rates file."""
+    and the file when it cannot be read or is not a rates file (``complete``: or lacks a
+    rate, which a file written before it was added does)."""
     try:
         with open(path) as f:
             data = json.load(f)
-        return ComputeRates(**data["compute"]), Network(**data["network"])
+        table = ComputeRates(**data["compute"]), Network(**data["network"])
     except OSError as err:
         raise ConfigError(f"{what} {path}: {err.strerror or err}") from None
     except (ValueError, KeyError, TypeError) as err:
         raise ConfigError(f"{what} {path}: not a rates file written by 'gnnmesh plan --save-rates' "
                           f"({type(err).__name__}: {err})") from None
+    if complete and not (data["compute"].keys() >= {f.name for f in fields(ComputeRates)}
+                         and data["network"].keys() >= {f.name for f in fields(Network)}):
+        raise ConfigError(f"{what} {path} predate some of today's rates")
+    return table
 
 
 def write(path, rates: ComputeRates, network: Network) -> None:
@@ -52,13 +57,8 @@ def this_machine(device: str, threads: int, ranks: int, cache_dir=None,
     path = cached_path(device, threads, ranks, cache_dir)
     if path.exists():
         try:
-            rates, network = read(path, "cached rates")
-            data = json.loads(path.read_text())
-            if data["compute"].keys() >= {f.name for f in fields(ComputeRates)} and \
-                    data["network"].keys() >= {f.name for f in fields(Network)}:
-                return rates, network
-            say(f"cached rates {path} predate some of today's rates; probing again")
-        except ConfigError as err:   # a torn file
+            return read(path, "cached rates", complete=True)
+        except ConfigError as err:   # a torn or older file
             say(f"{err}; probing again")
     from .probe import probe_compute, probe_network
     start = time.perf_counter()
@@ -68,7 +68,6 @@ def this_machine(device: str, threads: int, ranks: int, cache_dir=None,
     say(f"probed this machine's rates in {time.perf_counter() - start:.1f} s; kept in {path} "
         "(delete it to probe again)")
     return rates, network
-
 
 
 def sharing_cores(rates: ComputeRates, ranks_per_node: int, threads: int, cores: int) -> ComputeRates:

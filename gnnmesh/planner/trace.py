@@ -141,7 +141,6 @@ class _Recorder(GraphView):
         return self._primitive(EdgeSoftmax(op, tuple(scores.shape[1:])),
                                lambda: super(_Recorder, self).edge_softmax(scores, op))
 
-
     def dropout(self, x, p, training):
         if training and p > 0:
             self.calls.append(Dropout(tuple(x.shape[1:])))

@@ -52,8 +52,7 @@ def plan(config: Config, graph, ranks: int, say) -> tuple:
         return settings_of(_SINGLE, config), {"candidate": "single"}
     per_node = int(os.environ.get("LOCAL_WORLD_SIZE", ranks))
     rates, network = _rates(config, ranks, per_node, say)
-    widths = (input_width(graph),) + (config.hidden,) * (config.layers - 1) + (graph.num_classes,)
-    options = {k: v for k, v in model_options(config).items() if k not in ("hidden", "layers")}
+    widths, options = planned_model(config, graph)
     limit = parse_bytes(config.device_memory, "device_memory") if config.device_memory else None
     ranking = rank_strategies(graph, ranks, config.model, widths, rates, network, per_node, epochs=config.epochs,
                               memory_limit=limit, partitioners=(config.partitioner,) if config.partitioner
@@ -67,6 +66,15 @@ def plan(config: Config, graph, ranks: int, say) -> tuple:
                           "add ranks")
     best = ranking.ranked[0]
     return settings_of(best, config), {"candidate": best.strategy, "predicted_epoch_time": best.epoch_s}
+
+
+def planned_model(config: Config, graph, features=None, classes=None) -> tuple:
+    """(widths, options) of the model ``config`` (resolved) trains on ``graph``, as the
+    planner takes them: input (``features``, else the graph's), hidden..., output (``classes``,
+    else the graph's); the constructor's other options."""
+    widths = ((features or input_width(graph),) + (config.hidden,) * (config.layers - 1)
+              + (classes or graph.num_classes,))
+    return widths, {k: v for k, v in model_options(config).items() if k not in ("hidden", "layers")}
 
 
 def settings_of(estimate, config: Config) -> dict:

@@ -24,7 +24,6 @@ from ..datasets import structural_features
 from ..errors import ConfigError, TrainingDiverged
 from ..graph import Graph
 from ..layout import ParallelLayout
-from ..layout.grid import most_cubic_grid
 from ..models import build_model
 from ..ops import profile
 from ..parallel import Strategy, build_strategy
@@ -81,7 +80,8 @@ def model_options(config: Config) -> dict:
 def candidate_name(config: Config, world_size: int) -> str:
     """The strategy's name as a plan gives it ("partition hp", "grid3d 1x2x2", ...;
     ``planner.estimate.name_of``): what a metrics record's ``candidate`` says."""
-    grid = config.grid or (most_cubic_grid(world_size) if config.strategy == "grid3d" else None)
+    grid = ParallelLayout.for_strategy("grid3d", world_size, config.grid).grid if config.strategy == "grid3d" \
+        else None
     partitioner = config.partitioner if world_size > 1 else None   # one rank is not partitioned
     return name_of(config.strategy, partitioner, grid, config.decoupled)
 
