@@ -17,7 +17,7 @@ from . import __version__, progress
 from .config import CHOICES, Config
 from .errors import ConfigError, GraphError
 from .launch import (PIPE_CLOSED, die_with_launcher, ignore_stop_signals, launched_rank, restore_signals,
-                     stop_on_signals, stop_signal, world_from_env)
+                     say_interrupted, stop_on_signals, stop_signal, world_from_env)
 
 HELP = {
     "dataset": "dataset name (see 'gnnmesh datasets'), generator spec such as "
@@ -243,9 +243,7 @@ def main(argv: Optional[list] = None) -> int:
 
 
 def _interrupted(status: int) -> int:
-    world = world_from_env()
-    if (world is None or world[0] == 0) and not launched_rank():  # the launcher speaks for its ranks
-        print("gnnmesh: interrupted", file=sys.stderr)
+    say_interrupted()
     return status
 
 

@@ -54,8 +54,37 @@ _received: list = []
 
 def _raise_interrupted(signum, frame):
     ignore_stop_signals()  # the cleanup the exception starts is not interrupted in turn
-    _received.append(signum)
+    stopping(signum)
     raise Interrupted(signum)
+
+
+def stopping(signum: int) -> None:
+    """Note that stop signal ``signum`` arrived. From now on an exception a finalizer raises
+    (an object's ``__del__``, a weakref callback, at exit) is part of stopping, not a report
+    to print after the one line; and should the signal itself have landed in a finalizer,
+    which swallows what it raises, the process ends here instead of going on deaf to
+    signals."""
+    _received.append(signum)
+    sys.unraisablehook = _stopping_unraisable
+
+
+def _stopping_unraisable(unraisable) -> None:
+    if isinstance(unraisable.exc_value, Interrupted):   # raised by the handler: in the main thread
+        say_interrupted()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(unraisable.exc_value.exit_status)
+
+
+def say_interrupted() -> None:
+    """The one line of a stopped job, printed by the process that speaks for it: the
+    launcher, or rank 0 of a job started by ``torchrun``, or the single process."""
+    world = world_from_env()
+    if (world is None or world[0] == 0) and not launched_rank():
+        print("gnnmesh: interrupted", file=sys.stderr)
 
 
 def stop_signal():
@@ -83,6 +112,8 @@ def stop_on_signals() -> dict:
 def restore_signals(previous: dict) -> None:
     for sig, handler in previous.items():
         signal.signal(sig, handler)
+    if sys.unraisablehook is _stopping_unraisable:
+        sys.unraisablehook = sys.__unraisablehook__
 
 
 def world_from_env():
@@ -150,6 +181,7 @@ def launch(argv: list, nproc: int) -> int:
         elastic_launch(config, sys.executable)("-m", "gnnmesh", *argv)
     except SignalException as err:  # torch's handler, while the ranks run: they have stopped
         ignore_stop_signals()
+        stopping(err.sigval)
         raise Interrupted(err.sigval) from None
     except ChildFailedError as err:
         if any(f.exitcode == 2 for f in err.failures.values()):

@@ -494,3 +494,52 @@ def test_loading_sweeps_temporaries_of_dead_writers(tmp_path, monkeypatch):
     stale.mkdir()
     load(SBM)  # the entry is complete: nothing is written, but the leftover goes
     assert not stale.exists()
+
+
+# -- a stop signal and finalizers ----------------------------------------------------------
+
+def test_a_signal_landing_in_a_finalizer_still_stops_the_process():
+    """A finalizer swallows what it raises: the Interrupted of a signal that arrives while one
+    runs must still end the process (with the one line), not leave it deaf to signals."""
+    result = script("""
+        import os, signal, sys, time
+        from gnnmesh.cli import main
+        from gnnmesh.launch import stop_on_signals
+        stop_on_signals()
+
+        class Finalized:
+            def __del__(self):
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(10 ** 6):   # the handler runs here, inside the finalizer
+                    pass
+
+        Finalized()
+        time.sleep(1)
+        print("went on", flush=True)
+    """, timeout=60)
+    assert result.returncode == 128 + signal.SIGTERM, (result.returncode, result.stderr)
+    assert result.stderr.strip() == "gnnmesh: interrupted" and "went on" not in result.stdout, result.stderr
+
+
+def test_finalizers_failing_after_a_stop_signal_print_nothing():
+    result = script("""
+        import os, signal, sys
+        from gnnmesh.launch import Interrupted, say_interrupted, stop_on_signals
+        stop_on_signals()
+
+        class Failing:
+            def __del__(self):
+                raise ValueError("torn down")
+
+        held = Failing()
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            while True:
+                pass
+        except Interrupted as err:
+            del held   # its finalizer fails while the process stops
+            say_interrupted()
+            sys.exit(err.exit_status)
+    """, timeout=60)
+    assert result.returncode == 128 + signal.SIGTERM, (result.returncode, result.stderr)
+    assert result.stderr.strip() == "gnnmesh: interrupted", result.stderr
