@@ -213,7 +213,7 @@ def test_the_choice_line_says_why():
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("flags, named", [
     (["--nproc", "2"], "--dataset"),
-    (["--nproc", "2", "--nodes", "10", "--edges", "10"], "--dataset"),
+    (["--nproc", "2", "--nodes", "10", "--edges", "10", "--dataset", "cora"], "--dataset"),
     (["--dataset", "cora"], "--nproc"),
     (["--dataset", "cora", "--nproc", "0"], "--nproc"),
     (["--dataset", "cora", "--nproc", "2", "--partitioner", "shp"], "--partitioner"),
@@ -230,7 +230,8 @@ def test_bad_input_exits_2_with_one_line(capsys, flags, named):
 
 
 def test_other_strategies_refuse_epochs_and_take_the_node_alias(capsys):
-    assert main(["plan", "--nproc", "4", "--nodes", "100", "--edges", "400", "--epochs", "5"]) == 2
+    grid3d_plan = ["plan", "--strategy", "grid3d", "--nproc", "4", "--nodes", "100", "--edges", "400"]
+    assert main(grid3d_plan + ["--epochs", "5"]) == 2
     assert "--epochs" in capsys.readouterr().err
-    assert main(["plan", "--nproc", "4", "--nodes", "100", "--edges", "400", "--nodes-per-host", "2"]) == 0
+    assert main(grid3d_plan + ["--nodes-per-host", "2"]) == 0
     assert "2 nodes (2 per node)" in capsys.readouterr().out

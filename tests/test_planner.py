@@ -187,7 +187,7 @@ def test_rmat_spec_is_sized_without_generating(monkeypatch):
 # ---------------------------------------------------------------------------- the command
 
 def _plan(capsys, *flags):
-    code = main(["plan", *flags])
+    code = main(["plan", "--strategy", "grid3d", *flags])
     out, err = capsys.readouterr()
     return code, out, err
 

@@ -66,7 +66,7 @@ def runs(tmp_path_factory):
                "--metrics", root / "partition.jsonl"))
     ok(gnnmesh(*TRAIN, "--nproc", "2", "--strategy", "grid3d", "--grid", "2,1,1",
                "--metrics", root / "2x1x1.jsonl"))
-    ok(gnnmesh("plan", "--nproc", "2", "--dataset", "cora", "--json", root / "plan.json"))
+    ok(gnnmesh("plan", "--strategy", "grid3d", "--nproc", "2", "--dataset", "cora", "--json", root / "plan.json"))
     return root
 
 

@@ -1,6 +1,8 @@
-"""``gnnmesh plan``: rank every X x Y x Z grid of G ranks by the predicted epoch time of
-3D-parallel GCN training (``gnnmesh.planner.grid3d``), for this machine or one described by flags;
-``--strategy offload`` (``plan_offload.py``) and ``all``, every full-graph strategy (``plan_all.py``)."""
+"""``gnnmesh plan``: rank every full-graph strategy for G ranks by predicted epoch time
+(``--strategy all``, the default: ``plan_all.py``), every X x Y x Z grid of 3D-parallel GCN
+training in detail (``--strategy grid3d``, here: ``gnnmesh.planner.grid3d``), or one rank's
+out-of-core plan (``--strategy offload``: ``plan_offload.py``), for this machine or one
+described by flags."""
 
 from __future__ import annotations
 
@@ -28,15 +30,16 @@ DEFAULT_FEATURES, DEFAULT_CLASSES = 128, 10      # for a graph given by its size
 def add_parser(subparsers) -> argparse.ArgumentParser:
     cmd = subparsers.add_parser("plan", help="rank the process grids of a parallel strategy by "
                                 "predicted epoch time")
-    cmd.add_argument("--strategy", choices=("grid3d", "offload", "all"), default="grid3d",
-                     help="parallel strategy to plan (default grid3d); all: rank every full-graph strategy "
-                          "(partition, tensor, grid3d) for a --dataset")
+    cmd.add_argument("--strategy", choices=("all", "grid3d", "offload"), default="all",
+                     help="what to plan (default all: every full-graph strategy, partition under each "
+                          "partitioner, tensor, every grid3d grid, ranked; grid3d: every grid in detail; "
+                          "offload: the out-of-core plan of one rank)")
     cmd.add_argument("--nproc", type=int, metavar="G", help="number of ranks (GPUs) G (offload: default 1)")
     cmd.add_argument("--gpus-per-node", "--nodes-per-host", dest="per_node", type=int, metavar="K",
                      help="ranks per node (default: all G on one node)")
     graph = cmd.add_argument_group("graph and model (a dataset, or its size)")
-    graph.add_argument("--dataset", metavar="NAME", help="dataset name, generator spec or graph file (R-MAT specs "
-                       "are sized without generating them)")
+    graph.add_argument("--dataset", metavar="NAME", help="dataset name, generator spec or graph file (grid3d sizes "
+                       "R-MAT specs without generating them)")
     graph.add_argument("--data-root", dest="data_root", metavar="DIR", help="directory holding the datasets "
                        "(default: $GNNMESH_DATA)")
     graph.add_argument("--nodes", type=int, metavar="N", help="number of nodes")

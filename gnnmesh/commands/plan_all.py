@@ -1,7 +1,8 @@
-"""``gnnmesh plan --strategy all``: every full-graph strategy for a dataset on G ranks, ranked by
-the planner's models (``gnnmesh.planner.rank``): 1D partition under each partitioner, tensor
-parallelism and every 3D grid, with the candidates a memory limit or the model rules out and why,
-and one line naming the choice."""
+"""``gnnmesh plan`` (``--strategy all``): every full-graph strategy for a dataset, or for a graph
+known by its size (``--nodes/--edges``, ``gnnmesh.planner.sized``), on G ranks, ranked by the
+planner's models (``gnnmesh.planner.rank``): 1D partition under each partitioner, tensor
+parallelism and every 3D grid, with the candidates a memory limit or the model rules out and
+why, and one line naming the choice."""
 
 from __future__ import annotations
 
@@ -9,36 +10,50 @@ from ..config import Config
 from ..errors import ConfigError
 from ..partition import METHODS, STOCHASTIC_METHODS
 from ..planner.explain import choice, dropped, table
-from ..planner.rank import PARTITIONERS, rank_strategies
+from ..planner.rank import PARTITIONERS, rank_sized, rank_strategies
+from ..planner.sized import SizedGraph
 from ..report.plan_file import Candidate, write_plan
 from ..train.auto import planned_model
 from ..validate import parse_bytes
-from .plan import check_flags, machine, machine_lines
+from .plan import DEFAULT_CLASSES, DEFAULT_FEATURES, check_flags, machine, machine_lines
+
+MAX_RANKS = 4096
 
 
 def run(args) -> int:
     """The command; the flags are ``plan.py``'s."""
-    if not args.dataset:
-        raise ConfigError("--strategy all ranks the strategies on a dataset's own graph (its partitions and halos): "
-                          "give --dataset, not --nodes/--edges")
     if args.nproc is None:
         raise ConfigError("--nproc G: the number of ranks to rank the strategies for")
     check_flags(args)
-    config = Config(dataset=args.dataset, data_root=args.data_root, model=args.model, decoupled=args.decoupled,
-                    hidden=args.hidden, layers=args.layers, strategy="partition", nproc=args.nproc,
+    if args.nproc > MAX_RANKS:   # every pair of ranks' halo is priced: memory and time grow as G^2
+        raise ConfigError(f"--nproc: --strategy all plans at most {MAX_RANKS:,} ranks, got {args.nproc:,} "
+                          "(--strategy grid3d plans more)")
+    config = Config(model=args.model, decoupled=args.decoupled, hidden=args.hidden, layers=args.layers,
+                    strategy="partition", nproc=args.nproc, data_root=args.data_root,
                     **({"epochs": args.epochs} if args.epochs is not None else {})).resolved()
     methods = _partitioners(args.partitioner)
     limit = parse_bytes(args.device_memory, "device_memory") if args.device_memory else None
-    from .. import datasets
-    graph = datasets.load(config.dataset, root=config.data_root)
-    graph.require_node_classification()
-    widths, options = planned_model(config, graph, args.features, args.classes)
+    if args.dataset:
+        from .. import datasets
+        graph = datasets.load(args.dataset, root=config.data_root)
+        graph.require_node_classification()
+        widths, options = planned_model(config, graph, args.features, args.classes)
+        described = f"{graph.name}, {graph.num_nodes:,} nodes, {graph.adj.nnz:,} adjacency entries"
+    else:
+        graph = SizedGraph(args.nodes, args.edges)
+        widths, options = planned_model(config, None, args.features or DEFAULT_FEATURES,
+                                        args.classes or DEFAULT_CLASSES)
+        described = (f"a graph of {graph.nodes:,} nodes and {graph.entries:,} adjacency entries, known by its size "
+                     "(partition rp: the halos of uniformly spread entries, an upper bound)")
     rates, network = machine(args)
     per_node = min(args.per_node or args.nproc, args.nproc)
-    ranking = rank_strategies(graph, args.nproc, config.model, widths, rates, network, per_node,
-                              epochs=config.epochs, memory_limit=limit, partitioners=methods,
-                              decoupled=config.decoupled, evaluate=args.eval, seed=config.seed,
-                              epsilon=config.epsilon, order=args.order, **options)
+    common = dict(epochs=config.epochs, memory_limit=limit, partitioners=methods, decoupled=config.decoupled,
+                  evaluate=args.eval, order=args.order, **options)
+    if args.dataset:
+        ranking = rank_strategies(graph, args.nproc, config.model, widths, rates, network, per_node,
+                                  seed=config.seed, epsilon=config.epsilon, **common)
+    else:
+        ranking = rank_sized(graph, args.nproc, config.model, widths, rates, network, per_node, **common)
     shown = ranking.ranked[:args.top] if args.top else ranking.ranked
     if args.json and shown:
         write_plan(args.json, "all", [candidate(e) for e in shown])
@@ -46,8 +61,7 @@ def run(args) -> int:
     model = f"{'decoupled ' if config.decoupled else ''}{config.model} {'-'.join(str(w) for w in widths)}"
     if config.model == "gat":
         model += f" ({config.heads} heads)"
-    print(f"plan of every strategy: {graph.name}, {graph.num_nodes:,} nodes, {graph.adj.nnz:,} adjacency entries; "
-          f"{model}{', with evaluation pass' if args.eval else ''}")
+    print(f"plan of every strategy: {described}; {model}{', with evaluation pass' if args.eval else ''}")
     print(f"ranks:   {args.nproc} on {nodes} node{'s' if nodes > 1 else ''} ({per_node} per node)")
     for line in machine_lines(rates, network) + [""]:
         print(line)

@@ -16,6 +16,7 @@ leaving it through the node's NIC, shared by its ranks); nothing overlaps.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Optional
 
 import numpy as np
@@ -25,6 +26,7 @@ from ..partition.halo import check_assignment
 from ..view import OPERATORS
 from .estimate import Estimate
 from .grid3d import ComputeRates, Network, SpMM, world_links
+from .sized import SizedGraph
 from .trace import (ELEMENT_BYTES, Aggregate, EdgeScores, build, epoch_compute, peak_bytes, replicated_phases,
                     slowest, trace)
 
@@ -36,7 +38,7 @@ class HaloCounts:
     nnz: np.ndarray     # entries of each rank's block
     valued: bool        # whether the operator stores values
 
-    @property
+    @cached_property   # asked once per rank: a sum over [ranks, ranks] each time would be quadratic
     def halo(self) -> np.ndarray:
         """Rows each rank receives in one exchange."""
         return self.send.sum(axis=0)
@@ -75,8 +77,31 @@ def estimate(graph, assignment, widths, model: str, rates: ComputeRates, network
     net = build(widths, model, decoupled, **options)
     traced = trace(net, widths[0])
     halos = {op: halo_counts(OPERATORS[op](adj), vector, parts) for op in sorted(traced.ops())}
-    moves = [move for calls, training in traced.passes(evaluate) for move in exchanges(calls, training)]
+    name = method or getattr(assignment, "method", None)
+    setup = setup_s if setup_s is not None else (getattr(assignment, "seconds", None) or 0.0)
+    return priced(net, traced, halos, np.bincount(vector, minlength=parts), widths[0], rates, network,
+                  ranks_per_node, evaluate, setup, name)
 
+
+def random_estimate(graph: SizedGraph, parts: int, widths, model: str, rates: ComputeRates, network: Network,
+                    ranks_per_node: Optional[int] = None, evaluate: bool = True, *, decoupled: bool = False,
+                    **options) -> Estimate:
+    """``estimate`` for a graph known by its size: the random partition (``rp``) with the
+    halos ``SizedGraph.random_halos`` expects, an upper bound on a real graph's."""
+    net = build(widths, model, decoupled, **options)
+    traced = trace(net, widths[0])
+    halos = {op: HaloCounts(*graph.random_halos(op, parts), graph.operator(op).valued)
+             for op in sorted(traced.ops())}
+    return priced(net, traced, halos, graph.rows(parts), widths[0], rates, network, ranks_per_node, evaluate,
+                  0.0, "rp")
+
+
+def priced(net, traced, halos: dict, owned: np.ndarray, in_dim: int, rates: ComputeRates, network: Network,
+           ranks_per_node: Optional[int], evaluate: bool, setup_s: float, method: Optional[str]) -> Estimate:
+    """The Estimate of ``net`` (``traced``) given each operator's HaloCounts and the rows each
+    rank owns."""
+    parts = len(owned)
+    moves = [move for calls, training in traced.passes(evaluate) for move in exchanges(calls, training)]
     halo_bytes = np.zeros(parts, dtype=np.int64)
     for op, elements, back in moves:
         rows = halos[op].send.T if back else halos[op].send
@@ -84,14 +109,18 @@ def estimate(graph, assignment, widths, model: str, rates: ComputeRates, network
     collective, leaving = world_links(parts, ranks_per_node, network)
     counted, comm = replicated_phases(parts, traced.gradients, evaluate, collective)
     comm["halo"] = _halo_seconds(moves, halos, parts, ranks_per_node or parts, network, leaving)
-    owned = np.bincount(vector, minlength=parts)
-    compute = slowest([_rank_compute(traced, halos, rates, int(owned[r]), r, evaluate) for r in range(parts)],
-                      rates)
-    name = method or getattr(assignment, "method", None)
-    setup = setup_s if setup_s is not None else (getattr(assignment, "seconds", None) or 0.0)
+    # Ranks alike in what a rank's compute and peak depend on are priced once (on a large mesh
+    # most are: a random partition has two kinds of rank).
+    kinds, rank_kind = {}, []
+    for r in range(parts):
+        key = (int(owned[r]),) + tuple((int(h.halo[r]), int(h.nnz[r]), int(h.send[r].sum())) for h in halos.values())
+        if key not in kinds:
+            kinds[key] = (_rank_compute(traced, halos, rates, int(owned[r]), r, evaluate),
+                          _peak(net, traced, halos, in_dim, int(owned[r]), r))
+        rank_kind.append(kinds[key])
+    compute = slowest([kind[0] for kind in rank_kind], rates)
     return Estimate.build(compute, comm, {"halo": halo_bytes.tolist(), **counted},
-                          [_peak(net, traced, halos, widths[0], int(owned[r]), r) for r in range(parts)], setup,
-                          strategy="partition", partitioner=name)
+                          [kind[1] for kind in rank_kind], setup_s, strategy="partition", partitioner=method)
 
 
 def _rank_compute(traced, halos: dict, rates: ComputeRates, owned: int, r: int, evaluate: bool) -> dict:

@@ -27,6 +27,7 @@ from . import partition as partition_model
 from . import tensor as tensor_model
 from .estimate import Estimate
 from .grid3d import ComputeRates, Network, Prediction, Workload, payload_bytes, peak_bytes, predict
+from .sized import SizedGraph
 from .trace import build
 
 PARTITIONERS = ("rp", "gp", "hp")   # random, METIS (pymetis), hypergraph (mt-KaHyPar)
@@ -115,17 +116,55 @@ def rank_strategies(graph, ranks: int, model: str, widths, rates: ComputeRates, 
         out_of_core(part, f"offload {method}")
     candidates.append(tensor_model.estimate(graph, ranks, widths, model, rates, network, ranks_per_node, evaluate,
                                             **common))
+    adj = getattr(graph, "adj", graph)
+    _grids(candidates, dropped, adj.shape[0], OPERATORS["gcn"](adj).nnz, ranks, model, widths, rates, network,
+           ranks_per_node, evaluate, order, decoupled, options)
+    return _ranked(candidates, dropped, epochs, memory_limit)
+
+
+def rank_sized(graph: SizedGraph, ranks: int, model: str, widths, rates: ComputeRates, network: Network,
+               ranks_per_node: Optional[int] = None, *, epochs: int = 200, memory_limit: Optional[int] = None,
+               partitioners=PARTITIONERS, decoupled: bool = False, evaluate: bool = True, order: str = RANK_ORDER,
+               **options) -> Ranking:
+    """``rank_strategies`` for a graph known by its size (``SizedGraph``): the random
+    partition with its expected halos (an upper bound, see ``sized``), tensor parallelism
+    and every grid. The partitioners that follow the graph's structure, and out-of-core
+    training (whose chunks do), are dropped with the reason."""
+    if epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {epochs}")
+    common = dict(decoupled=decoupled, **options)
+    candidates, dropped = [], []
+    if memory_limit is not None:
+        dropped.append(Dropped("offload", "its chunks follow the graph's own structure: give --dataset"))
+    if ranks == 1:
+        one = partition_model.random_estimate(graph, 1, widths, model, rates, network, 1, evaluate, **common)
+        return _ranked([replace(one, strategy="single", settings={"strategy": "single"})], dropped, epochs,
+                       memory_limit)
+    for method in partitioners:
+        if method == "rp":
+            candidates.append(partition_model.random_estimate(graph, ranks, widths, model, rates, network,
+                                                              ranks_per_node, evaluate, **common))
+        else:
+            dropped.append(Dropped(f"partition {method}", "it partitions the graph's own structure: give "
+                                                          "--dataset"))
+    candidates.append(tensor_model.sized_estimate(graph, ranks, widths, model, rates, network, ranks_per_node,
+                                                  evaluate, **common))
+    _grids(candidates, dropped, graph.nodes, graph.operator("gcn").nnz, ranks, model, widths, rates, network,
+           ranks_per_node, evaluate, order, decoupled, options)
+    return _ranked(candidates, dropped, epochs, memory_limit)
+
+
+def _grids(candidates: list, dropped: list, nodes: int, gcn_nnz: int, ranks: int, model: str, widths, rates,
+           network, ranks_per_node, evaluate: bool, order: str, decoupled: bool, options: dict) -> None:
+    """Every grid3d grid of ``ranks`` into ``candidates``, or grid3d into ``dropped`` with why."""
     net = build(widths, model, decoupled, **options)
     refusal = grid3d_refusal(net, model, decoupled)
     if refusal:
         dropped.append(Dropped("grid3d", refusal))
-    else:
-        adj = getattr(graph, "adj", graph)
-        work = Workload(adj.shape[0], OPERATORS["gcn"](adj).nnz, tuple(int(w) for w in widths), evaluate=evaluate,
-                        dropout=net.dropout > 0)
-        candidates += [grid3d_estimate(work, predict(work, grid, rates, network, ranks_per_node, order))
-                       for grid in factorizations(ranks)]
-    return _ranked(candidates, dropped, epochs, memory_limit)
+        return
+    work = Workload(nodes, gcn_nnz, tuple(int(w) for w in widths), evaluate=evaluate, dropout=net.dropout > 0)
+    candidates += [grid3d_estimate(work, predict(work, grid, rates, network, ranks_per_node, order))
+                   for grid in factorizations(ranks)]
 
 
 def _ranked(candidates: list, dropped: list, epochs: int, memory_limit: Optional[int]) -> Ranking:

@@ -31,6 +31,7 @@ from ..parallel.tensor import aggregation_switches, layout_bytes
 from ..view import OPERATORS
 from .estimate import Estimate
 from .grid3d import ComputeRates, Network, SpMM, collective_time, world_links
+from .sized import OperatorSize, SizedGraph
 from .trace import (ELEMENT_BYTES, Aggregate, EdgeScores, build, epoch_compute, peak_bytes, replicated_phases,
                     slowest, trace)
 
@@ -87,16 +88,43 @@ def estimate(graph, ranks: int, widths, model: str, rates: ComputeRates, network
     ``ranks_per_node`` defaults to one node."""
     adj = getattr(graph, "adj", graph)
     bounds = even_bounds(adj.shape[0], ranks)
-    row_counts = [b - a for a, b in zip(bounds[:-1], bounds[1:])]
+    net, traced = _traced(widths, model, decoupled, **options)
+    ops = {name: OPERATORS[name](adj) for name in sorted(traced.ops())}
+    sizes = {name: OperatorSize(op.nnz, op.values is not None) for name, op in ops.items()}
+    entries = {name: np.diff(op.indptr.numpy()[bounds]).tolist() for name, op in ops.items()}
+    return priced(net, traced, sizes, entries, np.diff(bounds).tolist(), widths[0], rates, network,
+                  ranks_per_node, evaluate, decoupled)
+
+
+def sized_estimate(graph: SizedGraph, ranks: int, widths, model: str, rates: ComputeRates, network: Network,
+                   ranks_per_node: Optional[int] = None, evaluate: bool = True, *, decoupled: bool = False,
+                   **options) -> Estimate:
+    """``estimate`` for a graph known by its size: each row block holds its rows' share of an
+    operator's entries."""
+    row_counts = graph.rows(ranks).tolist()
+    net, traced = _traced(widths, model, decoupled, **options)
+    sizes = {name: graph.operator(name) for name in sorted(traced.ops())}
+    entries = {name: [round(size.nnz * rows / graph.nodes) for rows in row_counts] for name, size in sizes.items()}
+    return priced(net, traced, sizes, entries, row_counts, widths[0], rates, network, ranks_per_node, evaluate,
+                  decoupled)
+
+
+def _traced(widths, model: str, decoupled: bool, **options) -> tuple:
+    """(the model, its Trace as tensor parallelism runs it)."""
     net = build(widths, model, decoupled, **options)
     traced = trace(net, widths[0], _decoupled_pass if decoupled else None)
     if decoupled:   # the one aggregation stands for the k steps (none: no switches either)
         def steps(calls):
             return tuple(replace(c, steps=net.k) if isinstance(c, Aggregate) else c for c in calls)
         traced = replace(traced, train=steps(traced.train), evaluation=steps(traced.evaluation))
-    ops = {name: OPERATORS[name](adj) for name in sorted(traced.ops())}
-    entries = {name: np.diff(op.indptr.numpy()[bounds]).tolist() for name, op in ops.items()}
+    return net, traced
 
+
+def priced(net, traced, operators: dict, entries: dict, row_counts: list, in_dim: int, rates: ComputeRates,
+           network: Network, ranks_per_node: Optional[int], evaluate: bool, decoupled: bool) -> Estimate:
+    """The Estimate of ``net`` (``traced``) given each operator's OperatorSize (``operators``),
+    its entries per row block, and the rows of each block."""
+    ranks = len(row_counts)
     switched, shared = switches(traced, evaluate), shares(traced, evaluate, row_counts, entries)
     count = {"all_gather": all_gather_bytes, "reduce_scatter": reduce_scatter_bytes}
     share_bytes = sum(count[kind](sizes, elements, ELEMENT_BYTES) for kind, sizes, elements in shared)
@@ -107,9 +135,9 @@ def estimate(graph, ranks: int, widths, model: str, rates: ComputeRates, network
                          for s in switched)
     comm["share"] = sum(collective_time(kind, ranks * all_gather_bytes(sizes, elements, ELEMENT_BYTES), ranks,
                                         *collective) for kind, sizes, elements in shared)
-    compute = slowest([_rank_compute(traced, ops, entries, rates, row_counts, r, evaluate)
+    compute = slowest([_rank_compute(traced, operators, entries, rates, row_counts, r, evaluate)
                        for r in range(ranks)], rates)
-    peaks = [_peak(net, traced, ops, entries, widths[0], row_counts, r) for r in range(ranks)]
+    peaks = [_peak(net, traced, operators, entries, in_dim, row_counts, r) for r in range(ranks)]
     return Estimate.build(compute, comm, counted, peaks, strategy="tensor", decoupled=decoupled)
 
 
@@ -141,7 +169,7 @@ def _peak(net, traced, ops: dict, entries: dict, in_dim: int, row_counts: list, 
     its output rows and any shared edge weights, a score gather the scores of all rows and of
     the rank's rows' in-edges."""
     nodes, ranks, rows = sum(row_counts), len(row_counts), row_counts[r]
-    structure = sum(2 * (8 * (nodes + 1) + op.nnz * (8 + (ELEMENT_BYTES if op.values is not None else 0)))
+    structure = sum(2 * (8 * (nodes + 1) + op.nnz * (8 + (ELEMENT_BYTES if op.valued else 0)))
                     for op in ops.values())
 
     def aggregated(call):
