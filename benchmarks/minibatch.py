@@ -41,6 +41,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from driver import TrainFailed, split_specs, train, train_on_hosts  # noqa: E402
 
 from gnnmesh import datasets  # noqa: E402
+from gnnmesh.config import Config  # noqa: E402
+from gnnmesh.partition import partition  # noqa: E402
+from gnnmesh.planner import rates as machine_rates  # noqa: E402
+from gnnmesh.planner.minibatch import rank_routes  # noqa: E402
+from gnnmesh.planner.trace import build  # noqa: E402
+from gnnmesh.validate import parse_bytes  # noqa: E402
 from gnnmesh.sampling import NeighborSampler, parse_fanouts  # noqa: E402
 from gnnmesh.view import OPERATORS  # noqa: E402
 
@@ -124,12 +130,30 @@ def differing_seconds(record: dict) -> float:
     return max(record["rank_load_seconds"]) + record["graph_wait_max"] + record["shuffle_wait_max"]
 
 
+def planned_seconds(spec: str, args) -> dict:
+    """{strategy: seconds} as ``gnnmesh plan --allow-sampling`` predicts the same job in one
+    process: the same counts as the job's dry run, priced with this machine's probed rates
+    (the planner's cache of them) instead of the job's own link probes."""
+    graph = datasets.load(spec, root=args.root)
+    config = Config(dataset=spec, model="sage", minibatch=True, strategy="auto", nproc=args.ranks,
+                    fanouts=args.fanouts, batch_size=args.batch_size).resolved()
+    net = build((graph.num_features, config.hidden, graph.num_classes), "sage")
+    rates, network = machine_rates.this_machine("cpu", 1, args.ranks)
+    owner = partition(graph, args.ranks, args.partitioner, epsilon=config.epsilon, seed=config.seed).assignment
+    predictions = rank_routes(graph, args.ranks, net, rates, network, args.ranks, fanouts=args.fanouts,
+                              batch_size=args.batch_size, owner=owner, seed=config.seed,
+                              cache_bytes=parse_bytes(args.cache_memory, "cache_memory"))
+    return {p.name: p.time for p in predictions}
+
+
 def strategy_table(spec: str, args) -> list:
     runs = strategy_runs(spec, args)
+    planned = planned_seconds(spec, args)
     lines = [f"{spec}: {args.ranks} ranks, sage, fanouts {args.fanouts}, batch {args.batch_size}, cache "
-             f"{args.cache_memory} per rank, vertices by {args.partitioner}; median (range) over {args.runs} runs",
-             f"{'strategy':>8} {'epoch s':>18} {'predicted s':>18} {'measured s':>18} {'error':>7} {'load MiB':>9} "
-             f"{'ids MiB':>8} {'rows MiB':>9} {'hit rate':>8}"]
+             f"{args.cache_memory} per rank, vertices by {args.partitioner}; median (range) over {args.runs} runs; "
+             f"planned: 'gnnmesh plan --allow-sampling' for the same job",
+             f"{'strategy':>8} {'epoch s':>18} {'predicted s':>18} {'planned s':>10} {'measured s':>18} {'error':>7} "
+             f"{'load MiB':>9} {'ids MiB':>8} {'rows MiB':>9} {'hit rate':>8}"]
     medians = {}
     for name in STRATEGIES:
         recs = runs[name]
@@ -140,13 +164,15 @@ def strategy_table(spec: str, args) -> list:
         error = statistics.median((p - m) / m for p, m in zip(predicted, measured))
         r = recs[len(recs) // 2]
         hits = r["cache_hits"] / max(r["cache_hits"] + r["cache_misses"], 1)
-        lines.append(f"{name:>8} {spread_text(epoch):>18} {spread_text(predicted):>18} {spread_text(measured):>18} "
+        lines.append(f"{name:>8} {spread_text(epoch):>18} {spread_text(predicted):>18} {planned[name]:>10.2f} "
+                     f"{spread_text(measured):>18} "
                      f"{error:>+7.0%} {r['load_bytes'] / 2**20:>9.1f} {r['graph_bytes'] / 2**20:>8.1f} "
                      f"{r['shuffle_bytes'] / 2**20:>9.1f} {hits:>8.1%}")
     picked = [r["dry_run"] and min(r["dry_run"], key=lambda p: p["predicted_time"])["strategy"] for r in runs["auto"]]
     best = min(medians, key=medians.get)
     lines.append(f"auto picked {', '.join(picked)} (epoch {spread_text([r['epoch_time'] for r in runs['auto']])} s); "
-                 f"the measured fastest was {best} ({medians[best]:.2f} s)")
+                 f"the plan picks {min(planned, key=planned.get)}; the measured fastest was {best} "
+                 f"({medians[best]:.2f} s)")
     return lines
 
 

@@ -110,7 +110,7 @@ def stochastic(graph, args) -> tuple:
     volume of held-out batches."""
     from ..errors import ConfigError
     from ..partition.stochastic import batch_volumes, stochastic_partition
-    from ..train.minibatch import DEFAULT_BATCH
+    from ..sampling import DEFAULT_BATCH
 
     if args.fanouts is None:
         raise ConfigError("--method shp needs --fanouts F1,F2,... (in-edges sampled per hop, as in training)")

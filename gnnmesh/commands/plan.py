@@ -82,6 +82,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                                    "--partitioner)")
     every.add_argument("--epochs", type=int, metavar="E", help="epochs the partitioning time is spread over "
                        "in the ranking (default: the train command's, 200)")
+    every.add_argument("--allow-sampling", dest="allow_sampling", action="store_true",
+                       help="also rank the mini-batch strategies (gdp, nfp, snp, dnp), apart: a sampled epoch "
+                            "does other work than a full-graph one")
+    every.add_argument("--fanouts", metavar="F1,F2,...", help="with --allow-sampling: neighbours sampled per hop "
+                       "(default 10 per layer)")
+    every.add_argument("--batch-size", dest="batch_size", type=int, metavar="B",
+                       help="with --allow-sampling: seeds per batch (default 1024, at most the training set)")
+    every.add_argument("--cache-memory", dest="cache_memory", metavar="SIZE",
+                       help="with --allow-sampling: each rank's cache of hot feature rows (default none)")
     return cmd
 
 
@@ -96,6 +105,10 @@ def run(args) -> int:
         return plan_all.run(args)
     if args.epochs is not None:
         raise ConfigError("--epochs applies to --strategy all (it spreads partitioning time over the run)")
+    for flag, value in {"--allow-sampling": args.allow_sampling or None, "--fanouts": args.fanouts,
+                        "--batch-size": args.batch_size, "--cache-memory": args.cache_memory}.items():
+        if value is not None:
+            raise ConfigError(f"{flag} applies to --strategy all (the mini-batch strategies ranked apart)")
     if args.nproc is None:
         raise ConfigError("--nproc G: the number of ranks to plan grids for")
     args.hidden = args.hidden or DEFAULT_HIDDEN

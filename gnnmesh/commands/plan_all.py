@@ -6,12 +6,15 @@ why, and one line naming the choice."""
 
 from __future__ import annotations
 
-from ..config import Config
+from ..config import STRATEGY_DEFAULTS, Config
 from ..errors import ConfigError
-from ..partition import METHODS, STOCHASTIC_METHODS
+from ..parallel.minibatch import dryrun
+from ..partition import METHODS, STOCHASTIC_METHODS, MissingExtraError, partition
 from ..planner.explain import choice, dropped, table
+from ..planner.minibatch import rank_routes
 from ..planner.rank import PARTITIONERS, rank_sized, rank_strategies
 from ..planner.sized import SizedGraph
+from ..planner.trace import build
 from ..report.plan_file import Candidate, write_plan
 from ..train.auto import planned_model
 from ..validate import parse_bytes
@@ -33,6 +36,16 @@ def run(args) -> int:
                     **({"epochs": args.epochs} if args.epochs is not None else {})).resolved()
     methods = _partitioners(args.partitioner)
     limit = parse_bytes(args.device_memory, "device_memory") if args.device_memory else None
+    if args.allow_sampling and not args.dataset:
+        raise ConfigError("--allow-sampling samples the dataset's own graph: give --dataset, not --nodes/--edges")
+    given = [flag for flag, value in (("--fanouts", args.fanouts), ("--batch-size", args.batch_size),
+                                      ("--cache-memory", args.cache_memory)) if value is not None]
+    if given and not args.allow_sampling:
+        raise ConfigError(f"{given[0]} applies with --allow-sampling")
+    sampling = Config(dataset=args.dataset, data_root=args.data_root, model=args.model, decoupled=args.decoupled,
+                      hidden=args.hidden, layers=args.layers, minibatch=True, strategy="auto", nproc=args.nproc,
+                      fanouts=args.fanouts, batch_size=args.batch_size,
+                      cache_memory=args.cache_memory).resolved() if args.allow_sampling else None
     if args.dataset:
         from .. import datasets
         graph = datasets.load(args.dataset, root=config.data_root)
@@ -67,7 +80,38 @@ def run(args) -> int:
         print(line)
     for line in table(ranking, shown) + [""] + dropped(ranking) + [choice(ranking, args.json)]:
         print(line)
+    if sampling:
+        for line in [""] + _sampled(sampling, graph, widths, options, rates, network, per_node, methods):
+            print(line)
     return 0 if ranking.ranked else 1
+
+
+def _sampled(config: Config, graph, widths, options: dict, rates, network, per_node: int, methods: tuple) -> list:
+    """The mini-batch strategies' ranking (``planner.minibatch``) for ``config`` (a resolved
+    mini-batch auto job), as printed: the dry run's table of ``train --minibatch --strategy
+    auto`` and a choice line. snp and dnp run on the mini-batch default partitioner's
+    partition (hp) where it is among ``methods``."""
+    method = STRATEGY_DEFAULTS["partitioner"] if STRATEGY_DEFAULTS["partitioner"] in methods else methods[0]
+    owner, note = None, f"snp and dnp on the {method} partition"
+    try:
+        owner = partition(graph, config.nproc, method, epsilon=config.epsilon, seed=config.seed).assignment
+    except MissingExtraError as err:
+        note = f"snp and dnp not ranked: {err}"
+    net = build(widths, config.model, False, **options)
+    predictions = rank_routes(graph, config.nproc, net, rates, network, per_node, fanouts=config.fanouts,
+                              batch_size=config.batch_size, owner=owner, seed=config.seed,
+                              cache_bytes=parse_bytes(config.cache_memory, "cache_memory") if config.cache_memory else 0,
+                              attention=config.model == "gat")
+    best = predictions[0]
+    cache = f", a {config.cache_memory} feature cache per rank" if config.cache_memory else ""
+    return ([f"mini-batch strategies (--allow-sampling), ranked apart: fanouts {config.fanouts}, "
+             f"{config.batch_size or 'default'} seeds per batch{cache}; {note}",
+             "seconds: one epoch's feature reads and exchanges (APT's dry run); the sampling and the dense "
+             "compute, the same for every route, are left out"]
+            + dryrun.table_lines(predictions, best.name)
+            + [f"mini-batch choice: {best.name} (least predicted feature reading and exchange"
+               + (f", {predictions[1].time / best.time:.2f}x less than {predictions[1].name})"
+                  if len(predictions) > 1 and best.time > 0 else ")")])
 
 
 def _partitioners(text) -> tuple:

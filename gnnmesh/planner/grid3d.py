@@ -222,6 +222,7 @@ class Network:
     intra_latency: float = 5e-6
     inter_latency: float = 15e-6
     host_bw: float = 25e9    # host memory <-> the device, each way (out-of-core transfers)
+    gather_bw: float = 10e9  # scattered rows read from host memory (a mini-batch's feature reads)
     source: str = "given"
 
 

@@ -177,10 +177,20 @@ def probe_host_bandwidth(device: str = "cpu", nbytes: int = 1 << 26) -> float:
     return nbytes / _seconds(lambda: target.copy_(source, non_blocking=True), sync)
 
 
+def probe_gather_bandwidth(nbytes: int = 1 << 26, width: int = 128) -> float:
+    """Bytes per second of reading rows of ``width`` floats at sorted random positions from a
+    host array larger than the caches: how a mini-batch's feature reads go."""
+    import torch
+    rows = nbytes // (4 * width)
+    table = torch.zeros(2 * rows, width)
+    ids = torch.from_numpy(np.sort(np.random.default_rng(0).choice(2 * rows, rows, replace=False)))
+    return rows * width * 4 / _seconds(lambda: table.index_select(0, ids), lambda: None)
+
+
 def probe_network(ranks: int = 2, device: str = "cpu") -> Network:
     """Both link kinds from ``ranks`` local processes: a one-machine job never leaves its node.
     Probe with the job's rank count where cores are shared: waiting for descheduled peers is
     then part of what is measured."""
     bandwidth, latency = probe_bandwidth(ranks)
     return Network(bandwidth, bandwidth, latency, latency, host_bw=probe_host_bandwidth(device),
-                   source=f"probed (gloo all-reduce, {ranks} local processes)")
+                   gather_bw=probe_gather_bandwidth(), source=f"probed (gloo all-reduce, {ranks} local processes)")

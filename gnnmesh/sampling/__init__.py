@@ -2,8 +2,9 @@
 runs on a batch's blocks with (``view``), and the tier its input features come from
 (``features``)."""
 
-from .sampler import Block, NeighborSampler, Sample, parse_fanouts, row_positions
+from .sampler import DEFAULT_BATCH, Block, NeighborSampler, Sample, parse_fanouts, row_positions, sampled_operator
 from .features import FeatureTier
 from .view import BlockView
 
-__all__ = ["Block", "BlockView", "FeatureTier", "NeighborSampler", "Sample", "parse_fanouts", "row_positions"]
+__all__ = ["DEFAULT_BATCH", "Block", "BlockView", "FeatureTier", "NeighborSampler", "Sample", "parse_fanouts",
+           "row_positions", "sampled_operator"]

@@ -23,6 +23,7 @@ import torch
 
 from ..errors import ConfigError
 from ..graph import Adjacency
+from ..models.base import SELF, GraphLayer, LayerStack
 from ..view import keyed_hash
 
 
@@ -159,3 +160,21 @@ def _choose(key: int, nodes: np.ndarray, counts: np.ndarray, k: int) -> np.ndarr
         taken = (chosen[:, :i] == draw[:, None]).any(axis=1)
         chosen[:, i] = np.where(taken, top, draw)
     return np.sort(chosen, axis=1)
+
+
+DEFAULT_BATCH = 1024   # seeds per batch when --batch-size is not given (at most the training set)
+
+
+def sampled_operator(model) -> str:
+    """The one graph operator every layer of ``model`` aggregates with (what is sampled)."""
+    if not isinstance(model, LayerStack):
+        raise ConfigError("mini-batch training runs layer stacks (gcn, sage, gin, gat), not decoupled models")
+    names = set()
+    for layer in model.layers:
+        if isinstance(layer, GraphLayer):
+            names |= {t.op for t in layer.maths().terms if t.op != SELF}
+        else:  # attention over in-edges and a self-loop
+            names.add("loop")
+    if len(names) != 1:
+        raise ConfigError(f"mini-batch training samples one operator; this model's layers use {sorted(names)}")
+    return names.pop()

@@ -18,31 +18,12 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ConfigError
-from ..models.base import SELF, GraphLayer, LayerStack
 from ..view import OPERATORS
 from ..partition.stochastic import draw_batches
-from ..sampling import BlockView, FeatureTier, NeighborSampler, parse_fanouts
+from ..sampling import DEFAULT_BATCH, BlockView, FeatureTier, NeighborSampler, parse_fanouts, sampled_operator
 from ..sampling.features import LocalSource, RowStore
 from ..validate import parse_bytes
 from .trainer import Trainer
-
-DEFAULT_BATCH = 1024
-
-
-def sampled_operator(model) -> str:
-    """The one graph operator every layer of ``model`` aggregates with (what is sampled)."""
-    if not isinstance(model, LayerStack):
-        raise ConfigError("mini-batch training runs layer stacks (gcn, sage, gin, gat), not decoupled models")
-    names = set()
-    for layer in model.layers:
-        if isinstance(layer, GraphLayer):
-            names |= {t.op for t in layer.maths().terms if t.op != SELF}
-        else:  # attention over in-edges and a self-loop
-            names.add("loop")
-    if len(names) != 1:
-        raise ConfigError(f"mini-batch training samples one operator; this model's layers use {sorted(names)}")
-    return names.pop()
-
 
 class MiniBatchTrainer(Trainer):
     def __init__(self, config, data, strategy=None):

@@ -185,12 +185,12 @@ def predict(route, totals: np.ndarray, bandwidths: dict) -> RoutePrediction:
 def table_lines(predictions: list, chosen: str) -> list:
     """The dry run's table, as printed: one line per route, the chosen one marked."""
     remote = any(sum(p.ranks["remote_bytes"]) for p in predictions)  # features spread over hosts
-    lines = [f"{'strategy':>8} {'predicted':>10} {'load MiB':>9} {'graph MiB':>9} {'shuffle MiB':>11} "
+    lines = [f"{'strategy':>8} {'predicted ms':>12} {'load MiB':>9} {'graph MiB':>9} {'shuffle MiB':>11} "
              f"{'hit rate':>8}" + (f" {'remote MiB':>10}" if remote else "")]
     for p in predictions:
         r = p.ranks
         reads = sum(r["hits"]) + sum(r["misses"])
-        lines.append(f"{p.name:>8} {p.time:9.3f}s {sum(r['load_bytes']) / 2**20:9.2f} "
+        lines.append(f"{p.name:>8} {p.time * 1e3:12.4g} {sum(r['load_bytes']) / 2**20:9.2f} "
                      f"{sum(r['graph_bytes']) / 2**20:9.2f} {sum(r['shuffle_bytes']) / 2**20:11.2f} "
                      f"{sum(r['hits']) / max(reads, 1):8.1%}"
                      + (f" {sum(r['remote_bytes']) / 2**20:10.2f}" if remote else "")
