@@ -53,6 +53,11 @@ def test_the_plans_counts_are_a_jobs_dry_run(world):
         for q in range(world)])
 
 
+def test_a_nodes_ranks_share_its_memory_reads():
+    assert links(GPU_RATES, GPU_NETWORK, 8, 4)["load"] == GPU_NETWORK.gather_bw / 4
+    assert links(GPU_RATES, GPU_NETWORK, 2, None)["load"] == GPU_NETWORK.gather_bw / 2
+
+
 def test_attention_and_a_missing_partition_leave_routes_out():
     g = graph()
     net = build((g.num_features, 8, g.num_classes), "gat", heads=2)

@@ -28,8 +28,8 @@ DEFAULT_FEATURES, DEFAULT_CLASSES = 128, 10      # for a graph given by its size
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    cmd = subparsers.add_parser("plan", help="rank the process grids of a parallel strategy by "
-                                "predicted epoch time")
+    cmd = subparsers.add_parser("plan", help="rank the parallel strategies for a graph and a number of ranks "
+                                "by predicted epoch time")
     cmd.add_argument("--strategy", choices=("all", "grid3d", "offload"), default="all",
                      help="what to plan (default all: every full-graph strategy, partition under each "
                           "partitioner, tensor, every grid3d grid, ranked; grid3d: every grid in detail; "
@@ -74,7 +74,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     cmd.add_argument("--rank-order", dest="order", choices=rank_orders(), default=RANK_ORDER,
                      help=f"grid axes from slowest to fastest varying rank number (default {RANK_ORDER}, "
                           "the grid3d strategy's)")
-    cmd.add_argument("--top", type=int, metavar="N", help="show only the best N grids")
+    cmd.add_argument("--top", type=int, metavar="N", help="show only the best N candidates")
     cmd.add_argument("--json", metavar="FILE", help="also write the ranked candidates to FILE as JSON "
                      "(what 'gnnmesh report --plan' draws)")
     plan_offload.add_arguments(cmd)

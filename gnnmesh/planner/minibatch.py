@@ -27,11 +27,14 @@ from .trace import ELEMENT_BYTES
 
 def links(rates: ComputeRates, network: Network, ranks: int, ranks_per_node: Optional[int]) -> dict:
     """The dry run's bandwidths (bytes/s) and latency from the planner's rates: feature rows
-    read from host memory at ``gather_bw``; gathered from a device cache as fast as an
-    elementwise pass moves them; exchanged at an all-to-all's bandwidth and latency."""
+    read from host memory at ``gather_bw`` shared by the node's ranks (every step, they all
+    read at once, and one reader alone is what the probe measures); gathered from a device
+    cache as fast as an elementwise pass moves them; exchanged at an all-to-all's bandwidth
+    and latency."""
     bandwidth, latency = world_links(ranks, ranks_per_node, network)[1]
     cache = ELEMENT_BYTES / rates.elementwise_per if rates.elementwise_per > 0 else float("inf")
-    return {"load": network.gather_bw, "cache": cache, "net": bandwidth, "latency": latency}
+    load = network.gather_bw / min(ranks_per_node or ranks, ranks)
+    return {"load": load, "cache": cache, "net": bandwidth, "latency": latency}
 
 
 def rank_routes(graph, ranks: int, net, rates: ComputeRates, network: Network, ranks_per_node: Optional[int] = None,
