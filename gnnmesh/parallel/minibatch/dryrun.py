@@ -65,7 +65,8 @@ def cache_rows(route, counts: np.ndarray, capacity: int, rank: int, operator) ->
     if route.needs_partition:
         candidates = np.flatnonzero(route.owner == rank)
         if route.name == "dnp":
-            candidates = np.union1d(candidates, operator.indices[row_positions(operator.indptr, candidates)])
+            indptr, indices = np.asarray(operator.indptr), np.asarray(operator.indices)   # numpy, not torch
+            candidates = np.union1d(candidates, indices[row_positions(indptr, candidates)])
     hot = np.lexsort((candidates, -counts[candidates]))[:capacity]
     return np.sort(candidates[hot])
 
