@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 
 from ..parallel.minibatch import ROUTES
-from ..parallel.minibatch.dryrun import access_counts, cache_rows, predict, route_totals, sample_epoch
+from ..parallel.minibatch.dryrun import access_counts, cache_masks, predict, route_totals, sample_epoch
 from ..partition.stochastic import draw_batches
 from ..sampling import DEFAULT_BATCH, NeighborSampler, parse_fanouts, sampled_operator
 from ..view import OPERATORS
@@ -63,10 +63,7 @@ def rank_routes(graph, ranks: int, net, rates: ComputeRates, network: Network, r
         route.bind(sampler, net, op, seed, "cpu")
         row_bytes = [ELEMENT_BYTES * (c.stop - c.start) for c in (route.feature_columns(width, q)
                                                                     for q in range(ranks))]
-        caches = [np.zeros(graph.num_nodes, dtype=bool) for _ in range(ranks)]
-        for q, cache in enumerate(caches):
-            if row_bytes[q]:   # nfp gives a rank no columns when there are more ranks than features
-                cache[cache_rows(route, counts, cache_bytes // row_bytes[q], q, operator)] = True
+        caches = cache_masks(route, counts, cache_bytes, row_bytes, operator)
         out.append(predict(route, route_totals(route, samples, route.reply_width(net), caches, row_bytes),
                            bandwidths))
     return sorted(out, key=lambda p: (p.time, p.name))

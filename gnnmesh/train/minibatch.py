@@ -89,19 +89,16 @@ class MiniBatchTrainer(Trainer):
         if cache_bytes or len(names) > 1:
             samples = dryrun.sample_epoch(self.sampler, self.batches(1), world, rank, 1)
             counts = self._summed(dryrun.access_counts(samples, x.shape[0]))
-            caches = {n: [dryrun.cache_rows(r, counts, cache_bytes // (4 * w), q, self.operator)
-                          for q, w in enumerate(widths[n])] for n, r in routes.items()}
             given = dryrun.parse_links(cfg.bandwidths) if cfg.bandwidths else {}
             probe = host_rows or (RowStore(x, **store) if not {"load", "cache"} <= set(given) else None)
             bandwidths = dryrun.probe_bandwidths(strategy.comm, probe, self.device, given)
             if probe is not None and probe is not host_rows:
                 probe.close()
             for name, route in routes.items():
-                masks = [np.zeros(x.shape[0], dtype=bool) for _ in caches[name]]
-                for mask, rows in zip(masks, caches[name]):
-                    mask[rows] = True
+                row_bytes = [4 * w for w in widths[name]]
+                masks = dryrun.cache_masks(route, counts, cache_bytes, row_bytes, self.operator)
                 totals = self._summed(dryrun.route_totals(route, samples, route.reply_width(self.model), masks,
-                                                          [4 * w for w in widths[name]], homes))
+                                                          row_bytes, homes))
                 self.dry_run.append(dryrun.predict(route, totals, bandwidths))
             chosen = min(self.dry_run, key=lambda p: p.time).name
         strategy.use(routes[chosen])

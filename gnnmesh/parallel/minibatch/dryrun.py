@@ -71,6 +71,17 @@ def cache_rows(route, counts: np.ndarray, capacity: int, rank: int, operator) ->
     return np.sort(candidates[hot])
 
 
+def cache_masks(route, counts: np.ndarray, cache_bytes: int, row_bytes: list, operator) -> list:
+    """Every rank's cache under ``route``, as a mask over the vertices: the rows ``cache_rows``
+    picks for ``cache_bytes`` of rows of ``row_bytes[q]`` bytes (none where a rank reads no
+    feature columns, as nfp's may when there are more ranks than features)."""
+    masks = [np.zeros(len(counts), dtype=bool) for _ in row_bytes]
+    for q, mask in enumerate(masks):
+        if row_bytes[q]:
+            mask[cache_rows(route, counts, cache_bytes // row_bytes[q], q, operator)] = True
+    return masks
+
+
 def sample_epoch(sampler, batches: list, world: int, rank: int, epoch: int) -> dict:
     """{step: every rank's first-layer block} for this rank's steps of the epoch."""
     return {step: [sampler.sample(share(batch, world, q), epoch, step).layer_block(0) for q in range(world)]
