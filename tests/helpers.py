@@ -1,6 +1,10 @@
-"""Small graphs shared by the tests."""
+"""Small graphs and the command-line runner shared by the tests."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import torch
 
@@ -64,3 +68,19 @@ def layout(strategy: str, grid=None):
     from gnnmesh import comm
     from gnnmesh.layout import ParallelLayout
     return ParallelLayout.for_strategy(strategy, comm.world_size(), grid)
+
+
+def gnnmesh(*args, data_root=None, timeout=120):
+    env = dict(os.environ)
+    if data_root:
+        env["GNNMESH_DATA"] = str(data_root)
+    return subprocess.run([sys.executable, "-m", "gnnmesh", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def one_error_line(result, *fragments):
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gnnmesh: error:"), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]

@@ -7,21 +7,7 @@ import sys
 
 import pytest
 
-
-def gnnmesh(*args, data_root=None, timeout=120):
-    env = dict(os.environ)
-    if data_root:
-        env["GNNMESH_DATA"] = str(data_root)
-    return subprocess.run([sys.executable, "-m", "gnnmesh", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
-
-
-def one_error_line(result, *fragments):
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("gnnmesh: error:"), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0]
+from tests.helpers import gnnmesh, one_error_line
 
 
 def test_train_cora_reaches_accuracy(data_root, tmp_path):

@@ -9,7 +9,7 @@ from gnnmesh.transforms import (add_self_loops, gcn_norm, induced_subgraph, mean
                                 rcm_order, remove_self_loops, reorder, row_block, to_undirected)
 from gnnmesh.view import GraphView
 
-from helpers import dense, random_graph
+from tests.helpers import dense, random_graph
 
 
 def test_edge_index_convention_and_transpose():

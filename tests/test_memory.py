@@ -11,8 +11,8 @@ from gnnmesh.parallel.partition import PartitionParallel
 from gnnmesh.parallel.tensor import TensorParallel
 from gnnmesh.train import Trainer
 
-from dist import run_ranks
-from helpers import random_graph, layout
+from tests.dist import run_ranks
+from tests.helpers import random_graph, layout
 
 
 def check_fields(record: dict, ranks: int):

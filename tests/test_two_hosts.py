@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from dist import free_port
+from tests.dist import free_port
 
 SBM = "sbm:nodes=400,classes=3,features=12"
 

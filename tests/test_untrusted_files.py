@@ -13,8 +13,8 @@ from gnnmesh import ConfigError, GraphError
 from gnnmesh.config import Config
 from gnnmesh.train import Trainer
 
-from helpers import random_graph
-from test_cli import gnnmesh, one_error_line
+from tests.helpers import random_graph
+from tests.helpers import gnnmesh, one_error_line
 
 SBM = "sbm:nodes=200,classes=2,features=4"
 

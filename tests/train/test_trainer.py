@@ -7,7 +7,7 @@ from gnnmesh import ConfigError, TrainingDiverged
 from gnnmesh.config import Config
 from gnnmesh.train import Trainer
 
-from helpers import model_fields, random_graph
+from tests.helpers import model_fields, random_graph
 
 
 @pytest.fixture(scope="module")

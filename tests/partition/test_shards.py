@@ -14,7 +14,7 @@ from gnnmesh.partition.blocks import inverse, permutations, permute_adjacency
 from gnnmesh.partition.shards import open_shards, read_cost, write_shards
 from gnnmesh.partition import graph_key
 
-from helpers import random_graph
+from tests.helpers import random_graph
 
 RANGES = [0, 2, (1, 3), range(0, 3)]
 

@@ -9,7 +9,7 @@ import torch
 
 from gnnmesh.datasets import load, ogb
 from gnnmesh.errors import GraphError
-from test_cli import gnnmesh, one_error_line
+from tests.helpers import gnnmesh, one_error_line
 
 N, FEATURES, CLASSES = 40, 4, 3
 

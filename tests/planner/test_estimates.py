@@ -19,9 +19,9 @@ from gnnmesh.planner import tensor as tensor_model
 from gnnmesh.planner.estimate import Estimate
 from gnnmesh.planner.grid3d import GPU_NETWORK, GPU_RATES, ComputeRates, Network
 
-from dist import run_ranks
-from helpers import layout
-from parity import train
+from tests.dist import run_ranks
+from tests.helpers import layout
+from tests.parity import train
 
 EPOCHS = 2
 HEADS = 2

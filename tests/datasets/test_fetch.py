@@ -23,7 +23,7 @@ from gnnmesh.datasets.bundled import ROOT as BUNDLED_ROOT
 from gnnmesh.datasets.fetch import FetchError, fetch
 from gnnmesh.datasets.registry import DATASETS
 from gnnmesh.datasets.upstream import MIRROR_VARIABLE, UPSTREAM
-from helpers import same_graph
+from tests.helpers import same_graph
 
 
 @pytest.fixture(autouse=True)

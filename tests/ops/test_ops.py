@@ -4,7 +4,7 @@ import torch
 from gnnmesh.ops import edge_softmax, sddmm, spmm
 from gnnmesh.transforms import add_self_loops
 
-from helpers import dense, random_graph
+from tests.helpers import dense, random_graph
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import torch
 from gnnmesh.models import MODELS, build_model
 from gnnmesh.view import GraphView
 
-from helpers import random_graph
+from tests.helpers import random_graph
 
 
 

@@ -18,7 +18,7 @@ from gnnmesh.partition.blocks import (balance, balanced_permutations, block_boun
                                   permute_adjacency)
 from gnnmesh.transforms import add_self_loops
 
-from helpers import random_graph
+from tests.helpers import random_graph
 
 RMAT = "rmat:nodes=2000,edges=20000,features=0"
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from dist import run_ranks
-from helpers import random_graph
-from parity import assert_same_run
+from tests.dist import run_ranks
+from tests.helpers import random_graph
+from tests.parity import assert_same_run
 
 from gnnmesh import datasets
 from gnnmesh.config import Config

@@ -5,13 +5,13 @@ import os
 
 import pytest
 
-from helpers import layout
+from tests.helpers import layout
 from gnnmesh.config import Config
 from gnnmesh.datasets import load
 from gnnmesh.parallel.tensor import TensorParallel
 from gnnmesh.train import Trainer
 
-from dist import run_ranks
+from tests.dist import run_ranks
 
 NODES = 200_000
 

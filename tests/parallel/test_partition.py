@@ -5,9 +5,9 @@ import pytest
 from gnnmesh.config import Config
 from gnnmesh.parallel.partition import PartitionParallel
 
-from dist import run_ranks
-from helpers import model_fields, random_graph, layout
-from parity import assert_same_run, train
+from tests.dist import run_ranks
+from tests.helpers import model_fields, random_graph, layout
+from tests.parity import assert_same_run, train
 
 MODELS = ["gcn", "sage", "gin", "gat", "decoupled-gcn"]
 EPOCHS = 20

@@ -20,7 +20,7 @@ from gnnmesh.partition.base import fill_empty_parts, imbalance, vertex_weights
 from gnnmesh.partition.refine import VOLUME_BUDGET, reduce_max_send
 from gnnmesh.transforms import gcn_norm
 
-from helpers import random_graph
+from tests.helpers import random_graph
 
 
 

@@ -16,7 +16,7 @@ import torch
 from gnnmesh import GraphError
 from gnnmesh.datasets import available, dataset_options, load, names, structural_features
 from gnnmesh.datasets import cache as cache_mod
-from helpers import same_graph
+from tests.helpers import same_graph
 
 
 @pytest.fixture(autouse=True)

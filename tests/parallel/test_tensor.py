@@ -5,9 +5,9 @@ import pytest
 from gnnmesh.config import Config
 from gnnmesh.parallel.tensor import TensorParallel
 
-from dist import run_ranks
-from helpers import random_graph, layout
-from parity import assert_same_run, train
+from tests.dist import run_ranks
+from tests.helpers import random_graph, layout
+from tests.parity import assert_same_run, train
 
 EPOCHS = 20
 NAIVE = ["gcn", "sage", "gin", "gat"]

@@ -4,7 +4,7 @@ measured as the peak resident set (VmHWM) of real rank processes, not inferred f
 import pytest
 import torch
 
-from helpers import layout
+from tests.helpers import layout
 from gnnmesh import datasets
 from gnnmesh.config import Config
 from gnnmesh.memory import peak_rss_mib
@@ -14,7 +14,7 @@ from gnnmesh.partition import partition
 from gnnmesh.parts import open_parts, write_partition_parts
 from gnnmesh.train import Trainer
 
-from dist import run_ranks
+from tests.dist import run_ranks
 
 GRAPH = "rmat:nodes=100000,edges=1000000,features=64,classes=8"
 CONFIG = Config(epochs=2, hidden=16, strategy="partition")

@@ -4,8 +4,8 @@ the dry run of every rank in one process."""
 from __future__ import annotations
 
 import pytest
-from dist import run_ranks
-from helpers import random_graph
+from tests.dist import run_ranks
+from tests.helpers import random_graph
 
 from gnnmesh.cli import main
 from gnnmesh.config import Config

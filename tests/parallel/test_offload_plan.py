@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import random_graph
+from tests.helpers import random_graph
 
 from gnnmesh.errors import ConfigError
 from gnnmesh.validate import parse_bytes

@@ -20,9 +20,9 @@ from gnnmesh.parts.grid import write_grid_parts
 from gnnmesh.parts.tensor import write_tensor_parts
 from gnnmesh.view import OPERATORS
 
-from dist import run_ranks
-from helpers import model_fields, random_graph, layout
-from parity import assert_same_run, train
+from tests.dist import run_ranks
+from tests.helpers import model_fields, random_graph, layout
+from tests.parity import assert_same_run, train
 
 EPOCHS = 12
 

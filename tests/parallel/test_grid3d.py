@@ -21,10 +21,10 @@ from gnnmesh.parallel.grid_logits import logit_route
 from gnnmesh.partition.grid_blocks import GridBlocks
 from gnnmesh.view import GraphView
 
-from dist import run_ranks
-from helpers import dense, layout, random_graph
-import parity
-from parity import assert_same_run
+from tests.dist import run_ranks
+from tests.helpers import dense, layout, random_graph
+from tests import parity
+from tests.parity import assert_same_run
 
 EPOCHS = 20
 

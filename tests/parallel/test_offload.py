@@ -7,9 +7,9 @@ import itertools
 
 import pytest
 
-from dist import run_ranks
-from helpers import model_fields, random_graph
-from parity import assert_same_run, train
+from tests.dist import run_ranks
+from tests.helpers import model_fields, random_graph
+from tests.parity import assert_same_run, train
 
 from gnnmesh.config import Config
 from gnnmesh.errors import ConfigError
