@@ -1,9 +1,6 @@
 """The command line, run as a user would: a subprocess, its output and exit status."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
