@@ -33,7 +33,8 @@ import driver
 from driver import epochs, imbalance, spread
 from gnnmesh.commands import plan
 from gnnmesh.layout.grid import factorizations, most_cubic_grid
-from gnnmesh.planner.grid3d import GPU_NETWORK, GPU_RATES, Workload, rank_grids
+from gnnmesh.planner.grid3d import Workload, rank_grids
+from gnnmesh.planner.machine import GPU_NETWORK, GPU_RATES
 
 
 def grid_name(grid) -> str:

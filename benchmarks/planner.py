@@ -38,7 +38,7 @@ from driver import TrainFailed, epochs, train
 from gnnmesh import datasets
 from gnnmesh.planner import calibrate
 from gnnmesh.planner import rates as machine_rates
-from gnnmesh.planner.grid3d import ComputeRates, Network
+from gnnmesh.planner.machine import ComputeRates, Network
 from gnnmesh.planner.rank import PARTITIONERS, input_width, rank_strategies
 
 HEADS = 4

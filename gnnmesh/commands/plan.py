@@ -15,8 +15,8 @@ from ..atomic import check_writable
 from ..errors import ConfigError
 from ..layout.grid import AXES, RANK_ORDER, WORLD, rank_orders
 from . import plan_offload
-from ..planner.grid3d import (GPU_NETWORK, GPU_RATES, ComputeRates, Network, SpMM, Workload, payload_bytes,
-                              rank_grids)
+from ..planner.grid3d import Workload, payload_bytes, rank_grids
+from ..planner.machine import GPU_NETWORK, GPU_RATES, ComputeRates, Network, SpMM
 from ..planner.estimate import name_of
 from ..planner.explain import choice, significant
 from ..planner.rank import Ranking, grid3d_estimate

@@ -4,7 +4,7 @@
 bytes per rank and phase, peak memory per rank), so that strategies can be ranked side by
 side: ``partition.estimate`` (1D partition parallelism, for a given partition) and
 ``tensor.estimate`` (feature-column tensor parallelism, plain or decoupled), both built on
-``trace`` (what a model asks of one epoch) and on the rates and collective costs of
-``grid3d``, the 3D model (``grid3d.predict``). ``rank.rank_strategies`` puts every full-graph
+``trace`` (what a model asks of one epoch) and on ``machine``, the machine model (compute
+rates, links, collective costs), as is ``grid3d``, the 3D model (``grid3d.predict``). ``rank.rank_strategies`` puts every full-graph
 strategy for a graph on P ranks side by side.
 """

@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from .grid3d import ComputeRates, Network
+from .machine import ComputeRates, Network
 
 SPARSE = ("spmm_call", "spmm_per_nnz", "spmm_per_nnz_col", "spmm_per_out", "spmm_per_in")
 DENSE = ("gemm_call", "elementwise_call", "elementwise_per", "dropout_per")   # and 1 / gemm_flops

@@ -21,7 +21,7 @@ from ..parallel.minibatch.dryrun import access_counts, cache_masks, predict, rou
 from ..partition.stochastic import draw_batches
 from ..sampling import DEFAULT_BATCH, NeighborSampler, parse_fanouts, sampled_operator
 from ..view import OPERATORS
-from .grid3d import ComputeRates, Network, world_links
+from .machine import ComputeRates, Network, world_links
 from .trace import ELEMENT_BYTES
 
 

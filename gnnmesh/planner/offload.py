@@ -23,7 +23,7 @@ from ..parallel.offload import costs, make_plan
 from ..parallel.offload.stages import stages_of
 from . import partition as partition_model
 from .estimate import Estimate
-from .grid3d import ComputeRates, Network, collective_time, world_links
+from .machine import ComputeRates, Network, collective_time, world_links
 from .trace import build
 
 

@@ -25,7 +25,7 @@ from ..partition import rank_halos
 from ..partition.halo import check_assignment
 from ..view import OPERATORS
 from .estimate import Estimate
-from .grid3d import ComputeRates, Network, SpMM, world_links
+from .machine import ComputeRates, Network, SpMM, world_links
 from .sized import SizedGraph
 from .trace import (ELEMENT_BYTES, Aggregate, EdgeScores, build, epoch_compute, peak_bytes, replicated_phases,
                     slowest, trace)

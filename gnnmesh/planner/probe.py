@@ -19,7 +19,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .grid3d import ComputeRates, Network
+from .machine import ComputeRates, Network
 
 # (rows, common, nonzeros per row): square blocks, a wide and a narrow common dimension,
 # sparser rows, and a tiny block that exposes the fixed cost per call

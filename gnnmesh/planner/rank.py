@@ -26,7 +26,8 @@ from . import offload as offload_model
 from . import partition as partition_model
 from . import tensor as tensor_model
 from .estimate import Estimate
-from .grid3d import ComputeRates, Network, Prediction, Workload, payload_bytes, peak_bytes, predict
+from .grid3d import Prediction, Workload, payload_bytes, peak_bytes, predict
+from .machine import ComputeRates, Network
 from .sized import SizedGraph
 from .trace import build
 

@@ -19,7 +19,7 @@ from typing import Callable
 from ..atomic import write_file
 from ..datasets.cache import default_dir
 from ..errors import ConfigError
-from .grid3d import ComputeRates, Network
+from .machine import ComputeRates, Network
 
 
 def read(path, what: str = "--rates", complete: bool = False) -> tuple:

@@ -13,7 +13,7 @@ not modelled otherwise.
 
 Time: each rank's dense work on its V/N rows and its aggregations on its column slice of all
 V rows (``trace.epoch_compute``); every switch is an all-to-all as long as its busiest rank's
-share, every share an all-gather or reduce-scatter over all ranks (``grid3d.collective_time``);
+share, every share an all-gather or reduce-scatter over all ranks (``machine.collective_time``);
 nothing overlaps.
 """
 
@@ -30,7 +30,7 @@ from ..parallel.switch import even_bounds
 from ..parallel.tensor import aggregation_switches, layout_bytes
 from ..view import OPERATORS
 from .estimate import Estimate
-from .grid3d import ComputeRates, Network, SpMM, collective_time, world_links
+from .machine import ComputeRates, Network, SpMM, collective_time, world_links
 from .sized import OperatorSize, SizedGraph
 from .trace import (ELEMENT_BYTES, Aggregate, EdgeScores, build, epoch_compute, peak_bytes, replicated_phases,
                     slowest, trace)

@@ -23,7 +23,7 @@ from torch.overrides import TorchFunctionMode
 from ..graph import Adjacency
 from ..models import MODELS, Decoupled, build_model
 from ..view import GraphView
-from .grid3d import GEMM, ComputeRates, Elementwise, SpMM, collective_time
+from .machine import GEMM, ComputeRates, Elementwise, SpMM, collective_time
 
 ELEMENT_BYTES = 4   # float32 vertex data, values and gradients
 

@@ -7,7 +7,8 @@ from gnnmesh.planner import calibrate
 from gnnmesh.planner import partition as partition_model
 from gnnmesh.planner import tensor as tensor_model
 from gnnmesh.planner.calibrate import Factors, Sample, fit, parts, scaled
-from gnnmesh.planner.grid3d import GPU_NETWORK, GPU_RATES, Workload, predict
+from gnnmesh.planner.grid3d import Workload, predict
+from gnnmesh.planner.machine import GPU_NETWORK, GPU_RATES
 from gnnmesh.layout.grid import Grid
 from gnnmesh.partition import partition
 

@@ -17,7 +17,7 @@ from gnnmesh.partition import partition, save_partition
 from gnnmesh.planner import partition as partition_model
 from gnnmesh.planner import tensor as tensor_model
 from gnnmesh.planner.estimate import Estimate
-from gnnmesh.planner.grid3d import GPU_NETWORK, GPU_RATES, ComputeRates, Network
+from gnnmesh.planner.machine import GPU_NETWORK, GPU_RATES, ComputeRates, Network
 
 from tests.dist import run_ranks
 from tests.helpers import layout
@@ -35,7 +35,7 @@ def cora():
 
 
 def config(model, hidden, decoupled=False):
-    return Config(model=model, hidden=hidden, heads=HEADS, layers=2, epochs=EPOCHS, seed=1,
+    return Config.of(model=model, hidden=hidden, heads=HEADS, layers=2, epochs=EPOCHS, seed=1,
                   decoupled=decoupled, k=3)
 
 

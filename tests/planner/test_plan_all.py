@@ -13,7 +13,7 @@ from gnnmesh.partition import methods as partition_methods
 from gnnmesh.planner import grid3d
 from gnnmesh.planner import partition as partition_model
 from gnnmesh.planner.estimate import Estimate
-from gnnmesh.planner.grid3d import GPU_NETWORK, GPU_RATES
+from gnnmesh.planner.machine import GPU_NETWORK, GPU_RATES
 from gnnmesh.planner.rank import Ranking, grid3d_estimate, rank_strategies
 from gnnmesh.report.plan_file import read_plan
 

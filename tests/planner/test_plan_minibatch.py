@@ -10,7 +10,7 @@ from tests.helpers import random_graph
 from gnnmesh.cli import main
 from gnnmesh.config import Config
 from gnnmesh.partition import partition
-from gnnmesh.planner.grid3d import GPU_NETWORK, GPU_RATES
+from gnnmesh.planner.machine import GPU_NETWORK, GPU_RATES
 from gnnmesh.planner.minibatch import links, rank_routes
 from gnnmesh.planner.trace import build
 
@@ -23,7 +23,7 @@ def graph():
 
 def _dry_run(rank, world):
     from gnnmesh.train.minibatch import MiniBatchTrainer
-    config = Config(dataset="random", model="sage", seed=SEED, hidden=8, minibatch=True, fanouts=FANOUTS,
+    config = Config.of(dataset="random", model="sage", seed=SEED, hidden=8, minibatch=True, fanouts=FANOUTS,
                     batch_size=BATCH, strategy="auto", nproc=world, partitioner="rp", epochs=1, cache_memory="400B")
     return MiniBatchTrainer(config, graph()).dry_run
 

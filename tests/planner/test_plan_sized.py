@@ -9,7 +9,7 @@ from gnnmesh.cli import main
 from gnnmesh.partition import partition
 from gnnmesh.planner import partition as partition_model
 from gnnmesh.planner import tensor as tensor_model
-from gnnmesh.planner.grid3d import GPU_NETWORK, GPU_RATES
+from gnnmesh.planner.machine import GPU_NETWORK, GPU_RATES
 from gnnmesh.planner.partition import halo_counts
 from gnnmesh.planner.rank import rank_sized
 from gnnmesh.planner.sized import SizedGraph

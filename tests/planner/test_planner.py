@@ -10,9 +10,10 @@ from gnnmesh.cli import main
 from gnnmesh.commands.plan import graph_size
 from gnnmesh.layout.grid import Grid, factorizations
 from gnnmesh.planner import grid3d as m
+from gnnmesh.planner import machine
 from gnnmesh.planner.probe import _fit
 
-NET = m.Network(intra_bw=100e9, inter_bw=20e9, intra_latency=0.0, inter_latency=0.0)
+NET = machine.Network(intra_bw=100e9, inter_bw=20e9, intra_latency=0.0, inter_latency=0.0)
 
 
 # ---------------------------------------------------------------------------- grids
@@ -35,28 +36,28 @@ def test_factorizations_are_every_ordered_triple(world):
 def test_ring_costs_closed_form():
     mb = 1e6
     for kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
-        assert m.ring_time(kind, mb, 1, 1e9, 1e-3) == 0.0    # one rank: nothing moves
+        assert machine.ring_time(kind, mb, 1, 1e9, 1e-3) == 0.0    # one rank: nothing moves
     for p in (2, 4, 8, 64):
         once = (p - 1) / p * mb / 1e9
-        assert m.ring_time("all_gather", mb, p, 1e9, 0.0) == pytest.approx(once)
-        assert m.ring_time("reduce_scatter", mb, p, 1e9, 0.0) == pytest.approx(once)
-        assert m.ring_time("all_reduce", mb, p, 1e9, 0.0) == pytest.approx(2 * once)
-        assert m.ring_time("all_reduce", 0, p, 1e9, 1e-6) == pytest.approx(2 * (p - 1) * 1e-6)
+        assert machine.ring_time("all_gather", mb, p, 1e9, 0.0) == pytest.approx(once)
+        assert machine.ring_time("reduce_scatter", mb, p, 1e9, 0.0) == pytest.approx(once)
+        assert machine.ring_time("all_reduce", mb, p, 1e9, 0.0) == pytest.approx(2 * once)
+        assert machine.ring_time("all_reduce", 0, p, 1e9, 1e-6) == pytest.approx(2 * (p - 1) * 1e-6)
     # the bandwidth term approaches 2 M / beta from below as p grows
-    assert m.ring_time("all_reduce", mb, 1024, 1e9, 0) < 2 * mb / 1e9
+    assert machine.ring_time("all_reduce", mb, 1024, 1e9, 0) < 2 * mb / 1e9
     with pytest.raises(ValueError):
-        m.ring_time("broadcast", mb, 2, 1e9, 0)
+        machine.ring_time("broadcast", mb, 2, 1e9, 0)
 
 
 def test_small_buffers_take_the_tree():
     # 4 bytes over 1024 ranks: 2 x 10 latency steps instead of 2 x 1023
-    assert m.tree_time("all_reduce", 4, 1024, 1e9, 1e-6) == pytest.approx(20e-6 + 20 * 4 / 1e9)
-    assert m.collective_time("all_reduce", 4, 1024, 1e9, 1e-6) == m.tree_time("all_reduce", 4, 1024, 1e9, 1e-6)
+    assert machine.tree_time("all_reduce", 4, 1024, 1e9, 1e-6) == pytest.approx(20e-6 + 20 * 4 / 1e9)
+    assert machine.collective_time("all_reduce", 4, 1024, 1e9, 1e-6) == machine.tree_time("all_reduce", 4, 1024, 1e9, 1e-6)
     # a large buffer keeps the ring's (p-1)/p bandwidth term
     big = 1e9
-    assert m.collective_time("all_reduce", big, 1024, 1e9, 1e-6) == m.ring_time("all_reduce", big, 1024, 1e9, 1e-6)
+    assert machine.collective_time("all_reduce", big, 1024, 1e9, 1e-6) == machine.ring_time("all_reduce", big, 1024, 1e9, 1e-6)
     for kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
-        assert m.collective_time(kind, 1e6, 1, 1e9, 1e-3) == 0.0
+        assert machine.collective_time(kind, 1e6, 1, 1e9, 1e-3) == 0.0
 
 
 def test_message_sizes_follow_block_shapes():
@@ -64,10 +65,10 @@ def test_message_sizes_follow_block_shapes():
     work = m.Workload(nodes=12, nnz=48, widths=(6, 4, 2))
     grid = Grid(2, 3, 1)
     forward = [
-        m.SpMM(rows=12, common=6, nnz=24, width=2),      # A block 12 x 6 times F block 6 x 2
+        machine.SpMM(rows=12, common=6, nnz=24, width=2),      # A block 12 x 6 times F block 6 x 2
         m.Collective("all_reduce", "x", 12 * 2 * 4),     # H 12 x 2
-        m.GEMM(12, 2, 2),                                # H times W block 2 x 2
-        m.Elementwise(2 * 12 * 2),
+        machine.GEMM(12, 2, 2),                                # H times W block 2 x 2
+        machine.Elementwise(2 * 12 * 2),
         m.Collective("all_reduce", "y", 12 * 2 * 4),     # Q 12 x 2
     ]
     assert m.layer_ops(work, grid, 0, backward=False) == forward
@@ -77,17 +78,17 @@ def test_message_sizes_follow_block_shapes():
     assert m.layer_ops(learned, grid, 0, backward=True)[-1] == m.Collective("reduce_scatter", "z", 6 * 2 * 4)
     # layer 1: rows y, cols z, feats x; its input is layer 0's output block, 12 x 2
     assert m.layer_ops(work, grid, 1, backward=True) == [
-        m.Elementwise(4 * 2),
-        m.GEMM(2, 4, 2),                                 # dW block 2 x 2 = H^T (2 x 4) dQ (4 x 2)
+        machine.Elementwise(4 * 2),
+        machine.GEMM(2, 4, 2),                                 # dW block 2 x 2 = H^T (2 x 4) dQ (4 x 2)
         m.Collective("reduce_scatter", "y", (2 * 2 + 2) * 4),   # and the bias block
-        m.GEMM(4, 2, 2),                                 # dH 4 x 2
-        m.Elementwise(4 * 2 + 12 * 2),
+        machine.GEMM(4, 2, 2),                                 # dH 4 x 2
+        machine.Elementwise(4 * 2 + 12 * 2),
         m.Collective("all_reduce", "z", 4 * 2 * 4),
-        m.SpMM(rows=12, common=4, nnz=16, width=2),      # A^T block
+        machine.SpMM(rows=12, common=4, nnz=16, width=2),      # A^T block
         m.Collective("all_reduce", "y", 12 * 2 * 4),     # dF, replicated along Y
     ]
     # fixed input features: layer 0's backward stops at dW
-    assert [type(op) for op in m.layer_ops(work, grid, 0, backward=True)] == [m.Elementwise, m.GEMM, m.Collective]
+    assert [type(op) for op in m.layer_ops(work, grid, 0, backward=True)] == [machine.Elementwise, machine.GEMM, m.Collective]
 
 
 def test_spmm_flops_are_the_same_on_every_grid():
@@ -95,17 +96,17 @@ def test_spmm_flops_are_the_same_on_every_grid():
     work = m.Workload(nodes=64, nnz=640, widths=(16, 8, 4))
     for grid in factorizations(8):
         for layer in range(work.layers):
-            spmm = next(op for op in m.layer_ops(work, grid, layer, False) if isinstance(op, m.SpMM))
+            spmm = next(op for op in m.layer_ops(work, grid, layer, False) if isinstance(op, machine.SpMM))
             assert spmm.nnz * spmm.width * 8 == work.nnz * work.widths[layer]
 
 
 def test_bandwidth_of_groups_that_span_nodes():
-    links = m.group_links(Grid(2, 2, 2), 4, NET)        # ranks (z, x, y), 4 per node
+    links = machine.group_links(Grid(2, 2, 2), 4, NET)        # ranks (z, x, y), 4 per node
     assert links["y"] == (100e9, 0.0) and links["x"] == (100e9, 0.0)
     assert links["z"] == (20e9 / 4, 0.0)                 # 4 Z rings leave every node (eq. 4.6)
-    assert m.group_links(Grid(2, 2, 2), 8, NET)["z"] == (100e9, 0.0)
-    assert m.group_links(Grid(2, 2, 2), 4, NET, order="xyz")["x"] == (20e9 / 4, 0.0)
-    assert m.group_links(Grid(8, 1, 1), 4, NET)["world"] == (20e9, 0.0)  # one ring
+    assert machine.group_links(Grid(2, 2, 2), 8, NET)["z"] == (100e9, 0.0)
+    assert machine.group_links(Grid(2, 2, 2), 4, NET, order="xyz")["x"] == (20e9 / 4, 0.0)
+    assert machine.group_links(Grid(8, 1, 1), 4, NET)["world"] == (20e9, 0.0)  # one ring
 
 
 def test_tall_skinny_penalty_reproduces_plexus_u_and_v():
@@ -113,14 +114,14 @@ def test_tall_skinny_penalty_reproduces_plexus_u_and_v():
     work = m.Workload.gcn(2_449_029, 123_718_280, 100, 128, 47, 3)
     spmm = {}
     for name, grid in (("U", Grid(64, 1, 1)), ("V", Grid(1, 64, 1))):
-        op = next(op for op in m.layer_ops(work, grid, 0, backward=False) if isinstance(op, m.SpMM))
-        spmm[name] = m.GPU_RATES.spmm(op)
+        op = next(op for op in m.layer_ops(work, grid, 0, backward=False) if isinstance(op, machine.SpMM))
+        spmm[name] = machine.GPU_RATES.spmm(op)
     assert 5 < spmm["V"] / spmm["U"] < 12
 
 
 def test_prediction_adds_up_and_ranks():
     work = m.Workload.gcn(100_000, 1_000_000, 128, 16, 10, 2)
-    ranked = m.rank_grids(work, 8, m.GPU_RATES, NET)
+    ranked = m.rank_grids(work, 8, machine.GPU_RATES, NET)
     assert len(ranked) == 10 and [p.total for p in ranked] == sorted(p.total for p in ranked)
     best = ranked[0]
     assert best.total == pytest.approx(best.spmm + best.dense + sum(best.comm.values()))
@@ -156,7 +157,7 @@ def predictions(monkeypatch):
 def test_planning_1024_ranks_is_fast(predictions):
     work = m.Workload.gcn(100_000_000, 1_000_000_000, 128, 256, 64, 3)
     start = time.perf_counter()
-    ranked = m.rank_grids(work, 1024, m.GPU_RATES, m.GPU_NETWORK, ranks_per_node=4)
+    ranked = m.rank_grids(work, 1024, machine.GPU_RATES, machine.GPU_NETWORK, ranks_per_node=4)
     assert time.perf_counter() - start < GENEROUS
     assert len(ranked) == 66
     # one prediction per grid, each over as many operations as 8 ranks or a tiny graph need:
