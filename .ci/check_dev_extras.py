@@ -25,6 +25,9 @@ IMPORT_NAMES = {
     "mtkahypar": "mtkahypar",
     "torch-geometric": "torch_geometric",
     "matplotlib": "matplotlib",
+    "mkdocs": "mkdocs",
+    "mkdocs-material": "material",
+    "mkdocstrings": "mkdocstrings_handlers.python",  # mkdocstrings[python]: the handler the docs use
 }
 PROJECT = "gnnmesh"
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DEV_MODULES = ("pytest", "pytest_timeout", "psutil", "torch_geometric", "pymetis", "mtkahypar", "matplotlib")
+DEV_MODULES = ("pytest", "pytest_timeout", "psutil", "torch_geometric", "pymetis", "mtkahypar", "matplotlib",
+               "mkdocs", "material", "mkdocstrings_handlers.python")
 
 
 @pytest.fixture()
@@ -28,7 +29,8 @@ def all_present(monkeypatch):
 
 def test_every_dev_extra_is_checked(check):
     names = check.dev_requirements(ROOT / "pyproject.toml")
-    assert {"pytest-timeout", "psutil", "torch-geometric", "pymetis", "mtkahypar", "matplotlib"} <= set(names)
+    assert {"pytest-timeout", "psutil", "torch-geometric", "pymetis", "mtkahypar", "matplotlib",
+            "mkdocs", "mkdocs-material", "mkdocstrings"} <= set(names)
     assert sorted(check.IMPORT_NAMES[n] for n in names) == sorted(DEV_MODULES)
 
 

@@ -1,13 +1,16 @@
-"""CI must install and test exactly as the README's Quickstart says."""
+"""The README is the front door: CI installs and tests exactly as its Quickstart says, and its
+links into the documentation resolve."""
 
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+MAX_LINES = 200
 
 
 def quickstart_commands():
-    text = (ROOT / "README.md").read_text()
-    block = text.split("## Quickstart", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    block = README.split("## Quickstart", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
     return [line.strip() for line in block.strip().splitlines()]
 
 
@@ -20,3 +23,25 @@ def test_ci_runs_the_quickstart_install_and_test_commands():
     install, _, test = quickstart_commands()
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert install in ci and test in ci
+
+
+def test_quickstart_runs_the_fast_suite():
+    _, _, test = quickstart_commands()
+    assert test == 'python -m pytest -m "not slow"'
+
+
+def _links():
+    return re.findall(r"\]\(([^)\s]+)\)", README)
+
+
+def test_readme_links_to_docs_pages_that_exist():
+    local = [link for link in _links() if not re.match(r"[a-z]+://", link) and not link.startswith("#")]
+    docs = [link for link in local if link.startswith("docs/")]
+    assert len(docs) >= 10  # the README points into the documentation
+    for link in local:
+        path = link.split("#", 1)[0]
+        assert (ROOT / path).exists(), f"README links to {link}, which does not exist"
+
+
+def test_readme_stays_a_front_door():
+    assert len(README.splitlines()) <= MAX_LINES
