@@ -1,6 +1,7 @@
 """Every example in the documentation runs, and the site builds with ``mkdocs build --strict``.
 
-The examples are the fenced ``bash`` and ``python`` blocks of ``docs/**/*.md``. Each block is a
+The examples are the fenced ``bash`` and ``python`` blocks of ``docs/**/*.md`` (a snippet line,
+``--8<-- "PATH"``, stands for the file it includes, as on the site). Each block is a
 test; the blocks of a page run in order in one working directory of their own, so that a page
 can train a run and then report it. A ``gnnmesh ...`` command runs as ``python -m gnnmesh ...``
 in a subprocess, with a timeout, a fresh cache directory (``GNNMESH_CACHE``) shared by the whole
@@ -56,6 +57,7 @@ NEEDS_SKIP = (("--device", "cuda"), ("--fetch", None))
 
 ANNOTATION = re.compile(r"^<!--\s*test:\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^```(\w*)\s*$")
+SNIPPET = re.compile(r'^--8<--\s+"([^"]+)"\s*$', re.M)
 
 
 @dataclass
@@ -137,6 +139,12 @@ def plan_of(block: Block) -> Plan:
         else:
             raise AssertionError(f"{block.id}: unknown annotation {note!r}")
     return plan
+
+
+def with_snippets(text: str) -> str:
+    """The block as the site shows it: a ``--8<-- "PATH"`` line (pymdownx.snippets) becomes the
+    text of PATH, relative to the repository root."""
+    return SNIPPET.sub(lambda m: (ROOT / m.group(1)).read_text(), text)
 
 
 # -- commands ---------------------------------------------------------------------------------
@@ -227,7 +235,7 @@ def test_docs_example_runs(block, workdir, env):
     plan = plan_of(block)
     if plan.skip:
         pytest.skip(f"marked not run in the docs: {plan.skip}")
-    text = block.text
+    text = with_snippets(block.text)
     for old, new in plan.replaces:
         text = text.replace(old, new)
     if plan.file:
