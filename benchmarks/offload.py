@@ -30,8 +30,7 @@ from driver import TrainFailed, epochs, out_of_core_parser, split_specs, spread,
 from gnnmesh import datasets  # noqa: E402
 from gnnmesh.commands.plan_offload import host_bytes  # noqa: E402
 from gnnmesh.models import build_model  # noqa: E402
-from gnnmesh.parallel.offload import costs, make_plan  # noqa: E402
-from gnnmesh.parallel.offload.chunking import Chunking  # noqa: E402
+from gnnmesh.parallel.offload import Plan, build_plan, costs  # noqa: E402
 from gnnmesh.parallel.offload.stages import stages_of  # noqa: E402
 
 MiB = 2**20
@@ -45,22 +44,24 @@ def plans(spec: str, root, ratio: float, ranks: int) -> dict:
     in_dim = graph.num_features or (2 if graph.directed else 1)
     stages = stages_of(build_model("gcn", in_dim, graph.num_classes), in_dim)
     whole = [np.arange(graph.num_nodes)]
-    host = host_bytes(Chunking(graph.adj, whole, 1, "both", False, 0, in_dim), stages)[0]
+    host = host_bytes(Plan(graph.adj, whole, 1, "both", False, 0, in_dim), stages)[0]
     # A budget must hold the largest chunk's working set: a hub row's neighbourhood at the
     # widest layer sets a floor (wide input features raise it); below it no plan works.
     floor = costs.footprint_floor(graph.adj, [np.arange(graph.num_nodes)], stages, graph.num_classes, 1,
                                   in_dim, "both")
     budget = max(int(host / ratio), int(1.05 * floor))
-    single = make_plan(graph.adj, whole, 0, in_dim, stages, graph.num_classes, 1, budget, None, "both", True)
+    single = build_plan(adj=graph.adj, owned=whole, rank=0, in_dim=in_dim, stages=stages, classes=graph.num_classes,
+                        heads=1, budget=budget, chunks=None, dedup="both", reorganize=True)
     from gnnmesh import partition
     assignment = np.asarray(partition.partition(graph, ranks, "gp").assignment)
     owned = [np.flatnonzero(assignment == r) for r in range(ranks)]
     # The budget is per rank (each GPU's memory): the ranks' K is the one it fits with "both".
-    k = make_plan(graph.adj, owned, 0, in_dim, stages, graph.num_classes, 1, budget, None, "both", False).k
+    k = build_plan(adj=graph.adj, owned=owned, rank=0, in_dim=in_dim, stages=stages, classes=graph.num_classes,
+                   heads=1, budget=budget, chunks=None, dedup="both", reorganize=False).k
     rows = {}
     for mode in MODES:
         for reorganized in (False, True):
-            plan = Chunking(graph.adj, owned, k, mode, reorganized, 0, in_dim)
+            plan = Plan(graph.adj, owned, k, mode, reorganized, 0, in_dim)
             rows[mode, reorganized] = costs.epoch_traffic(plan, stages).total("load")
             alpha = plan.replication()
     return {"graph": graph, "host": host, "budget": budget, "k": single.k, "k_ranks": k, "alpha": alpha,

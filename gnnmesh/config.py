@@ -219,7 +219,7 @@ class Config:
                               f"(not their decoupled forms), got {got}")
         self._check_minibatch()
         if self.strategy == "tensor" and self.host_store and (not self.decoupled or self.model == "gat"):
-            from .parallel.offload.tensor import REFUSED_MODELS
+            from .parallel.tensor_offload import REFUSED_MODELS
             raise ConfigError(REFUSED_MODELS)
         if self.parts and self.reorder != "none":
             raise ConfigError("config field 'reorder': parts are written in their final order; "

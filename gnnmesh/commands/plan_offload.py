@@ -10,7 +10,7 @@ from ..config import Config
 from ..errors import ConfigError
 from ..models import build_model
 from ..parallel.offload import costs, make_plan
-from ..parallel.offload.engine import tables
+from ..parallel.offload.pipeline import tables
 from ..parallel.offload.stages import stages_of
 from ..validate import parse_bytes
 from ..train.trainer import model_options

@@ -19,7 +19,7 @@ def build_strategy(config, layout, device) -> Strategy:
         return PartitionParallel(layout, device, method=config.partitioner, epsilon=config.epsilon,
                                  seed=config.seed, partition_file=config.partition_file)
     if config.strategy == "tensor" and config.host_store is not None:
-        from .offload.tensor import TensorOffload
+        from .tensor_offload import TensorOffload
         return TensorOffload(layout, device, **_host_tier(config))
     if config.strategy == "tensor":
         from .tensor import TensorParallel

@@ -7,9 +7,11 @@ features (rows), H_0 and every propagation step (this rank's columns of all V ro
 their gradients live in the host store. The transform streams the rank's rows through the
 fast tier a row chunk at a time, each chunk switched to columns as soon as it is made (every
 rank takes its i-th chunk in the same step, so the all-to-alls pair up). The propagation is
-the out-of-core schedule (``engine``) over the rank's column slice, chunked by destinations,
-rows shared by consecutive chunks kept in place. A column slice needs no other rank's rows,
-so that schedule runs alone on each rank; the layout switches are the only exchanges.
+the out-of-core pipeline (``offload.pipeline``) over the rank's column slice, chunked by
+destinations, rows shared by consecutive chunks kept in place. A column slice needs no other
+rank's rows, so that pipeline runs alone on each rank; the layout switches are the only
+exchanges. The host store, the plan within the budget and the report are the host tier's
+(``offload.host_tier.HostTier``), which 1D out-of-core training uses as well.
 Backward mirrors it: the logits' gradient is split to columns, the propagation's backward
 sums H_0's gradient in the host tier, and each row chunk gathers its rows of it and
 recomputes the transform.
@@ -24,16 +26,16 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ... import memory
-from ...errors import ConfigError
-from ...validate import format_bytes
-from ...models import Decoupled
-from ...view import GraphView
-from ..base import Shard
-from ..switch import LayoutSwitch, even_bounds
-from . import Offload, OffloadView, chunk_views, costs, make_plan
-from .engine import FEATURES, Schedule, grad_table
-from .stages import stages_of
+from .. import memory
+from ..errors import ConfigError
+from ..layout import ParallelLayout
+from ..models import Decoupled
+from ..validate import format_bytes
+from ..view import GraphView
+from .offload import costs
+from .offload.host_tier import HostTier, HostTierStrategy, PipelinePasses
+from .offload.pipeline import FEATURES, grad_table
+from .switch import LayoutSwitch, even_bounds
 
 ROWS = "x"  # the features, this rank's row block
 REFUSED_MODELS = ("--strategy tensor with --host-store trains decoupled models without attention (--decoupled "
@@ -42,7 +44,7 @@ REFUSED_MODELS = ("--strategy tensor with --host-store trains decoupled models w
 
 
 class _Alone:
-    """The communicator of a schedule that runs on one rank's column slice by itself."""
+    """The communicator of a pipeline that runs on one rank's column slice by itself."""
 
     rank, world_size = 0, 1
 
@@ -67,13 +69,13 @@ class _RowsView(GraphView):
 class _TensorPasses:
     """One rank's passes: the transform over row chunks, the propagation over column chunks."""
 
-    def __init__(self, strategy: "TensorOffload", transform, propagates: bool, schedule: Optional[Schedule],
-                 views: list, steps: int):
-        """``propagates``: the model has propagation steps; ``schedule`` runs them on this
+    def __init__(self, strategy: "TensorOffload", transform, propagates: bool, columns: Optional[PipelinePasses],
+                 steps: int):
+        """``propagates``: the model has propagation steps; ``columns`` runs them on this
         rank's column slice (None where the slice is empty: fewer classes than ranks)."""
-        self.transform, self.propagates, self.schedule, self.views = transform, propagates, schedule, views
+        self.transform, self.propagates, self.columns = transform, propagates, columns
         sw = strategy.switch
-        self.switch, self.store, self.device = sw, strategy.store, strategy.device
+        self.switch, self.store, self.device = sw, strategy.host.store, strategy.device
         # Row chunk i of every rank, global ids lo:hi: the i-th step's split and gather.
         cuts = [[a + c for c in even_bounds(b - a, steps)] for a, b in zip(sw.row_bounds[:-1], sw.row_bounds[1:])]
         self.bounds = [[(c[i], c[i + 1]) for c in cuts] for i in range(steps)]
@@ -112,12 +114,12 @@ class _TensorPasses:
             self._release()
             with sw.comm.phase("layout"):
                 pieces = sw.finish_split(sw.start_split(h0, rows, first=view.lo))
-            if self.schedule is not None:
+            if self.columns is not None:
                 for (lo, hi), piece in zip(bounds, pieces.split([hi - lo for lo, hi in bounds])):
                     self.store.write(FEATURES, range(lo, hi), piece)
         if not self.propagates:
             return logits
-        cols = (self.schedule.forward(self.views, epoch, training) if self.schedule is not None
+        cols = (self.columns.forward(epoch, training) if self.columns is not None
                 else torch.empty((sw.num_nodes, 0), device=self.device))
         self._release()
         everyone = sw.owned_in(0, sw.num_nodes)
@@ -132,8 +134,8 @@ class _TensorPasses:
             everyone = sw.owned_in(0, sw.num_nodes)
             with sw.comm.phase("layout"):
                 grad_cols = sw.finish_split(sw.start_split(grad_logits, everyone))
-            if self.schedule is not None:
-                self.schedule.backward(self.views, epoch, grad_cols, [])  # sums H_0's gradient
+            if self.columns is not None:
+                self.columns.backward(epoch, grad_cols, [])  # sums H_0's gradient
             del grad_cols
             self._release()
         for i, (rows, bounds) in enumerate(zip(self.steps, self.bounds)):
@@ -141,7 +143,7 @@ class _TensorPasses:
             if not self.propagates:
                 grad_h0 = grad_logits[self._local(view)]
             else:
-                mine = [self.store.read(grad_table(FEATURES), range(lo, hi)) if self.schedule is not None
+                mine = [self.store.read(grad_table(FEATURES), range(lo, hi)) if self.columns is not None
                         else torch.empty((hi - lo, self.col_width), device=self.device) for lo, hi in bounds]
                 with sw.comm.phase("layout"):
                     grad_h0 = sw.finish_gather(sw.start_gather(torch.cat(mine), rows, self.classes))
@@ -157,20 +159,30 @@ class _TensorPasses:
         return grads
 
 
-class TensorOffload(Offload):
+class TensorOffload(HostTierStrategy):
     """Tensor parallelism whose vertex data lives in the host store (decoupled models)."""
 
     name = "tensor"
     reported_phases = ("layout",)
-    mesh_dim = "cols"
+
+    def __init__(self, layout: ParallelLayout, device, device_memory: int, host_store: str = "ram",
+                 store_dir: Optional[str] = None, chunks: Optional[int] = None, intermediates: str = "auto",
+                 dedup: str = "both", reorganize: bool = True):
+        """``chunks``: column chunks, or None to take the fewest whose estimated footprint fits
+        ``device_memory`` (bytes)."""
+        super().__init__(layout, device, "cols")
+        self.host = HostTier(self.comm, self.device, device_memory, host_store, store_dir, chunks, intermediates,
+                             dedup, reorganize)
+        self.pipeline = self.passes = None
 
     def describe(self) -> str:
+        kind, budget = self.host.store.kind, self.host.budget
         if self.passes is None:
-            return f"tensor ({self.world_size} ranks, {self.store.kind} host store)"
-        plan = self.schedule.plan if self.schedule is not None else None
+            return f"tensor ({self.world_size} ranks, {kind} host store)"
+        plan = self.pipeline.plan if self.pipeline is not None else None
         cols = f", {plan.k} column chunks" if plan is not None else ""
-        return (f"tensor ({self.world_size} ranks, {self.store.kind} host store, {len(self.passes.steps)} row "
-                f"chunks{cols}, budget {self.budget / 2**20:.0f} MiB)")
+        return (f"tensor ({self.world_size} ranks, {kind} host store, {len(self.passes.steps)} row "
+                f"chunks{cols}, budget {budget / 2**20:.0f} MiB)")
 
     def shard(self, graph, x, seed, device):
         if self.world_size > graph.num_nodes:
@@ -179,62 +191,55 @@ class TensorOffload(Offload):
         self.switch = LayoutSwitch(self.comm, graph.num_nodes)
         self.adj, self.mask_seed, self.in_dim = graph.adj, seed, x.shape[1]
         rows = slice(self.switch.start, self.switch.stop)
-        self.store.create(ROWS, self.switch.num_owned, self.in_dim)
-        self.store.write(ROWS, range(self.switch.num_owned), x[rows])
-        self.store.take()
-        self.comm.take()
-        view = OffloadView(graph.adj, torch.arange(self.switch.start, self.switch.stop), seed, device)
-        pick = (lambda t: t[rows].to(device))
-        return Shard(view, torch.empty((self.switch.num_owned, 0)), pick(graph.y), pick(graph.train_mask),
-                     pick(graph.val_mask), pick(graph.test_mask))
+        return self.host.shard(graph, ROWS, x[rows], rows, torch.arange(self.switch.start, self.switch.stop),
+                               seed, device)
 
     def prepare(self, model) -> None:
         if not isinstance(model, Decoupled) or model.attention:
             raise ConfigError(REFUSED_MODELS)
-        stages = stages_of(model, self.in_dim, self.intermediates)
+        host = self.host
+        stages = host.stages(model, self.in_dim)
         transform, propagation = stages[0], stages[1:]
-        classes, sw = transform.width, self.switch
+        classes, sw, budget = transform.width, self.switch, host.budget
         # The logits stay beside every pass, and the loss's backward (the logits' gradient, the
         # softmax it saved) beside the backward pass: about four times the logits, as offload's.
         row_logits = 4 * max(sw.row_counts) * classes * costs.FLOAT
-        room = self.budget - row_logits
+        room = budget - row_logits
         widest = max([self.in_dim] + [lin.out_features for lin in model.mlp])
         per_row = costs.row_footprint(self.in_dim, widest, classes)
         if room < per_row:
-            raise ConfigError(f"config field 'device_memory': {format_bytes(self.budget)} is too small for the "
+            raise ConfigError(f"config field 'device_memory': {format_bytes(budget)} is too small for the "
                               f"logits and one row; give at least {format_bytes(row_logits + per_row)}")
         steps = max(1, math.ceil(max(sw.row_counts) * per_row / room))
         cols = sw.col_width(classes)
         self.columns = [replace(s, inputs=tuple(FEATURES if n == transform.output else n for n in s.inputs),
                                 width=cols) for s in propagation]
-        self.schedule, views, plan_need = None, [], 0
+        columns, plan, plan_need = None, None, 0
         if self.columns and cols:
             everything = [np.arange(sw.num_nodes)]
-            plan = make_plan(self.adj, everything, 0, cols, self.columns, cols, 1, self.budget, self.chunks,
-                             self.dedup, self.reorganize, reserved=row_logits)
-            plan.keep_own_steps()
-            self.store.create(FEATURES, sw.num_nodes, cols)
-            self.schedule = Schedule(plan, self.columns, self.store, _Alone(), self.device, input_grad=True)
-            views = chunk_views(self.adj, plan, self.columns, 0, self.mask_seed, self.device)
+            plan = host.plan(self.adj, everything, 0, cols, self.columns, cols, 1, reserved=row_logits)
+            host.store.create(FEATURES, sw.num_nodes, cols)
+            columns = host.run(self.adj, plan, self.columns, _Alone(), 0, self.mask_seed, input_grad=True)
             plan_need = max(costs.footprint(plan, self.columns, cols))
-        self.passes = _TensorPasses(self, transform, bool(self.columns), self.schedule, views, steps)
+        self.pipeline = host.pipeline
+        self.passes = _TensorPasses(self, transform, bool(self.columns), columns, steps)
         rows_need = math.ceil(max(sw.row_counts) / steps) * per_row
-        self._loads = {mode: self.pass_traffic(mode)["load"] for mode in ("none", "inter")}
-        plan = self.schedule.plan if self.schedule is not None else None
-        self._plan_figures = {"replication": round(plan.replication(), 4) if plan else 1.0,
-                              "chunks": plan.k if plan else 0, "row_chunks": steps, "budget_bytes": self.budget,
-                              "host_tier_bytes": sum(self.comm.all_gather_object(self.store.nbytes())),
-                              "footprint_estimate_bytes": row_logits + max(plan_need, rows_need)}
+        host.count_baselines(self.pass_traffic)
+        host.plan_figures = {"replication": round(plan.replication(), 4) if plan else 1.0,
+                             "chunks": plan.k if plan else 0, "row_chunks": steps, "budget_bytes": budget,
+                             "host_tier_bytes": host.host_bytes(),
+                             "footprint_estimate_bytes": row_logits + max(plan_need, rows_need)}
 
     def pass_traffic(self, mode: str) -> dict:
         """As ``Offload.pass_traffic``: the propagation's traffic, and the transform's: its rows
         read forward and again to recompute, H_0's columns written, its gradient read back."""
         x_rows = self.switch.num_owned * self.in_dim * costs.FLOAT
         load, store = [2 * x_rows, x_rows], [0, 0]
-        if self.schedule is not None:
-            h0 = self.schedule.plan.rows * self.schedule.plan.in_dim * costs.FLOAT
+        if self.pipeline is not None:
+            plan = self.pipeline.plan
+            h0 = plan.rows * plan.in_dim * costs.FLOAT
             for i, passes in enumerate(((1, 0), (0, 1))):
-                t = costs.epoch_traffic(self.schedule.plan, self.columns, *passes, mode=mode, input_grad=True)
+                t = costs.epoch_traffic(plan, self.columns, *passes, mode=mode, input_grad=True)
                 load[i] += t.total("load") + (h0 if i == 0 else 0)
                 store[i] += t.total("store") + h0
         # Summed over ranks, as the counters are (the ranks' column slices differ).

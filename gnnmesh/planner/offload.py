@@ -1,7 +1,7 @@
 """Performance model of out-of-core training (``--strategy offload``) under a fast-tier budget,
 for a given partition.
 
-Bytes are the strategy's own plan's: the chunks ``make_plan`` picks for the budget (the fewest
+Bytes are the strategy's own plan's: the chunks ``build_plan`` picks for the budget (the fewest
 that fit, dedup ``both``, reorganized, the run's defaults), the rows they move between the
 host tier and the fast tier (``costs.epoch_traffic``) and to other ranks (the ``offload``
 phase the run counts), and the fast tier's estimated peak (``costs.footprint``).
@@ -19,7 +19,7 @@ from typing import Optional
 import numpy as np
 
 from ..partition.halo import check_assignment
-from ..parallel.offload import costs, make_plan
+from ..parallel.offload import build_plan, costs
 from ..parallel.offload.stages import stages_of
 from . import partition as partition_model
 from .estimate import Estimate
@@ -39,7 +39,8 @@ def estimate(graph, assignment, widths, model: str, rates: ComputeRates, network
     net = build(widths, model, decoupled, **options)
     stages = stages_of(net, widths[0])
     heads = getattr(net, "heads", 1)
-    plan = make_plan(adj, owned, 0, widths[0], stages, stages[-1].width, heads, budget, None, "both", True)
+    plan = build_plan(adj=adj, owned=owned, rank=0, in_dim=widths[0], stages=stages, classes=stages[-1].width,
+                      heads=heads, budget=budget, chunks=None, dedup="both", reorganize=True)
     traffic = costs.epoch_traffic(plan, stages, 1, int(evaluate))
     inner = partition_model.estimate(graph, assignment, widths, model, rates, network, ranks_per_node, evaluate,
                                      decoupled=decoupled, method=method, **options)

@@ -55,7 +55,7 @@ def _rank_runs(rank, world, cases):
         trainer = Trainer(offload_config(model, k, dedup, reorganize, world, intermediates), graph())
         result = trainer.fit()
         strategy = trainer.strategy
-        per_pass = costs.epoch_traffic(strategy.schedule.plan, strategy.stages, 1, 1)
+        per_pass = costs.epoch_traffic(strategy.pipeline.plan, strategy.stages, 1, 1)
         out.append({"losses": [r.loss for r in result.history],
                     "params": {n: v.detach().clone() for n, v in trainer.model.state_dict().items()},
                     "extra": [r.extra for r in result.history],

@@ -18,8 +18,7 @@ from tests.helpers import random_graph
 from gnnmesh.errors import ConfigError
 from gnnmesh.validate import parse_bytes
 from gnnmesh.models import build_model
-from gnnmesh.parallel.offload import costs, make_plan
-from gnnmesh.parallel.offload.chunking import Chunking
+from gnnmesh.parallel.offload import Plan, build_plan, costs
 from gnnmesh.parallel.offload.stages import stages_of
 
 MODES = ("none", "inter", "intra", "both")
@@ -43,7 +42,7 @@ def stages(in_dim=16, model="sage"):
 def test_dedup_modes_never_load_more(world, k):
     g, s = graph(), stages()
     owned = owned_by(g, world)
-    load = {mode: costs.epoch_traffic(Chunking(g.adj, owned, k, mode, False, 0, 16), s).total("load")
+    load = {mode: costs.epoch_traffic(Plan(g.adj, owned, k, mode, False, 0, 16), s).total("load")
             for mode in MODES}
     assert load["both"] <= load["inter"] <= load["none"]
     assert load["both"] <= load["intra"] <= load["none"]
@@ -58,8 +57,8 @@ def test_dedup_modes_never_load_more(world, k):
 def test_reorganized_order_costs_no_more(mode, world):
     g, s = graph(), stages()
     owned = owned_by(g, world, seed=world)
-    plain = Chunking(g.adj, owned, 8, mode, False, 0, 16)
-    organized = Chunking(g.adj, owned, 8, mode, True, 0, 16)
+    plain = Plan(g.adj, owned, 8, mode, False, 0, 16)
+    organized = Plan(g.adj, owned, 8, mode, True, 0, 16)
     assert costs.epoch_traffic(organized, s).total("load") <= costs.epoch_traffic(plain, s).total("load")
     for r in range(world):  # every rank still runs each of its chunks once
         assert sorted(organized.order[r]) == list(range(8))
@@ -70,12 +69,14 @@ def test_auto_takes_the_smallest_fitting_k():
     owned = owned_by(g, 1)
 
     def need(k):
-        return max(costs.footprint(Chunking(g.adj, owned, k, "both", False, 0, 16), s, 4))
+        return max(costs.footprint(Plan(g.adj, owned, k, "both", False, 0, 16), s, 4))
 
     budget = need(6)
-    chosen = make_plan(g.adj, owned, 0, 16, s, 4, 1, budget, None, "both", False)
+    chosen = build_plan(adj=g.adj, owned=owned, rank=0, in_dim=16, stages=s, classes=4, heads=1,
+                        budget=budget, chunks=None, dedup="both", reorganize=False)
     assert need(chosen.k) <= budget and (chosen.k == 1 or need(chosen.k - 1) > budget)
-    smaller = make_plan(g.adj, owned, 0, 16, s, 4, 1, budget // 2, None, "both", False)
+    smaller = build_plan(adj=g.adj, owned=owned, rank=0, in_dim=16, stages=s, classes=4, heads=1,
+                         budget=budget // 2, chunks=None, dedup="both", reorganize=False)
     assert smaller.k > chosen.k
 
 
@@ -83,12 +84,15 @@ def test_too_small_a_budget_names_one_that_works():
     g, s = graph(), stages()
     owned = owned_by(g, 1)
     with pytest.raises(ConfigError, match="device_memory") as err:
-        make_plan(g.adj, owned, 0, 16, s, 4, 1, 1000, None, "both", True)
+        build_plan(adj=g.adj, owned=owned, rank=0, in_dim=16, stages=s, classes=4, heads=1,
+                   budget=1000, chunks=None, dedup="both", reorganize=True)
     named = parse_bytes(re.search(r"give at least ([\d.]+ [KMGT]?i?B)", str(err.value)).group(1), "named")
-    plan = make_plan(g.adj, owned, 0, 16, s, 4, 1, named, None, "both", True)  # the size named suffices
+    plan = build_plan(adj=g.adj, owned=owned, rank=0, in_dim=16, stages=s, classes=4, heads=1,
+                      budget=named, chunks=None, dedup="both", reorganize=True)  # the size named suffices
     assert plan.k >= 1
     with pytest.raises(ConfigError, match="too small for 2 chunks"):
-        make_plan(g.adj, owned, 0, 16, s, 4, 1, 1000, 2, "both", True)
+        build_plan(adj=g.adj, owned=owned, rank=0, in_dim=16, stages=s, classes=4, heads=1,
+                   budget=1000, chunks=2, dedup="both", reorganize=True)
 
 
 def _gnnmesh(*args, cwd=None, timeout=300):

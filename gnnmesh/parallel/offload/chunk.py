@@ -1,4 +1,4 @@
-"""What a model sees of one chunk: its destination rows, and the loaded rows they read.
+"""A chunk, and what a model sees of it: its destination rows, and the loaded rows they read.
 
 A chunk's block of every operator has its destinations as rows and its loaded rows (sorted
 global ids, destinations among them) as columns, so a layer called on the loaded rows
@@ -103,3 +103,13 @@ class ChunkView(GraphView):
 
     def entries(self, op):
         return self.block(op)[1]
+
+
+def chunk_views(adj: Adjacency, plan, stages: list, rank: int, seed: int, device) -> list:
+    """One view per batch of ``plan`` for ``rank``, its operators' blocks cut now: the
+    topology is built before training, not inside the budget."""
+    operators: dict = {}  # the whole graph's, only while the chunks' blocks are cut from them
+    views = [ChunkView(adj, plan.chunk(rank, b), operators, seed, device) for b in range(plan.batches)]
+    for view in views:
+        view.build({name for stage in stages for name in stage.operators})
+    return views

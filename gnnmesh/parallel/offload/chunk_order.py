@@ -1,4 +1,4 @@
-"""Chunk schedule for out-of-core training (HongTu, SIGMOD 2024, §4.1 and §5.1–5.3).
+"""The plan's chunks and their order (HongTu, SIGMOD 2024, §4.1 and §5.1–5.3).
 
 Each rank's destination rows are cut into K chunks; the chunks at one position on every
 rank form a *batch* and run together, batches one after another. A chunk must load the

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import transfers
-from .engine import FEATURES
+from .pipeline import FEATURES
 
 FLOAT = 4
 # Fast-tier bytes per element of a chunk's working set, beyond the loaded rows themselves:
@@ -33,16 +33,16 @@ class Traffic:
         return int(sum(getattr(self, name)))
 
 
-def epoch_traffic(chunking, stages: list, train: int = 1, evaluate: int = 1, mode=None,
+def epoch_traffic(plan, stages: list, train: int = 1, evaluate: int = 1, mode=None,
                   input_grad: bool = False) -> Traffic:
     """The bytes of ``train`` training passes (forward and backward) and ``evaluate``
     evaluation passes (forward): an epoch is one of each, or one training pass when it
     does not evaluate. ``mode``: another dedup mode keeping nothing (none, inter).
-    ``input_grad``: the features' gradient is summed too (``Schedule``'s flag)."""
-    world = chunking.world
-    rows = [chunking.chunks[r][-1].hi for r in range(world)]
+    ``input_grad``: the features' gradient is summed too (``Pipeline``'s flag)."""
+    world = plan.world
+    rows = [plan.chunks[r][-1].hi for r in range(world)]
     out = Traffic([0] * world, [0] * world, [0] * world, [0] * world)
-    forward, reverse = chunking.moved(mode), chunking.moved(mode, reverse=True)
+    forward, reverse = plan.moved(mode), plan.moved(mode, reverse=True)
 
     def move(moved: transfers.Rows, width: int, into: str) -> None:
         for r in range(world):
@@ -54,14 +54,14 @@ def epoch_traffic(chunking, stages: list, train: int = 1, evaluate: int = 1, mod
         for r in range(world):
             getattr(out, into)[r] += rows[r] * width * FLOAT
 
-    widths = {FEATURES: chunking.in_dim, **{s.output: s.width for s in stages}}
+    widths = {FEATURES: plan.in_dim, **{s.output: s.width for s in stages}}
     last = len(stages) - 1
     passes = [True] * train + [False] * evaluate
     for train in passes:
         first = stages[0]
         if train and first.input_dropout > 0 and first.inputs[0] == FEATURES:  # the masked features
-            rows_of(chunking.in_dim, "load")
-            rows_of(chunking.in_dim, "store")
+            rows_of(plan.in_dim, "load")
+            rows_of(plan.in_dim, "store")
         for s, stage in enumerate(stages):
             for name in _wide(stage):
                 move(forward, widths[name], "load")
@@ -112,25 +112,25 @@ def _wide(stage) -> list:
     return list(dict.fromkeys(name for name, wide in zip(stage.inputs, stage.wide) if wide))
 
 
-def footprint(chunking, stages: list, classes: int, heads: int = 1) -> list:
+def footprint(plan, stages: list, classes: int, heads: int = 1) -> list:
     """Upper estimate of each rank's peak fast-tier bytes: the largest working set of any
     batch in any stage (its loaded rows, what owners read for it, the rows the next batch
     reuses, the products of the chunk's computation) beside the logits, or the loss. From
     the chunks alone, so that ``--chunks auto`` can try many K."""
-    copies = 1 if chunking.mode == "none" else 2  # rows the next batch reuses stay loaded
-    shapes = _stage_shapes(chunking.in_dim, stages)
+    copies = 1 if plan.mode == "none" else 2  # rows the next batch reuses stay loaded
+    shapes = _stage_shapes(plan.in_dim, stages)
     peaks = []
-    for r in range(chunking.world):
+    for r in range(plan.world):
         worst = 0
-        for b in range(chunking.batches):
-            chunk = chunking.chunk(r, b)
+        for b in range(plan.batches):
+            chunk = plan.chunk(r, b)
             loaded = len(chunk.neighbours)
-            served = sum(int(np.count_nonzero(chunking.owner[chunking.chunk(q, b).neighbours] == r))
-                         for q in range(chunking.world)) if chunking.world > 1 else loaded
+            served = sum(int(np.count_nonzero(plan.owner[plan.chunk(q, b).neighbours] == r))
+                         for q in range(plan.world)) if plan.world > 1 else loaded
             for width_in, width, terms in shapes:
                 work = (copies * (loaded + served) * width_in + WORK_FACTOR * terms * loaded * width) * FLOAT
                 worst = max(worst, work + EDGE_BYTES * heads * chunk.entries)
-        peaks.append(_with_logits(worst, chunking.chunks[r][-1].hi * classes * FLOAT))
+        peaks.append(_with_logits(worst, plan.chunks[r][-1].hi * classes * FLOAT))
     return peaks
 
 

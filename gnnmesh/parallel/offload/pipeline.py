@@ -1,4 +1,4 @@
-"""The chunked schedule (HongTu §4.3, Algorithm 1): stage by stage, batch by batch.
+"""The pipeline: a plan run (HongTu §4.3, Algorithm 1), stage by stage, batch by batch.
 
 Forward: for every chunk, load the stage's input rows (through ``transfers``), compute the
 destinations' output, write it to the host tier and let it go. Backward, from the last
@@ -124,7 +124,7 @@ def _keeps(step, field: str) -> bool:
     return len(getattr(step, field)[0]) > 0
 
 
-class Schedule:
+class Pipeline:
     """One rank's out-of-core passes over ``stages`` for a plan (chunks, batch order, steps).
     ``input_grad``: the backward pass also sums the gradient of the input table ``h0`` (when
     it is another computation's output, as H_0 is for tensor parallelism's propagation)."""

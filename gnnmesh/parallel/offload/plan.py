@@ -1,20 +1,24 @@
-"""Every rank's part cut into K chunks of destinations, the order batches run in, and the
-transfer steps that load them (HongTu §4.1 and §5.3). Every rank builds the same plan from
-the topology and the vertex-to-rank assignment, so no plan ever travels."""
+"""The plan: every rank's part cut into K chunks of destinations, the order batches run in,
+and the transfer steps that load them (HongTu §4.1 and §5.3); ``build_plan`` picks K for the
+fast tier's budget. Every rank builds the same plan from the topology and the
+vertex-to-rank assignment, so no plan ever travels."""
 
 from __future__ import annotations
 
 from functools import cached_property
+from typing import Optional
 
 import numpy as np
 
+from ...errors import ConfigError
 from ...graph import Adjacency
-from . import transfers
-from .schedule import cut, reorganize
-from .view import Chunk, neighbourhood
+from ...validate import format_bytes
+from . import costs, transfers
+from .chunk import Chunk, neighbourhood
+from .chunk_order import cut, reorganize
 
 
-class Chunking:
+class Plan:
     """``chunks[r][c]``; ``order[r][b]``: the chunk rank r runs in batch b; ``steps_forward``
     and ``steps_reverse``: the transfer steps over the batches in order and reversed."""
 
@@ -107,3 +111,62 @@ class Chunking:
         """alpha: loaded rows per vertex, summed over all chunks (HongTu §4.3)."""
         total = sum(len(c.neighbours) for mine in self.chunks for c in mine)
         return total / max(1, len(self.owner))
+
+
+def build_plan(*, adj, owned: list, rank: int, in_dim: int, stages: list, classes: int, heads: int, budget: int,
+               chunks: Optional[int], dedup: str, reorganize: bool, reserved: int = 0) -> Plan:
+    """The plan of every rank (owning the ids ``owned[r]``) for ``stages``: ``chunks`` per
+    rank, refused if its estimated footprint, plus ``reserved`` bytes the fast tier holds
+    beside it, exceeds ``budget`` bytes, or (None) the smallest K whose estimate fits."""
+    def plan(k, reorganized=reorganize):
+        return Plan(adj, owned, k, dedup, reorganized, rank, in_dim)
+
+    def need(candidate):
+        return reserved + max(costs.footprint(candidate, stages, classes, heads))
+
+    if chunks is not None:
+        chosen = plan(chunks)
+        needed = need(chosen)
+        if needed > budget:
+            raise ConfigError(f"config field 'device_memory': {format_bytes(budget)} is too small for {chunks} chunks "
+                              f"per rank (their largest needs about {format_bytes(needed)}); give at least "
+                              f"{format_bytes(needed)}, or more chunks (--chunks auto)")
+        return chosen
+    floor = reserved + costs.footprint_floor(adj, owned, stages, classes, heads, in_dim, dedup)
+    if floor > budget:
+        raise ConfigError(f"config field 'device_memory': {format_bytes(budget)} is too small even for chunks of "
+                          f"one row; give at least {format_bytes(floor)}")
+    # Doubling, then bisecting, over plans in chunk order; the reorganized plan of the chosen
+    # K is kept if it fits as well.
+    rows = max(len(ids) for ids in owned)
+    fits = {}
+
+    def fitting(k):
+        fits[k] = plan(k, False)
+        return need(fits[k]) <= budget
+
+    k = 1
+    while not fitting(k):
+        if k >= rows:
+            raise ConfigError(f"config field 'device_memory': {format_bytes(budget)} is too small for this graph; "
+                              f"give at least {format_bytes(need(fits[k]))}")
+        k = min(2 * k, rows)
+    low = k // 2 + 1
+    while low < k:  # the smallest fitting K lies in (k/2, k]
+        mid = (low + k) // 2
+        if fitting(mid):
+            k = mid
+        else:
+            low = mid + 1
+    if reorganize and k > 1:
+        chosen = plan(k)
+        if need(chosen) <= budget:
+            return chosen
+    return fits[k]
+
+
+def make_plan(adj, owned: list, rank: int, in_dim: int, stages: list, classes: int, heads: int, budget: int,
+              chunks: Optional[int], dedup: str, reorganize: bool, reserved: int = 0) -> Plan:
+    """``build_plan`` called by position, for callers written before its arguments took names."""
+    return build_plan(adj=adj, owned=owned, rank=rank, in_dim=in_dim, stages=stages, classes=classes, heads=heads,
+                      budget=budget, chunks=chunks, dedup=dedup, reorganize=reorganize, reserved=reserved)
