@@ -47,6 +47,13 @@ def init(device: torch.device, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
 
 
+def init_local(rendezvous_file: str, rank: int, world: int, backend: str = "gloo") -> None:
+    """Join a process group of ``world`` processes on this machine as rank ``rank``; they meet
+    at ``rendezvous_file``, a path none of them holds yet (no port to pick or to collide on).
+    For helpers outside a job (the planner's bandwidth probe); ``shutdown`` leaves it."""
+    dist.init_process_group(backend, init_method=f"file://{rendezvous_file}", rank=rank, world_size=world)
+
+
 def setup_comm() -> "Comm":
     """World communicator for long setup steps (see SETUP_TIMEOUT_S); same on every rank."""
     if "comm" not in _setup:

@@ -253,7 +253,7 @@ class Config:
         if self.cache_memory is not None:
             parse_bytes(self.cache_memory, "cache_memory")
         if self.bandwidths is not None:
-            from .parallel.minibatch.dryrun import parse_links
+            from .planner.minibatch_dryrun import parse_links
             parse_links(self.bandwidths)
         if self.parts:
             raise ConfigError("config field 'parts': mini-batch training loads a dataset (every rank samples "

@@ -2,6 +2,7 @@
 module takes a private name from another package."""
 
 import ast
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "gnnmesh"
@@ -99,7 +100,67 @@ def test_the_checker_sees_an_upward_import(tmp_path, monkeypatch):
     fake = tmp_path / "gnnmesh"
     (fake / "ops").mkdir(parents=True)
     (fake / "ops" / "bad.py").write_text("from ..parallel import build_strategy\nfrom ..datasets._build import x\n")
-    monkeypatch.setattr(__import__(__name__), "PACKAGE", fake)
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
     found = list(imports(fake / "ops" / "bad.py"))
     assert found == [("parallel", ["build_strategy"]), ("datasets._build", ["x"])]
     assert RANK[unit_of(found[0][0])] > RANK["ops"]
+
+
+# -- who talks to torch.distributed ----------------------------------------------------------------
+# The process group and its collectives go through ``comm`` (which counts what they move); the
+# launcher's own modules (starting ranks, recording a rank's failure for the launcher) belong
+# to the modules that launch.
+LAUNCHER = ("torch.distributed.elastic", "torch.distributed.launcher", "torch.distributed.run")
+MAY_USE_DISTRIBUTED = {"comm": ("torch.distributed",), "launch": LAUNCHER, "cli": LAUNCHER}
+
+
+def dotted(node) -> str:
+    """``a.b.c`` of a chain of attributes on a name, else ''."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id] + parts[::-1]) if isinstance(node, ast.Name) else ""
+
+
+def distributed_uses(path: Path) -> list:
+    """Every torch.distributed module or attribute ``path`` imports or reaches (``torch.distributed.x``
+    through ``import torch`` included), as dotted names."""
+    tree = ast.parse(path.read_text())
+    inner = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found += [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Attribute) and id(node) not in inner:
+            found.append(dotted(node))
+    return [name for name in found if name == "torch.distributed" or name.startswith("torch.distributed.")]
+
+
+def forbidden_distributed(name: str, path: Path) -> list:
+    allowed = MAY_USE_DISTRIBUTED.get(name, ())
+    return [used for used in distributed_uses(path)
+            if not any(used == prefix or used.startswith(prefix + ".") for prefix in allowed)]
+
+
+def test_only_comm_talks_to_torch_distributed():
+    found = [f"{name}: {used}" for path, name in modules() for used in forbidden_distributed(name, path)]
+    assert not found, "torch.distributed used outside gnnmesh.comm:\n" + "\n".join(found)
+
+
+def test_the_checker_sees_torch_distributed(tmp_path):
+    """The test above can fail: every way of reaching torch.distributed is reported outside comm,
+    and launch may start ranks but not reduce."""
+    bad = tmp_path / "probe.py"
+    bad.write_text("import torch\nimport torch.distributed as dist\nfrom torch import distributed\n"
+                   "from torch.distributed import ReduceOp\n"
+                   "def f(t, g):\n    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX, group=g)\n")
+    assert sorted(forbidden_distributed("planner.probe", bad)) == sorted([
+        "torch.distributed", "torch.distributed.ReduceOp", "torch.distributed.all_reduce",
+        "torch.distributed.ReduceOp.MAX", "torch.distributed"])
+    assert forbidden_distributed("comm", bad) == []
+    launcher = tmp_path / "launch.py"
+    launcher.write_text("from torch.distributed.launcher.api import elastic_launch\nimport torch.distributed as dist\n")
+    assert forbidden_distributed("launch", launcher) == ["torch.distributed"]

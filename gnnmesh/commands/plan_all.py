@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..config import STRATEGY_DEFAULTS, Config
 from ..errors import ConfigError
-from ..parallel.minibatch import dryrun
+from ..planner import minibatch_dryrun as dryrun
 from ..partition import METHODS, STOCHASTIC_METHODS, MissingExtraError, partition
 from ..planner.explain import choice, dropped, table
 from ..planner.minibatch import rank_routes

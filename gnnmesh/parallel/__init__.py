@@ -4,7 +4,7 @@ dense parameters and metrics in agreement across ranks."""
 from __future__ import annotations
 
 from ..validate import parse_bytes
-from .base import Shard, Strategy
+from .strategy import Shard, Strategy
 from .single import SingleProcess
 
 

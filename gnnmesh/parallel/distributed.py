@@ -8,7 +8,7 @@ import torch
 
 from .. import memory
 from ..layout import ParallelLayout
-from .base import Strategy
+from .strategy import Strategy
 
 
 class DistributedStrategy(Strategy):

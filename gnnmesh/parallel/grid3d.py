@@ -63,7 +63,7 @@ from ..models.base import SELF, GraphLayer, LayerStack
 from ..partition.blocks import block_bounds
 from ..partition.grid_blocks import GridBlocks, cut, sizes
 from ..view import GraphView
-from .base import Shard
+from .strategy import Shard
 from .distributed import DistributedStrategy
 from .grid_collectives import Aggregate, PartialSum, Replicated, ScatterColumns, ToLossRows
 from .grid_logits import logit_route

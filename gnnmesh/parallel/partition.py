@@ -18,7 +18,7 @@ from ..errors import ConfigError, GraphError
 from ..graph import Adjacency
 from ..layout import ParallelLayout
 from ..view import GraphView
-from .base import Shard
+from .strategy import Shard
 from .distributed import DistributedStrategy
 from .halo import HaloGather, HaloSpMM, build_local_operator, local_operator
 

@@ -28,7 +28,7 @@ from ..graph import Adjacency
 from ..layout import ParallelLayout
 from ..transforms import row_range
 from ..view import GraphView
-from .base import Shard
+from .strategy import Shard
 from .chunks import ChunkedAggregation, Chunks
 from .distributed import DistributedStrategy
 from .switch import LayoutSwitch, rank_switch_bytes

@@ -115,28 +115,30 @@ def probe_compute(device: str = "cpu", threads: Optional[int] = None) -> Compute
 
 
 def _allreduce_worker(rank: int, world: int, store: str, out: str, sizes: list) -> None:
-    """One rank of the bandwidth probe; rank 0 writes the timings to ``out`` as JSON."""
+    """One rank of the bandwidth probe; rank 0 writes the timings to ``out`` as JSON. The
+    all-reduces are the ``Comm``'s that training uses."""
     import torch
-    import torch.distributed as dist
+    from .. import comm
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    comm.init_local(store, rank, world)
     try:
+        ranks = comm.Comm()
         timings = []
         for nbytes in sizes:
             buf = torch.zeros(max(1, nbytes // 4))
-            dist.barrier()
-            dist.all_reduce(buf)
+            ranks.barrier()
+            ranks.all_reduce(buf)
             reps, best = 10 if nbytes < (1 << 20) else 4, float("inf")  # the same count on every rank
             for _ in range(reps):
                 start = time.perf_counter()
-                dist.all_reduce(buf)
+                ranks.all_reduce(buf)
                 best = min(best, time.perf_counter() - start)
             timings.append(best)
         if rank == 0:
             Path(out).write_text(json.dumps(timings))
-        dist.barrier()
+        ranks.barrier()
     finally:
-        dist.destroy_process_group()
+        comm.shutdown()
 
 
 _WORKER = ("import json, sys; from gnnmesh.planner.probe import _allreduce_worker; "

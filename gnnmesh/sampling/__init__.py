@@ -1,10 +1,10 @@
 """Sampled mini-batches: neighbour sampling keyed by node (``sampler``) and the view a model
-runs on a batch's blocks with (``view``), and the tier its input features come from
+runs on a batch's blocks with (``block_view``), and the tier its input features come from
 (``features``)."""
 
 from .sampler import DEFAULT_BATCH, Block, NeighborSampler, Sample, parse_fanouts, row_positions, sampled_operator
 from .features import FeatureTier
-from .view import BlockView
+from .block_view import BlockView
 
 __all__ = ["DEFAULT_BATCH", "Block", "BlockView", "FeatureTier", "NeighborSampler", "Sample", "parse_fanouts",
            "row_positions", "sampled_operator"]

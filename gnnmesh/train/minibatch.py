@@ -46,8 +46,9 @@ class MiniBatchTrainer(Trainer):
         self.sampled_edges = 0
         self.operator, self.dry_run = operator, []
         self.features = self.eval_features = None
-        from ..parallel.minibatch import MiniBatchParallel
+        from ..parallel.minibatch import MiniBatchParallel, SingleProcessMiniBatch
         self.parallel = isinstance(self.strategy, MiniBatchParallel)
+        self.batching = self.strategy if self.parallel else SingleProcessMiniBatch()  # the first layer's way
         if self.parallel:
             self.strategy.place(data, dict(fanouts=self.sampler.fanouts, batch_size=self.batch_size,
                                            seeds_pool=self.train_ids, operator=self.op))
@@ -66,7 +67,8 @@ class MiniBatchTrainer(Trainer):
         """Pick the route (``auto``: the dry run's cheapest), fill the caches from the dry run's
         access counts, and keep its predictions (``dry_run``) for the metrics. On several
         hosts, this rank keeps only the feature rows homed on its host."""
-        from ..parallel.minibatch import ROUTES, dryrun
+        from ..parallel.minibatch import ROUTES
+        from ..planner import minibatch_dryrun as dryrun
         from ..parallel.minibatch.feature_shards import FeatureHomes, ShardedSource
         cfg, s, strategy = self.config, self.shard, self.strategy
         x, world, rank = s.x.cpu(), strategy.world_size, strategy.rank
@@ -127,7 +129,7 @@ class MiniBatchTrainer(Trainer):
 
     def _mine(self, ids: np.ndarray) -> np.ndarray:
         """This rank's share of a batch."""
-        from ..parallel.minibatch.dryrun import share
+        from ..parallel.minibatch import share
         return share(ids, self.strategy.world_size, self.strategy.rank)
 
     def _logits(self, sampler, seeds: np.ndarray, epoch: int, step: int) -> torch.Tensor:
@@ -139,11 +141,7 @@ class MiniBatchTrainer(Trainer):
             return self.model(view, self.eval_features.load(sample.input_nodes) if x is None else
                               x[torch.from_numpy(sample.input_nodes).to(x.device)])
         self.sampled_edges += sample.sampled_entries()
-        if self.parallel:
-            first = self.strategy.first_layer(self.model, view, sample, self.features)
-        else:
-            from ..parallel.minibatch.base import read_and_run
-            first = read_and_run(self.model, view, sample, self.features)
+        first = self.batching.first_layer(self.model, view, sample, self.features)
         return self.model(view, first, start=1)
 
     def train_step(self) -> float:

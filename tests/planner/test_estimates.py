@@ -35,7 +35,7 @@ def cora():
 
 
 def config(model, hidden, decoupled=False):
-    return Config.of(model=model, hidden=hidden, heads=HEADS, layers=2, epochs=EPOCHS, seed=1,
+    return Config(model=model, hidden=hidden, heads=HEADS, layers=2, epochs=EPOCHS, seed=1,
                   decoupled=decoupled, k=3)
 
 

@@ -1,7 +1,10 @@
 """APT's four mini-batch strategies (``--minibatch --strategy gdp|nfp|snp|dnp``): one
-strategy class, which routes the first layer's work by one of four routes."""
+strategy class, which routes the first layer's work by one of four routes (``route``: what
+they share). ``contract`` says what the mini-batch trainer asks of a strategy; the dry run
+that picks a route is the planner's (``planner.minibatch_dryrun``)."""
 
-from .base import Route, SplitRoute, StepCost
+from .contract import MiniBatchStrategy, SingleProcessMiniBatch, share
+from .route import Route, SplitRoute, StepCost
 from .dnp import DestinationNodeRoute
 from .nfp import NodeFeatureRoute
 from .snp import SourceNodeRoute
@@ -9,5 +12,5 @@ from .strategy import MiniBatchParallel
 
 ROUTES = {r.name: r for r in (Route, NodeFeatureRoute, SourceNodeRoute, DestinationNodeRoute)}
 
-__all__ = ["ROUTES", "MiniBatchParallel", "Route", "SplitRoute", "StepCost", "NodeFeatureRoute",
+__all__ = ["ROUTES", "MiniBatchParallel", "MiniBatchStrategy", "SingleProcessMiniBatch", "share", "Route", "SplitRoute", "StepCost", "NodeFeatureRoute",
            "SourceNodeRoute", "DestinationNodeRoute"]

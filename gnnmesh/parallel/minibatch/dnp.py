@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from ...sampling import BlockView, Sample, row_positions
-from .base import Request, SplitRoute, Work, pack_rows, row_entries, unpack_rows
+from .route import Request, SplitRoute, Work, pack_rows, row_entries, unpack_rows
 
 
 class DestinationNodeRoute(SplitRoute):

@@ -10,7 +10,7 @@ import torch
 
 from ...sampling import BlockView, Sample
 from ..switch import even_bounds
-from .base import Request, SplitRoute, Work, pack_rows, row_entries, unpack_rows
+from .route import Request, SplitRoute, Work, pack_rows, row_entries, unpack_rows
 
 
 class NodeFeatureRoute(SplitRoute):

@@ -14,7 +14,7 @@ from ... import ops
 from ...graph import Adjacency
 from ...models.base import SELF
 from ...view import GraphView
-from .base import Request, SplitRoute, Work, pack_rows, row_entries, unpack_rows
+from .route import Request, SplitRoute, Work, pack_rows, row_entries, unpack_rows
 
 
 class SourceNodeRoute(SplitRoute):

@@ -11,12 +11,13 @@ import numpy as np
 
 from ..distributed import DistributedStrategy
 from ..partition import agreed_partition
-from ..single import SingleProcess
+from ..single import whole_graph
+from .contract import MiniBatchStrategy
 from .exchange import GRAPH, SHUFFLE
 from .feature_shards import FEATURES, job_hosts
 
 
-class MiniBatchParallel(DistributedStrategy):
+class MiniBatchParallel(DistributedStrategy, MiniBatchStrategy):
     """``hosts``: the machines the input features are spread over (default: the job's hosts;
     one keeps every row on every rank)."""
 
@@ -43,7 +44,8 @@ class MiniBatchParallel(DistributedStrategy):
         spread = f", features spread over {self.hosts} hosts" if self.hosts > 1 else ""
         return f"{chosen}{self.name} ({self.world_size} ranks{where}{spread})"
 
-    shard = SingleProcess.shard  # the whole graph on every rank
+    def shard(self, graph, x, seed, device):
+        return whole_graph(graph, x, seed, device)  # the whole graph on every rank
 
     def place(self, graph, sampling: dict) -> None:
         """Assign vertices to ranks where the route needs it (snp, dnp, and auto, which may

@@ -29,7 +29,7 @@ from ... import memory
 from ...comm import agreed
 from ...host_store import HostStore
 from ...view import GraphView
-from ..base import Shard
+from ..strategy import Shard
 from ..distributed import DistributedStrategy
 from . import costs
 from .chunk import chunk_views

@@ -1,4 +1,5 @@
-"""The contract between the trainer and a parallel strategy."""
+"""The contract between the trainer and a parallel strategy (``Strategy``), and what a rank
+trains on (``Shard``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""APT's dry run and cost model (§3.2, Eq. 2; §4.3 for the caches).
+"""APT's dry run and cost model (§3.2, Eq. 2; §4.3 for the caches): which mini-batch route a
+``--minibatch --strategy auto`` job runs, and what ``gnnmesh plan --allow-sampling`` ranks.
 
 One epoch's batches are sampled once (rank r samples the steps ``step % ranks == r``, every
 rank's share of each) and reused for every route: the first-layer reads give each vertex's
@@ -19,10 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ...errors import ConfigError
-from ...sampling import row_positions
-from ...sampling.features import tier_counts
-from ...validate import parse_bytes
+from ..errors import ConfigError
+from ..parallel.minibatch import share
+from ..sampling import row_positions
+from ..sampling.features import tier_counts
+from ..validate import parse_bytes
 
 FIELDS = ("graph_bytes", "shuffle_bytes", "load_bytes", "cache_bytes", "hits", "misses", "calls", "remote_bytes",
           "features_bytes")
@@ -47,12 +49,6 @@ class RoutePrediction:
     def as_dict(self) -> dict:
         return {"strategy": self.name, "predicted_time": self.time, "rank_seconds": self.seconds,
                 **{f"rank_{k}": v for k, v in self.ranks.items()}}
-
-
-def share(ids: np.ndarray, world: int, rank: int) -> np.ndarray:
-    """Rank ``rank``'s share of a batch: a contiguous run, the runs' sizes differing by at most one."""
-    n = len(ids)
-    return ids[(n * rank) // world:(n * (rank + 1)) // world]
 
 
 def cache_rows(route, counts: np.ndarray, capacity: int, rank: int, operator) -> np.ndarray:
@@ -168,8 +164,8 @@ def probe_bandwidths(comm, store, device, given: dict = None) -> dict:
         seconds["net"] = max(_median_seconds(lambda: comm.all_to_all(data, counts, counts)) - seconds["latency"],
                              1e-9) / (4 * per_peer * (comm.world_size - 1))
     slowest = torch.tensor([seconds[k] for k in LINK_KEYS], dtype=torch.float64, device=comm.device)
-    if comm.world_size > 1:
-        torch.distributed.all_reduce(slowest, op=torch.distributed.ReduceOp.MAX, group=comm.group)
+    if comm.world_size > 1:  # every rank's figures, the largest of each
+        slowest = comm.all_gather(slowest.unsqueeze(0)).max(dim=0).values
     comm.take()  # the probes are no epoch's traffic
     probed = {k: (1.0 / v if v > 0 else float("inf")) for k, v in zip(LINK_KEYS, slowest.tolist())}
     probed["latency"] = slowest[LINK_KEYS.index("latency")].item()

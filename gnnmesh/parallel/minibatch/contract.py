@@ -1,0 +1,76 @@
+"""What the mini-batch trainer (``train.minibatch``) asks of a strategy, beyond ``Strategy``.
+
+A mini-batch strategy holds the whole graph's structure on every rank (``shard``), takes its
+share of every batch's seeds (``share``), and computes a batch's first layer by a route it
+is told to use; every layer after it runs on the rank's own blocks. The trainer calls, in
+this order:
+
+* ``shard(graph, x, seed, device)``: the whole graph (``Strategy``'s contract);
+* ``place(graph, sampling)``: assign vertices to ranks where a route needs it;
+* ``use(route)``: run ``route`` (bound to the sampler and the model) from now on;
+* ``first_layer(model, view, sample, features)`` at every training step;
+
+and reads ``rank``, ``world_size``, ``name`` (the route asked for, ``auto`` until ``use``),
+``owner`` (every vertex's rank, or None), ``hosts`` (the machines the input features are
+spread over) and ``comm`` (a ``Comm`` over the ranks, or None on one process).
+``SingleProcessMiniBatch`` is the contract on one process, ``MiniBatchParallel`` on many.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Optional
+
+import numpy as np
+import torch
+
+from ..single import SingleProcess
+from .route import Route, read_and_run
+
+
+def share(ids: np.ndarray, world: int, rank: int) -> np.ndarray:
+    """Rank ``rank``'s share of a batch: a contiguous run, the runs' sizes differing by at most one."""
+    n = len(ids)
+    return ids[(n * rank) // world:(n * (rank + 1)) // world]
+
+
+class MiniBatchStrategy(ABC):
+    """The calls and fields above; a strategy implementing it subclasses it beside ``Strategy``."""
+
+    name: str
+    rank: int
+    world_size: int
+    hosts: int = 1
+    owner: Optional[np.ndarray] = None
+    comm = None
+
+    @abstractmethod
+    def place(self, graph, sampling: dict) -> None:
+        """Assign vertices to ranks where the route needs it, the same on every rank.
+        ``sampling`` (fanouts, batch size, the training ids and the sampled operator) is what
+        a partitioner that samples (``shp``) draws its batches with."""
+
+    @abstractmethod
+    def use(self, route: Route) -> None:
+        """Run ``route`` (bound) from now on."""
+
+    @abstractmethod
+    def first_layer(self, model, view, sample, features) -> torch.Tensor:
+        """Layer 1's output (before its activation) for this rank's first-layer destinations of
+        ``sample``, its input rows read from ``features`` (a ``FeatureTier``)."""
+
+
+class SingleProcessMiniBatch(SingleProcess, MiniBatchStrategy):
+    """One process: nothing to place, and every step's first layer its own (GDP's route)."""
+
+    def __init__(self):
+        self.route = Route(1)
+
+    def place(self, graph, sampling: dict) -> None:
+        return None
+
+    def use(self, route: Route) -> None:
+        self.route = route
+
+    def first_layer(self, model, view, sample, features) -> torch.Tensor:
+        return read_and_run(model, view, sample, features)
