@@ -78,7 +78,7 @@ def main():
         graph = datasets.load(name, root=args.data_root)
         accs, start = [], time.perf_counter()
         for seed in range(args.seeds):
-            config = Config(dataset=name, model=model, decoupled=decoupled, seed=seed, epochs=args.epochs)
+            config = Config.of(dataset=name, model=model, decoupled=decoupled, seed=seed, epochs=args.epochs)
             accs.append(100 * Trainer(config, graph).fit().test_acc)
         mean, std = statistics.mean(accs), statistics.pstdev(accs)
         per_run = (time.perf_counter() - start) / args.seeds

@@ -62,7 +62,7 @@ def gnnmesh_epoch(graph, args):
     from gnnmesh.train import Trainer
     buffers.pool(True)  # as `gnnmesh train` runs it
     model, hidden, heads, dropout, evaluate = CASES[args.case]
-    cfg = Config(model=model, hidden=hidden, heads=heads, attn_dropout=0.0, layers=2, dropout=dropout,
+    cfg = Config.of(model=model, hidden=hidden, heads=heads, attn_dropout=0.0, layers=2, dropout=dropout,
                  lr=0.01, weight_decay=5e-4)
     trainer = Trainer(cfg, graph)
     if evaluate:

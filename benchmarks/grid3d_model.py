@@ -29,10 +29,10 @@ from scipy.stats import spearmanr
 
 from driver import Spread, epochs, spread, train
 
-from gnnmesh.commands.plan import graph_size
+from gnnmesh.commands.plan_inputs import graph_size
 from gnnmesh.layout.grid import Grid, factorizations
 from gnnmesh.planner import grid3d as m
-from gnnmesh.planner import machine
+from gnnmesh.planner import machine as rates_model
 
 
 def measure(args, grid: Grid) -> dict:
@@ -55,8 +55,8 @@ def machine(args, worlds: list) -> tuple:
     """(compute rates, {rank count: network})."""
     if args.rates:
         data = json.loads(Path(args.rates).read_text())
-        network = machine.Network(**data["network"])
-        return machine.ComputeRates(**data["compute"]), {world: network for world in worlds}
+        network = rates_model.Network(**data["network"])
+        return rates_model.ComputeRates(**data["compute"]), {world: network for world in worlds}
     from gnnmesh.planner.probe import probe_compute, probe_network
     print("probing SpMM/GEMM/elementwise rates and gloo all-reduce bandwidth ...", flush=True)
     return probe_compute("cpu", args.threads), {world: probe_network(world) for world in worlds}
@@ -66,10 +66,10 @@ def replay(path: Path) -> tuple:
     """(rates, networks, runs) of an --out file: each run's epoch time, with the medians of
     the other figures standing for every run's."""
     data = json.loads(path.read_text())
-    networks = {int(world): machine.Network(**n) for world, n in data["networks"].items()}
+    networks = {int(world): rates_model.Network(**n) for world, n in data["networks"].items()}
     runs = {r["grid"]: [{"measured": t, "compute": r["measured_compute"], "comm": r["measured_comm"],
                          "bytes": r["measured_bytes"]} for t in r["runs"]] for r in data["results"]}
-    return machine.ComputeRates(**data["rates"]), networks, runs
+    return rates_model.ComputeRates(**data["rates"]), networks, runs
 
 
 def collect_runs(args, worlds: list) -> dict:
@@ -84,7 +84,7 @@ def collect_runs(args, worlds: list) -> dict:
     return runs
 
 
-def compare(args, work: m.Workload, rates: machine.ComputeRates, networks: dict, runs: dict) -> list:
+def compare(args, work: m.Workload, rates: rates_model.ComputeRates, networks: dict, runs: dict) -> list:
     """One row per grid: the prediction and the median (min-max) over the runs."""
     results = []
     for world, network in networks.items():
@@ -134,7 +134,7 @@ def print_correlations(results: list) -> None:
 def planning_example() -> None:
     work = m.Workload.gcn(nodes=100_000_000, edges=1_000_000_000, features=128, hidden=256, classes=64,
                           layers=3, evaluate=True)
-    net = machine.Network(intra_bw=200e9, inter_bw=100e9, intra_latency=5e-6, inter_latency=15e-6)
+    net = rates_model.Network(intra_bw=200e9, inter_bw=100e9, intra_latency=5e-6, inter_latency=15e-6)
     print("\nPlanning example: GCN 128-256-256-64 on 100M nodes / 1B edges, 4 GPUs per node, nominal GPU "
           "rates, 200 GB/s within a node, 100 GB/s per node between nodes")
     for gpus in (64, 256, 1024):

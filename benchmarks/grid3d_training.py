@@ -31,7 +31,7 @@ import time
 
 import driver
 from driver import epochs, imbalance, spread
-from gnnmesh.commands import plan
+from gnnmesh.commands import plan_inputs
 from gnnmesh.layout.grid import factorizations, most_cubic_grid
 from gnnmesh.planner.grid3d import Workload, rank_grids
 from gnnmesh.planner.machine import GPU_NETWORK, GPU_RATES
@@ -61,7 +61,7 @@ def train(args, nproc: int, flags: list) -> dict:
 
 def model_pick(args, nproc: int, machine) -> str:
     """The grid ``gnnmesh plan`` ranks first for this graph and model."""
-    _, nodes, entries, features, classes = plan.graph_size(args.dataset, args.data_root)
+    _, nodes, entries, features, classes = plan_inputs.graph_size(args.dataset, args.data_root)
     work = Workload.gcn(nodes, entries, features, args.hidden, classes, 2, evaluate=True)
     best = rank_grids(work, nproc, *machine)[0].grid
     return grid_name({"x": best.x, "y": best.y, "z": best.z})

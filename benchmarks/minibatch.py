@@ -135,13 +135,13 @@ def planned_seconds(spec: str, args) -> dict:
     process: the same counts as the job's dry run, priced with this machine's probed rates
     (the planner's cache of them) instead of the job's own link probes."""
     graph = datasets.load(spec, root=args.root)
-    config = Config(dataset=spec, model="sage", minibatch=True, strategy="auto", nproc=args.ranks,
+    config = Config.of(dataset=spec, model="sage", minibatch=True, strategy="auto", nproc=args.ranks,
                     fanouts=args.fanouts, batch_size=args.batch_size).resolved()
-    net = build((graph.num_features, config.hidden, graph.num_classes), "sage")
+    net = build((graph.num_features, config.model.hidden, graph.num_classes), "sage")
     rates, network = machine_rates.this_machine("cpu", 1, args.ranks)
-    owner = partition(graph, args.ranks, args.partitioner, epsilon=config.epsilon, seed=config.seed).assignment
+    owner = partition(graph, args.ranks, args.partitioner, epsilon=config.partition.epsilon, seed=config.training.seed).assignment
     predictions = rank_routes(graph, args.ranks, net, rates, network, args.ranks, fanouts=args.fanouts,
-                              batch_size=args.batch_size, owner=owner, seed=config.seed,
+                              batch_size=args.batch_size, owner=owner, seed=config.training.seed,
                               cache_bytes=parse_bytes(args.cache_memory, "cache_memory"))
     return {p.name: p.time for p in predictions}
 

@@ -26,13 +26,23 @@ def test_train_cora_reaches_accuracy(data_root, tmp_path):
 def test_print_config_resolves_model_defaults(tmp_path):
     result = gnnmesh("train", "--model", "gat", "--epochs", "5", "--print-config")
     assert result.returncode == 0
-    assert 'model = "gat"' in result.stdout and "hidden = 8" in result.stdout
+    assert '[model]\nname = "gat"' in result.stdout and "hidden = 8" in result.stdout
     assert "lr = 0.005" in result.stdout and "epochs = 5" in result.stdout
     # what --print-config prints loads back as a config, and flags override it
     path = tmp_path / "run.toml"
     path.write_text(result.stdout)
     again = gnnmesh("train", "--config", str(path), "--lr", "0.1", "--print-config")
     assert "lr = 0.1" in again.stdout and "hidden = 8" in again.stdout
+    assert again.stderr == ""  # one table per section: no note about the older flat form
+
+
+def test_a_flat_config_file_still_trains_with_one_note(tmp_path):
+    path = tmp_path / "old.toml"
+    path.write_text('[model]\nmodel = "sage"\n[train]\nepochs = 2\n[run]\nlog_every = 1\n')
+    result = gnnmesh("train", "--config", str(path), "--dataset", "sbm:nodes=100,classes=2,features=4")
+    assert result.returncode == 0, result.stderr
+    notes = [line for line in result.stderr.splitlines() if "warning" in line]
+    assert len(notes) == 1 and "flat config form is deprecated" in notes[0] and "--print-config" in notes[0]
 
 
 def test_bad_flag_values_exit_2():

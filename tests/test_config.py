@@ -3,33 +3,47 @@ import re
 import pytest
 
 from gnnmesh import ConfigError
-from gnnmesh.config import MODEL_DEFAULTS, STRATEGY_DEFAULTS, Config
+from gnnmesh.config import FIELDS, MODEL_DEFAULTS, Config, strategy_default
 
 
 def test_defaults_resolve_per_model():
-    cfg = Config(model="gat").resolved()
-    assert (cfg.hidden, cfg.lr, cfg.dropout) == (8, 0.005, 0.6)
-    assert Config(model="gat", hidden=32).resolved().hidden == 32
+    cfg = Config.of(model="gat").resolved()
+    assert (cfg.model.hidden, cfg.training.lr, cfg.model.dropout) == (8, 0.005, 0.6)
+    assert Config.of(model="gat", hidden=32).resolved().model.hidden == 32
     for name, defaults in MODEL_DEFAULTS.items():
-        resolved = Config(model=name).resolved()
-        assert all(getattr(resolved, k) == v for k, v in defaults.items())
+        resolved = Config.of(model=name).resolved()
+        assert all(resolved.get(k) == v for k, v in defaults.items())
 
 
 def test_toml_round_trip(tmp_path):
-    cfg = Config(model="sage", epochs=7, lr=0.02, metrics="m.jsonl", resume=False).resolved()
+    cfg = Config.of(model="sage", epochs=7, lr=0.02, metrics="m.jsonl", resume=False).resolved()
     path = tmp_path / "run.toml"
     path.write_text(cfg.to_toml())
     assert Config.from_toml(path) == cfg
 
 
-def test_toml_sections_are_flattened(tmp_path):
+def test_toml_holds_one_table_per_section(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('[model]\nname = "gin"\nhidden = 32\n[training]\nepochs = 3\nlr = 1\n'
+                    '[run]\nstrategy = "grid3d"\n[grid3d]\nblocks = 2\n')
+    cfg = Config.from_toml(path)
+    assert (cfg.model.name, cfg.model.hidden, cfg.training.lr, cfg.grid3d.blocks) == ("gin", 32, 1.0, 2)
+    assert "\nblocks = 2\n" in cfg.to_toml() and "[training]\nepochs = 3" in cfg.to_toml()
+
+
+def test_flat_toml_still_loads_with_a_one_line_note(tmp_path):
     path = tmp_path / "run.toml"
     path.write_text('[model]\nmodel = "gin"\nhidden = 32\n[train]\nepochs = 3\nlr = 1\n')
-    cfg = Config.from_toml(path)
-    assert (cfg.model, cfg.hidden, cfg.epochs, cfg.lr) == ("gin", 32, 3, 1.0)
+    with pytest.warns(FutureWarning, match="flat config form is deprecated") as caught:
+        cfg = Config.from_toml(path)
+    assert len(caught) == 1 and "\n" not in str(caught[0].message)
+    assert (cfg.model.name, cfg.model.hidden, cfg.training.epochs, cfg.training.lr) == ("gin", 32, 3, 1.0)
 
 
+@pytest.mark.filterwarnings("ignore:.*flat config form")
 @pytest.mark.parametrize("text, message", [
+    ("[training]\nepochs = 'ten'\n", "field 'epochs': expected int"),
+    ("[model]\nmodle = 'gcn'\n", "unknown config field"),
     ("epochs = 'ten'\n", "field 'epochs': expected int"),
     ("modle = 'gcn'\n", "unknown config field"),
     ("model = 'gcnn'\n", "not one of"),
@@ -80,25 +94,40 @@ def test_updated_rejects_unknown_and_bad_values():
 ])
 def test_a_setting_that_does_not_apply_is_refused(fields, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
-        Config(**fields)
+        Config.of(**fields)
 
 
 def test_settings_that_apply_are_kept_and_unset_ones_resolve_for_their_strategy():
-    assert Config(strategy="tensor", chunk_size=4, pipeline=False).resolved().pipeline is False
+    assert Config.of(strategy="tensor", chunk_size=4, pipeline=False).resolved().tensor.pipeline is False
     defaults = {"partition": {"partitioner": "hp", "epsilon": 0.01},
                 "tensor": {"pipeline": True}, "grid3d": {"permute": True, "blocks": 1}, "single": {}}
     for strategy, filled in defaults.items():
-        cfg = Config(strategy=strategy).resolved()
-        assert {k: getattr(cfg, k) for k in STRATEGY_DEFAULTS if getattr(cfg, k) is not None} == filled
+        cfg = Config.of(strategy=strategy).resolved()
+        assert {k: cfg.get(k) for k in FIELDS if strategy_default(k) is not None and cfg.get(k) is not None} == filled
         assert cfg.updated() == cfg  # a resolved config is a valid one
-    stored = Config(strategy="partition", partition_file="p.npy").resolved()
-    assert (stored.partitioner, stored.epsilon) == (None, None)  # the stored partition decides
+    stored = Config.of(strategy="partition", partition_file="p.npy").resolved()
+    assert (stored.partition.partitioner, stored.partition.epsilon) == (None, None)  # the stored partition decides
 
 
 def test_under_parts_the_strategy_is_checked_once_the_parts_give_it():
-    cfg = Config(parts="p", chunk_size=4)  # the strategy is not known yet
-    assert cfg.updated(strategy="tensor").resolved().chunk_size == 4
+    cfg = Config.of(parts="p", chunk_size=4)  # the strategy is not known yet
+    assert cfg.updated(strategy="tensor").resolved().tensor.chunk_size == 4
     with pytest.raises(ConfigError, match=r"'chunk_size' \(--chunk-size\) applies only to --strategy tensor; "
                                           r"this run uses partition"):
         cfg.updated(strategy="partition")
-    assert Config(parts="p", strategy="grid3d", blocks=2).resolved().permute is None  # the parts' own
+    assert Config.of(parts="p", strategy="grid3d", blocks=2).resolved().grid3d.permute is None  # the parts' own
+
+
+def test_checking_never_changes_a_config():
+    cfg = Config.of(strategy="tensor", chunks=None, fanouts=None)
+    before = cfg.to_dict()
+    cfg.updated()
+    assert cfg.to_dict() == before and not hasattr(cfg, "_resolved")
+    with pytest.raises(AttributeError):
+        cfg.run.strategy = "partition"  # sections are frozen: a change is a new, checked config
+
+
+def test_every_flag_names_one_setting_of_one_section():
+    from gnnmesh.settings import SECTIONS, field_index
+    assert len(field_index()) == sum(len(__import__("dataclasses").fields(c)) for c in SECTIONS.values())
+    assert FIELDS["model"] == ("model", "name") and FIELDS["blocks"] == ("grid3d", "blocks")

@@ -14,11 +14,11 @@ LAYERS = [
     ["ops"],
     ["view", "models", "sampling"],
     ["comm"],
-    ["layout"],
+    ["strategies", "layout"],
     ["partition", "parts"],
     ["parallel"],
     ["planner"],
-    ["config", "train"],
+    ["settings", "config", "train"],
     ["report"],
     ["commands", "cli", "__main__"],
 ]

@@ -25,7 +25,7 @@ def check_fields(record: dict, ranks: int):
 
 def run(metrics: Path, strategy=None, epochs=3):
     """The summary's memory figures and the metrics file's records (written by rank 0 only)."""
-    summary = Trainer(Config(epochs=epochs, metrics=str(metrics)), random_graph(n=40, e=160), strategy).fit()
+    summary = Trainer(Config.of(epochs=epochs, metrics=str(metrics)), random_graph(n=40, e=160), strategy).fit()
     records = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else None
     return summary.memory, records
 

@@ -102,8 +102,8 @@ RESUME_AND_DIE = """
     else:                           # the rewritten file is open for appending, nothing written yet
         opened = metrics.MetricsFile.__init__
         metrics.MetricsFile.__init__ = lambda self, *a: (opened(self, *a), die())[0]
-    config = Config(dataset="{sbm}", epochs=10, checkpoint=ckpt, resume=True, metrics=path)
-    Trainer(config, load(config.dataset)).fit()
+    config = Config.of(dataset="{sbm}", epochs=10, checkpoint=ckpt, resume=True, metrics=path)
+    Trainer(config, load(config.data.dataset)).fit()
 """.replace("{sbm}", SBM)
 
 
@@ -111,11 +111,11 @@ RESUME_AND_DIE = """
 @pytest.mark.parametrize("point", ["before-rename", "after-open"])
 def test_kill_during_resume_keeps_every_metrics_line(graph, tmp_path, point):
     ckpt, metrics = tmp_path / "c.pt", tmp_path / "m.jsonl"
-    Trainer(Config(dataset=SBM, epochs=6, checkpoint=str(ckpt), metrics=str(metrics)), graph).fit()
+    Trainer(Config.of(dataset=SBM, epochs=6, checkpoint=str(ckpt), metrics=str(metrics)), graph).fit()
     died = script(RESUME_AND_DIE, point, ckpt, metrics)
     assert died.returncode == -signal.SIGKILL, died.stderr
     assert epochs_in(metrics) == list(range(1, 7))
-    Trainer(Config(dataset=SBM, epochs=9, checkpoint=str(ckpt), resume=True, metrics=str(metrics)), graph).fit()
+    Trainer(Config.of(dataset=SBM, epochs=9, checkpoint=str(ckpt), resume=True, metrics=str(metrics)), graph).fit()
     assert epochs_in(metrics) == list(range(1, 10))
     assert temporaries(tmp_path) == []  # the dead process's temporary was swept
 
@@ -301,7 +301,7 @@ def test_seeds_out_of_range_are_one_line(args):
 
 def test_torn_last_metrics_line_is_dropped_and_other_damage_named(graph, tmp_path):
     ckpt, metrics = tmp_path / "c.pt", tmp_path / "m.jsonl"
-    config = Config(dataset=SBM, epochs=4, checkpoint=str(ckpt), metrics=str(metrics))
+    config = Config.of(dataset=SBM, epochs=4, checkpoint=str(ckpt), metrics=str(metrics))
     Trainer(config, graph).fit()
     with open(metrics, "a") as fh:
         fh.write('{"epoch": 5, "loss": 0.5, "tra')
@@ -316,7 +316,7 @@ def test_torn_last_metrics_line_is_dropped_and_other_damage_named(graph, tmp_pat
 
 def test_metrics_are_strict_json(graph, tmp_path):
     metrics = tmp_path / "m.jsonl"
-    Trainer(Config(dataset=SBM, epochs=3, eval_every=2, metrics=str(metrics)), graph).fit()
+    Trainer(Config.of(dataset=SBM, epochs=3, eval_every=2, metrics=str(metrics)), graph).fit()
     first = json.loads(metrics.read_text().splitlines()[0], parse_constant=lambda c: pytest.fail(c))
     assert first["val_acc"] is None  # not evaluated that epoch
 
@@ -435,7 +435,7 @@ def test_files_and_directories_follow_the_umask(graph, tmp_path, monkeypatch):
     old = os.umask(0o022)
     try:
         load(SBM)
-        Trainer(Config(dataset=SBM, epochs=1, checkpoint=str(tmp_path / "c.pt")), graph).fit()
+        Trainer(Config.of(dataset=SBM, epochs=1, checkpoint=str(tmp_path / "c.pt")), graph).fit()
     finally:
         os.umask(old)
     (entry,) = [p for p in (tmp_path / "cache").iterdir() if p.is_dir()]
@@ -445,11 +445,11 @@ def test_files_and_directories_follow_the_umask(graph, tmp_path, monkeypatch):
 
 def test_trainer_refuses_more_ranks_than_processes(graph):
     with pytest.raises(ConfigError, match="gnnmesh train --nproc 2"):
-        Trainer(Config(dataset=SBM, strategy="partition", nproc=2, partitioner="rp"), graph)
+        Trainer(Config.of(dataset=SBM, strategy="partition", nproc=2, partitioner="rp"), graph)
 
 
 def test_resume_past_the_requested_epochs_says_so(graph, tmp_path):
-    config = Config(dataset=SBM, epochs=6, checkpoint=str(tmp_path / "c.pt"))
+    config = Config.of(dataset=SBM, epochs=6, checkpoint=str(tmp_path / "c.pt"))
     Trainer(config, graph).fit()
     with pytest.warns(UserWarning, match="checkpoint is at epoch 6, past --epochs 3"):
         Trainer(config.updated(epochs=3, resume=True), graph).fit()

@@ -85,7 +85,7 @@ def test_hostile_checkpoint_under_several_ranks(tmp_path):
 
 def _good_checkpoint(graph, tmp_path):
     path = tmp_path / "good.pt"
-    Trainer(Config(epochs=2, checkpoint=str(path)), graph).fit()
+    Trainer(Config.of(epochs=2, checkpoint=str(path)), graph).fit()
     return path, torch.load(path, weights_only=True)  # what gnnmesh writes reads back weights-only
 
 
@@ -123,7 +123,7 @@ def _damage(kind, graph, tmp_path):
 def test_damaged_or_foreign_checkpoint_is_one_line_naming_it(graph, tmp_path, kind, message):
     path = _damage(kind, graph, tmp_path)
     with pytest.raises(ConfigError) as info:
-        Trainer(Config(epochs=4, checkpoint=str(path), resume=True), graph).fit()
+        Trainer(Config.of(epochs=4, checkpoint=str(path), resume=True), graph).fit()
     text = str(info.value)
     assert text.startswith(f"{path}: ") and message in text and "\n" not in text, text
 
@@ -132,7 +132,7 @@ def test_hostile_checkpoint_in_process(graph, tmp_path):
     marker = tmp_path / "ran"
     path = hostile_checkpoint(tmp_path / "c.pt", marker)
     with pytest.raises(ConfigError, match=r"c.pt: unreadable checkpoint \(it asks to call \S*open"):
-        Trainer(Config(epochs=4, checkpoint=str(path), resume=True), graph).fit()
+        Trainer(Config.of(epochs=4, checkpoint=str(path), resume=True), graph).fit()
     assert not marker.exists() and path.read_bytes()  # left as it was
 
 

@@ -6,7 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
-from ..partition.base import GRID_METHODS, LAYOUT_METHODS, METHODS, STOCHASTIC_METHODS
+from ..partition.base import GRID_METHODS, LAYOUT_METHODS, METHODS, NONZERO_BALANCED, STOCHASTIC_METHODS
 
 NODE_IMBALANCE_HINT = 0.25  # above this, the report says which methods balance vertex counts
 SAMPLING_FLAGS = ("--fanouts", "--batch-size", "--theta", "--delta")
@@ -19,9 +19,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      "dataset directory")
     cmd.add_argument("--data-root", dest="data_root", help="directory holding the datasets "
                      "(default: $GNNMESH_DATA)")
-    cmd.add_argument("--parts", type=int, help="number of parts (ranks); required except with "
-                     "--method permute2")
-    cmd.add_argument("--method", choices=METHODS + STOCHASTIC_METHODS + GRID_METHODS + LAYOUT_METHODS,
+    cmd.add_argument("--nparts", "--parts", dest="parts", type=int, metavar="N",
+                     help="number of parts (ranks); required except with --partitioner permute2 (--parts N "
+                          "still works; in 'gnnmesh train', --parts DIR names a parts directory)")
+    cmd.add_argument("--partitioner", "--method", dest="method",
+                     choices=METHODS + STOCHASTIC_METHODS + GRID_METHODS + LAYOUT_METHODS,
                      default="hp",
                      help="rp: random; contiguous: id ranges; gp: METIS graph partitioning; "
                           "hp: hypergraph partitioning, exact volume (default); shp: stochastic "
@@ -64,7 +66,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return cmd
 
 
-def run(args) -> int:
+def run(args, argv=None) -> int:
     from .. import datasets
     from ..errors import ConfigError
     from ..partition import partition, quality
@@ -74,7 +76,7 @@ def run(args) -> int:
     if args.method not in STOCHASTIC_METHODS:
         for flag in SAMPLING_FLAGS:
             if getattr(args, flag.lstrip("-").replace("-", "_")) is not None:
-                raise ConfigError(f"{flag} applies only to --method shp")
+                raise ConfigError(f"{flag} applies only to --partitioner shp")
     if args.method in GRID_METHODS:
         return run_grid(args)
     if args.method in LAYOUT_METHODS:
@@ -82,9 +84,9 @@ def run(args) -> int:
     for flag, value in (("--grid", args.grid), ("--write-shards", args.write_shards),
                         ("--self-loops", args.self_loops or None)):
         if value is not None:
-            raise ConfigError(f"{flag} applies only to --method permute2")
+            raise ConfigError(f"{flag} applies only to --partitioner permute2")
     if args.parts is None:
-        raise ConfigError(f"--parts is required for --method {args.method}")
+        raise ConfigError(f"--nparts is required for --partitioner {args.method}")
     if args.feature_bytes is not None and args.feature_bytes < 1:
         raise ConfigError(f"--feature-bytes must be positive, got {args.feature_bytes}")
     graph = datasets.load(args.dataset, root=args.data_root)
@@ -105,7 +107,7 @@ def run(args) -> int:
 
 
 def stochastic(graph, args) -> tuple:
-    """``--method shp``: the partition for mini-batches drawn from the training nodes (every
+    """``--partitioner shp``: the partition for mini-batches drawn from the training nodes (every
     node when the dataset has no split), and report lines on its sampling and on the
     volume of held-out batches."""
     from ..errors import ConfigError
@@ -113,7 +115,7 @@ def stochastic(graph, args) -> tuple:
     from ..sampling import DEFAULT_BATCH
 
     if args.fanouts is None:
-        raise ConfigError("--method shp needs --fanouts F1,F2,... (in-edges sampled per hop, as in training)")
+        raise ConfigError("--partitioner shp needs --fanouts F1,F2,... (in-edges sampled per hop, as in training)")
     pool = graph.train_mask if graph.train_mask is not None and bool(graph.train_mask.any()) else None
     pool_size = graph.num_nodes if pool is None else int(pool.sum())
     batch_size = min(DEFAULT_BATCH, pool_size) if args.batch_size is None else args.batch_size
@@ -155,7 +157,7 @@ def parse_block_grid(text) -> tuple:
     from ..errors import ConfigError
 
     if text is None:
-        raise ConfigError("--method permute2 needs --grid R,C (row and column block counts)")
+        raise ConfigError("--partitioner permute2 needs --grid R,C (row and column block counts)")
     pieces = str(text).replace(" ", "").split(",")
     if len(pieces) != 2 or not all(p.isdigit() and int(p) > 0 for p in pieces):
         raise ConfigError(f"--grid expects two positive integers R,C (e.g. 8,8), got {text!r}")
@@ -163,14 +165,14 @@ def parse_block_grid(text) -> tuple:
 
 
 def run_grid(args) -> int:
-    """``--method permute2``: block balance report, and the shard files if asked."""
+    """``--partitioner permute2``: block balance report, and the shard files if asked."""
     from .. import datasets
     from ..errors import ConfigError
     from ..partition.blocks import balance, check_grid, max_over_mean, peak_bound
     from ..transforms import add_self_loops
 
     if args.parts is not None:
-        raise ConfigError("--parts does not apply to --method permute2; give --grid R,C")
+        raise ConfigError("--nparts does not apply to --partitioner permute2; give --grid R,C")
     if args.write_parts:
         return write_grid(args)
     grid = parse_block_grid(args.grid)
@@ -198,14 +200,14 @@ def run_grid(args) -> int:
 
 
 def write_tensor(args) -> int:
-    """``--method tensor --parts P --write-parts DIR``: parts for the tensor strategies."""
+    """``--partitioner tensor --nparts P --write-parts DIR``: parts for the tensor strategies."""
     from .. import datasets
     from ..errors import ConfigError
     from ..parts.tensor import write_tensor_parts
     from ..partition.base import check_parts
 
     if not args.write_parts or args.parts is None:
-        raise ConfigError("--method tensor writes parts for the tensor strategies: give --parts P "
+        raise ConfigError("--partitioner tensor writes parts for the tensor strategies: give --nparts P "
                           "and --write-parts DIR")
     graph = datasets.load(args.dataset, root=args.data_root)
     parts = check_parts(args.parts, graph.num_nodes)
@@ -217,7 +219,7 @@ def write_tensor(args) -> int:
 
 
 def write_grid(args) -> int:
-    """``--method permute2 --grid X,Y,Z --write-parts DIR``: grid3d parts."""
+    """``--partitioner permute2 --grid X,Y,Z --write-parts DIR``: grid3d parts."""
     from .. import datasets
     from ..errors import ConfigError
     from ..layout.grid import parse_grid
@@ -229,7 +231,7 @@ def write_grid(args) -> int:
         raise ConfigError(f"--layers must be at least 1, got {args.layers}")
     pieces = str(args.grid or "").split(",")
     if len(pieces) != 3:
-        raise ConfigError(f"--write-parts with --method permute2 needs the process grid as --grid X,Y,Z, "
+        raise ConfigError(f"--write-parts with --partitioner permute2 needs the process grid as --grid X,Y,Z, "
                           f"got {args.grid!r}")
     grid = parse_grid(args.grid, "--grid")
     dims, total = grid.dims(), grid.size
@@ -265,7 +267,7 @@ def report_lines(graph, part, q: dict) -> list:
         f"part sizes:    {q['nodes_min']:,} to {q['nodes_max']:,} nodes "
         f"(imbalance {100 * q['node_imbalance']:.1f}%: vertex data, and so memory, per rank)",
     ]
-    if part.method in ("hp", "shp", "contiguous") and q["node_imbalance"] > NODE_IMBALANCE_HINT:
+    if part.method in NONZERO_BALANCED and q["node_imbalance"] > NODE_IMBALANCE_HINT:
         lines.append(f"note:          {part.method} balances nonzeros only; the largest part holds "
                      f"{1 + q['node_imbalance']:.1f}x the average vertex data. gp balances vertex "
                      "counts and nonzeros together; rp balances vertex counts")

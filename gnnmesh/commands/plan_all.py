@@ -6,19 +6,20 @@ why, and one line naming the choice."""
 
 from __future__ import annotations
 
-from ..config import STRATEGY_DEFAULTS, Config
+from ..config import Config, strategy_default
 from ..errors import ConfigError
 from ..planner import minibatch_dryrun as dryrun
 from ..partition import METHODS, STOCHASTIC_METHODS, MissingExtraError, partition
+from ..partition.base import RANKED_METHODS
 from ..planner.explain import choice, dropped, table
 from ..planner.minibatch import rank_routes
-from ..planner.rank import PARTITIONERS, rank_sized, rank_strategies
+from ..planner.rank import rank_sized, rank_strategies
 from ..planner.sized import SizedGraph
 from ..planner.trace import build
 from ..report.plan_file import Candidate, write_plan
 from ..train.auto import planned_model
 from ..validate import parse_bytes
-from .plan import DEFAULT_CLASSES, DEFAULT_FEATURES, check_flags, machine, machine_lines
+from .plan_inputs import DEFAULT_CLASSES, DEFAULT_FEATURES, check_flags, machine, machine_lines
 
 MAX_RANKS = 4096
 
@@ -31,7 +32,7 @@ def run(args) -> int:
     if args.nproc > MAX_RANKS:   # every pair of ranks' halo is priced: memory and time grow as G^2
         raise ConfigError(f"--nproc: --strategy all plans at most {MAX_RANKS:,} ranks, got {args.nproc:,} "
                           "(--strategy grid3d plans more)")
-    config = Config(model=args.model, decoupled=args.decoupled, hidden=args.hidden, layers=args.layers,
+    config = Config.of(model=args.model, decoupled=args.decoupled, hidden=args.hidden, layers=args.layers,
                     strategy="partition", nproc=args.nproc, data_root=args.data_root,
                     **({"epochs": args.epochs} if args.epochs is not None else {})).resolved()
     methods = _partitioners(args.partitioner)
@@ -42,13 +43,13 @@ def run(args) -> int:
                                       ("--cache-memory", args.cache_memory)) if value is not None]
     if given and not args.allow_sampling:
         raise ConfigError(f"{given[0]} applies with --allow-sampling")
-    sampling = Config(dataset=args.dataset, data_root=args.data_root, model=args.model, decoupled=args.decoupled,
+    sampling = Config.of(dataset=args.dataset, data_root=args.data_root, model=args.model, decoupled=args.decoupled,
                       hidden=args.hidden, layers=args.layers, minibatch=True, strategy="auto", nproc=args.nproc,
                       fanouts=args.fanouts, batch_size=args.batch_size,
                       cache_memory=args.cache_memory).resolved() if args.allow_sampling else None
     if args.dataset:
         from .. import datasets
-        graph = datasets.load(args.dataset, root=config.data_root)
+        graph = datasets.load(args.dataset, root=config.data.data_root)
         graph.require_node_classification()
         widths, options = planned_model(config, graph, args.features, args.classes)
         described = f"{graph.name}, {graph.num_nodes:,} nodes, {graph.adj.nnz:,} adjacency entries"
@@ -60,20 +61,20 @@ def run(args) -> int:
                      "(partition rp: the halos of uniformly spread entries, an upper bound)")
     rates, network = machine(args)
     per_node = min(args.per_node or args.nproc, args.nproc)
-    common = dict(epochs=config.epochs, memory_limit=limit, partitioners=methods, decoupled=config.decoupled,
+    common = dict(epochs=config.training.epochs, memory_limit=limit, partitioners=methods, decoupled=config.model.decoupled,
                   evaluate=args.eval, order=args.order, **options)
     if args.dataset:
-        ranking = rank_strategies(graph, args.nproc, config.model, widths, rates, network, per_node,
-                                  seed=config.seed, epsilon=config.epsilon, **common)
+        ranking = rank_strategies(graph, args.nproc, config.model.name, widths, rates, network, per_node,
+                                  seed=config.training.seed, epsilon=config.partition.epsilon, **common)
     else:
-        ranking = rank_sized(graph, args.nproc, config.model, widths, rates, network, per_node, **common)
+        ranking = rank_sized(graph, args.nproc, config.model.name, widths, rates, network, per_node, **common)
     shown = ranking.ranked[:args.top] if args.top else ranking.ranked
     if args.json and shown:
         write_plan(args.json, "all", [candidate(e) for e in shown])
     nodes = -(-args.nproc // per_node)
-    model = f"{'decoupled ' if config.decoupled else ''}{config.model} {'-'.join(str(w) for w in widths)}"
-    if config.model == "gat":
-        model += f" ({config.heads} heads)"
+    model = f"{'decoupled ' if config.model.decoupled else ''}{config.model.name} {'-'.join(str(w) for w in widths)}"
+    if config.model.name == "gat":
+        model += f" ({config.model.heads} heads)"
     print(f"plan of every strategy: {described}; {model}{', with evaluation pass' if args.eval else ''}")
     print(f"ranks:   {args.nproc} on {nodes} node{'s' if nodes > 1 else ''} ({per_node} per node)")
     for line in machine_lines(rates, network) + [""]:
@@ -91,21 +92,22 @@ def _sampled(config: Config, graph, widths, options: dict, rates, network, per_n
     mini-batch auto job), as printed: the dry run's table of ``train --minibatch --strategy
     auto`` and a choice line. snp and dnp run on the mini-batch default partitioner's
     partition (hp) where it is among ``methods``."""
-    method = STRATEGY_DEFAULTS["partitioner"] if STRATEGY_DEFAULTS["partitioner"] in methods else methods[0]
+    default = strategy_default("partitioner")
+    method = default if default in methods else methods[0]
     owner, note = None, f"snp and dnp on the {method} partition"
     try:
-        owner = partition(graph, config.nproc, method, epsilon=config.epsilon, seed=config.seed).assignment
+        owner = partition(graph, config.run.nproc, method, epsilon=config.partition.epsilon, seed=config.training.seed).assignment
     except MissingExtraError as err:
         note = f"snp and dnp not ranked: {err}"
-    net = build(widths, config.model, False, **options)
-    predictions = rank_routes(graph, config.nproc, net, rates, network, per_node, fanouts=config.fanouts,
-                              batch_size=config.batch_size, owner=owner, seed=config.seed,
-                              cache_bytes=parse_bytes(config.cache_memory, "cache_memory") if config.cache_memory else 0,
-                              attention=config.model == "gat")
+    net = build(widths, config.model.name, False, **options)
+    predictions = rank_routes(graph, config.run.nproc, net, rates, network, per_node, fanouts=config.minibatch.fanouts,
+                              batch_size=config.minibatch.batch_size, owner=owner, seed=config.training.seed,
+                              cache_bytes=parse_bytes(config.minibatch.cache_memory, "cache_memory") if config.minibatch.cache_memory else 0,
+                              attention=config.model.name == "gat")
     best = predictions[0]
-    cache = f", a {config.cache_memory} feature cache per rank" if config.cache_memory else ""
-    return ([f"mini-batch strategies (--allow-sampling), ranked apart: fanouts {config.fanouts}, "
-             f"{config.batch_size or 'default'} seeds per batch{cache}; {note}",
+    cache = f", a {config.minibatch.cache_memory} feature cache per rank" if config.minibatch.cache_memory else ""
+    return ([f"mini-batch strategies (--allow-sampling), ranked apart: fanouts {config.minibatch.fanouts}, "
+             f"{config.minibatch.batch_size or 'default'} seeds per batch{cache}; {note}",
              "seconds: one epoch's feature reads and exchanges (APT's dry run); the sampling and the dense "
              "compute, the same for every route, are left out"]
             + dryrun.table_lines(predictions, best.name)
@@ -117,7 +119,7 @@ def _sampled(config: Config, graph, widths, options: dict, rates, network, per_n
 def _partitioners(text) -> tuple:
     """``--partitioner`` for --strategy all: a comma-separated list (default rp, gp and hp)."""
     if not text:
-        return PARTITIONERS
+        return RANKED_METHODS
     names = tuple(dict.fromkeys(name.strip() for name in text.split(",")))
     usable = [m for m in METHODS if m not in STOCHASTIC_METHODS]
     for name in names:

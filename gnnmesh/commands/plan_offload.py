@@ -9,7 +9,7 @@ import numpy as np
 from ..config import Config
 from ..errors import ConfigError
 from ..models import build_model
-from ..parallel.offload import costs, make_plan
+from ..parallel.offload import build_plan, costs
 from ..parallel.offload.pipeline import tables
 from ..parallel.offload.stages import stages_of
 from ..validate import parse_bytes
@@ -19,48 +19,31 @@ from ..report.plan_file import Candidate, write_plan
 MiB = 2**20
 
 
-def add_arguments(cmd) -> None:
-    off = cmd.add_argument_group("offload (--strategy offload)")
-    off.add_argument("--device-memory", dest="device_memory", metavar="SIZE",
-                     help="the fast tier's budget, e.g. 512MiB (required for offload); all: the memory of a "
-                          "rank, candidates predicted to need more are left out")
-    off.add_argument("--model", default="gcn", choices=("gcn", "sage", "gat", "gin"), help="GNN model")
-    off.add_argument("--decoupled", action="store_true", help="the model's decoupled form")
-    off.add_argument("--chunks", default="auto", help="chunks per rank, or auto (default)")
-    off.add_argument("--dedup", default="both", choices=("none", "inter", "intra", "both"),
-                     help="transfer deduplication (default both)")
-    off.add_argument("--intermediates", default="auto", choices=("auto", "recompute", "cache"),
-                     help="cache aggregates or recompute layers (default auto)")
-    off.add_argument("--reorganize", action="store_true", default=None, help="regroup chunks (default)")
-    off.add_argument("--no-reorganize", dest="reorganize", action="store_false")
-    off.add_argument("--partitioner", default=None, help="vertex partitioner for several ranks (default hp); "
-                     "all: the partitioners to rank, comma-separated (default rp,gp,hp)")
-
-
 def run(args) -> int:
     if not args.dataset:
         raise ConfigError("--strategy offload plans a dataset's own topology: give --dataset")
     if not args.device_memory:
         raise ConfigError("--strategy offload needs --device-memory SIZE (e.g. 512MiB)")
     nproc = args.nproc or 1
-    config = Config(dataset=args.dataset, data_root=args.data_root, model=args.model, decoupled=args.decoupled,
-                    hidden=args.hidden if args.hidden_given else None, layers=args.layers,
+    config = Config.of(dataset=args.dataset, data_root=args.data_root, model=args.model, decoupled=args.decoupled,
+                    hidden=args.hidden, layers=args.layers,
                     strategy="offload", nproc=nproc, device_memory=args.device_memory, chunks=args.chunks,
                     dedup=args.dedup, intermediates=args.intermediates, reorganize=args.reorganize,
                     partitioner=args.partitioner).resolved()
     from .. import datasets
-    graph = datasets.load(config.dataset, root=config.data_root)
+    graph = datasets.load(config.data.dataset, root=config.data.data_root)
     graph.require_node_classification()
     in_dim = args.features or graph.num_features or (2 if graph.directed else 1)
     classes = args.classes or graph.num_classes
-    model = build_model(config.model, in_dim, classes, decoupled=config.decoupled, **model_options(config))
-    stages = stages_of(model, in_dim, config.intermediates)
+    model = build_model(config.model.name, in_dim, classes, decoupled=config.model.decoupled, **model_options(config))
+    stages = stages_of(model, in_dim, config.offload.intermediates)
     owned = _owned(graph, nproc, config)
-    budget = parse_bytes(config.device_memory, "device_memory")
-    chunks = None if config.chunks == "auto" else int(config.chunks)
+    budget = parse_bytes(config.host_tier.device_memory, "device_memory")
+    chunks = None if config.host_tier.chunks == "auto" else int(config.host_tier.chunks)
     heads = getattr(model, "heads", 1)
-    plan = make_plan(graph.adj, owned, 0, in_dim, stages, stages[-1].width, heads, budget, chunks,
-                     config.dedup, config.reorganize)
+    plan = build_plan(adj=graph.adj, owned=owned, rank=0, in_dim=in_dim, stages=stages, classes=stages[-1].width,
+                      heads=heads, budget=budget, chunks=chunks, dedup=config.host_tier.dedup,
+                      reorganize=config.host_tier.reorganize)
     if args.json:
         write_plan(args.json, "offload", [candidate(plan, stages, stages[-1].width, heads)])
     for line in describe(graph, config, plan, stages, stages[-1].width, heads, budget, chunks is None):
@@ -81,7 +64,7 @@ def _owned(graph, nproc: int, config: Config) -> list:
     if nproc == 1:
         return [np.arange(graph.num_nodes)]
     from .. import partition
-    result = partition.partition(graph, nproc, config.partitioner, epsilon=config.epsilon, seed=config.seed)
+    result = partition.partition(graph, nproc, config.partition.partitioner, epsilon=config.partition.epsilon, seed=config.training.seed)
     assignment = np.asarray(result.assignment)
     return [np.flatnonzero(assignment == r) for r in range(nproc)]
 
@@ -102,7 +85,7 @@ def describe(graph, config, plan, stages, classes, heads, budget, auto) -> list:
     host = host_bytes(plan, stages)
     widths = "-".join(str(w) for w in [plan.in_dim] + [s.width for s in stages])
     how = ", ".join(sorted({"cached aggregates" if s.cached else "recomputed" for s in stages}))
-    model = f"{'decoupled ' if config.decoupled else ''}{config.model} {widths} ({how})"
+    model = f"{'decoupled ' if config.model.decoupled else ''}{config.model.name} {widths} ({how})"
     return [
         f"offload plan: {graph.name}, {graph.num_nodes:,} nodes, {graph.adj.nnz:,} adjacency entries; "
         f"{model} on {plan.world} rank{'s' if plan.world > 1 else ''}",

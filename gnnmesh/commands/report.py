@@ -21,7 +21,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return cmd
 
 
-def run(args) -> int:
+def run(args, argv=None) -> int:
     from ..report import SUMMARY, write_report
     report = write_report(args.runs, args.out, args.plan)
     print(f"report: {report.directory / SUMMARY} ({len(report.runs)} run{'s' if len(report.runs) > 1 else ''})")

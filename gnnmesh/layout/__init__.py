@@ -16,15 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from .. import strategies
 from ..errors import ConfigError
 from .grid import AXES, RANK_ORDER, Grid, most_cubic_grid, parse_grid
 
 # Mesh dimensions from the slowest to the fastest varying in a rank number. The grid's
 # axes keep the order grid3d places ranks in (``RANK_ORDER``: Y groups share a node).
 MESH_ORDER = ("rows", "cols") + tuple(RANK_ORDER)
-# Which degrees each strategy uses (the others stay 1).
-STRATEGY_DIMS = {"single": (), "partition": ("rows",), "tensor": ("cols",), "grid3d": AXES, "offload": ("rows",),
-                 **{name: ("rows",) for name in ("gdp", "nfp", "snp", "dnp", "auto")}}
 
 
 @dataclass(frozen=True)
@@ -39,29 +37,27 @@ class ParallelLayout:
     strategy: str = "single"
 
     def __post_init__(self):
-        if self.strategy not in STRATEGY_DIMS:
-            raise ConfigError(f"config field 'strategy': {self.strategy!r} is not one of "
-                              f"{', '.join(STRATEGY_DIMS)}")
+        dims = strategies.dims_of(self.strategy)  # which degrees the strategy splits (the others stay 1)
         for name in MESH_ORDER:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"parallel layout field '{name}': must be an integer >= 1, got {value!r}")
-            if value > 1 and name not in STRATEGY_DIMS[self.strategy]:
+            if value > 1 and name not in dims:
                 raise ConfigError(f"parallel layout field '{name}': the {self.strategy} strategy does not "
-                                  f"split along {name} (it uses {', '.join(STRATEGY_DIMS[self.strategy]) or 'none'})")
+                                  f"split along {name} (it uses {', '.join(dims) or 'none'})")
 
     @classmethod
     def for_strategy(cls, strategy: str, world: int, grid: Optional[str] = None) -> "ParallelLayout":
         """The layout of ``strategy`` on ``world`` ranks; ``grid`` ("X,Y,Z") places grid3d's
         ranks (default: the most cubic grid)."""
-        if strategy == "grid3d":
+        dims = strategies.dims_of(strategy)
+        if dims == AXES:
             shape = most_cubic_grid(world) if grid is None else parse_grid(grid)
-            layout = cls.of_grid(shape)
+            layout = cls(strategy=strategy, **shape.dims())
         elif grid is not None:
-            raise ConfigError(f"config field 'grid': only the grid3d strategy runs on a grid, "
-                              f"this run uses {strategy}")
+            raise ConfigError(f"config field 'grid': only a strategy that splits along {', '.join(AXES)} runs on "
+                              f"a grid, this run uses {strategy}")
         else:
-            dims = STRATEGY_DIMS[strategy]
             layout = cls(strategy=strategy, **({dims[0]: world} if dims else {}))
         return layout.check(world)
 
@@ -79,18 +75,21 @@ class ParallelLayout:
 
     @classmethod
     def of_grid(cls, grid) -> "ParallelLayout":
-        """The grid3d layout of ``grid`` (a Grid or an ``{"x", "y", "z"}`` dict)."""
-        return cls(x=int(grid["x"]), y=int(grid["y"]), z=int(grid["z"]), strategy="grid3d")
+        """The layout of ``grid`` (a Grid or an ``{"x", "y", "z"}`` dict) for the strategy that
+        splits along the grid's axes."""
+        strategy = next(name for name in strategies.names() if strategies.dims_of(name) == AXES)
+        return cls(x=int(grid["x"]), y=int(grid["y"]), z=int(grid["z"]), strategy=strategy)
 
     def degrees(self) -> dict:
         """The degrees of the strategy's dimensions, in mesh order (1s included)."""
-        return {name: getattr(self, name) for name in MESH_ORDER if name in STRATEGY_DIMS[self.strategy]}
+        dims = strategies.dims_of(self.strategy)
+        return {name: getattr(self, name) for name in MESH_ORDER if name in dims}
 
     def check(self, world: int) -> "ParallelLayout":
         """This layout, if it places exactly ``world`` ranks; else a ConfigError naming the field."""
         if self.size != world:
             shape = " x ".join(f"{k}={v}" for k, v in self.degrees().items()) or "one rank"
-            field = "grid" if self.strategy == "grid3d" else "nproc"
+            field = "grid" if strategies.dims_of(self.strategy) == AXES else "nproc"
             raise ConfigError(f"config field '{field}': the {self.strategy} layout {shape} places "
                               f"{self.size} ranks but the job has {world}")
         return self
@@ -103,9 +102,9 @@ class ParallelLayout:
 
     def coordinates(self, rank: int) -> dict:
         """Rank ``rank``'s position along every dimension the strategy uses."""
-        position, rest = {}, rank
+        position, rest, dims = {}, rank, strategies.dims_of(self.strategy)
         for name in reversed(MESH_ORDER):
-            if name in STRATEGY_DIMS[self.strategy]:
+            if name in dims:
                 size = getattr(self, name)
                 position[name], rest = rest % size, rest // size
         return {name: position[name] for name in MESH_ORDER if name in position}
@@ -114,4 +113,4 @@ class ParallelLayout:
         return " x ".join(f"{k} {v}" for k, v in self.degrees().items()) or "one process"
 
 
-__all__ = ["ParallelLayout", "MESH_ORDER", "STRATEGY_DIMS", "Grid"]
+__all__ = ["ParallelLayout", "MESH_ORDER", "Grid"]

@@ -12,7 +12,7 @@ from .. import progress
 from ..validate import check_seed
 from ..errors import ConfigError, GraphError
 from .base import Partition, as_adjacency, check_method, check_parts, fill_empty_parts, graph_key
-from .methods import PARTITIONERS, hp_preset
+from .methods import FUNCTIONS, hp_preset
 from .store import entry_path, is_current, load_partition, save_partition, store_dir
 
 
@@ -37,7 +37,7 @@ def partition(graph, parts: int, method: str = "hp", *, epsilon: float = 0.01, s
     parts, epsilon, seed = check_settings(adj, parts, epsilon, seed)
     preset = hp_preset() if method == "hp" else None
     return cached_partition(adj, parts, method, epsilon, seed,
-                            lambda: (PARTITIONERS[method](adj, parts, epsilon, seed), None),
+                            lambda: (FUNCTIONS[method](adj, parts, epsilon, seed), None),
                             preset=preset, cache=cache, cache_dir=cache_dir)
 
 

@@ -12,6 +12,8 @@ from ..errors import ConfigError
 from ..graph import Adjacency
 
 METHODS = ("rp", "contiguous", "gp", "hp")
+# The ones the planner ranks for a run (contiguous id ranges are a baseline, not a choice).
+RANKED_METHODS = ("rp", "gp", "hp")
 # Vertex partitioners that also need the sampling settings of mini-batch training
 # (``stochastic.stochastic_partition``), so not ``partition()`` methods.
 STOCHASTIC_METHODS = ("shp",)
@@ -19,6 +21,8 @@ STOCHASTIC_METHODS = ("shp",)
 GRID_METHODS = ("permute2",)
 # Not partitioners either: the row blocks of the tensor strategies, for --write-parts only.
 LAYOUT_METHODS = ("tensor",)
+# The ones that balance nonzeros alone, so that a part may hold far more than its share of vertices.
+NONZERO_BALANCED = ("hp", "shp", "contiguous")
 # Bumped when a method's output changes, so that stored partitions are recomputed.
 METHOD_VERSIONS = {"rp": 1, "contiguous": 1, "gp": 2, "hp": 3, "shp": 1}
 EXTRA_HINT = "pip install 'gnnmesh[partitioners]'"

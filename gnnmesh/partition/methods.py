@@ -28,13 +28,13 @@ from .base import EXTRA_HINT, MissingExtraError, csr_arrays, vertex_weights
 from .refine import reduce_max_send
 
 # Mt-KaHyPar preset for 'hp' unless GNNMESH_HP_PRESET names another; measurements behind
-# the choice: benchmarks/hp_speed.py and the README.
+# the choice: benchmarks/hp_speed.py and docs/performance.md.
 HP_PRESET = "default"
 HP_PRESETS = ("default", "quality", "highest_quality", "deterministic", "deterministic_quality",
               "large_k")
 # Nets (columns) with more pins are left out of what mt-KaHyPar sees: a hub's net is nearly
 # always cut anyway, and big nets dominate its run time (coarsening cannot shrink them, so
-# initial partitioning works on most of the pins). Volume still counts them (README).
+# initial partitioning works on most of the pins). Volume still counts them (docs/performance.md).
 MAX_NET_PINS = 50
 WORKER = Path(__file__).with_name("mtkahypar_worker.py")
 
@@ -153,7 +153,7 @@ def hp_preset() -> str:
 
 def partition_threads() -> int:
     """Mt-KaHyPar's threads: $GNNMESH_PARTITION_THREADS, else 1 (deterministic under every
-    preset; on a busy 2-core machine more threads were slower, see the README)."""
+    preset; on a busy 2-core machine more threads were slower, see docs/performance.md)."""
     text = os.environ.get("GNNMESH_PARTITION_THREADS") or "1"
     if not text.isdigit() or int(text) < 1:
         raise ConfigError(f"GNNMESH_PARTITION_THREADS must be a positive integer, got {text!r}")
@@ -224,4 +224,4 @@ def _pattern(adj: Adjacency) -> sp.csr_matrix:
     return sp.csr_matrix((np.ones(indices.shape[0], dtype=np.int8), indices, indptr), shape=adj.shape)
 
 
-PARTITIONERS = {"rp": random, "contiguous": contiguous, "gp": metis, "hp": hypergraph}
+FUNCTIONS = {"rp": random, "contiguous": contiguous, "gp": metis, "hp": hypergraph}

@@ -28,8 +28,6 @@ from ..errors import ConfigError, GraphError
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 WRITE_HINT = "write them with 'gnnmesh partition --write-parts DIR'"
-# The strategies each kind of parts serves.
-STRATEGIES = {"partition": ("partition",), "tensor": ("tensor",), "grid3d": ("grid3d",)}
 
 
 def rank_folder(rank: int) -> str:
@@ -106,7 +104,7 @@ class Parts:
     def check_run(self, strategy: str, world_size: int, dataset: Optional[str] = None) -> None:
         """A ConfigError naming the manifest when these parts cannot serve this run."""
         where = self.directory / MANIFEST
-        if strategy not in STRATEGIES.get(self.kind, ()):
+        if strategy != self.kind:  # parts are written for one strategy (its registry entry's writer)
             raise ConfigError(f"{where}: these are {self.describe()}; they train with "
                               f"--strategy {self.kind}, not {strategy}")
         if world_size != self.parts:

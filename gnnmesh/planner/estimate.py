@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .. import strategies
+
 
 @dataclass(frozen=True)
 class Estimate:
@@ -63,7 +65,7 @@ def name_of(strategy: str, partitioner=None, grid=None, decoupled: bool = False,
     """A candidate's display name, the one a plan and a run's metrics (``candidate``) use:
     "partition hp", "tensor decoupled", "grid3d 2x1x2", "single", "offload gp"; ``grid``
     is "X,Y,Z" or a Grid."""
-    if strategy in ("partition", "offload") and partitioner:
+    if partitioner and strategies.spec(strategy).training == "full":  # a partitioned full-graph strategy
         return f"{strategy} {partitioner}"
     if strategy == "tensor" and decoupled:
         return "tensor decoupled"

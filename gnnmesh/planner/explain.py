@@ -40,7 +40,7 @@ def table(ranking: Ranking, shown) -> list:
     if any(_rough(e) for e in shown):
         lines.append("~ rough: grid3d's peak comes from block shapes under an even spread, not yet checked "
                      "against runs")
-    lines.append("how these rankings fared against measured epochs: README, 'The planner against measurement'")
+    lines.append("how these rankings fared against measured epochs: docs/performance.md, 'The planner against measurement'")
     return lines
 
 

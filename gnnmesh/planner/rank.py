@@ -21,6 +21,7 @@ from ..errors import ConfigError
 from ..layout.grid import RANK_ORDER, factorizations
 from ..models.base import GraphLayer, LayerStack
 from ..partition import MissingExtraError, partition
+from ..partition.base import RANKED_METHODS
 from ..view import OPERATORS
 from . import offload as offload_model
 from . import partition as partition_model
@@ -31,7 +32,6 @@ from .machine import ComputeRates, Network
 from .sized import SizedGraph
 from .trace import build
 
-PARTITIONERS = ("rp", "gp", "hp")   # random, METIS (pymetis), hypergraph (mt-KaHyPar)
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def cost(estimate: Estimate, epochs: int) -> float:
 
 def rank_strategies(graph, ranks: int, model: str, widths, rates: ComputeRates, network: Network,
                     ranks_per_node: Optional[int] = None, *, epochs: int = 200, memory_limit: Optional[int] = None,
-                    partitioners=PARTITIONERS, decoupled: bool = False, evaluate: bool = True, seed: int = 0,
+                    partitioners=RANKED_METHODS, decoupled: bool = False, evaluate: bool = True, seed: int = 0,
                     epsilon: float = 0.01, cache: bool = True, cache_dir=None, order: str = RANK_ORDER,
                     **options) -> Ranking:
     """Rank the strategies for ``model`` (``decoupled``: its decoupled form; ``options``: the
@@ -125,7 +125,7 @@ def rank_strategies(graph, ranks: int, model: str, widths, rates: ComputeRates, 
 
 def rank_sized(graph: SizedGraph, ranks: int, model: str, widths, rates: ComputeRates, network: Network,
                ranks_per_node: Optional[int] = None, *, epochs: int = 200, memory_limit: Optional[int] = None,
-               partitioners=PARTITIONERS, decoupled: bool = False, evaluate: bool = True, order: str = RANK_ORDER,
+               partitioners=RANKED_METHODS, decoupled: bool = False, evaluate: bool = True, order: str = RANK_ORDER,
                **options) -> Ranking:
     """``rank_strategies`` for a graph known by its size (``SizedGraph``): the random
     partition with its expected halos (an upper bound, see ``sized``), tensor parallelism

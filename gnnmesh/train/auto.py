@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 
-from .. import comm
-from ..config import PLANNED_FIELDS, STRATEGY_DEFAULTS, STRATEGY_FIELDS, Config
+from .. import comm, strategies
+from ..config import Config, settings_read_by, strategy_default
 from ..errors import ConfigError, GraphError
 from ..planner import rates as machine_rates
 from ..planner.estimate import Estimate
 from ..planner.explain import choice, dropped, table
-from ..planner.rank import PARTITIONERS, Ranking, input_width, rank_strategies
+from ..partition.base import RANKED_METHODS
+from ..planner.rank import Ranking, input_width, rank_strategies
 from ..validate import parse_bytes
 from .trainer import model_options
 
@@ -47,17 +48,17 @@ def plan(config: Config, graph, ranks: int, say) -> tuple:
     """Rank the strategies for ``config`` on ``graph`` over ``ranks`` ranks, print the ranking,
     and return (the config fields of the choice, its record)."""
     graph.require_node_classification()
-    if ranks == 1 and not config.device_memory:
+    if ranks == 1 and not config.host_tier.device_memory:
         say("strategy auto: one rank and no --device-memory: the single process")
         return settings_of(_SINGLE, config), {"candidate": "single"}
     per_node = int(os.environ.get("LOCAL_WORLD_SIZE", ranks))
     rates, network = _rates(config, ranks, per_node, say)
     widths, options = planned_model(config, graph)
-    limit = parse_bytes(config.device_memory, "device_memory") if config.device_memory else None
-    ranking = rank_strategies(graph, ranks, config.model, widths, rates, network, per_node, epochs=config.epochs,
-                              memory_limit=limit, partitioners=(config.partitioner,) if config.partitioner
-                              else PARTITIONERS, decoupled=config.decoupled, seed=config.seed,
-                              epsilon=STRATEGY_DEFAULTS["epsilon"] if config.epsilon is None else config.epsilon,
+    limit = parse_bytes(config.host_tier.device_memory, "device_memory") if config.host_tier.device_memory else None
+    ranking = rank_strategies(graph, ranks, config.model.name, widths, rates, network, per_node, epochs=config.training.epochs,
+                              memory_limit=limit, partitioners=(config.partition.partitioner,) if config.partition.partitioner
+                              else RANKED_METHODS, decoupled=config.model.decoupled, seed=config.training.seed,
+                              epsilon=strategy_default("epsilon") if config.partition.epsilon is None else config.partition.epsilon,
                               **options)
     for line in _lines(ranking):
         say(line)
@@ -72,7 +73,7 @@ def planned_model(config: Config, graph, features=None, classes=None) -> tuple:
     """(widths, options) of the model ``config`` (resolved) trains on ``graph``, as the
     planner takes them: input (``features``, else the graph's), hidden..., output (``classes``,
     else the graph's); the constructor's other options."""
-    widths = ((features or input_width(graph),) + (config.hidden,) * (config.layers - 1)
+    widths = ((features or input_width(graph),) + (config.model.hidden,) * (config.model.layers - 1)
               + (classes or graph.num_classes,))
     return widths, {k: v for k, v in model_options(config).items() if k not in ("hidden", "layers")}
 
@@ -81,8 +82,9 @@ def settings_of(estimate, config: Config) -> dict:
     """The config changes that train ``estimate``'s candidate: its strategy and settings; the
     plan's own settings cleared, except the imbalance of a partitioned choice."""
     settings = {k: v for k, v in estimate.settings.items() if k != "decoupled"}   # the model's already
-    partitioned = settings["strategy"] in STRATEGY_FIELDS["epsilon"]
-    settings.update({f: None for f in PLANNED_FIELDS if f not in settings and not (partitioned and f == "epsilon")})
+    partitioned = strategies.spec(settings["strategy"]).reads_setting("partition", "epsilon")
+    planned = settings_read_by(strategies.engine_for("auto"))
+    settings.update({f: None for f in planned if f not in settings and not (partitioned and f == "epsilon")})
     return settings
 
 
@@ -90,11 +92,11 @@ def _rates(config: Config, ranks: int, per_node: int, say) -> tuple:
     """The rates file's, else this machine's; on CPU, slowed where this node's ranks share cores."""
     import torch
     threads = torch.get_num_threads()
-    if config.rates:
-        rates, network = machine_rates.read(config.rates, "config field 'rates'")
+    if config.plan.rates:
+        rates, network = machine_rates.read(config.plan.rates, "config field 'rates'")
     else:
-        rates, network = machine_rates.this_machine(config.device, threads, ranks, say=say)
-    if config.device == "cpu":
+        rates, network = machine_rates.this_machine(config.run.device, threads, ranks, say=say)
+    if config.run.device == "cpu":
         rates = machine_rates.sharing_cores(rates, per_node, threads, os.cpu_count() or 1)
     return rates, network
 

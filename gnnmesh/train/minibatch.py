@@ -18,12 +18,13 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ConfigError
-from ..view import OPERATORS
 from ..partition.stochastic import draw_batches
 from ..sampling import DEFAULT_BATCH, BlockView, FeatureTier, NeighborSampler, parse_fanouts, sampled_operator
 from ..sampling.features import LocalSource, RowStore
 from ..validate import parse_bytes
+from ..view import OPERATORS
 from .trainer import Trainer
+
 
 class MiniBatchTrainer(Trainer):
     def __init__(self, config, data, strategy=None):
@@ -31,17 +32,17 @@ class MiniBatchTrainer(Trainer):
         cfg, s = self.config, self.shard
         self.split_sizes = [float(m.sum()) for m in (s.train_mask, s.val_mask, s.test_mask)]  # every rank has all
         self.train_ids = torch.nonzero(s.train_mask.cpu()).flatten().numpy()
-        self.batch_size = cfg.batch_size or min(DEFAULT_BATCH, len(self.train_ids))
+        self.batch_size = cfg.minibatch.batch_size or min(DEFAULT_BATCH, len(self.train_ids))
         if self.batch_size > len(self.train_ids):
             raise ConfigError(f"config field 'batch_size': {self.batch_size} is larger than the training set "
                               f"({len(self.train_ids)} nodes of dataset '{self.name}')")
         self.op = sampled_operator(self.model)
         operator = OPERATORS[self.op](s.view.adj)
-        self.sampler = NeighborSampler(operator, parse_fanouts(cfg.fanouts), cfg.seed)
+        self.sampler = NeighborSampler(operator, parse_fanouts(cfg.minibatch.fanouts), cfg.training.seed)
         # All neighbours (the default): one whole-graph pass computes every node's exact output,
         # which a block with every in-edge would too, at a fraction of batches' overlapping work.
-        eval_fanouts = parse_fanouts(cfg.eval_fanouts, "eval_fanouts") if cfg.eval_fanouts else [-1]
-        self.eval_sampler = NeighborSampler(operator, eval_fanouts, cfg.seed) if set(eval_fanouts) != {-1} else None
+        eval_fanouts = parse_fanouts(cfg.minibatch.eval_fanouts, "eval_fanouts") if cfg.minibatch.eval_fanouts else [-1]
+        self.eval_sampler = NeighborSampler(operator, eval_fanouts, cfg.training.seed) if set(eval_fanouts) != {-1} else None
         self.labelled = torch.nonzero((s.train_mask | s.val_mask | s.test_mask).cpu()).flatten().numpy()
         self.sampled_edges = 0
         self.operator, self.dry_run = operator, []
@@ -56,12 +57,12 @@ class MiniBatchTrainer(Trainer):
         else:
             self.features = self.eval_features = FeatureTier.local(s.x.cpu(), self.device)
         if s.x is None and self.eval_sampler is None:  # features spread over hosts: no whole-graph pass
-            self.eval_sampler = NeighborSampler(operator, [-1] * len(self.sampler.fanouts), cfg.seed)
+            self.eval_sampler = NeighborSampler(operator, [-1] * len(self.sampler.fanouts), cfg.training.seed)
 
     def batches(self, epoch: int) -> list:
         """The epoch's batches of seeds: a shuffle keyed by (seed, epoch), cut in batch-size runs
         (as ``shp`` draws them)."""
-        return draw_batches(self.train_ids, self.batch_size, self.config.seed, epoch)
+        return draw_batches(self.train_ids, self.batch_size, self.config.training.seed, epoch)
 
     def _plan(self) -> None:
         """Pick the route (``auto``: the dry run's cheapest), fill the caches from the dry run's
@@ -72,26 +73,26 @@ class MiniBatchTrainer(Trainer):
         from ..parallel.minibatch.feature_shards import FeatureHomes, ShardedSource
         cfg, s, strategy = self.config, self.shard, self.strategy
         x, world, rank = s.x.cpu(), strategy.world_size, strategy.rank
-        cache_bytes = parse_bytes(cfg.cache_memory, "cache_memory") if cfg.cache_memory else 0
+        cache_bytes = parse_bytes(cfg.minibatch.cache_memory, "cache_memory") if cfg.minibatch.cache_memory else 0
         names = [strategy.name] if strategy.name != "auto" else \
-            [n for n, r in ROUTES.items() if r.attention or cfg.model != "gat"]
+            [n for n, r in ROUTES.items() if r.attention or cfg.model.name != "gat"]
         routes = {}
         for name in names:
             routes[name] = ROUTES[name](world, strategy.owner)
-            routes[name].bind(self.sampler, self.model, self.op, cfg.seed, self.device)
-        store = dict(store=cfg.host_store or "ram", store_dir=cfg.store_dir)
+            routes[name].bind(self.sampler, self.model, self.op, cfg.training.seed, self.device)
+        store = dict(store=cfg.host_tier.host_store or "ram", store_dir=cfg.host_tier.store_dir)
         homes = FeatureHomes(x.shape[0], world, strategy.hosts, strategy.owner) if strategy.hosts > 1 else None
         host_rows = RowStore(x[homes.rows(homes.host(rank))], **store) if homes else None
         widths = {n: [r.feature_columns(x.shape[1], q).stop - r.feature_columns(x.shape[1], q).start
                       for q in range(world)] for n, r in routes.items()}
         if 0 < cache_bytes < 4 * min(min(w) for w in widths.values()):
-            raise ConfigError(f"config field 'cache_memory': {cfg.cache_memory} holds no feature row "
+            raise ConfigError(f"config field 'cache_memory': {cfg.minibatch.cache_memory} holds no feature row "
                               f"({4 * min(min(w) for w in widths.values())} bytes each)")
         counts, chosen = None, names[0]
         if cache_bytes or len(names) > 1:
             samples = dryrun.sample_epoch(self.sampler, self.batches(1), world, rank, 1)
             counts = self._summed(dryrun.access_counts(samples, x.shape[0]))
-            given = dryrun.parse_links(cfg.bandwidths) if cfg.bandwidths else {}
+            given = dryrun.parse_links(cfg.minibatch.bandwidths) if cfg.minibatch.bandwidths else {}
             probe = host_rows or (RowStore(x, **store) if not {"load", "cache"} <= set(given) else None)
             bandwidths = dryrun.probe_bandwidths(strategy.comm, probe, self.device, given)
             if probe is not None and probe is not host_rows:
@@ -134,7 +135,7 @@ class MiniBatchTrainer(Trainer):
 
     def _logits(self, sampler, seeds: np.ndarray, epoch: int, step: int) -> torch.Tensor:
         sample = sampler.sample(seeds, epoch, step)
-        view = BlockView(sample, self.op, self.config.seed, self.device)
+        view = BlockView(sample, self.op, self.config.training.seed, self.device)
         view.set_epoch((epoch << 32) | step)  # one stream of dropout draws per step
         if not self.model.training:  # evaluation reads the features directly where this rank has them all
             x = self.shard.x

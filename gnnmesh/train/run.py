@@ -12,36 +12,35 @@ import time
 import torch
 
 from .. import comm, datasets, memory
-from ..ops import buffers, compiled
 from ..config import Config
 from ..errors import ConfigError, GraphError
 from ..graph import Graph
 from ..launch import ranks_share_cores, world_from_env
+from ..ops import buffers, compiled
 from ..parts import open_parts
 from ..transforms import reorder
 from .trainer import EpochResult, Summary, Trainer, rank_device
 
-
-DEFAULT_DATASET = Config().dataset
+DEFAULT_DATASET = Config().data.dataset
 
 
 def load_graph(config: Config) -> Graph:
-    graph = datasets.load(config.dataset, root=config.data_root)
-    if config.reorder != "none":
-        graph = reorder(graph, config.reorder)
+    graph = datasets.load(config.data.dataset, root=config.data.data_root)
+    if config.data.reorder != "none":
+        graph = reorder(graph, config.data.reorder)
     return graph
 
 
 def run_training(config: Config, quiet: bool = False) -> Summary:
     world = world_from_env()
     rank, world_size = world or (0, 1)
-    parts = open_parts(config.parts) if config.parts else None
+    parts = open_parts(config.data.parts) if config.data.parts else None
     if parts is not None:  # what the run leaves unsaid, the parts decide
-        if config.strategy == "single":
+        if config.run.strategy == "single":
             config = config.updated(strategy=parts.kind)
-        if parts.kind == "grid3d" and config.grid is None:
+        if parts.kind == "grid3d" and config.grid3d.grid is None:
             config = config.updated(grid=",".join(map(str, parts.manifest["grid"])))
-    if world and config.strategy == "single" and world_size > 1:
+    if world and config.run.strategy == "single" and world_size > 1:
         raise ConfigError(f"this job has {world_size} ranks; choose a parallel --strategy (e.g. partition)")
     config = config.resolved()  # once, before anything is built from it
     device = rank_device(config)
@@ -58,7 +57,7 @@ def run_training(config: Config, quiet: bool = False) -> Summary:
 
 def _train(config, parts, quiet, rank, world_size, device) -> Summary:
     local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-    torch.set_num_threads(config.threads or (ranks_share_cores(local_ranks) if world_size > 1
+    torch.set_num_threads(config.run.threads or (ranks_share_cores(local_ranks) if world_size > 1
                                              else torch.get_num_threads()))
     say = (lambda *a: None) if quiet or rank != 0 else print
     t0 = time.perf_counter()
@@ -74,7 +73,7 @@ def _train(config, parts, quiet, rank, world_size, device) -> Summary:
         t0 = time.perf_counter()
     if parts is not None:
         data = parts
-        data.check_run(config.strategy, world_size, None if config.dataset == DEFAULT_DATASET else config.dataset)
+        data.check_run(config.run.strategy, world_size, None if config.data.dataset == DEFAULT_DATASET else config.data.dataset)
         config = config.updated(dataset=data.dataset)  # what checkpoints and metrics record
     else:
         data = _load_once_per_host(config, rank, world_size, graph)
@@ -83,7 +82,7 @@ def _train(config, parts, quiet, rank, world_size, device) -> Summary:
     # baseline: they are code
     if device.type == "cpu" and compiled.wanted(data.adj.nnz if isinstance(data, Graph) else 0):
         compiled.load()
-    if config.minibatch:
+    if config.training.minibatch:
         from .minibatch import MiniBatchTrainer
         trainer = MiniBatchTrainer(config, data)
     else:
@@ -95,7 +94,7 @@ def _train(config, parts, quiet, rank, world_size, device) -> Summary:
         # unless the strategy plans its resident memory, where idle buffers would count
         buffers.pool(not strategy.holds_memory_budget)
     say(f"{loaded} loaded in {time.perf_counter() - t0:.2f}s")
-    say(f"model {cfg.model}: {sum(p.numel() for p in trainer.model.parameters()):,} parameters, "
+    say(f"model {cfg.model.name}: {sum(p.numel() for p in trainer.model.parameters()):,} parameters, "
         f"strategy {strategy.describe()}, device {device}, {torch.get_num_threads()} threads per rank")
     lines = getattr(trainer, "dry_run_lines", [])
     if lines:
@@ -105,7 +104,7 @@ def _train(config, parts, quiet, rank, world_size, device) -> Summary:
             say("  " + line)
 
     def progress(r: EpochResult):
-        if r.epoch % cfg.log_every == 0 or r.epoch in (1, cfg.epochs):
+        if r.epoch % cfg.run.log_every == 0 or r.epoch in (1, cfg.training.epochs):
             say(f"epoch {r.epoch:4d} | loss {r.loss:.4f} | acc train {r.train_acc:.3f} val {r.val_acc:.3f} "
                 f"test {r.test_acc:.3f} | {1e3 * r.epoch_time:7.1f} ms (aggregate {1e3 * r.aggregate_time:.1f}, "
                 f"dense {1e3 * r.dense_time:.1f}, other {1e3 * r.other_time:.1f})")

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import comm, memory
+from ..atomic import check_writable
 from ..config import Config
 from ..datasets import structural_features
 from ..errors import ConfigError, TrainingDiverged
@@ -26,9 +27,8 @@ from ..graph import Graph
 from ..layout import ParallelLayout
 from ..models import build_model
 from ..ops import profile
-from ..parallel import Strategy, build_strategy
+from ..parallel import Strategy
 from ..planner.estimate import name_of
-from ..atomic import check_writable
 from . import checkpoint
 from .metrics import MetricsFile, to_json
 
@@ -68,29 +68,29 @@ class Summary:
 
 
 def model_options(config: Config) -> dict:
-    """The constructor options of ``config.model`` taken from the (resolved) config."""
-    options = {"hidden": config.hidden, "layers": config.layers, "dropout": config.dropout}
-    if config.model == "gat":
-        options.update(heads=config.heads, attn_dropout=config.attn_dropout)
-    if config.decoupled:
-        options.update(k=config.k, alpha=config.alpha)
+    """The constructor options of the model ``config.model.name`` describes (a resolved config)."""
+    options = {"hidden": config.model.hidden, "layers": config.model.layers, "dropout": config.model.dropout}
+    if config.model.name == "gat":
+        options.update(heads=config.model.heads, attn_dropout=config.model.attn_dropout)
+    if config.model.decoupled:
+        options.update(k=config.model.k, alpha=config.model.alpha)
     return options
 
 
 def candidate_name(config: Config, world_size: int) -> str:
     """The strategy's name as a plan gives it ("partition hp", "grid3d 1x2x2", ...;
     ``planner.estimate.name_of``): what a metrics record's ``candidate`` says."""
-    grid = ParallelLayout.for_strategy("grid3d", world_size, config.grid).grid if config.strategy == "grid3d" \
+    grid = ParallelLayout.for_strategy("grid3d", world_size, config.grid3d.grid).grid if config.run.strategy == "grid3d" \
         else None
-    partitioner = config.partitioner if world_size > 1 else None   # one rank is not partitioned
-    return name_of(config.strategy, partitioner, grid, config.decoupled)
+    partitioner = config.partition.partitioner if world_size > 1 else None   # one rank is not partitioned
+    return name_of(config.run.strategy, partitioner, grid, config.model.decoupled)
 
 
 def rank_device(config: Config) -> torch.device:
     """This rank's device under a resolved ``config``: on CUDA, the GPU of its local rank."""
-    if config.device == "cuda":
+    if config.run.device == "cuda":
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    return torch.device(config.device)
+    return torch.device(config.run.device)
 
 
 class Trainer:
@@ -101,28 +101,28 @@ class Trainer:
         self.config = config.resolved()
         self.device = rank_device(self.config)
         if strategy is None:
-            layout = ParallelLayout.for_strategy(self.config.strategy, comm.world_size(), self.config.grid)
-            strategy = build_strategy(self.config, layout, self.device)
+            layout = ParallelLayout.for_strategy(self.config.run.strategy, comm.world_size(), self.config.grid3d.grid)
+            strategy = self.config.engine.build(self.config, layout, self.device)
         self.strategy = strategy
-        if self.config.nproc > self.strategy.world_size:
-            raise ConfigError(f"config field 'nproc': {self.config.nproc} ranks requested but this is one "
-                              f"process; start them with 'gnnmesh train --nproc {self.config.nproc}' or torchrun")
+        if self.config.run.nproc > self.strategy.world_size:
+            raise ConfigError(f"config field 'nproc': {self.config.run.nproc} ranks requested but this is one "
+                              f"process; start them with 'gnnmesh train --nproc {self.config.run.nproc}' or torchrun")
         profile.sync_cuda["on"] = self.device.type == "cuda"
         if isinstance(data, Graph):
             x = _features(data)
-            self.shard = self.strategy.shard(data, x, self.config.seed, self.device)
+            self.shard = self.strategy.shard(data, x, self.config.training.seed, self.device)
             num_features = x.shape[1]
         else:  # its writer checked labels and split, and stored the features as _features does
-            self.shard = self.strategy.shard_parts(data, self.config.seed, self.device)
+            self.shard = self.strategy.shard_parts(data, self.config.training.seed, self.device)
             num_features = data.num_features
         self.name, self.num_classes = data.name, data.num_classes
-        torch.manual_seed(self.config.seed)
-        self.model = build_model(self.config.model, num_features, self.num_classes,
-                                 decoupled=self.config.decoupled,
+        torch.manual_seed(self.config.training.seed)
+        self.model = build_model(self.config.model.name, num_features, self.num_classes,
+                                 decoupled=self.config.model.decoupled,
                                  **model_options(self.config)).to(self.device)
         self.strategy.prepare(self.model)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.config.lr,
-                                          weight_decay=self.config.weight_decay)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.config.training.lr,
+                                          weight_decay=self.config.training.weight_decay)
         counts = torch.tensor([float(m.sum()) for m in
                                (self.shard.train_mask, self.shard.val_mask, self.shard.test_mask)])
         self.split_sizes = self.strategy.all_reduce(counts).tolist()
@@ -185,7 +185,7 @@ class Trainer:
         start = time.perf_counter()
         loss = self.train_step()
         compute = time.perf_counter() - start
-        if self.epoch % self.config.eval_every == 0 or self.epoch == self.config.epochs:
+        if self.epoch % self.config.training.eval_every == 0 or self.epoch == self.config.training.epochs:
             t0 = time.perf_counter()
             accs = self.evaluate()
             compute += time.perf_counter() - t0
@@ -241,26 +241,26 @@ class Trainer:
     # -- the loop --------------------------------------------------------------------------------
     def fit(self, on_epoch: Optional[Callable[[EpochResult], None]] = None) -> Summary:
         cfg = self.config
-        if cfg.resume:
-            self._resume(cfg.checkpoint)
-            if self.epoch > cfg.epochs:
-                warnings.warn(f"{cfg.checkpoint}: the checkpoint is at epoch {self.epoch}, past --epochs "
-                              f"{cfg.epochs}; nothing to train")
+        if cfg.run.resume:
+            self._resume(cfg.run.checkpoint)
+            if self.epoch > cfg.training.epochs:
+                warnings.warn(f"{cfg.run.checkpoint}: the checkpoint is at epoch {self.epoch}, past --epochs "
+                              f"{cfg.training.epochs}; nothing to train")
         metrics = self._agreed_on_rank0(self._open_outputs)
         try:
-            while self.epoch < cfg.epochs:
+            while self.epoch < cfg.training.epochs:
                 result = self.run_epoch()
                 if metrics:
                     metrics.write(result.to_json())
                 if on_epoch:
                     on_epoch(result)
-                if cfg.checkpoint_every and self.epoch % cfg.checkpoint_every == 0 and self.strategy.rank == 0:
-                    checkpoint.save(cfg.checkpoint, self.state())
+                if cfg.run.checkpoint_every and self.epoch % cfg.run.checkpoint_every == 0 and self.strategy.rank == 0:
+                    checkpoint.save(cfg.run.checkpoint, self.state())
         finally:
             if metrics:
                 metrics.close()
-        if cfg.checkpoint and self.strategy.rank == 0:
-            checkpoint.save(cfg.checkpoint, self.state())
+        if cfg.run.checkpoint and self.strategy.rank == 0:
+            checkpoint.save(cfg.run.checkpoint, self.state())
         times = [r.epoch_time for r in self.history]
         return Summary(self.epoch, self.best["epoch"], self.best["val_acc"], self.best["test_acc"],
                        self.history[-1].loss if self.history else float("nan"), sum(times),
@@ -270,9 +270,9 @@ class Trainer:
     def _open_outputs(self) -> Optional[MetricsFile]:
         """Check the checkpoint path and open the metrics file (rank 0 writes both)."""
         cfg = self.config
-        if cfg.checkpoint:
-            check_writable(cfg.checkpoint, "checkpoint")
-        return MetricsFile(cfg.metrics, self.epoch) if cfg.metrics else None
+        if cfg.run.checkpoint:
+            check_writable(cfg.run.checkpoint, "checkpoint")
+        return MetricsFile(cfg.run.metrics, self.epoch) if cfg.run.metrics else None
 
     def _agreed_on_rank0(self, fn):
         """``fn()`` on rank 0; its bad-input error stops every rank alike, before training,

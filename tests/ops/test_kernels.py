@@ -212,7 +212,7 @@ def signatures():
 assert compiled.load()
 loaded = signatures()
 for model in ("gcn", "gat", "sage", "gin"):
-    Trainer(Config(model=model, epochs=1), datasets.load("sbm:nodes=300,features=8")).fit()
+    Trainer(Config.of(model=model, epochs=1), datasets.load("sbm:nodes=300,features=8")).fit()
 print(json.dumps([loaded, signatures()]))
 """
 

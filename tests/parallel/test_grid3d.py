@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from gnnmesh.config import GRID3D_MODELS, Config
+from gnnmesh import strategies
+from gnnmesh.config import Config
 from gnnmesh.errors import ConfigError
 from gnnmesh.models import build_model
 from gnnmesh.parallel import SingleProcess
@@ -21,12 +22,14 @@ from gnnmesh.parallel.grid_logits import logit_route
 from gnnmesh.partition.grid_blocks import GridBlocks
 from gnnmesh.view import GraphView
 
+
 from tests.dist import run_ranks
 from tests.helpers import dense, layout, random_graph
 from tests import parity
 from tests.parity import assert_same_run
 
 EPOCHS = 20
+GRID3D_MODELS = strategies.spec("grid3d").models
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -45,7 +48,7 @@ def make_graph():
 
 
 def config(layers, model="gcn", **kw):
-    return Config(model=model, epochs=EPOCHS, seed=1, hidden=8, layers=layers, eval_every=5, **kw)
+    return Config.of(model=model, epochs=EPOCHS, seed=1, hidden=8, layers=layers, eval_every=5, **kw)
 
 
 def grids(world):
@@ -86,12 +89,12 @@ def test_bad_grid_on_the_command_line_exits_with_status_2():
 @pytest.mark.parametrize("fields", [{"model": "gat"}, {"model": "gcn", "decoupled": True}, {"model": "sage", "decoupled": True}])
 def test_models_grid3d_cannot_run_are_refused_when_the_config_is_checked(fields):
     with pytest.raises(ConfigError, match="'model'") as err:
-        Config(strategy="grid3d", **fields)
+        Config.of(strategy="grid3d", **fields)
     assert "\n" not in str(err.value) and ", ".join(GRID3D_MODELS) in str(err.value)
     with pytest.raises(ConfigError, match="'model'"):
-        Config(**fields).updated(strategy="grid3d")
+        Config.of(**fields).updated(strategy="grid3d")
     for model in GRID3D_MODELS:
-        Config(strategy="grid3d", model=model)
+        Config.of(strategy="grid3d", model=model)
 
 
 def test_a_model_grid3d_cannot_run_is_refused_before_the_data_is_read():
@@ -104,7 +107,7 @@ def test_a_model_grid3d_cannot_run_is_refused_before_the_data_is_read():
 
 def test_the_strategy_itself_refuses_a_model_without_a_layer_description():
     with pytest.raises(ConfigError, match="'model'"):  # the trainer's config names no strategy
-        train(make_graph(), Config(model="gat", epochs=1, hidden=8), Grid3D(ParallelLayout.for_strategy("grid3d", 1, "1,1,1"), "cpu"))
+        train(make_graph(), Config.of(model="gat", epochs=1, hidden=8), Grid3D(ParallelLayout.for_strategy("grid3d", 1, "1,1,1"), "cpu"))
 
 
 # -- layout ----------------------------------------------------------------------------------------
@@ -206,7 +209,7 @@ def assert_same(got, want, model):
     """``assert_same_run``, but GIN's eps, a scalar that starts at 0 and moves about lr per
     Adam step, is compared relative to max(|eps|, lr): where an eps ends near 0, its own size
     would hold float32 rounding of the steps that brought it there against almost nothing."""
-    lr = config(2, model).resolved().lr
+    lr = config(2, model).resolved().training.lr
     scalars = [name for name in want["params"] if name.endswith(".eps")]
     strip = (lambda run: {**run, "params": {k: v for k, v in run["params"].items() if k not in scalars}})
     assert_same_run(strip(got), strip(want))
@@ -312,7 +315,7 @@ def test_every_grid_equals_single_process(reference, world):
 # -- traffic -----------------------------------------------------------------------------------
 def _rank_bytes():
     graph = random_graph(n=48, e=200, features=4, classes=4, seed=2)
-    cfg = Config(model="gcn", epochs=2, seed=1, hidden=8, layers=2, dropout=0.0)
+    cfg = Config.of(model="gcn", epochs=2, seed=1, hidden=8, layers=2, dropout=0.0)
     return train(graph, cfg, Grid3D(layout("grid3d", "2,2,2"), "cpu", blocks=3, seed=1))["extra"]
 
 

@@ -84,7 +84,7 @@ def config(model, **fields) -> Config:
     extra = {"heads": 2} if model == "gat" else {}
     # 60 training nodes in batches of 13: 5 steps an epoch, 50 steps in 10 epochs.
     fields = {"epochs": 10, **extra, **fields}
-    return Config(dataset="random", model=model, seed=4, hidden=8, minibatch=True, fanouts="3,4",
+    return Config.of(dataset="random", model=model, seed=4, hidden=8, minibatch=True, fanouts="3,4",
                   batch_size=13, dropout=0.3, **fields)
 
 
@@ -177,7 +177,7 @@ def test_features_spread_over_hosts_train_the_single_process_model(world, hosts)
 
 def test_training_learns_on_a_real_graph(data_root):
     from gnnmesh.train.minibatch import MiniBatchTrainer
-    cfg = Config(dataset="cora", data_root=str(data_root), model="sage", epochs=30, minibatch=True, fanouts="10,10",
+    cfg = Config.of(dataset="cora", data_root=str(data_root), model="sage", epochs=30, minibatch=True, fanouts="10,10",
                  batch_size=32)
     result = MiniBatchTrainer(cfg, datasets.load("cora", root=data_root)).fit()
     assert result.test_acc > 0.7  # full-graph SAGE reaches about 0.77
@@ -201,14 +201,14 @@ def test_training_learns_on_a_real_graph(data_root):
 ])
 def test_bad_minibatch_settings_are_refused(fields, message):
     with pytest.raises(ConfigError, match=message):
-        Config(minibatch=True, **fields).validate()
+        Config.of(minibatch=True, **fields).validate()
 
 
 def test_minibatch_settings_need_minibatch():
     with pytest.raises(ConfigError, match="applies only with --minibatch"):
-        Config(fanouts="5,5").validate()
+        Config.of(fanouts="5,5").validate()
     with pytest.raises(ConfigError, match="add --minibatch"):
-        Config(strategy="gdp").validate()
+        Config.of(strategy="gdp").validate()
 
 
 def test_cli_refuses_a_batch_larger_than_the_training_set(data_root):

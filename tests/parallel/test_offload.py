@@ -37,7 +37,7 @@ def runs(world: int) -> list:
 
 def config(model, **fields) -> Config:
     extra = {"heads": 2} if model.endswith("gat") else {}
-    return Config(dataset="random", epochs=EPOCHS, seed=3, hidden=8, k=3, **model_fields(model), **extra,
+    return Config.of(dataset="random", epochs=EPOCHS, seed=3, hidden=8, k=3, **model_fields(model), **extra,
                   **fields)
 
 

@@ -19,7 +19,7 @@ def make_graph():
 
 
 def config(model):
-    return Config(**model_fields(model), epochs=EPOCHS, seed=1, hidden=8, layers=2)
+    return Config.of(**model_fields(model), epochs=EPOCHS, seed=1, hidden=8, layers=2)
 
 
 PARTITIONERS = ["rp", "contiguous", "gp", "hp"]
@@ -51,7 +51,7 @@ def test_every_partitioner_and_model_matches_single_process(reference, world):
 
 def _rank_bytes(rank, world, assignment):
     graph = make_graph()
-    cfg = Config(model="gcn", epochs=2, seed=1, hidden=8, layers=2, dropout=0.0)
+    cfg = Config.of(model="gcn", epochs=2, seed=1, hidden=8, layers=2, dropout=0.0)
     return train(graph, cfg, PartitionParallel(layout("partition"), "cpu", assignment=assignment))["extra"]
 
 

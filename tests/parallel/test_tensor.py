@@ -24,7 +24,7 @@ def make_graph():
 
 def config(model, decoupled=False, **extra):
     settings = dict(model=model, epochs=EPOCHS, seed=1, hidden=8, layers=2, decoupled=decoupled, k=3)
-    return Config(**{**settings, **extra})
+    return Config.of(**{**settings, **extra})
 
 
 def _rank_run(rank, world):

@@ -26,7 +26,7 @@ def graph():
 
 
 def config(model, **fields) -> Config:
-    return Config(dataset="random", epochs=20, seed=3, hidden=8, k=3, **model_fields(model), **fields)
+    return Config.of(dataset="random", epochs=20, seed=3, hidden=8, k=3, **model_fields(model), **fields)
 
 
 def cases(world: int) -> list:
@@ -91,6 +91,6 @@ def test_each_tensor_engine_refuses_the_others_settings():
     with pytest.raises(ConfigError, match="does not apply with --host-store"):
         config("decoupled-gcn", strategy="tensor", host_store="ram", chunk_size=8).validate()
     resolved = config("decoupled-gcn", strategy="tensor").resolved()
-    assert resolved.host_store is None and resolved.device_memory is None and resolved.pipeline is True
+    assert resolved.host_tier.host_store is None and resolved.host_tier.device_memory is None and resolved.tensor.pipeline is True
     resolved = config("decoupled-gcn", strategy="tensor", host_store="ram").resolved()
-    assert resolved.device_memory == "1GiB" and resolved.pipeline is None and resolved.chunks == "auto"
+    assert resolved.host_tier.device_memory == "1GiB" and resolved.tensor.pipeline is None and resolved.host_tier.chunks == "auto"

@@ -27,7 +27,7 @@ def _status_kib(field):
 def _epoch_peak_mib(chunk):
     """Peak resident memory of one training epoch above the memory held before it."""
     graph = load(f"sbm:nodes={NODES},classes=8,avg_degree=20,features=64,seed=1,cache=false")
-    cfg = Config(model="gcn", epochs=3, hidden=64, layers=2, eval_every=100)
+    cfg = Config.of(model="gcn", epochs=3, hidden=64, layers=2, eval_every=100)
     trainer = Trainer(cfg, graph, TensorParallel(layout("tensor"), "cpu", chunk_size=chunk))
     trainer.run_epoch()  # operators, chunk plans and optimizer state exist from here on
     before = _status_kib("VmRSS")

@@ -161,9 +161,9 @@ def test_command_bad_grid_is_one_line_and_status_2(args, fragment, capsys):
 
 def test_command_grid_flags_need_permute2(capsys):
     assert cli.main(["partition", "--dataset", RMAT, "--method", "rp", "--grid", "2,2"]) == 2
-    assert "--grid applies only to --method permute2" in capsys.readouterr().err
+    assert "--grid applies only to --partitioner permute2" in capsys.readouterr().err
     assert cli.main(["partition", "--dataset", RMAT, "--method", "rp"]) == 2
-    assert "--parts is required" in capsys.readouterr().err
+    assert "--nparts is required" in capsys.readouterr().err
 
 
 def test_command_as_a_subprocess():

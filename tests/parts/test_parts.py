@@ -33,7 +33,7 @@ def make_graph(weighted=False):
 
 
 def config(model, layers=2):
-    return Config(**model_fields(model), epochs=EPOCHS, seed=1, hidden=8, layers=layers)
+    return Config.of(**model_fields(model), epochs=EPOCHS, seed=1, hidden=8, layers=layers)
 
 
 def one_host_per_rank(directory, tmp_path, parts):

@@ -9,7 +9,6 @@ from gnnmesh import datasets
 from gnnmesh.config import Config
 from gnnmesh.memory import peak_rss_mib
 from gnnmesh.ops import compiled
-from gnnmesh.parallel import build_strategy
 from gnnmesh.partition import partition
 from gnnmesh.parts import open_parts, write_partition_parts
 from gnnmesh.train import Trainer
@@ -17,7 +16,7 @@ from gnnmesh.train import Trainer
 from tests.dist import run_ranks
 
 GRAPH = "rmat:nodes=100000,edges=1000000,features=64,classes=8"
-CONFIG = Config(epochs=2, hidden=16, strategy="partition")
+CONFIG = Config.of(epochs=2, hidden=16, strategy="partition")
 
 
 def _peak_above_startup(rank, world, parts_dir):
@@ -26,7 +25,8 @@ def _peak_above_startup(rank, world, parts_dir):
     first use), the compiled CPU kernels (numba, about 70 MiB), the process group. Those are
     code, the same in every process; what is left is the data, which parts divide."""
     config = CONFIG.updated(strategy="partition" if parts_dir else "single")
-    strategy = build_strategy(config, layout(config.strategy, config.grid), "cpu")
+    config = config.resolved()
+    strategy = config.engine.build(config, layout(config.run.strategy, config.grid3d.grid), "cpu")
     torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])
     compiled.load()
     base = peak_rss_mib()

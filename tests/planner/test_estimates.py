@@ -35,7 +35,7 @@ def cora():
 
 
 def config(model, hidden, decoupled=False):
-    return Config(model=model, hidden=hidden, heads=HEADS, layers=2, epochs=EPOCHS, seed=1,
+    return Config.of(model=model, hidden=hidden, heads=HEADS, layers=2, epochs=EPOCHS, seed=1,
                   decoupled=decoupled, k=3)
 
 
@@ -118,7 +118,7 @@ def _other_runs(rank, world, vector):
     graph = cora()
     runs = {}
     for model, decoupled in OTHER_CASES:
-        cfg = replace(config(model, 24, decoupled), layers=3)
+        cfg = config(model, 24, decoupled).updated(layers=3)
         runs["partition", model] = train(graph, cfg, PartitionParallel(layout("partition"), "cpu",
                                                                        assignment=vector))["extra"]
         runs["tensor", model] = train(graph, cfg, TensorParallel(layout("tensor"), "cpu", chunk_size=700))["extra"]

@@ -171,7 +171,7 @@ def test_a_missing_partitioner_is_left_out_with_the_reason(monkeypatch, tmp_path
     def missing(*args):
         raise MissingExtraError("method 'gp' needs pymetis: pip install 'gnnmesh[partitioners]'")
 
-    monkeypatch.setitem(partition_methods.PARTITIONERS, "gp", missing)
+    monkeypatch.setitem(partition_methods.FUNCTIONS, "gp", missing)
     ranking = rank_strategies(cora, 2, "gcn", widths(cora), GPU_RATES, GPU_NETWORK, partitioners=("rp", "gp"),
                               cache_dir=tmp_path)
     assert [(d.name, d.reason) for d in ranking.dropped] == [("partition gp", "method 'gp' needs pymetis: pip "

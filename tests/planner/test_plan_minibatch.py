@@ -23,7 +23,7 @@ def graph():
 
 def _dry_run(rank, world):
     from gnnmesh.train.minibatch import MiniBatchTrainer
-    config = Config(dataset="random", model="sage", seed=SEED, hidden=8, minibatch=True, fanouts=FANOUTS,
+    config = Config.of(dataset="random", model="sage", seed=SEED, hidden=8, minibatch=True, fanouts=FANOUTS,
                     batch_size=BATCH, strategy="auto", nproc=world, partitioner="rp", epochs=1, cache_memory="400B")
     return MiniBatchTrainer(config, graph()).dry_run
 

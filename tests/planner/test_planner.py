@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gnnmesh.cli import main
-from gnnmesh.commands.plan import graph_size
+from gnnmesh.commands.plan_inputs import graph_size
 from gnnmesh.layout.grid import Grid, factorizations
 from gnnmesh.planner import grid3d as m
 from gnnmesh.planner import machine

@@ -38,16 +38,16 @@ def gnnmesh(*args, timeout=200):
     ({"parts": "some/parts"}, "'parts'"), ({"partitioner": "shp"}, "without --minibatch")])
 def test_auto_refuses_what_it_does_not_plan_with(fields, refused):
     with pytest.raises(ConfigError, match=refused):
-        Config(strategy="auto", **fields)
+        Config.of(strategy="auto", **fields)
 
 
 def test_auto_leaves_the_partitioner_open_and_takes_its_own_settings():
-    config = Config(strategy="auto", nproc=4, epsilon=0.05, device_memory="2GiB", rates="r.json").resolved()
-    assert config.planned and config.partitioner is None
-    mini = Config(strategy="auto", minibatch=True, nproc=2, partitioner="rp", epsilon=0.1)   # APT's choice
-    assert not mini.planned and mini.resolved().partitioner == "rp"
+    config = Config.of(strategy="auto", nproc=4, epsilon=0.05, device_memory="2GiB", rates="r.json").resolved()
+    assert config.planned and config.partition.partitioner is None
+    mini = Config.of(strategy="auto", minibatch=True, nproc=2, partitioner="rp", epsilon=0.1)   # APT's choice
+    assert not mini.planned and mini.resolved().partition.partitioner == "rp"
     with pytest.raises(ConfigError, match="applies only to --strategy auto"):
-        Config(strategy="partition", rates="r.json")
+        Config.of(strategy="partition", rates="r.json")
 
 
 def test_every_candidate_becomes_a_valid_run():
@@ -56,26 +56,26 @@ def test_every_candidate_becomes_a_valid_run():
     graph = datasets.load(SBM)
     ranking = rank_strategies(graph, 4, "gcn", (12, 16, 3), GPU_RATES, GPU_NETWORK, partitioners=("rp", "gp"),
                               cache=False, memory_limit=2**30)
-    asked = Config(strategy="auto", nproc=4, epsilon=0.05, partitioner="gp", device_memory="2GiB", rates="r.json")
+    asked = Config.of(strategy="auto", nproc=4, epsilon=0.05, partitioner="gp", device_memory="2GiB", rates="r.json")
     names = set()
     for estimate in ranking.ranked:
         config = asked.updated(**settings_of(estimate, asked)).resolved()
-        assert config.rates is None
-        assert config.device_memory == (str(2**30) if config.strategy == "offload" else None)
-        assert config.epsilon == (0.05 if config.strategy in ("partition", "offload") else None)
+        assert config.plan.rates is None
+        assert config.host_tier.device_memory == (str(2**30) if config.run.strategy == "offload" else None)
+        assert config.partition.epsilon == (0.05 if config.run.strategy in ("partition", "offload") else None)
         assert candidate_name(config, 4) == estimate.strategy
-        names.add(config.strategy)
+        names.add(config.run.strategy)
     assert names == {"partition", "tensor", "grid3d", "offload"}
 
 
 def test_one_rank_is_the_single_process_without_probing(capsys):
-    settings, record = plan(Config(strategy="auto").resolved(), datasets.load(SBM), 1, print)
+    settings, record = plan(Config.of(strategy="auto").resolved(), datasets.load(SBM), 1, print)
     assert settings["strategy"] == "single" and record == {"candidate": "single"}
     assert "single process" in capsys.readouterr().out
 
 
 def test_nothing_fitting_is_a_clear_error(rates_file):
-    config = Config(strategy="auto", nproc=2, device_memory="1KiB", rates=str(rates_file)).resolved()
+    config = Config.of(strategy="auto", nproc=2, device_memory="1KiB", rates=str(rates_file)).resolved()
     with pytest.raises(ConfigError, match="no strategy fits"):
         plan(config, datasets.load(SBM), 2, lambda line: None)
 
@@ -83,7 +83,7 @@ def test_nothing_fitting_is_a_clear_error(rates_file):
 def test_a_bad_rates_file_names_the_field(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"compute": {}}')
-    config = Config(strategy="auto", nproc=2, rates=str(bad)).resolved()
+    config = Config.of(strategy="auto", nproc=2, rates=str(bad)).resolved()
     with pytest.raises(ConfigError, match=f"config field 'rates' {bad}: not a rates file"):
         plan(config, datasets.load(SBM), 2, lambda line: None)
 

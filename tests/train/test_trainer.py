@@ -21,7 +21,7 @@ def params(trainer):
 
 @pytest.mark.parametrize("model", ["gcn", "gat"])
 def test_runs_are_deterministic(graph, model):
-    cfg = Config(model=model, epochs=8, seed=3)
+    cfg = Config.of(model=model, epochs=8, seed=3)
     a, b = Trainer(cfg, graph), Trainer(cfg, graph)
     la, lb = [r.loss for r in a.fit().history], [r.loss for r in b.fit().history]
     assert la == lb
@@ -31,7 +31,7 @@ def test_runs_are_deterministic(graph, model):
 
 
 def test_loss_decreases_and_metrics_are_complete(graph):
-    summary = Trainer(Config(epochs=30, dropout=0.0), graph).fit()
+    summary = Trainer(Config.of(epochs=30, dropout=0.0), graph).fit()
     h = summary.history
     assert h[-1].loss < h[0].loss
     for r in h:
@@ -74,7 +74,7 @@ def test_epoch_time_parts_measure_their_own_work(graph, monkeypatch):
         per_epoch.append(calls["aggregate"])
         calls["aggregate"] = 0
 
-    history = Trainer(Config(epochs=2, dropout=0.0), graph).fit(count).history
+    history = Trainer(Config.of(epochs=2, dropout=0.0), graph).fit(count).history
     for r, n in zip(history, per_epoch):
         assert n >= 4  # two layers forward in training and evaluation, and backward
         assert n * agg <= r.aggregate_time < n * agg + slack, (n, r)
@@ -86,14 +86,14 @@ def test_epoch_time_parts_measure_their_own_work(graph, monkeypatch):
 @pytest.mark.parametrize("name", ["gcn", "gat", "decoupled-gcn"])
 def test_resume_matches_uninterrupted_run(graph, tmp_path, name):
     model = model_fields(name)
-    full = Trainer(Config(**model, epochs=12, seed=1), graph)
+    full = Trainer(Config.of(**model, epochs=12, seed=1), graph)
     full.fit()
     ckpt = str(tmp_path / "run.pt")
     metrics = tmp_path / "m.jsonl"
-    first = Trainer(Config(**model, epochs=7, seed=1, checkpoint=ckpt, checkpoint_every=5,
+    first = Trainer(Config.of(**model, epochs=7, seed=1, checkpoint=ckpt, checkpoint_every=5,
                            metrics=str(metrics)), graph)
     first.fit()  # writes epochs 1..7 to the metrics file; the checkpoint holds epoch 7
-    resumed = Trainer(Config(**model, epochs=12, seed=1, checkpoint=ckpt, resume=True,
+    resumed = Trainer(Config.of(**model, epochs=12, seed=1, checkpoint=ckpt, resume=True,
                              metrics=str(metrics)), graph)
     summary = resumed.fit()
     assert [r.loss for r in summary.history] == [r.loss for r in full.history]
@@ -104,7 +104,7 @@ def test_resume_matches_uninterrupted_run(graph, tmp_path, name):
 
 def test_resume_after_crash_drops_metrics_past_checkpoint(graph, tmp_path):
     ckpt, metrics = str(tmp_path / "c.pt"), tmp_path / "m.jsonl"
-    cfg = Config(epochs=6, checkpoint=ckpt, checkpoint_every=4, metrics=str(metrics))
+    cfg = Config.of(epochs=6, checkpoint=ckpt, checkpoint_every=4, metrics=str(metrics))
     trainer = Trainer(cfg, graph)
 
     def crash(result):
@@ -121,19 +121,19 @@ def test_resume_after_crash_drops_metrics_past_checkpoint(graph, tmp_path):
 
 def test_resume_refuses_other_settings(graph, tmp_path):
     ckpt = str(tmp_path / "c.pt")
-    Trainer(Config(epochs=2, checkpoint=ckpt), graph).fit()
+    Trainer(Config.of(epochs=2, checkpoint=ckpt), graph).fit()
     with pytest.raises(ConfigError, match="lr"):
-        Trainer(Config(epochs=4, checkpoint=ckpt, resume=True, lr=0.1), graph).fit()
+        Trainer(Config.of(epochs=4, checkpoint=ckpt, resume=True, lr=0.1), graph).fit()
     with pytest.raises(ConfigError, match="no checkpoint"):
-        Trainer(Config(epochs=4, checkpoint=str(tmp_path / "none.pt"), resume=True), graph).fit()
+        Trainer(Config.of(epochs=4, checkpoint=str(tmp_path / "none.pt"), resume=True), graph).fit()
     (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(ConfigError, match="unreadable"):
-        Trainer(Config(epochs=4, checkpoint=str(tmp_path / "bad.pt"), resume=True), graph).fit()
+        Trainer(Config.of(epochs=4, checkpoint=str(tmp_path / "bad.pt"), resume=True), graph).fit()
 
 
 def test_checkpoint_write_is_atomic(graph, tmp_path, monkeypatch):
     ckpt = tmp_path / "c.pt"
-    Trainer(Config(epochs=2, checkpoint=str(ckpt)), graph).fit()
+    Trainer(Config.of(epochs=2, checkpoint=str(ckpt)), graph).fit()
     before = ckpt.read_bytes()
 
     def boom(*args, **kwargs):
@@ -141,7 +141,7 @@ def test_checkpoint_write_is_atomic(graph, tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch, "save", boom)
     with pytest.raises(OSError):
-        Trainer(Config(epochs=2, checkpoint=str(ckpt)), graph).fit()
+        Trainer(Config.of(epochs=2, checkpoint=str(ckpt)), graph).fit()
     assert ckpt.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]  # no temporary left behind
 
@@ -154,13 +154,13 @@ def test_graph_without_labels_or_split_is_refused(graph):
 
 
 def test_structural_features_when_graph_has_none(graph):
-    summary = Trainer(Config(epochs=3), graph.replace(x=None)).fit()
+    summary = Trainer(Config.of(epochs=3), graph.replace(x=None)).fit()
     assert len(summary.history) == 3
 
 
 def test_diverging_run_stops_naming_the_epoch_and_keeps_the_last_checkpoint(graph, tmp_path):
     ckpt, metrics = tmp_path / "c.pt", tmp_path / "m.jsonl"
-    trainer = Trainer(Config(epochs=10, lr=1e20, dropout=0.0, checkpoint=str(ckpt), checkpoint_every=1,
+    trainer = Trainer(Config.of(epochs=10, lr=1e20, dropout=0.0, checkpoint=str(ckpt), checkpoint_every=1,
                              metrics=str(metrics)), graph)
     with pytest.raises(TrainingDiverged, match=r"^epoch 2: training diverged \(loss nan") as info:
         trainer.fit()
@@ -172,7 +172,7 @@ def test_diverging_run_stops_naming_the_epoch_and_keeps_the_last_checkpoint(grap
 
 
 def test_non_finite_gradient_stops_before_the_update(graph):
-    trainer = Trainer(Config(epochs=5), graph)
+    trainer = Trainer(Config.of(epochs=5), graph)
     trainer.run_epoch()
     before = params(trainer).clone()
     weight = next(p for p in trainer.model.parameters() if p.dim() == 2)

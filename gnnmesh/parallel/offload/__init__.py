@@ -24,7 +24,7 @@ at a time, within ``--device-memory``. The vocabulary, one name per thing:
 
 from .host_tier import HostTier, OffloadView
 from .pipeline import Pipeline
-from .plan import Plan, build_plan, make_plan
+from .plan import Plan, build_plan
 from .strategy import Offload
 
-__all__ = ["HostTier", "Offload", "OffloadView", "Pipeline", "Plan", "build_plan", "make_plan"]
+__all__ = ["HostTier", "Offload", "OffloadView", "Pipeline", "Plan", "build_plan"]

@@ -163,10 +163,3 @@ def build_plan(*, adj, owned: list, rank: int, in_dim: int, stages: list, classe
         if need(chosen) <= budget:
             return chosen
     return fits[k]
-
-
-def make_plan(adj, owned: list, rank: int, in_dim: int, stages: list, classes: int, heads: int, budget: int,
-              chunks: Optional[int], dedup: str, reorganize: bool, reserved: int = 0) -> Plan:
-    """``build_plan`` called by position, for callers written before its arguments took names."""
-    return build_plan(adj=adj, owned=owned, rank=rank, in_dim=in_dim, stages=stages, classes=classes, heads=heads,
-                      budget=budget, chunks=chunks, dedup=dedup, reorganize=reorganize, reserved=reserved)

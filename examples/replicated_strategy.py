@@ -1,0 +1,37 @@
+"""A toy parallel strategy: every rank holds the whole graph and computes every row, and the
+labelled rows are dealt out among the ranks, so that each rank's loss covers its own share.
+Summed over ranks, the gradients are the single process's, so the run equals it.
+
+It saves nothing (each rank does all the work); it shows what a strategy consists of: a
+``Strategy`` that says what a rank holds (``shard``), a factory, and one registry line.
+"""
+
+import torch
+
+from gnnmesh.parallel import Shard
+from gnnmesh.parallel.distributed import DistributedStrategy
+from gnnmesh.strategies import StrategySpec, register
+from gnnmesh.view import GraphView
+
+
+class Replicated(DistributedStrategy):
+    """Whole graph on every rank; rank r owns the labelled rows r, r + P, r + 2P, ..."""
+
+    name = "replicated"
+
+    def shard(self, graph, x, seed, device):
+        mine = torch.arange(graph.num_nodes) % self.world_size == self.rank
+        # The view's dropout masks are keyed by global row ids and the seed: the same on every
+        # rank, and the same as the single process's.
+        view = GraphView(graph.adj, seed=seed, device=device)
+        masks = [(mask & mine).to(device) for mask in (graph.train_mask, graph.val_mask, graph.test_mask)]
+        return Shard(view, x.to(device), graph.y.to(device), *masks)
+
+
+def build(config, layout, device):
+    """The factory the registry calls, with the run's resolved config."""
+    return Replicated(layout, device)
+
+
+SPEC = register(StrategySpec("replicated", dims=("rows",), factory=f"{__name__}:build",
+                             summary="every rank computes the whole graph; the labelled rows are dealt out"))

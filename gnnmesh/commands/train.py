@@ -1,0 +1,39 @@
+"""``gnnmesh train``: train a GNN on a whole graph (or on sampled mini-batches), on one process or
+many; every setting of ``gnnmesh.config`` is a flag."""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import progress
+from ..errors import ConfigError
+from ..launch import world_from_env
+from .flags import add_config_flags, config_from_args
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    cmd = subparsers.add_parser("train", help="train a GNN on a whole graph")
+    cmd.add_argument("--config", help="TOML file with settings (flags override it)")
+    cmd.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    cmd.add_argument("--quiet", action="store_true", help="print only the summary")
+    add_config_flags(cmd)
+    return cmd
+
+
+def run(args, argv) -> int:
+    config = config_from_args(args)
+    if args.print_config:
+        print(config.resolved().to_toml(defaults=config.model_defaults_used()), end="")
+        return 0
+    world = world_from_env()
+    if world is None and config.run.nproc > 1:
+        from ..launch import launch
+        return launch(argv, config.run.nproc)
+    if world is not None and config.run.nproc > 1 and config.run.nproc != world[1]:
+        raise ConfigError(f"--nproc {config.run.nproc} but the job has {world[1]} ranks (leave --nproc out "
+                          "under torchrun)")
+    from ..train.run import run_training  # heavy imports only when training
+    if args.quiet:
+        progress.disable()
+    run_training(config, quiet=args.quiet)
+    return 0

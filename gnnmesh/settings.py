@@ -1,0 +1,326 @@
+"""Settings sections: small frozen dataclasses whose fields carry their own help, choices and
+checks, so that the config, the TOML file and every command's flags read one description.
+
+A field is declared with ``setting``::
+
+    blocks: Optional[int] = setting(help="row blocks per aggregation", check=COUNT, resolves_to=1)
+
+``help`` is the flag's help text, ``choices`` the allowed values, ``check`` a ``Range`` or a
+function ``check(name, value)`` that raises ``ConfigError``; ``flag`` names the flag when it
+is not the field's name (``--model`` for ``model.name``). A strategy's setting defaults to
+``None`` (unset) and takes ``resolves_to`` only when the run's strategy reads it
+(``gnnmesh.config.Config.resolved``), so that a setting given for another strategy is refused
+rather than ignored.
+
+Sections check themselves when built and never change what they check: the forms TOML allows
+besides the field's own type (an integer for a float, a list for fanouts) are converted by
+``Section.build`` before the section exists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field, fields
+from typing import Optional
+
+from .errors import ConfigError
+from .layout.grid import parse_grid
+from .partition.base import METHODS, STOCHASTIC_METHODS
+from .validate import SEED_RANGE, Range, parse_bytes
+
+COUNT, NON_NEGATIVE, FRACTION = Range(1), Range(0), Range(0.0, 1.0, open="high")
+
+
+def setting(default=None, *, help: str, choices=None, check=None, flag: Optional[str] = None,
+            resolves_to=None, section_help: Optional[str] = None):
+    """A section field with its help text, allowed values, check and flag name (see module)."""
+    return field(default=default, metadata={"help": help, "choices": choices, "check": check, "flag": flag,
+                                            "resolves_to": resolves_to})
+
+
+class Section:
+    """Base of every settings section: type and value checks from each field's metadata.
+    ``table``: its name, the TOML table; ``for_strategies``: whether its settings belong to the
+    strategies that read them (``gnnmesh.strategies``) rather than to every run."""
+
+    table = ""
+    for_strategies = False
+
+    def __post_init__(self):
+        hints = typing.get_type_hints(type(self))
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            name = flag_name(f)
+            base = _base_type(hints[f.name])
+            if not isinstance(value, base) or (base in (int, float) and isinstance(value, bool)):
+                raise ConfigError(f"config field '{name}': expected {base.__name__}, got {value!r}")
+            check = f.metadata.get("check")
+            if isinstance(check, Range):
+                check.check(name, value)
+            elif check is not None:
+                check(name, value)
+            choices = f.metadata.get("choices")
+            if choices and value not in choices:
+                raise ConfigError(f"config field '{name}': {value!r} is not one of {', '.join(choices)}")
+
+    @classmethod
+    def build(cls, **values):
+        """The section from settings as TOML or a flag gives them (integers for floats, lists
+        or integers for comma lists, integers for counts written as text)."""
+        hints = typing.get_type_hints(cls)
+        return cls(**{name: _coerce(_base_type(hints[name]), value) for name, value in values.items()})
+
+
+def _coerce(base, value):
+    if value is None or isinstance(value, bool):
+        return value
+    if base is float and isinstance(value, int):
+        return float(value)
+    if base is str and isinstance(value, int):
+        return str(value)
+    if base is str and isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return ",".join(map(str, value))
+    return value
+
+
+def flag_name(f: dataclasses.Field) -> str:
+    """The flat name of a field: its flag without dashes, the key of flat TOML and ``Config.of``."""
+    return f.metadata.get("flag") or f.name
+
+
+def _base_type(hint):
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if args else hint
+
+
+def _size(name: str, value) -> None:
+    parse_bytes(value, name)
+
+
+def _chunk_count(name: str, value) -> None:
+    if value != "auto" and not (value.isdigit() and int(value) >= 1):
+        raise ConfigError(f"config field '{name}': {value!r} is neither 'auto' nor a positive integer")
+
+
+def _grid_shape(name: str, value) -> None:
+    parse_grid(value)  # its shape; the number of ranks is checked against the job's
+
+
+def _links(name: str, value) -> None:
+    from .planner.minibatch_dryrun import parse_links
+    parse_links(value, name)
+
+
+# -- the run's common sections -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DataSection(Section):
+    table = "data"
+    dataset: str = setting("cora", help="dataset name (see 'gnnmesh datasets'), generator spec such as "
+                           "'rmat:nodes=100000,edges=1000000', a graph file or an OGB dataset directory")
+    data_root: Optional[str] = setting(help="directory holding the datasets (default: $GNNMESH_DATA)")
+    reorder: str = setting("none", help="renumber nodes for locality before training",
+                           choices=("none", "rcm", "degree"))
+    parts: Optional[str] = setting(help="train from a partitioned dataset written by 'gnnmesh partition "
+                                   "--write-parts DIR': every rank reads only its own folder, never the whole "
+                                   "graph (without --strategy: the strategy the parts were written for)")
+
+
+# Settings from the papers that introduced each model (Cora-scale, full-batch).
+MODEL_DEFAULTS = {
+    "gcn": {"hidden": 16, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4},
+    "sage": {"hidden": 16, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4},
+    "gat": {"hidden": 8, "dropout": 0.6, "lr": 0.005, "weight_decay": 5e-4},
+    "gin": {"hidden": 64, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4},
+}
+# Every model's decoupled form (``decoupled = true``) takes APPNP's.
+DECOUPLED_DEFAULTS = {"hidden": 64, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4}
+
+
+def _retired_model(name: str, value) -> None:
+    if value == "decoupled":  # a retired spelling: say what replaced it
+        raise ConfigError("config field 'model': 'decoupled' is not a model; the decoupled GCN is model "
+                          "'gcn' with decoupled = true (--decoupled)")
+
+
+@dataclass(frozen=True)
+class ModelSection(Section):
+    table = "model"
+    name: str = setting("gcn", help="GNN model", flag="model", choices=tuple(MODEL_DEFAULTS), check=_retired_model)
+    hidden: Optional[int] = setting(help="hidden width (per head for GAT); default: the model's", check=COUNT)
+    layers: int = setting(2, help="number of GNN layers (MLP layers of a decoupled model)", check=COUNT)
+    dropout: Optional[float] = setting(help="feature dropout; default: the model's", check=FRACTION)
+    heads: int = setting(8, help="attention heads (GAT hidden layers)", check=COUNT)
+    attn_dropout: float = setting(0.6, help="attention dropout (GAT)", check=FRACTION)
+    k: int = setting(10, help="propagation steps (decoupled)", check=NON_NEGATIVE)
+    alpha: float = setting(0.1, help="teleport probability (decoupled)", check=Range(0.0, 1.0))
+    decoupled: bool = setting(False, help="train the decoupled form of the model: its NN layers first, then k "
+                              "propagation steps (gcn, sage, gat); under --strategy tensor: one layout switch "
+                              "each way per pass")
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.decoupled and self.name == "gin":
+            raise ConfigError("config field 'model': gin has no decoupled form; choose gcn, sage or gat")
+
+    def defaults(self) -> dict:
+        """The literature defaults of this model's hyper-parameters (some live in ``training``)."""
+        return DECOUPLED_DEFAULTS if self.decoupled else MODEL_DEFAULTS[self.name]
+
+
+@dataclass(frozen=True)
+class TrainingSection(Section):
+    table = "training"
+    epochs: int = setting(200, help="training epochs", check=COUNT)
+    lr: Optional[float] = setting(help="Adam learning rate; default: the model's", check=NON_NEGATIVE)
+    weight_decay: Optional[float] = setting(help="L2 penalty; default: the model's", check=NON_NEGATIVE)
+    seed: int = setting(0, help="random seed (weights, dropout, generated data splits)", check=Range(*SEED_RANGE))
+    eval_every: int = setting(1, help="evaluate every N epochs", check=COUNT)
+    minibatch: bool = setting(False, help="train on sampled mini-batches instead of the whole graph "
+                              "(strategies single, gdp, nfp, snp, dnp, auto)")
+
+
+@dataclass(frozen=True)
+class MiniBatchSection(Section):
+    table = "minibatch"
+    fanouts: Optional[str] = setting(help="--minibatch: in-edges sampled per node at each hop, from the seeds "
+                                     "outward, -1 for all (e.g. 25,10; default: 10 per layer)")
+    batch_size: Optional[int] = setting(help="--minibatch: seed nodes per batch (default: 1024, or the training "
+                                        "set if smaller)", check=COUNT)
+    eval_fanouts: Optional[str] = setting(help="--minibatch: fanouts for evaluation (default: all neighbours)")
+    cache_memory: Optional[str] = setting(help="--minibatch with several ranks: each rank's cache of hot input "
+                                          "feature rows, e.g. 64MiB, chosen from a dry run's access counts "
+                                          "(default: no cache)", check=_size)
+    bandwidths: Optional[str] = setting(help="--minibatch with several ranks: the dry run's figures instead of "
+                                        "probing them, any of load=SIZE,cache=SIZE,net=SIZE,latency=TIME (per "
+                                        "second; e.g. load=2GB,net=1GB,latency=50us)", check=_links)
+
+
+@dataclass(frozen=True)
+class RunSection(Section):
+    table = "run"
+    strategy: str = setting("single", help="parallel strategy (see 'gnnmesh plan' and the strategies guide)")
+    nproc: int = setting(1, help="number of local processes (ranks) to start; under torchrun leave it out",
+                         check=COUNT)
+    device: str = setting("cpu", help="compute device", choices=("cpu", "cuda", "auto"))
+    threads: Optional[int] = setting(help="compute threads per process (default: torch's choice)", check=COUNT)
+    checkpoint: Optional[str] = setting(help="checkpoint file")
+    checkpoint_every: int = setting(0, help="write the checkpoint every N epochs (0: only at the end)",
+                                    check=NON_NEGATIVE)
+    resume: bool = setting(False, help="continue from --checkpoint")
+    metrics: Optional[str] = setting(help="write one JSON object per epoch to this file")
+    log_every: int = setting(10, help="print progress every N epochs", check=COUNT)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.checkpoint_every and not self.checkpoint:
+            raise ConfigError("config field 'checkpoint_every' needs 'checkpoint' (a file path)")
+        if self.resume and not self.checkpoint:
+            raise ConfigError("config field 'resume' needs 'checkpoint' (a file path)")
+
+
+# -- the strategies' sections (which strategy reads which: gnnmesh.strategies) -------------------
+
+
+
+@dataclass(frozen=True)
+class PartitionSection(Section):
+    table = "partition"
+    for_strategies = True
+    partitioner: Optional[str] = setting(help="vertex partitioner (default: hp, which needs gnnmesh[partitioners]; "
+                                         "shp: the stochastic hypergraph of sampled batches, snp/dnp)",
+                                         choices=METHODS + STOCHASTIC_METHODS, resolves_to="hp")
+    epsilon: Optional[float] = setting(help="allowed load imbalance of the partition (default: 0.01)",
+                                       check=NON_NEGATIVE, resolves_to=0.01)
+    partition_file: Optional[str] = setting(help="use this stored partition (from 'gnnmesh partition') instead "
+                                            "of computing one")
+
+
+@dataclass(frozen=True)
+class TensorSection(Section):
+    table = "tensor"
+    for_strategies = True
+    chunk_size: Optional[int] = setting(help="tensor in memory: destination rows per aggregation chunk "
+                                        "(default: the whole graph in one chunk)", check=COUNT)
+    pipeline: Optional[bool] = setting(help="tensor in memory: overlap per-chunk split/gather with aggregation "
+                                       "(default: on)", resolves_to=True)
+
+
+@dataclass(frozen=True)
+class Grid3DSection(Section):
+    table = "grid3d"
+    for_strategies = True
+    grid: Optional[str] = setting(help="process grid X,Y,Z (product = number of ranks; default: the most cubic "
+                                  "grid; 'gnnmesh plan' ranks every grid by predicted epoch time)",
+                                  check=_grid_shape)
+    permute: Optional[bool] = setting(help="balance the 2D adjacency blocks with a row and a column permutation "
+                                      "(default: on)", resolves_to=True)
+    blocks: Optional[int] = setting(help="row blocks per aggregation, each block's all-reduce overlapping the "
+                                    "next block's SpMM (default: 1)", check=COUNT, resolves_to=1)
+
+
+@dataclass(frozen=True)
+class HostTierSection(Section):
+    table = "host_tier"
+    for_strategies = True
+    device_memory: Optional[str] = setting(help="the fast tier's budget, e.g. 512MiB or 2GiB (the GPU's memory "
+                                           "with --device cuda, the process's working memory on CPU; default: "
+                                           "1GiB); auto: each rank's memory, candidates predicted to need more "
+                                           "are left out (default: no limit)", check=_size, resolves_to="1GiB")
+    host_store: Optional[str] = setting(help="where the vertex data lives: ram (pinned on CUDA) or file (one "
+                                        "file per layer under --store-dir; default: ram); tensor: train out of "
+                                        "core with this store (default: in memory); --minibatch with several "
+                                        "ranks: where input features not in the cache are read from",
+                                        choices=("ram", "file"), resolves_to="ram")
+    store_dir: Optional[str] = setting(help="with --host-store file: directory for the per-layer files; "
+                                       "--minibatch: for the input features' file")
+    chunks: Optional[str] = setting(help="chunks of destination rows per rank, or auto: the fewest that fit "
+                                    "--device-memory (default: auto)", check=_chunk_count, resolves_to="auto")
+    dedup: Optional[str] = setting(help="load rows shared by a batch's chunks once (inter), keep rows "
+                                   "consecutive chunks share (intra; tensor: intra only), both, or none "
+                                   "(default: both)", choices=("none", "inter", "intra", "both"),
+                                   resolves_to="both")
+    reorganize: Optional[bool] = setting(help="regroup and reorder chunks to share more rows (default: on)",
+                                         resolves_to=True)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.host_store == "file" and not self.store_dir:
+            raise ConfigError("config field 'host_store': 'file' needs 'store_dir' (--store-dir DIR)")
+        if self.store_dir and self.host_store != "file":
+            raise ConfigError("config field 'store_dir' applies only with host_store = 'file' (--host-store file)")
+
+
+@dataclass(frozen=True)
+class OffloadSection(Section):
+    table = "offload"
+    for_strategies = True
+    intermediates: Optional[str] = setting(help="cache each layer's aggregation in the host tier and recompute "
+                                           "only its update (gcn, sage, gin), or recompute whole layers; auto: "
+                                           "cache where the model allows (default)",
+                                           choices=("auto", "recompute", "cache"), resolves_to="auto")
+
+
+@dataclass(frozen=True)
+class PlanSection(Section):
+    table = "plan"
+    for_strategies = True
+    rates: Optional[str] = setting(help="--strategy auto: plan with the machine rates in this file (from "
+                                   "'gnnmesh plan --save-rates' or benchmarks/planner.py; default: this "
+                                   "machine's, probed once and kept in the cache)")
+
+
+# The config's sections by name, in the order a TOML file lists them.
+SECTIONS = {cls.table: cls for cls in (DataSection, ModelSection, TrainingSection, RunSection, MiniBatchSection,
+                                      PartitionSection, TensorSection, Grid3DSection, HostTierSection,
+                                      OffloadSection, PlanSection)}
+# The sections of the strategies' settings (the rest apply to every run of their kind).
+STRATEGY_SECTIONS = tuple(name for name, cls in SECTIONS.items() if cls.for_strategies)
+
+
+def field_index() -> dict:
+    """Every setting's flat name -> (section, field name)."""
+    return {flag_name(f): (section, f.name) for section, cls in SECTIONS.items() for f in fields(cls)}

@@ -1,0 +1,171 @@
+"""The registry of parallel strategies: the one place a strategy is named.
+
+Each strategy is declared once, as a ``StrategySpec``: its name, the layout degrees it splits,
+the settings sections it reads (``gnnmesh.settings``), the models it runs, and where its
+factory, its planner model and its parts writer live. Config validation, the command line,
+``ParallelLayout``, the trainer, the planner and the parts writer all read this table.
+
+Code is named by "module:attribute" and imported only when used, so that the command line
+starts without torch and this module sits below everything it names.
+
+Adding a strategy: write its package (a ``Strategy`` subclass and a factory ``(config, layout,
+device) -> Strategy``) and add one ``StrategySpec`` line to the table below, or call
+``register(spec)`` from your own code. The guide "Adding a strategy" walks through one.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from .errors import ConfigError
+
+# The sections (or "section.field" settings) every mini-batch strategy with several ranks reads.
+_MINIBATCH_PARALLEL = ("minibatch.cache_memory", "minibatch.bandwidths", "host_tier.host_store",
+                       "host_tier.store_dir")
+_HOST_TIER = ("host_tier.device_memory", "host_tier.host_store", "host_tier.store_dir", "host_tier.chunks",
+              "host_tier.dedup", "host_tier.reorganize")
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    """One strategy as the rest of gnnmesh sees it.
+
+    ``dims``: the layout degrees it splits (``rows``, ``cols``, or the grid axes ``x y z``).
+    ``reads``: the settings it takes, as section names or "section.field"; any other
+    strategy setting given for it is refused. ``training``: "full" (the whole graph each
+    epoch), "minibatch" (needs ``--minibatch``) or "both". ``models``: the models it runs
+    (None: all); ``forms``: which of their forms it runs ("plain", "decoupled"). ``factory``,
+    ``planner`` and ``parts``: "module:attribute" of its builder ``(config, layout, device)
+    -> Strategy``, its planner model and its parts writer (None: it has none).
+    ``variant``: a second engine under the same name, chosen by a setting (``engine_for``).
+    ``summary``: one line for help texts and the docs' table."""
+
+    name: str
+    dims: tuple
+    reads: tuple = ()
+    training: str = "full"
+    models: Optional[tuple] = None
+    forms: tuple = ("plain", "decoupled")
+    factory: Optional[str] = None
+    planner: Optional[str] = None
+    parts: Optional[str] = None
+    plan_view: Optional[str] = None
+    summary: str = ""
+    refusal: str = ""   # why a model outside ``models``/``decoupled`` cannot run (empty: a generic line)
+
+    def runs_model(self, model: str, decoupled: bool) -> bool:
+        return (self.models is None or model in self.models) and ("decoupled" if decoupled else "plain") in self.forms
+
+    def reads_setting(self, section: str, name: str) -> bool:
+        return section in self.reads or f"{section}.{name}" in self.reads
+
+    def build(self, config, layout, device):
+        """This strategy for one rank (the process group initialized, ``layout`` checked)."""
+        return load(self.factory)(config, layout, device)
+
+
+REGISTRY: dict = {}
+
+
+def register(spec: StrategySpec, engine: Optional[str] = None) -> StrategySpec:
+    """Add ``spec`` to the registry (``engine``: a second engine of an existing strategy's name,
+    chosen by ``engine_for``)."""
+    key = spec.name if engine is None else f"{spec.name}:{engine}"
+    if key in REGISTRY:
+        raise ValueError(f"strategy {key!r} is registered already")
+    REGISTRY[key] = spec
+    return spec
+
+
+for _spec in (
+    StrategySpec("single", (), training="both", factory="gnnmesh.parallel.factories:single",
+                 summary="one process, the reference every other strategy equals"),
+    StrategySpec("partition", ("rows",), ("partition",), factory="gnnmesh.parallel.factories:partition",
+                 planner="gnnmesh.planner.partition:estimate", parts="gnnmesh.parts.partition:write_partition_parts",
+                 summary="1D: vertex rows split by a partitioner, halo rows exchanged (Demirci et al.)"),
+    StrategySpec("tensor", ("cols",), ("tensor",), factory="gnnmesh.parallel.factories:tensor",
+                 planner="gnnmesh.planner.tensor:estimate", parts="gnnmesh.parts.tensor:write_tensor_parts",
+                 summary="feature columns split across ranks, chunked and pipelined (NeutronTP)"),
+    StrategySpec("grid3d", ("x", "y", "z"), ("grid3d",), models=("gcn", "sage", "gin"), forms=("plain",),
+                 factory="gnnmesh.parallel.factories:grid3d", planner="gnnmesh.planner.grid3d:predict",
+                 parts="gnnmesh.parts.grid:write_grid_parts", plan_view="gnnmesh.commands.plan_grid3d:run", refusal="the grid3d strategy runs gcn, sage, gin (not their "
+                 "decoupled forms)", summary="3D grid of ranks with double permutation (Plexus)"),
+    StrategySpec("offload", ("rows",), ("partition", "offload") + _HOST_TIER,
+                 factory="gnnmesh.parallel.factories:offload", planner="gnnmesh.planner.offload:estimate",
+                 plan_view="gnnmesh.commands.plan_offload:run",
+                 summary="out of core: vertex data in host memory or files, chunks through the device (HongTu)"),
+    StrategySpec("gdp", ("rows",), _MINIBATCH_PARALLEL, training="minibatch",
+                 factory="gnnmesh.parallel.factories:minibatch",
+                 summary="mini-batch: each rank samples and computes its own batches (APT's GDP)"),
+    StrategySpec("nfp", ("rows",), _MINIBATCH_PARALLEL, training="minibatch", models=("gcn", "sage", "gin"),
+                 factory="gnnmesh.parallel.factories:minibatch", refusal="nfp splits a first-layer row's "
+                 "sources across ranks, and attention needs them all in one place; run gat with --strategy gdp "
+                 "or dnp", summary="mini-batch: input feature columns split across ranks (APT's NFP)"),
+    StrategySpec("snp", ("rows",), ("partition",) + _MINIBATCH_PARALLEL, training="minibatch",
+                 models=("gcn", "sage", "gin"), factory="gnnmesh.parallel.factories:minibatch",
+                 refusal="snp splits a first-layer row's sources across ranks, and attention needs them all in "
+                 "one place; run gat with --strategy gdp or dnp",
+                 summary="mini-batch: first-layer sources routed to the ranks that own them (APT's SNP)"),
+    StrategySpec("dnp", ("rows",), ("partition",) + _MINIBATCH_PARALLEL, training="minibatch",
+                 factory="gnnmesh.parallel.factories:minibatch",
+                 summary="mini-batch: first-layer destinations routed to their owners (APT's DNP)"),
+    StrategySpec("auto", ("rows",), ("partition.partitioner", "partition.epsilon", "host_tier.device_memory",
+                                     "plan.rates"), training="both",
+                 summary="the strategy the planner predicts fastest for this job"),
+):
+    register(_spec)
+# Tensor parallelism's second engine: the vertex data in a host store (--host-store).
+register(StrategySpec("tensor", ("cols",), _HOST_TIER, models=("gcn", "sage"), forms=("decoupled",),
+                      factory="gnnmesh.parallel.factories:tensor_host_store",
+                      refusal="--strategy tensor with --host-store trains decoupled models without attention "
+                      "(--decoupled with gcn or sage), whose propagation runs on column slices; for other models "
+                      "out of core use --strategy offload"),
+         engine="host_store")
+# Mini-batch --strategy auto picks among the mini-batch strategies (APT's choice).
+register(StrategySpec("auto", ("rows",), ("partition",) + _MINIBATCH_PARALLEL, training="minibatch",
+                      factory="gnnmesh.parallel.factories:minibatch",
+                      summary="the mini-batch strategy a dry run predicts fastest"),
+         engine="minibatch")
+
+
+def names(training: Optional[str] = None) -> tuple:
+    """The strategies' names, in registry order (``training``: only those that train that way)."""
+    out = []
+    for spec in REGISTRY.values():
+        if spec.name not in out and (training is None or spec.training in (training, "both")):
+            out.append(spec.name)
+    return tuple(out)
+
+
+def spec(name: str) -> StrategySpec:
+    """The strategy called ``name`` (its first engine); a ConfigError naming the field otherwise."""
+    if name not in REGISTRY:
+        raise ConfigError(f"config field 'strategy': {name!r} is not one of {', '.join(names())}")
+    return REGISTRY[name]
+
+
+def engine_for(name: str, *, minibatch: bool = False, host_store=None) -> StrategySpec:
+    """The engine a run of strategy ``name`` uses: a second engine is chosen by a setting."""
+    base = spec(name)
+    if minibatch and f"{name}:minibatch" in REGISTRY:
+        return REGISTRY[f"{name}:minibatch"]
+    if host_store is not None and f"{name}:host_store" in REGISTRY:
+        return REGISTRY[f"{name}:host_store"]
+    return base
+
+
+def engines(name: str) -> list:
+    """Every engine registered under ``name``."""
+    return [s for key, s in REGISTRY.items() if key.split(":")[0] == name]
+
+
+def dims_of(name: str) -> tuple:
+    return spec(name).dims
+
+
+def load(ref: str) -> Callable:
+    """The object a "module:attribute" reference names."""
+    module, _, attribute = ref.partition(":")
+    return getattr(importlib.import_module(module), attribute)
