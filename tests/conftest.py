@@ -16,6 +16,17 @@ def data_root() -> Path:
     return root
 
 
+@pytest.fixture(autouse=True)
+def test_timeout(request):
+    """The running test's timeout, for tests.dist.run_ranks to check its own against."""
+    from tests.dist import TEST_TIMEOUT
+    marker = request.node.get_closest_marker("timeout")
+    TEST_TIMEOUT["seconds"] = float(marker.args[0]) if marker and marker.args else \
+        float(request.config.getini("timeout") or 0) or None
+    yield
+    TEST_TIMEOUT["seconds"] = None
+
+
 @pytest.fixture(scope="session", autouse=True)
 def isolated_cache(tmp_path_factory):
     """Keep processed graphs out of the user's cache unless a cache dir is set explicitly

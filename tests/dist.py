@@ -33,11 +33,22 @@ def _entry(rank, world_size, port, fn, args, out_dir):
         comm.shutdown()
 
 
+# The running test's own timeout (pytest-timeout's), set by tests/conftest.py: a rank timeout
+# that pytest's would pre-empt never fires, and its message (which ranks hung) is lost.
+TEST_TIMEOUT = {"seconds": None}
+TEARDOWN_S = 10  # what killing the ranks and reading their results may take after the timeout
+
+
 def run_ranks(fn, world_size: int, *args, timeout: float = 120.0) -> list:
     """``fn(rank, world_size, *args)`` on every rank; returns the per-rank results.
 
     ``fn`` must be importable (module level). Raises with the first rank's traceback on
-    failure, and kills every rank after ``timeout`` seconds."""
+    failure, and kills every rank after ``timeout`` seconds, which must end before the test's
+    own timeout does."""
+    limit = TEST_TIMEOUT["seconds"]
+    if limit and timeout + TEARDOWN_S > limit:
+        raise ValueError(f"run_ranks(timeout={timeout:g}) under a test timeout of {limit:g} s never fires: "
+                         f"lower it or raise the test's (@pytest.mark.timeout)")
     with tempfile.TemporaryDirectory() as out_dir:
         ctx = mp.start_processes(_entry, args=(world_size, free_port(), fn, args, out_dir),
                                  nprocs=world_size, join=False, start_method="spawn")

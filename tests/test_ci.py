@@ -64,3 +64,10 @@ def test_ci_checks_the_extras_after_installing_and_before_testing():
     test = next(i for i, line in enumerate(lines) if line.startswith("python -m pytest"))
     assert install < check < test
     assert "set -euo pipefail" in lines  # a failed check stops the script
+
+
+@pytest.mark.timeout(30)
+def test_a_rank_timeout_the_test_timeout_would_pre_empt_is_refused():
+    from tests.dist import run_ranks
+    with pytest.raises(ValueError, match="never fires"):
+        run_ranks(print, 2, timeout=25)

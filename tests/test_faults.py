@@ -157,6 +157,7 @@ def check_metrics_up_to_checkpoint(folder, what: str) -> str:
 
 
 @pytest.mark.timeout(300 + 60 * (TRIALS or max(DEFAULT_TRIALS.values())))  # a 2-rank trial takes ~30 s
+@pytest.mark.slow
 @pytest.mark.parametrize("nproc", sorted(DEFAULT_TRIALS))
 def test_kills_at_random_instants_then_resume(tmp_path, reference, nproc):
     rng = random.Random(SEED * 10 + nproc)

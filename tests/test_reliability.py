@@ -136,7 +136,7 @@ def test_ranks_die_with_a_killed_launcher(stopped):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)])
 def test_signal_to_launcher_gives_one_line_and_128_plus_signal(stopped, sig):
     proc = start(RANK_RUN + ["--epochs", "100000", "--log-every", "1"])
     stopped.append(proc)
@@ -153,7 +153,7 @@ def test_signal_to_launcher_gives_one_line_and_128_plus_signal(stopped, sig):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGHUP, marks=pytest.mark.slow)])
 def test_signal_to_single_process_gives_one_line(stopped, sig):
     proc = start(["train", "--dataset", SBM, "--epochs", "100000", "--log-every", "1"])
     stopped.append(proc)
@@ -261,7 +261,7 @@ DIE_IN_WRITE = """
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("what", ["checkpoint", "cache"])
+@pytest.mark.parametrize("what", [pytest.param("checkpoint", marks=pytest.mark.slow), "cache"])
 def test_temporaries_are_removed_on_sigterm_and_swept_after_sigkill(tmp_path, what):
     term = script(DIE_IN_WRITE, what, "SIGTERM", tmp_path)
     assert term.returncode == 128 + signal.SIGTERM, term.stderr

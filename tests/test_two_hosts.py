@@ -101,6 +101,7 @@ def single_process(tmp_path, *args) -> list:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 @pytest.mark.parametrize("from_parts", [False, True])
 def test_two_hosts_two_ranks_each(two_hosts, tmp_path, from_parts):
     common = ["--epochs", "8", "--quiet"]

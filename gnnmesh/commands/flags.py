@@ -12,13 +12,14 @@ from ..config import FIELDS, STRATEGY_SECTIONS, Config
 from ..settings import SECTIONS, flag_name
 
 
-def add_config_flags(parser, sections=None, only=None, defaults: bool = False, helps=None) -> None:
+def add_config_flags(parser, sections=None, only=None, defaults: bool = False, helps=None, required=()) -> None:
     """One flag per setting of ``sections`` (default: all; ``only``: just these settings, named
     as flags), with the help, choices and type its field declares; a setting left out of the
     command line stays None, so that a config file's value holds. The strategy sections form
     groups of their own. ``defaults``: each flag defaults to its field's default (or, for a
     strategy setting, the value it takes when read), for a command without a config file;
-    ``helps``: help texts that say what a setting means to this command."""
+    ``helps``: help texts that say what a setting means to this command; ``required``: the
+    settings this command cannot run without."""
     for name, cls in SECTIONS.items():
         if sections is not None and name not in sections:
             continue
@@ -46,7 +47,7 @@ def add_config_flags(parser, sections=None, only=None, defaults: bool = False, h
                                    help=help_text)
             else:
                 group.add_argument(flag, dest=flat, type=kind, default=default, choices=choices, help=help_text,
-                                   metavar=None if choices else flat.upper())
+                                   metavar=None if choices else flat.upper(), required=flat in required)
 
 
 def section_title(section: str) -> str:

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from ..partition.base import GRID_METHODS, LAYOUT_METHODS, METHODS, NONZERO_BALANCED, STOCHASTIC_METHODS
+from .flags import add_config_flags
 
 NODE_IMBALANCE_HINT = 0.25  # above this, the report says which methods balance vertex counts
 SAMPLING_FLAGS = ("--fanouts", "--batch-size", "--theta", "--delta")
@@ -15,10 +16,7 @@ SAMPLING_FLAGS = ("--fanouts", "--batch-size", "--theta", "--delta")
 def add_parser(subparsers) -> argparse.ArgumentParser:
     cmd = subparsers.add_parser("partition", help="partition a graph's vertices for row-parallel "
                                 "training, store the result and report its quality")
-    cmd.add_argument("--dataset", required=True, help="dataset name, generator spec, graph file or OGB "
-                     "dataset directory")
-    cmd.add_argument("--data-root", dest="data_root", help="directory holding the datasets "
-                     "(default: $GNNMESH_DATA)")
+    add_config_flags(cmd, only=("dataset", "data_root"), required=("dataset",))
     cmd.add_argument("--nparts", "--parts", dest="parts", type=int, metavar="N",
                      help="number of parts (ranks); required except with --partitioner permute2 (--parts N "
                           "still works; in 'gnnmesh train', --parts DIR names a parts directory)")
@@ -48,17 +46,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     cmd.add_argument("--write-parts", dest="write_parts", metavar="DIR",
                      help="also write the partitioned dataset into DIR, one folder per rank "
                           "with everything that rank trains on, for 'gnnmesh train --parts DIR'")
-    cmd.add_argument("--fanouts", help="shp: in-edges sampled per node at each hop, one per layer, "
-                     "-1 for all (e.g. 10,5), as mini-batch training samples them")
-    cmd.add_argument("--batch-size", dest="batch_size", type=int,
-                     help="shp: seed nodes per batch (default 1024, or the training set if smaller)")
+    add_config_flags(cmd, only=("fanouts", "batch_size"),
+                     helps={"fanouts": "shp: in-edges sampled per node at each hop, one per layer, -1 for all "
+                                       "(e.g. 10,5), as mini-batch training samples them",
+                            "batch_size": "shp: seed nodes per batch (default 1024, or the training set if "
+                                          "smaller)"})
     cmd.add_argument("--theta", type=float, help="shp: error allowed in the sampled nets' mean "
                      "connectivity (default 0.1)")
     cmd.add_argument("--delta", type=float, help="shp: probability that the error exceeds "
                      "--theta (default 0.5); with --theta, sets the fewest nets to sample")
-    cmd.add_argument("--epsilon", type=float, default=0.01, help="allowed load imbalance (default 0.01)")
-    cmd.add_argument("--seed", type=int, default=0, help="partitioner seed (default 0); shp also "
-                     "draws its batches with it, as training with that --seed does")
+    add_config_flags(cmd, only=("epsilon", "seed"), defaults=True,
+                     helps={"seed": "partitioner seed (default 0); shp also draws its batches with it, as "
+                                    "training with that --seed does"})
     cmd.add_argument("--feature-bytes", "--features-bytes", dest="feature_bytes", type=int,
                      help="bytes per vertex row (e.g. 4 x hidden width) to report volume in bytes")
     cmd.add_argument("--cache-dir", dest="cache_dir", help="cache root (default: $GNNMESH_CACHE, "

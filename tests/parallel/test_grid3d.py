@@ -289,7 +289,7 @@ def _predicted(model, grid, widths, n, forwards, backwards):
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("world", [2, 4, 8])
+@pytest.mark.parametrize("world", [2, pytest.param(4, marks=pytest.mark.slow), pytest.param(8, marks=pytest.mark.slow)])
 def test_every_grid_equals_single_process(reference, world):
     results = run_ranks(_rank_parity, world, timeout=580)
     graph = make_graph()

@@ -144,7 +144,8 @@ def _check_against_single(runs, got, want, world):
                 assert torch.equal(got[rank][run]["params"][name], value)
 
 
-@pytest.mark.parametrize("world", [1, 2, 3, 4])
+@pytest.mark.timeout(620)
+@pytest.mark.parametrize("world", [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(3, marks=pytest.mark.slow), pytest.param(4, marks=pytest.mark.slow)])
 def test_every_strategy_equals_single_process_minibatch(world):
     runs = runs_for(world)
     want = _train(0, 1, [(m, "single", {}) for m, _, _ in runs])
@@ -157,7 +158,8 @@ def test_every_strategy_equals_single_process_minibatch(world):
 HOST_RUNS = [("gcn", s, f) for s, f in STRATEGIES.items()] + [("gat", "dnp", STRATEGIES["dnp"]), ("sage", "nfp", {})]
 
 
-@pytest.mark.parametrize("world, hosts", [(2, 2), (4, 2)])
+@pytest.mark.timeout(620)
+@pytest.mark.parametrize("world, hosts", [(2, 2), pytest.param(4, 2, marks=pytest.mark.slow)])
 def test_features_spread_over_hosts_train_the_single_process_model(world, hosts):
     want = _train(0, 1, [(m, "single", {}) for m, _, _ in HOST_RUNS])
     got = run_ranks(_train_on_hosts, world, hosts, HOST_RUNS, timeout=600)
@@ -175,6 +177,7 @@ def test_features_spread_over_hosts_train_the_single_process_model(world, hosts)
         assert max(got[0][run_index]["extra"]["rank_remote_bytes"]) == 0 or strategy != "snp", strategy
 
 
+@pytest.mark.slow
 def test_training_learns_on_a_real_graph(data_root):
     from gnnmesh.train.minibatch import MiniBatchTrainer
     cfg = Config.of(dataset="cora", data_root=str(data_root), model="sage", epochs=30, minibatch=True, fanouts="10,10",
@@ -245,7 +248,7 @@ def test_counted_bytes_equal_the_dry_runs_prediction(world):
     links = {"load": 1e9, "cache": 4e9, "net": 1e8, "latency": 1e-3}  # given: the times follow from the bytes
     runs.append(("gcn", "auto", {"partitioner": "rp", "cache_memory": "400B", "epochs": 1,
                                  "bandwidths": "load=1GB,cache=4GB,net=100MB,latency=1ms"}))
-    got = run_ranks(_train, world, runs, timeout=300)[0]
+    got = run_ranks(_train, world, runs, timeout=280)[0]
     for (model, strategy, _), run in zip(runs, got):
         try:
             if strategy == "auto":
@@ -269,10 +272,11 @@ def test_counted_bytes_equal_the_dry_runs_prediction(world):
             raise AssertionError(f"{strategy} on {world} ranks: {err}") from None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world, hosts", [(4, 2)])
 def test_remote_feature_reads_equal_the_dry_runs_prediction(world, hosts):
     runs = [("sage", s, {**f, "cache_memory": "400B", "epochs": 1}) for s, f in STRATEGIES.items()]
-    got = run_ranks(_train_on_hosts, world, hosts, runs, timeout=300)[0]
+    got = run_ranks(_train_on_hosts, world, hosts, runs, timeout=280)[0]
     for (model, strategy, _), run in zip(runs, got):
         try:
             want = run["dry_run"][0].ranks

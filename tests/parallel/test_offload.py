@@ -75,7 +75,8 @@ def _check(got, model):
         assert extra["offload_load_bytes"] <= extra["offload_baseline_load_bytes"]
 
 
-@pytest.mark.parametrize("world", [1, 2, 3, 4])
+@pytest.mark.timeout(920)
+@pytest.mark.parametrize("world", [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(3, marks=pytest.mark.slow), pytest.param(4, marks=pytest.mark.slow)])
 def test_offload_equals_single_process(world):
     cases = [(m, k, d, r, "auto") for m, k, d, r in runs(world)]
     if world == 1:

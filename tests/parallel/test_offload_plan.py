@@ -144,6 +144,7 @@ ENGINES = {"offload": (RMAT.format(128), ["--strategy", "offload"], (24, 12)),
            "tensor": (RMAT.format(192), ["--strategy", "tensor", "--decoupled", "--nproc", "2"], (20, 10))}
 
 
+@pytest.mark.slow  # real resident memory of whole training runs
 @pytest.mark.parametrize("engine", sorted(ENGINES))
 def test_training_stays_within_the_budget(tmp_path, engine):
     spec, strategy, budgets = ENGINES[engine]

@@ -38,7 +38,7 @@ def reference():
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("world", [1, 2, 3, 4])
+@pytest.mark.parametrize("world", [1, 2, pytest.param(3, marks=pytest.mark.slow), pytest.param(4, marks=pytest.mark.slow)])
 def test_every_partitioner_and_model_matches_single_process(reference, world):
     results = run_ranks(_rank_run, world, timeout=360)
     for rank, got in enumerate(results):
@@ -56,6 +56,7 @@ def _rank_bytes(rank, world, assignment):
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.slow
 def test_halo_bytes_equal_the_hypergraph_prediction():
     """Bytes sent per epoch = (connectivity - 1 of the column-net hypergraph) x row bytes x
     the widths exchanged: GCN 6 -> 8 -> 3 aggregates x (width 6, no gradient: x is data) in

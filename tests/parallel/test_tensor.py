@@ -49,7 +49,7 @@ def reference():
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("world", [1, 2, 3, 4])
+@pytest.mark.parametrize("world", [1, 2, pytest.param(3, marks=pytest.mark.slow), pytest.param(4, marks=pytest.mark.slow)])
 def test_every_model_and_schedule_matches_single_process(reference, world):
     results = run_ranks(_rank_run, world, timeout=360)
     for rank, got in enumerate(results):
@@ -79,7 +79,7 @@ def _rank_traffic(rank, world, decoupled, k, chunk):
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("chunk", [None, 4])
+@pytest.mark.parametrize("chunk", [None, pytest.param(4, marks=pytest.mark.slow)])
 def test_layout_bytes_and_rounds_equal_the_prediction(chunk):
     """GCN 6 -> 8 -> 3 naive: layer 1 aggregates the features (width 6, forward only), layer 2
     aggregates h W (width 3, forward and backward). Decoupled: the 3-wide MLP output is split

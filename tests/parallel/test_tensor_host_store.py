@@ -55,7 +55,8 @@ def _rank_runs(rank, world, runs):
     return out
 
 
-@pytest.mark.parametrize("world", [1, 2, 3, 4])
+@pytest.mark.timeout(620)
+@pytest.mark.parametrize("world", [1, 2, pytest.param(3, marks=pytest.mark.slow), pytest.param(4, marks=pytest.mark.slow)])
 def test_tensor_host_store_equals_single_process(world):
     runs = cases(world)
     results = _rank_runs(0, 1, runs) if world == 1 else run_ranks(_rank_runs, world, runs, timeout=600)[0]

@@ -81,6 +81,7 @@ def _partition_rank(rank, world, hosts, models):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 @pytest.mark.parametrize("world,method", [(3, "rp")])
 def test_training_from_partition_parts_equals_the_single_process_run(tmp_path, world, method):
     """Every model; each rank sees only the manifest and its own folder, as on its own host."""
@@ -104,7 +105,7 @@ def _grid_rank(rank, world, directory, grid, layers):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("grid,layers", [("1,2,2", 2), ("2,1,2", 3), ("2,1,1", 7)])
+@pytest.mark.parametrize("grid,layers", [("1,2,2", 2), pytest.param("2,1,2", 3, marks=pytest.mark.slow), pytest.param("2,1,1", 7, marks=pytest.mark.slow)])
 def test_training_from_grid_parts_equals_the_single_process_run(tmp_path, grid, layers):
     graph = make_graph()
     dims = dict(zip("xyz", map(int, grid.split(","))))

@@ -35,6 +35,7 @@ def _peak_above_startup(rank, world, parts_dir):
     return peak_rss_mib() - base
 
 
+@pytest.mark.slow  # R-MAT runs on 1, 2 and 4 ranks, their resident memory
 @pytest.mark.timeout(600)
 def test_largest_rank_peak_falls_with_the_number_of_ranks(tmp_path):
     graph = datasets.load(GRAPH)  # generated once and cached for the processes below

@@ -83,7 +83,7 @@ def assert_counted(estimate: Estimate, extras: list, phases: tuple, what: str) -
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("world, methods", [(2, ("rp", "hp")), (3, ("rp", "gp"))])
+@pytest.mark.parametrize("world, methods", [(2, ("rp", "hp")), pytest.param(3, ("rp", "gp"), marks=pytest.mark.slow)])
 def test_partition_bytes_equal_the_counters(world, methods):
     graph = cora()
     parts = {m: partition(graph, world, m, seed=0, cache=False) for m in methods}
@@ -126,6 +126,7 @@ def _other_runs(rank, world, vector):
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.slow
 def test_other_models_layers_and_chunks_too():
     """SAGE, GIN and decoupled GAT at three layers on three ranks: partition (contiguous) and
     tensor with the aggregation cut into chunks, which moves the same bytes."""

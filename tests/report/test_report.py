@@ -91,6 +91,7 @@ RUNS, PLAN = "# Training report", "## Plan:"
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.slow
 def test_report_draws_every_picture_of_real_runs(runs, tmp_path):
     out = tmp_path / "report"
     result = ok(gnnmesh("report", runs / "single.jsonl", runs / "partition.jsonl", runs / "2x1x1.jsonl",
