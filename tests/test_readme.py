@@ -45,3 +45,10 @@ def test_readme_links_to_docs_pages_that_exist():
 
 def test_readme_stays_a_front_door():
     assert len(README.splitlines()) <= MAX_LINES
+
+
+def test_the_strategies_table_names_every_registered_strategy():
+    from gnnmesh import strategies
+    table = (ROOT / "README.md").read_text().split("## Strategies", 1)[1].split("\n## ", 1)[0]
+    missing = [name for name in strategies.names() if f"`{name}`" not in table]
+    assert not missing, f"the README's strategies table leaves out {missing}"

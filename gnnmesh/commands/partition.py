@@ -6,6 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
+from .. import strategies
 from ..partition.base import GRID_METHODS, LAYOUT_METHODS, METHODS, NONZERO_BALANCED, STOCHASTIC_METHODS
 from .flags import add_config_flags
 
@@ -98,9 +99,8 @@ def run(args, argv=None) -> int:
     for line in report_lines(graph, part, q) + extra:
         print(line)
     if args.write_parts:
-        from ..parts import write_partition_parts
         start = time.perf_counter()
-        path = write_partition_parts(graph, part, args.write_parts, args.dataset)
+        path = parts_writer("partition")(graph, part, args.write_parts, args.dataset)
         print(written_line(path, time.perf_counter() - start))
     return 0
 
@@ -202,7 +202,6 @@ def write_tensor(args) -> int:
     """``--partitioner tensor --nparts P --write-parts DIR``: parts for the tensor strategies."""
     from .. import datasets
     from ..errors import ConfigError
-    from ..parts.tensor import write_tensor_parts
     from ..partition.base import check_parts
 
     if not args.write_parts or args.parts is None:
@@ -212,7 +211,7 @@ def write_tensor(args) -> int:
     parts = check_parts(args.parts, graph.num_nodes)
     print(f"graph:         {graph.name}, {graph.num_nodes:,} nodes, {graph.num_edges:,} entries")
     start = time.perf_counter()
-    path = write_tensor_parts(graph, parts, args.write_parts, args.dataset)
+    path = parts_writer("tensor")(graph, parts, args.write_parts, args.dataset)
     print(written_line(path, time.perf_counter() - start))
     return 0
 
@@ -222,7 +221,6 @@ def write_grid(args) -> int:
     from .. import datasets
     from ..errors import ConfigError
     from ..layout.grid import parse_grid
-    from ..parts.grid import write_grid_parts
 
     if args.write_shards:
         raise ConfigError("--write-parts and --write-shards write different things; give one")
@@ -239,7 +237,7 @@ def write_grid(args) -> int:
         raise ConfigError(f"--grid {args.grid}: {total} ranks for a graph of {graph.num_nodes} nodes")
     print(f"graph:         {graph.name}, {graph.num_nodes:,} nodes, {graph.num_edges:,} entries")
     start = time.perf_counter()
-    path = write_grid_parts(graph, dims, args.write_parts, args.dataset, layers=args.layers, seed=args.seed)
+    path = parts_writer("grid3d")(graph, dims, args.write_parts, args.dataset, layers=args.layers, seed=args.seed)
     print(written_line(path, time.perf_counter() - start))
     return 0
 
@@ -274,6 +272,11 @@ def report_lines(graph, part, q: dict) -> list:
         lines.append(f"bytes:         {_size(q['bytes_per_layer'])} per layer and direction, "
                      f"at most {_size(q['send_bytes_max'])} sent by one rank")
     return lines
+
+
+def parts_writer(strategy: str):
+    """The writer of ``strategy``'s parts, as the registry names it."""
+    return strategies.load(strategies.spec(strategy).parts)
 
 
 def _size(n: int) -> str:

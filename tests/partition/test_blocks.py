@@ -151,7 +151,7 @@ def test_command_reports_the_three_orders(capsys):
 @pytest.mark.parametrize("args, fragment", [
     (["--grid", "4"], "--grid"), (["--grid", "4,0"], "--grid"), (["--grid", "a,b"], "--grid"),
     (["--grid", "2,2,2"], "--grid"), (["--grid", "3000,2"], "--grid"), ([], "--grid R,C"),
-    (["--grid", "2,2", "--parts", "4"], "--parts"),
+    (["--grid", "2,2", "--parts", "4"], "--nparts"),
 ])
 def test_command_bad_grid_is_one_line_and_status_2(args, fragment, capsys):
     assert cli.main(["partition", "--dataset", RMAT, "--method", "permute2", *args]) == 2
