@@ -270,9 +270,8 @@ class Config:
         except OSError as err:
             raise ConfigError(f"{path}: cannot read config file ({err.strerror})") from None
         try:
-            if _sectioned(raw):
-                return cls.of(**{flag_name(f): raw[section][f.name] for section, cls_ in SECTIONS.items()
-                                 for f in fields(cls_) if f.name in raw.get(section, {})})
+            if not _flat_form(raw):
+                return cls.of(**_sectioned(raw))
             config = cls.of(**_flat(raw))
         except ConfigError as err:
             raise ConfigError(f"{path}: {err}") from None
@@ -299,12 +298,29 @@ def strategies_only(name: str) -> bool:
     return name in ("cache_memory", "bandwidths")
 
 
-def _sectioned(raw: dict) -> bool:
-    """Whether a TOML document is in the sectioned form: only known tables, each with its own
-    field names."""
-    return bool(raw) and all(isinstance(values, dict) and name in SECTIONS
-                             and set(values) <= {f.name for f in fields(SECTIONS[name])}
-                             for name, values in raw.items())
+def _flat_form(raw: dict) -> bool:
+    """Whether a TOML document is in the older flat form: keys outside any table, a [train]
+    table, or a key of [data], [model] or [run] that is a flag's name but not a setting of
+    that section (``model`` in [model], ``partitioner`` in [run])."""
+    if any(not isinstance(values, dict) for values in raw.values()) or "train" in raw:
+        return True
+    return any(key in FIELDS and key not in {f.name for f in fields(SECTIONS[table])}
+               for table in ("data", "model", "run") if table in raw for key in raw[table])
+
+
+def _sectioned(raw: dict) -> dict:
+    """The settings, named as flags, of a TOML document with one table per section; an unknown
+    table or key is an error naming it."""
+    settings = {}
+    for table, values in raw.items():
+        if table not in SECTIONS:
+            raise ConfigError(f"unknown config section [{table}] (the sections: {', '.join(SECTIONS)})")
+        names = {f.name: flag_name(f) for f in fields(SECTIONS[table])}
+        for key, value in values.items():
+            if key not in names:
+                raise ConfigError(f"unknown config field '{key}' in [{table}] (its fields: {', '.join(names)})")
+            settings[names[key]] = value
+    return settings
 
 
 def _flat(raw: dict) -> dict:

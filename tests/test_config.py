@@ -49,7 +49,9 @@ def test_flat_toml_still_loads_with_a_one_line_note(tmp_path):
     ("model = 'gcnn'\n", "not one of"),
     ("dropout = 1.5\n", "field 'dropout'"),
     ("epochs = 0\n", "field 'epochs': must be >= 1"),
-    ("[a]\nepochs = 1\n[b]\nepochs = 2\n", "set twice"),
+    ("[train]\nepochs = 1\n[run]\nepochs = 2\n", "set twice"),
+    ("[gridd]\nblocks = 2\n", r"unknown config section \[gridd\]"),
+    ("[grid3d]\nblok = 2\n", r"unknown config field 'blok' in \[grid3d\]"),
     ("epochs = \n", "run.toml"),
     ("resume = true\n", "needs 'checkpoint'"),
 ])
