@@ -83,9 +83,9 @@ def graph():
 def config(model, **fields) -> Config:
     extra = {"heads": 2} if model == "gat" else {}
     # 60 training nodes in batches of 13: 5 steps an epoch, 50 steps in 10 epochs.
-    fields = {"epochs": 10, **extra, **fields}
-    return Config.of(dataset="random", model=model, seed=4, hidden=8, minibatch=True, fanouts="3,4",
-                  batch_size=13, dropout=0.3, **fields)
+    fields = {"epochs": 10, "batch_size": 13, **extra, **fields}
+    return Config.of(dataset="random", model=model, seed=4, hidden=8, minibatch=True, fanouts="3,4", dropout=0.3,
+                     **fields)
 
 
 def _train(rank, world, runs):
@@ -151,6 +151,26 @@ def test_every_strategy_equals_single_process_minibatch(world):
     want = _train(0, 1, [(m, "single", {}) for m, _, _ in runs])
     got = run_ranks(_train, world, runs, timeout=600) if world > 1 else [_train(0, 1, runs)]
     _check_against_single(runs, got, want, world)
+
+
+# Batches smaller than the job: the last batch of 60 training nodes in batches of 59 holds one
+# seed, and batches of 1 leave every rank but one without a seed of its own.
+SMALL_BATCHES = [(model, strategy, {**fields, "batch_size": size, "epochs": epochs})
+                 for strategy, fields in STRATEGIES.items() for model in ("gcn",)
+                 for size, epochs in ((59, 2), (1, 1))]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("world", [2, pytest.param(4, marks=pytest.mark.slow)])
+def test_batches_with_fewer_seeds_than_ranks_train_the_single_process_model(world):
+    runs = SMALL_BATCHES if world == 2 else [(m, s, {**f, "batch_size": 3}) for m, s, f in SMALL_BATCHES[::2]]
+    want = _train(0, 1, [(m, "single", {k: v for k, v in f.items() if k != "partitioner"}) for m, _, f in runs])
+    got = run_ranks(_train, world, runs, timeout=280)
+    for (model, strategy, fields), mine, ref in zip(runs, got[0], want):
+        try:
+            assert_same_run(mine, ref)
+        except AssertionError as err:
+            raise AssertionError(f"{strategy}, batches of {fields['batch_size']} on {world} ranks: {err}") from None
 
 
 # Features spread over hosts: every strategy with gcn, and gat (attention) with dnp, sage (a

@@ -41,6 +41,7 @@ class NodeFeatureRoute(SplitRoute):
         return model.layers[0].maths().linear(view, x, columns)
 
     def combine(self, model, rows: torch.Tensor, request: Request, num_dst: int) -> torch.Tensor:
-        z = rows.reshape(self.world, num_dst, -1).sum(dim=0)
+        # rows.shape[-1], not -1: a rank whose share of a small batch is empty has num_dst = 0
+        z = rows.reshape(self.world, num_dst, rows.shape[-1]).sum(dim=0)
         return model.layers[0].maths().finish(z)
 
