@@ -100,6 +100,10 @@ def _size(name: str, value) -> None:
     parse_bytes(value, name)
 
 
+def _size_or_none(name: str, value) -> None:
+    parse_bytes(value, name, allow_zero=True)
+
+
 def _chunk_count(name: str, value) -> None:
     if value != "auto" and not (value.isdigit() and int(value) >= 1):
         raise ConfigError(f"config field '{name}': {value!r} is neither 'auto' nor a positive integer")
@@ -193,10 +197,14 @@ class MiniBatchSection(Section):
     eval_fanouts: Optional[str] = setting(help="--minibatch: fanouts for evaluation (default: all neighbours)")
     cache_memory: Optional[str] = setting(help="--minibatch with several ranks: each rank's cache of hot input "
                                           "feature rows, e.g. 64MiB, chosen from a dry run's access counts "
-                                          "(default: no cache)", check=_size)
+                                          "(default: no cache; 0: none)", check=_size_or_none)
     bandwidths: Optional[str] = setting(help="--minibatch with several ranks: the dry run's figures instead of "
                                         "probing them, any of load=SIZE,cache=SIZE,net=SIZE,latency=TIME (per "
                                         "second; e.g. load=2GB,net=1GB,latency=50us)", check=_links)
+
+    def cache_bytes(self) -> int:
+        """Each rank's feature cache in bytes (0: none)."""
+        return parse_bytes(self.cache_memory, "cache_memory", allow_zero=True) if self.cache_memory else 0
 
 
 @dataclass(frozen=True)

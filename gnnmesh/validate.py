@@ -46,9 +46,10 @@ _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb"
           "g": 2**30, "gb": 10**9, "gib": 2**30, "t": 2**40, "tb": 10**12, "tib": 2**40}
 
 
-def parse_bytes(text, name: str) -> int:
+def parse_bytes(text, name: str, allow_zero: bool = False) -> int:
     """A size such as ``512MiB``, ``2GiB``, ``1.5G`` or ``1048576`` in bytes; a ConfigError naming
-    ``name`` otherwise (binary units for K/M/G alone and for KiB/MiB/GiB, decimal for kB/MB/GB)."""
+    ``name`` otherwise (binary units for K/M/G alone and for KiB/MiB/GiB, decimal for kB/MB/GB).
+    ``allow_zero``: a size of 0 is a size (none of it, e.g. no cache) rather than an error."""
     raw = str(text).strip()
     number = raw.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ")
     unit = raw[len(number):].strip().lower()
@@ -56,6 +57,8 @@ def parse_bytes(text, name: str) -> int:
         value = float(number)
     except ValueError:
         value = None
+    if value == 0 and allow_zero:
+        return 0
     if value is None or unit not in _UNITS or not math.isfinite(value) or value <= 0:
         raise ConfigError(f"config field '{name}': {text!r} is not a size (e.g. 512MiB, 2GiB, 1.5G)")
     return int(value * _UNITS[unit])

@@ -543,3 +543,28 @@ def test_finalizers_failing_after_a_stop_signal_print_nothing():
     """, timeout=60)
     assert result.returncode == 128 + signal.SIGTERM, (result.returncode, result.stderr)
     assert result.stderr.strip() == "gnnmesh: interrupted", result.stderr
+
+
+# -- numbers past what a plan can price, and a cache of no bytes ------------------------------------
+
+@pytest.mark.parametrize("flags, message", [
+    (["--nodes", str(10**23), "--edges", "10"], "--nodes must be at most"),
+    (["--nodes", "1000", "--edges", str(2**63)], "--edges must be at most"),
+    (["--nodes", "1000", "--edges", "10000", "--features", str(2**64)], "--features must be at most"),
+    (["--nodes", "1000", "--edges", "10000", "--intra-bw", "inf"], "--intra-bw must be a finite number"),
+    (["--nodes", "1000", "--edges", "10000", "--inter-latency", "nan"], "--inter-latency must be a finite number"),
+])
+def test_plan_sizes_beyond_int64_or_float_range_are_one_line(capsys, flags, message):
+    from gnnmesh import cli
+    for strategy in ("all", "grid3d"):
+        assert cli.main(["plan", "--strategy", strategy, "--nproc", "4", *flags]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+
+
+def test_a_cache_of_zero_bytes_is_no_cache():
+    mini = Config.of(strategy="gdp", minibatch=True, nproc=2, cache_memory="0")
+    assert mini.minibatch.cache_bytes() == 0
+    assert Config.of(strategy="gdp", minibatch=True, nproc=2, cache_memory="2KiB").minibatch.cache_bytes() == 2048
+    with pytest.raises(ConfigError, match="'cache_memory': '-1' is not a size"):
+        Config.of(strategy="gdp", minibatch=True, nproc=2, cache_memory="-1")

@@ -102,7 +102,7 @@ def _sampled(config: Config, graph, widths, options: dict, rates, network, per_n
     net = build(widths, config.model.name, False, **options)
     predictions = rank_routes(graph, config.run.nproc, net, rates, network, per_node, fanouts=config.minibatch.fanouts,
                               batch_size=config.minibatch.batch_size, owner=owner, seed=config.training.seed,
-                              cache_bytes=parse_bytes(config.minibatch.cache_memory, "cache_memory") if config.minibatch.cache_memory else 0,
+                              cache_bytes=config.minibatch.cache_bytes(),
                               attention=config.model.name == "gat")
     best = predictions[0]
     cache = f", a {config.minibatch.cache_memory} feature cache per rank" if config.minibatch.cache_memory else ""

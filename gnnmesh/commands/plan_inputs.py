@@ -4,6 +4,7 @@ checks of the flags they share."""
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict
 from typing import Optional
@@ -14,6 +15,8 @@ from ..planner.rates import read as read_rates, write as write_rates
 
 DEFAULT_FEATURES, DEFAULT_CLASSES = 128, 10      # for a graph given by its size alone
 MAX_RANKS = 1 << 20
+# Sizes and widths beyond any graph: their products stay exact in float64 and fit in int64.
+MAX_COUNT = 1 << 48
 
 
 def check_flags(args) -> None:
@@ -21,19 +24,19 @@ def check_flags(args) -> None:
     positive = {"--nproc": args.nproc, "--gpus-per-node": args.per_node, "--nodes": args.nodes,
                 "--features": args.features, "--hidden": args.hidden, "--classes": args.classes,
                 "--layers": args.layers, "--threads": args.threads, "--top": args.top}
-    for flag, value in positive.items():
-        if value is not None and value < 1:
-            raise ConfigError(f"{flag} must be >= 1, got {value}")
+    for flag, value in {**positive, "--edges": args.edges}.items():
+        if value is not None and value < (0 if flag == "--edges" else 1):
+            raise ConfigError(f"{flag} must be >= {0 if flag == '--edges' else 1}, got {value}")
+        if value is not None and value > MAX_COUNT:
+            raise ConfigError(f"{flag} must be at most {MAX_COUNT:,} (2^48), got {value:,}")
     if args.nproc > MAX_RANKS:  # ranking every grid of more would take minutes and gigabytes
         raise ConfigError(f"--nproc must be at most {MAX_RANKS:,}, got {args.nproc:,}")
     for flag, value in {"--intra-bw": args.intra_bw, "--inter-bw": args.inter_bw}.items():
-        if value is not None and not value > 0:
-            raise ConfigError(f"{flag} must be > 0 GB/s, got {value}")
+        if value is not None and not 0 < value < math.inf:
+            raise ConfigError(f"{flag} must be a finite number > 0 GB/s, got {value}")
     for flag, value in {"--intra-latency": args.intra_latency, "--inter-latency": args.inter_latency}.items():
-        if value is not None and not value >= 0:
-            raise ConfigError(f"{flag} must be >= 0 microseconds, got {value}")
-    if args.edges is not None and args.edges < 0:
-        raise ConfigError(f"--edges must be >= 0, got {args.edges}")
+        if value is not None and not 0 <= value < math.inf:
+            raise ConfigError(f"{flag} must be a finite number >= 0 microseconds, got {value}")
     sized = args.nodes is not None or args.edges is not None
     if args.dataset and sized:
         raise ConfigError("--dataset and --nodes/--edges describe the graph twice; give one")

@@ -21,7 +21,6 @@ from ..errors import ConfigError
 from ..partition.stochastic import draw_batches
 from ..sampling import DEFAULT_BATCH, BlockView, FeatureTier, NeighborSampler, parse_fanouts, sampled_operator
 from ..sampling.features import LocalSource, RowStore
-from ..validate import parse_bytes
 from ..view import OPERATORS
 from .trainer import Trainer
 
@@ -73,7 +72,7 @@ class MiniBatchTrainer(Trainer):
         from ..parallel.minibatch.feature_shards import FeatureHomes, ShardedSource
         cfg, s, strategy = self.config, self.shard, self.strategy
         x, world, rank = s.x.cpu(), strategy.world_size, strategy.rank
-        cache_bytes = parse_bytes(cfg.minibatch.cache_memory, "cache_memory") if cfg.minibatch.cache_memory else 0
+        cache_bytes = cfg.minibatch.cache_bytes()
         names = [strategy.name] if strategy.name != "auto" else \
             [n for n, r in ROUTES.items() if r.attention or cfg.model.name != "gat"]
         routes = {}
