@@ -133,6 +133,10 @@ class Config:
         if self.data.parts and self.data.reorder != "none":
             raise ConfigError("config field 'reorder': parts are written in their final order; "
                               "reorder applies only when loading a dataset")
+        if self.data.parts and run.strategy != "single" and engine.parts is None and engine.training != "minibatch":
+            raise ConfigError(f"config field 'parts': {self._engine_name(engine)} trains from a dataset, not from "
+                              f"parts (parts are written for --strategy "
+                              f"{' or '.join(s.name for s in strategies.REGISTRY.values() if s.parts)})")
         if self.data.parts and self.planned:
             raise ConfigError("config field 'parts': --strategy auto plans from the whole dataset; parts were "
                               "written for one strategy (leave --strategy out to train with it)")
@@ -195,6 +199,11 @@ class Config:
             owners = [s.name for s in strategies.REGISTRY.values() if s.reads_setting(section, attribute)]
             raise ConfigError(f"{where} applies only to --strategy {' or '.join(dict.fromkeys(owners))}; "
                               f"this run uses {strategy}")
+
+    def _engine_name(self, engine) -> str:
+        """``--strategy NAME``, with the flag that picks its engine where it has two."""
+        key = next(key for key, spec in strategies.REGISTRY.items() if spec is engine).partition(":")[2]
+        return f"--strategy {engine.name}" + (f" with {ENGINE_FLAGS[key].split(' ')[0]}" if key else "")
 
     def _other_engine(self, strategy: str, reader) -> str:
         """Why a setting that another engine of ``strategy`` reads does not apply here."""

@@ -568,3 +568,11 @@ def test_a_cache_of_zero_bytes_is_no_cache():
     assert Config.of(strategy="gdp", minibatch=True, nproc=2, cache_memory="2KiB").minibatch.cache_bytes() == 2048
     with pytest.raises(ConfigError, match="'cache_memory': '-1' is not a size"):
         Config.of(strategy="gdp", minibatch=True, nproc=2, cache_memory="-1")
+
+
+def test_parts_with_an_engine_that_cannot_read_them_names_that_engine():
+    with pytest.raises(ConfigError, match="'parts': --strategy tensor with --host-store trains from a dataset"):
+        Config.of(parts="p", decoupled=True, host_store="ram").updated(strategy="tensor")  # the parts' strategy
+    with pytest.raises(ConfigError, match="'parts': --strategy offload trains from a dataset"):
+        Config.of(parts="p", strategy="offload")
+    assert Config.of(parts="p", strategy="tensor").engine.parts  # the in-memory engine reads its parts
