@@ -576,3 +576,17 @@ def test_parts_with_an_engine_that_cannot_read_them_names_that_engine():
     with pytest.raises(ConfigError, match="'parts': --strategy offload trains from a dataset"):
         Config.of(parts="p", strategy="offload")
     assert Config.of(parts="p", strategy="tensor").engine.parts  # the in-memory engine reads its parts
+
+
+def test_a_fanout_beyond_int64_is_one_line():
+    with pytest.raises(ConfigError, match="'fanouts': 99999999999999999999999 is above"):
+        Config.of(minibatch=True, fanouts="99999999999999999999999,5")
+
+
+@pytest.mark.parametrize("mirror", ["not a url", "ftp://host/x", "https://"])
+def test_a_mirror_that_is_not_a_url_is_one_line(monkeypatch, tmp_path, capsys, mirror):
+    from gnnmesh import cli
+    monkeypatch.setenv("GNNMESH_MIRROR", mirror)
+    assert cli.main(["datasets", "--fetch", "facebook", "--data-root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "GNNMESH_MIRROR" in err[0] and not any(tmp_path.iterdir())

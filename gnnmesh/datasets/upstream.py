@@ -10,7 +10,10 @@ URLs are raw GitHub URLs (``https://raw.githubusercontent.com/OWNER/REPO/COMMIT/
 from __future__ import annotations
 
 import os
+import urllib.parse
 from dataclasses import dataclass
+
+from ..errors import ConfigError
 
 GITHUB_RAW = "https://raw.githubusercontent.com"
 MIRROR_VARIABLE = "GNNMESH_MIRROR"
@@ -24,8 +27,18 @@ class UpstreamFile:
     gzip: bool       # upstream serves plain text, which the data root keeps gzip-compressed
 
     def url(self) -> str:
-        base = os.environ.get(MIRROR_VARIABLE) or GITHUB_RAW
-        return f"{base.rstrip('/')}/{self.source}"
+        return f"{mirror().rstrip('/')}/{self.source}"
+
+
+def mirror() -> str:
+    """Where the pinned files are fetched from: $GNNMESH_MIRROR, checked to be an http(s) or
+    file URL, else GitHub's raw host."""
+    base = os.environ.get(MIRROR_VARIABLE) or GITHUB_RAW
+    parts = urllib.parse.urlsplit(base)
+    if parts.scheme not in ("http", "https", "file") or not (parts.netloc or parts.scheme == "file"):
+        raise ConfigError(f"environment variable {MIRROR_VARIABLE}: {base!r} is not an http(s) or file URL "
+                          f"(e.g. https://mirror.example.org, serving OWNER/REPO/COMMIT/PATH)")
+    return base
 
 
 @dataclass(frozen=True)

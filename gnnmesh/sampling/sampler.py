@@ -62,6 +62,9 @@ class Sample:
         return sum(len(b.entries) for b in self.blocks)
 
 
+MAX_FANOUT = 2**31 - 1  # sampled in int32-sized draws; no node has more neighbours
+
+
 def parse_fanouts(text, name: str = "fanouts") -> list:
     """``"10,5"`` (or a list) as ints, each a positive count or -1 (all neighbours)."""
     pieces = text if isinstance(text, (list, tuple)) else str(text).split(",")
@@ -74,6 +77,9 @@ def parse_fanouts(text, name: str = "fanouts") -> list:
         if value == 0 or value < -1:
             raise ConfigError(f"config field '{name}': {piece!r} is neither a positive integer nor -1 "
                               f"(all neighbours), in {text!r}")
+        if value > MAX_FANOUT:  # more than any node's degree can be: all neighbours, which -1 says
+            raise ConfigError(f"config field '{name}': {piece.strip() if isinstance(piece, str) else piece} is "
+                              f"above {MAX_FANOUT:,}; -1 samples all neighbours, in {text!r}")
         out.append(value)
     if not out:
         raise ConfigError(f"config field '{name}': no fanout given")
