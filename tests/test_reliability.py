@@ -590,3 +590,12 @@ def test_a_mirror_that_is_not_a_url_is_one_line(monkeypatch, tmp_path, capsys, m
     assert cli.main(["datasets", "--fetch", "facebook", "--data-root", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "GNNMESH_MIRROR" in err[0] and not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("strategy", [["--strategy", "offload"], ["--strategy", "tensor", "--decoupled", "--host-store", "ram"]])
+def test_more_chunks_than_rows_is_one_line(capsys, strategy):
+    from gnnmesh import cli
+    argv = ["train", "--dataset", SBM, "--epochs", "1", "--chunks", "301", "--device-memory", "1GiB", *strategy]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'chunks': 301 chunks per rank, but a rank holds 300 rows" in err[0], err

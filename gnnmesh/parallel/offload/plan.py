@@ -124,6 +124,10 @@ def build_plan(*, adj, owned: list, rank: int, in_dim: int, stages: list, classe
     def need(candidate):
         return reserved + max(costs.footprint(candidate, stages, classes, heads))
 
+    fewest = min(len(rows) for rows in owned)
+    if chunks is not None and chunks > max(fewest, 1):  # a chunk holds one row at least
+        raise ConfigError(f"config field 'chunks': {chunks} chunks per rank, but a rank holds {fewest:,} rows; "
+                          f"give at most {max(fewest, 1):,}, or --chunks auto")
     if chunks is not None:
         chosen = plan(chunks)
         needed = need(chosen)
