@@ -283,57 +283,69 @@ class Graph:
         n = self.num_nodes
         if n == 0:
             raise GraphError(where + "the graph is empty (0 nodes)")
-        if self.x is not None:
-            if self.x.dim() != 2 or self.x.shape[0] != n:
-                raise GraphError(where + f"field 'x' has shape {list(self.x.shape)}, expected [{n}, F]")
-            if self.x.layout == torch.sparse_csr:  # sparse bag-of-words features
-                bad = torch.nonzero(~torch.isfinite(self.x.values()))
-                if bad.numel():
-                    row = int(torch.searchsorted(self.x.crow_indices(), bad[0], right=True)[0]) - 1
-                    raise GraphError(where + f"field 'x' has a non-finite value at node {row}")
-            elif self.x.is_floating_point():
-                finite = torch.isfinite(self.x)
-                if not bool(finite.all()):
-                    r, c = (int(v) for v in torch.nonzero(~finite)[0])
-                    raise GraphError(where + f"field 'x' has a non-finite value {self.x[r, c].item()} "
-                                     f"at node {r}, feature {c}")
-        if self.y is not None:
-            if self.y.dim() != 1 or self.y.shape[0] != n:
-                raise GraphError(where + f"field 'y' has shape {list(self.y.shape)}, expected [{n}]")
-            if self.y.is_floating_point():
-                raise GraphError(where + "field 'y' must hold integer class ids, got floats")
-            if self.y.numel():
-                k = self.num_classes
-                low = int(self.y.min())
-                if low < 0:
-                    node = int(torch.nonzero(self.y < 0)[0])
-                    raise GraphError(where + f"field 'y' has a negative label {low} at node {node}")
-                if k is not None and int(self.y.max()) >= k:
-                    node = int(torch.nonzero(self.y >= k)[0])
-                    raise GraphError(where + f"field 'y' has label {int(self.y[node])} at node {node}, "
-                                     f"out of range for {k} classes")
-        masks = [(m, getattr(self, m)) for m in ("train_mask", "val_mask", "test_mask")]
-        for name, mask in masks:
-            if mask is None:
-                continue
-            if mask.dtype != torch.bool:
-                raise GraphError(where + f"field '{name}' must be boolean, got {mask.dtype}")
-            if mask.dim() != 1 or mask.shape[0] != n:
-                raise GraphError(where + f"field '{name}' has shape {list(mask.shape)}, expected [{n}]")
-        present = [(k, m) for k, m in masks if m is not None]
-        for a in range(len(present)):
-            for b in range(a + 1, len(present)):
-                both = present[a][1] & present[b][1]
-                if bool(both.any()):
-                    node = int(torch.nonzero(both)[0])
-                    raise GraphError(where + f"fields '{present[a][0]}' and '{present[b][0]}' overlap "
-                                     f"({int(both.sum())} nodes, first {node})")
+        check_vertex_data(where, n, self.x, self.y, self.num_classes,
+                          {m: getattr(self, m) for m in ("train_mask", "val_mask", "test_mask")})
         return self
 
     def __repr__(self) -> str:
         kind = "directed" if self.directed else "undirected"
         return (f"Graph({self.name!r}, nodes={self.num_nodes}, edges={self.num_edges}, {kind}, "
                 f"features={self.num_features}, classes={self.num_classes})")
+
+
+def check_vertex_data(where: str, n: int, x, y, num_classes: Optional[int], masks: dict,
+                      width: Optional[int] = None) -> None:
+    """Raise GraphError (prefixed ``where``, naming the field) unless the vertex data of ``n``
+    rows is well formed: ``x`` [n, F] and finite (F = ``width`` when given), ``y`` integer class
+    ids in [0, ``num_classes``), each mask boolean [n], no two masks sharing a row. The one
+    check of every graph (``Graph.validate``) and of every rank's vertex data read back."""
+    if x is not None:
+        if x.dim() != 2 or x.shape[0] != n:
+            raise GraphError(where + f"field 'x' has shape {list(x.shape)}, expected [{n}, F]")
+        if x.layout == torch.sparse_csr:  # sparse bag-of-words features
+            bad = torch.nonzero(~torch.isfinite(x.values()))
+            if bad.numel():
+                row = int(torch.searchsorted(x.crow_indices(), bad[0], right=True)[0]) - 1
+                raise GraphError(where + f"field 'x' has a non-finite value at node {row}")
+        elif x.is_floating_point():
+            finite = torch.isfinite(x)
+            if not bool(finite.all()):
+                r, c = (int(v) for v in torch.nonzero(~finite)[0])
+                raise GraphError(where + f"field 'x' has a non-finite value {x[r, c].item()} "
+                                 f"at node {r}, feature {c}")
+    if y is not None:
+        if y.dim() != 1 or y.shape[0] != n:
+            raise GraphError(where + f"field 'y' has shape {list(y.shape)}, expected [{n}]")
+        if y.is_floating_point():
+            raise GraphError(where + "field 'y' must hold integer class ids, got floats")
+        if y.numel():
+            k = num_classes
+            low = int(y.min())
+            if low < 0:
+                node = int(torch.nonzero(y < 0)[0])
+                raise GraphError(where + f"field 'y' has a negative label {low} at node {node}")
+            if k is not None and int(y.max()) >= k:
+                node = int(torch.nonzero(y >= k)[0])
+                raise GraphError(where + f"field 'y' has label {int(y[node])} at node {node}, "
+                                 f"out of range for {k} classes")
+    masks = list(masks.items())
+    for name, mask in masks:
+        if mask is None:
+            continue
+        if mask.dtype != torch.bool:
+            raise GraphError(where + f"field '{name}' must be boolean, got {mask.dtype}")
+        if mask.dim() != 1 or mask.shape[0] != n:
+            raise GraphError(where + f"field '{name}' has shape {list(mask.shape)}, expected [{n}]")
+    present = [(k, m) for k, m in masks if m is not None]
+    for a in range(len(present)):
+        for b in range(a + 1, len(present)):
+            both = present[a][1] & present[b][1]
+            if bool(both.any()):
+                node = int(torch.nonzero(both)[0])
+                raise GraphError(where + f"fields '{present[a][0]}' and '{present[b][0]}' overlap "
+                                 f"({int(both.sum())} nodes, first {node})")
+    if width is not None and x is not None and x.dim() == 2 and x.shape[1] != width:
+        raise GraphError(where + f"field 'x' has {x.shape[1]} features, expected {width}")
 
 
 def check_csr(indptr, indices, shape, where: str, names=("indptr", "indices"),

@@ -35,8 +35,19 @@ def test_the_guide_shows_the_tested_file():
     assert (ROOT / "examples" / "replicated_strategy.py").is_file()
 
 
-def test_registering_makes_it_a_strategy_everywhere():
-    from examples import replicated_strategy
+@pytest.fixture()
+def replicated_strategy():
+    """The toy strategy, registered for one test and removed after it, so that no other test
+    sees a strategy the package does not have."""
+    import importlib
+    import sys
+    module = importlib.import_module("examples.replicated_strategy")
+    yield module
+    strategies.REGISTRY.pop(module.SPEC.name, None)
+    sys.modules.pop("examples.replicated_strategy", None)
+
+
+def test_registering_makes_it_a_strategy_everywhere(replicated_strategy):
     assert "replicated" in strategies.names("full")
     assert Config.of(strategy="replicated", nproc=2).engine is replicated_strategy.SPEC
     with pytest.raises(ConfigError, match=r"'blocks' \(--blocks\) applies only to --strategy grid3d"):

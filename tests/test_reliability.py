@@ -599,3 +599,54 @@ def test_more_chunks_than_rows_is_one_line(capsys, strategy):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'chunks': 301 chunks per rank, but a rank holds 300 rows" in err[0], err
+
+
+# -- parts read back: a matching checksum says a file is the one written, not that it is sound -------
+
+def _rewrite(parts_dir, name, change):
+    """Rewrite rank 0's array ``name`` with ``change`` applied, and its checksum with it."""
+    from gnnmesh.parts.store import MANIFEST, checksum
+    path = parts_dir / "rank-00000" / f"{name}.npy"
+    np.save(path, change(np.load(path)), allow_pickle=False)
+    manifest = json.loads((parts_dir / MANIFEST).read_text())
+    manifest["ranks"][0]["files"][name] = checksum(path)
+    (parts_dir / MANIFEST).write_text(json.dumps(manifest))
+
+
+def _set(index, value):
+    def change(array):
+        array = array.copy()
+        array[index] = value
+        return array
+    return change
+
+
+PART_DAMAGE = {
+    "column id past the block": ("partition", "gcn.indices", _set(0, 10**6), "gcn"),
+    "negative column id": ("partition", "gcn.indices", _set(0, -1), "gcn"),
+    "unsorted row": ("partition", "gcn.indices", lambda a: np.concatenate([a[1::-1], a[2:]]), "gcn"),
+    "short indptr": ("partition", "gcn.indptr", lambda a: a[:-5], "indptr"),
+    "label past the classes": ("partition", "y", _set(0, 99), "label 99"),
+    "owned id past the graph": ("partition", "owned", _set(0, 10**6), "owned.npy"),
+    "float ids": ("partition", "owned", lambda a: a.astype(np.float64), "owned.npy"),
+    "short features": ("partition", "x", lambda a: a[:-1], "field 'x'"),
+    "tensor column id": ("tensor", "adj.indices", _set(0, 10**6), "adj"),
+    "grid order not a permutation": ("permute2", "orders", _set((0, 0), 1), "orders.npy"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PART_DAMAGE))
+def test_damaged_parts_with_their_checksums_rewritten_are_one_line(tmp_path, case):
+    """An array rewritten together with its checksum (a buggy writer, or a hand) is checked as
+    every graph is: one line naming the file, status 2, never a crash or a silent run."""
+    kind, name, change, fragment = PART_DAMAGE[case]
+    where = tmp_path / "parts"
+    how = ["--partitioner", "permute2", "--grid", "1,1,1"] if kind == "permute2" else \
+        ["--partitioner", "rp" if kind == "partition" else kind, "--nparts", "1"]
+    made = gnnmesh("partition", "--dataset", SBM, *how, "--write-parts", str(where))
+    assert made.returncode == 0, made.stderr
+    _rewrite(where, name, change)
+    result = gnnmesh("train", "--parts", str(where), "--epochs", "1")
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("gnnmesh: error:"), result.stderr
+    assert fragment in lines[0], lines[0]

@@ -140,8 +140,9 @@ class GridView(GraphView):
             raise ConfigError(f"{self.part.parts.directory}: these parts hold the gcn operator for "
                               f"{self.part.parts.manifest['layers']} layers; layer {layer + 1} needs "
                               "more (write them with a larger --layers)")
-        return sp.csr_matrix((self.part.array(f"adj-{k}.values"), self.part.array(f"adj-{k}.indices"),
-                              self.part.array(f"adj-{k}.indptr")), shape=(len(rows), len(cols)))
+        # checked as every graph is, on every rank alike (blocks are built once, in the same order)
+        block = agreed(lambda: self.part.adjacency(f"adj-{k}", (len(rows), len(cols)), f"adj-{k}.values"))
+        return sp.csr_matrix((block.values.numpy(), block.indices.numpy(), block.indptr.numpy()), shape=block.shape)
 
     def _on_device(self, mat) -> Adjacency:
         adj = Adjacency.from_scipy(mat)
@@ -198,12 +199,18 @@ class Grid3D(DistributedStrategy):
                      pick(graph.test_mask))
 
     def shard_parts(self, parts, seed, device):
-        part = agreed(lambda: self._my_part(parts))
-        self.grid_blocks = GridBlocks.from_orders(self.dims, part.array("orders"))
+        part, data = agreed(lambda: self._read_part(parts))
         mine = self.grid_blocks.loss_rows(self.rank, self.world_size)
         view = GridView(None, self.grid_blocks, self.coords, self.blocks, len(mine), seed, device, part=part)
-        pick = (lambda name: part.tensor(name).to(device))
-        return Shard(view, pick("x"), pick("y"), pick("train_mask"), pick("val_mask"), pick("test_mask"))
+        return Shard(view, *(t.to(device) for t in data))
+
+    def _read_part(self, parts) -> tuple:
+        """(this rank's folder, its vertex data), checked: its feature block's rows and the
+        rows whose loss it computes."""
+        part = self._my_part(parts)
+        self.grid_blocks = GridBlocks.from_orders(self.dims, part.orders("orders", parts.num_nodes))
+        labels = len(self.grid_blocks.loss_rows(self.rank, self.world_size))
+        return part, part.vertex_data(labels, x_rows=None)  # x: this rank's feature block
 
     def _my_part(self, parts):
         written = dict(zip(AXES, parts.manifest["grid"]))

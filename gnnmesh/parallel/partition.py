@@ -15,7 +15,6 @@ import torch
 from .. import ops
 from ..comm import agreed, setup_comm
 from ..errors import ConfigError, GraphError
-from ..graph import Adjacency
 from ..layout import ParallelLayout
 from ..view import GraphView
 from .strategy import Shard
@@ -43,7 +42,9 @@ class PartitionView(GraphView):
     def local(self, name: str):
         if name not in self._local:
             if self.part is not None:
-                self._local[name] = part_operator(self.part, name, self.comm, self.device)
+                # every rank checks its own files; all stop alike when one is bad
+                block, send, recv, entries = agreed(lambda: read_operator(self.part, name, self.comm))
+                self._local[name] = local_operator(block, entries, send, recv, self.comm, self.device)
             else:
                 op = self.operator(name)
                 self._local[name] = build_local_operator(op, self.assignment, self.comm, self.device)
@@ -96,12 +97,11 @@ class PartitionParallel(DistributedStrategy):
                      pick(graph.test_mask))
 
     def shard_parts(self, parts, seed, device):
-        part = agreed(lambda: parts.rank(self.rank))
+        part, owned, data = agreed(lambda: _read_rank(parts, self.rank))
         self.method = parts.manifest["method"]
-        view = PartitionView(None, part.tensor("owned"), self.comm, seed, device, part=part)
-        pick = (lambda name: part.tensor(name).to(device))
-        return Shard(view, pick("x").float(), pick("y"), pick("train_mask"), pick("val_mask"),
-                     pick("test_mask"))
+        view = PartitionView(None, owned, self.comm, seed, device, part=part)
+        x, *rest = (t.to(device) for t in data)
+        return Shard(view, x.float(), *rest)
 
     def _assignment(self, graph) -> torch.Tensor:
         if self.fixed_assignment is not None:
@@ -110,6 +110,16 @@ class PartitionParallel(DistributedStrategy):
         self.partition, assignment = agreed_partition(graph, self.world_size, self.rank, self.method,
                                                       self.epsilon, self.seed, self.partition_file)
         return assignment
+
+
+def _read_rank(parts, rank: int) -> tuple:
+    """(this rank's folder, its owned ids, its vertex data), every array checked."""
+    part = parts.rank(rank)
+    rows = int(part.info["owned"])
+    owned = part.ids("owned", parts.num_nodes)
+    if len(owned) != rows:
+        raise GraphError(part.where("owned") + f"{len(owned)} ids, the manifest says rank {rank} owns {rows}")
+    return part, torch.from_numpy(owned), part.vertex_data(rows, parts.num_features)
 
 
 def check_ranks(world: int, nodes: int) -> None:
@@ -143,19 +153,23 @@ def _compute_partition(graph, world, method, epsilon, seed, partition_file, samp
         return err
 
 
-def part_operator(part, name: str, comm, device):
-    """Operator ``name``'s LocalOperator as written in this rank's folder of a parts
-    directory (``gnnmesh.parts.partition``)."""
+def read_operator(part, name: str, comm) -> tuple:
+    """(block, send ids per peer, rows received per peer, a function reading its entry ids) of
+    operator ``name`` as written in this rank's folder of a parts directory
+    (``gnnmesh.parts.partition``), every array checked."""
     manifest = part.parts.manifest
     info = manifest["operators"].get(name)
     if info is None:
         raise GraphError(f"{part.parts.directory}: the parts hold no operator {name!r}")
     structure = info["structure"]
     counts = np.asarray(manifest["structures"][structure]["send_counts"], dtype=np.int64)
-    send = np.split(part.array(f"{structure}.send"), np.cumsum(counts[comm.rank])[:-1])
-    recv = counts[:, comm.rank]
     owned = int(part.info["owned"])
-    values = part.tensor(f"{name}.values") if info["values"] else None
-    block = Adjacency(part.tensor(f"{structure}.indptr"), part.tensor(f"{structure}.indices"), values,
-                      (owned, owned + int(recv.sum())))
-    return local_operator(block, lambda: part.array(f"{structure}.entries"), send, recv, comm, device)
+    sent = part.ids(f"{structure}.send", owned)  # rows of this rank's own block
+    if counts.shape != (comm.world_size, comm.world_size) or len(sent) != int(counts[comm.rank].sum()):
+        raise GraphError(part.where(f"{structure}.send") + f"{len(sent)} ids, the manifest's send counts "
+                         f"say {int(counts[comm.rank].sum()) if counts.ndim == 2 else 'otherwise'}")
+    send = np.split(sent, np.cumsum(counts[comm.rank])[:-1])
+    recv = counts[:, comm.rank]
+    block = part.adjacency(structure, (owned, owned + int(recv.sum())), f"{name}.values" if info["values"] else None)
+    entries = manifest["structures"][structure]["nnz"]  # each rank's share of the operator's entries
+    return block, send, recv, lambda: part.ids(f"{structure}.entries", int(sum(entries)))

@@ -24,7 +24,6 @@ from .. import ops
 from ..models import Decoupled
 from ..comm import agreed
 from ..errors import ConfigError
-from ..graph import Adjacency
 from ..layout import ParallelLayout
 from ..transforms import row_range
 from ..view import GraphView
@@ -156,15 +155,19 @@ class TensorParallel(DistributedStrategy):
                      pick(graph.test_mask))
 
     def shard_parts(self, parts, seed, device):
-        part = agreed(lambda: parts.rank(self.rank))
         n = parts.num_nodes
-        adj = Adjacency(part.tensor("adj.indptr"), part.tensor("adj.indices"),
-                        part.tensor("adj.values") if part.has("adj.values") else None, (n, n))
         self.switch = LayoutSwitch(self.comm, n)
+        rows = self.switch.stop - self.switch.start
+
+        def read():  # every array checked, on every rank alike
+            part = parts.rank(self.rank)
+            values = "adj.values" if part.has("adj.values") else None
+            return part.adjacency("adj", (n, n), values), part.vertex_data(rows, parts.num_features)
+
+        adj, data = agreed(read)
         self.engine = ChunkedAggregation(self.switch, self.pipeline)
         view = TensorView(adj, self.switch, self.engine, self.chunk_size, seed, device)
-        pick = (lambda name: part.tensor(name).to(device))
-        return Shard(view, pick("x"), pick("y"), pick("train_mask"), pick("val_mask"), pick("test_mask"))
+        return Shard(view, *(t.to(device) for t in data))
 
     def forward(self, model, view, x):
         if not isinstance(model, Decoupled):

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, GraphError
+from ..graph import Adjacency, check_vertex_data
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -161,3 +162,59 @@ class RankPart:
 
     def tensor(self, name: str) -> torch.Tensor:
         return torch.from_numpy(self.array(name))
+
+    # -- read back and checked: a checksum says a file is the one written, not that it is sound
+    def where(self, name: str) -> str:
+        return f"{self.folder / name}.npy: "
+
+    def ids(self, name: str, high: int) -> np.ndarray:
+        """Integer ids in [0, ``high``), a 1-D array; a GraphError naming the file otherwise."""
+        ids = self.array(name)
+        if ids.ndim != 1 or ids.dtype.kind not in "iu":
+            raise GraphError(self.where(name) + f"expected a 1-D array of integer ids, got {ids.dtype} "
+                             f"of shape {list(ids.shape)}")
+        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= high):
+            position = int(np.flatnonzero((ids < 0) | (ids >= high))[0])
+            raise GraphError(self.where(name) + f"id {int(ids[position])} at position {position} is outside "
+                             f"[0, {high})")
+        return ids
+
+    def adjacency(self, prefix: str, shape: tuple, values: Optional[str] = None) -> Adjacency:
+        """The CSR block ``prefix.indptr/indices`` of ``shape`` with the array ``values`` as its
+        entries (None: unweighted), checked as every graph is (structure sorted and in range,
+        values finite) before a kernel indexes with it."""
+        values = self.tensor(values) if values is not None else None
+        indptr, indices = self.tensor(f"{prefix}.indptr"), self.tensor(f"{prefix}.indices")
+        for name, array in ((f"{prefix}.indptr", indptr), (f"{prefix}.indices", indices)):
+            if array.dim() != 1 or array.is_floating_point() or array.dtype == torch.bool:
+                raise GraphError(self.where(name) + f"expected a 1-D integer array, got {array.dtype} "
+                                 f"of shape {list(array.shape)}")
+        adj = Adjacency(indptr.to(torch.int64), indices.to(torch.int64), values, tuple(int(v) for v in shape))
+        return adj.check(str(self.folder / prefix))
+
+    def vertex_data(self, rows: int, width: Optional[int] = None, x_rows: Optional[int] = -1) -> tuple:
+        """(x, y, train_mask, val_mask, test_mask) of this rank's ``rows`` rows, checked as every
+        graph's vertex data is (``graph.check_vertex_data``): x float [``x_rows``, ``width``]
+        (``x_rows`` -1: ``rows``; None: any, for a block of features), labels within the
+        manifest's classes, boolean masks that do not overlap."""
+        x, y = self.tensor("x"), self.tensor("y")
+        masks = {name: self.tensor(name) for name in ("train_mask", "val_mask", "test_mask")}
+        where = str(self.folder) + ": "
+        check_vertex_data(where, rows, None, y, self.parts.num_classes, masks)
+        features = x.shape[0] if x_rows is None and x.dim() == 2 else rows if x_rows == -1 else x_rows
+        check_vertex_data(where, features, x, None, None, {}, width)
+        if not x.is_floating_point():
+            raise GraphError(self.where("x") + f"expected floating-point features, got {x.dtype}")
+        return (x, y, *masks.values())
+
+    def orders(self, name: str, nodes: int) -> np.ndarray:
+        """Node orders [K, ``nodes``], each a permutation of 0..nodes-1."""
+        orders = self.array(name)
+        if orders.ndim != 2 or orders.shape[1] != nodes or orders.dtype.kind not in "iu":
+            raise GraphError(self.where(name) + f"expected integer orders of {nodes} nodes, got {orders.dtype} "
+                             f"of shape {list(orders.shape)}")
+        every = np.arange(nodes)
+        for i, order in enumerate(orders):
+            if not np.array_equal(np.sort(order), every):
+                raise GraphError(self.where(name) + f"order {i} is not a permutation of the {nodes} nodes")
+        return orders
