@@ -635,16 +635,28 @@ PART_DAMAGE = {
 }
 
 
+@pytest.fixture(scope="module")
+def written_parts(tmp_path_factory):
+    """One rank's parts of each kind, written once; each test damages its own copy."""
+    out = {}
+    for kind in ("partition", "tensor", "permute2"):
+        where = tmp_path_factory.mktemp("parts") / kind
+        how = ["--partitioner", "permute2", "--grid", "1,1,1"] if kind == "permute2" else \
+            ["--partitioner", "rp" if kind == "partition" else kind, "--nparts", "1"]
+        made = gnnmesh("partition", "--dataset", SBM, *how, "--write-parts", str(where))
+        assert made.returncode == 0, made.stderr
+        out[kind] = where
+    return out
+
+
 @pytest.mark.parametrize("case", sorted(PART_DAMAGE))
-def test_damaged_parts_with_their_checksums_rewritten_are_one_line(tmp_path, case):
+def test_damaged_parts_with_their_checksums_rewritten_are_one_line(tmp_path, written_parts, case):
     """An array rewritten together with its checksum (a buggy writer, or a hand) is checked as
     every graph is: one line naming the file, status 2, never a crash or a silent run."""
+    import shutil
     kind, name, change, fragment = PART_DAMAGE[case]
     where = tmp_path / "parts"
-    how = ["--partitioner", "permute2", "--grid", "1,1,1"] if kind == "permute2" else \
-        ["--partitioner", "rp" if kind == "partition" else kind, "--nparts", "1"]
-    made = gnnmesh("partition", "--dataset", SBM, *how, "--write-parts", str(where))
-    assert made.returncode == 0, made.stderr
+    shutil.copytree(written_parts[kind], where)
     _rewrite(where, name, change)
     result = gnnmesh("train", "--parts", str(where), "--epochs", "1")
     lines = result.stderr.strip().splitlines()

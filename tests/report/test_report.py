@@ -243,8 +243,13 @@ def _bad_input_leaves_out_alone(tmp_path, earlier_report, args, *fragments):
         assert snapshot(out) == before and sorted(os.listdir(tmp_path)) == parent
 
 
+# Three kinds of damage in the fast suite, the rest among the slow tests (each runs the command).
+FAST_BAD_RUNS = ("garbage line", "binary", "wrong field type")
+
+
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("case", sorted(BAD_RUNS))
+@pytest.mark.parametrize("case", [c if c in FAST_BAD_RUNS else pytest.param(c, marks=pytest.mark.slow)
+                                  for c in sorted(BAD_RUNS)])
 def test_a_bad_metrics_file_is_one_line_and_writes_nothing(tmp_path, earlier_report, case):
     content, fragment = BAD_RUNS[case]
     path = tmp_path / "bad.jsonl"
