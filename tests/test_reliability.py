@@ -649,7 +649,13 @@ def written_parts(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("case", sorted(PART_DAMAGE))
+# Five kinds in the fast suite, one of each kind of check; the rest among the slow tests.
+FAST_PART_DAMAGE = ("column id past the block", "label past the classes", "owned id past the graph",
+                    "tensor column id", "grid order not a permutation")
+
+
+@pytest.mark.parametrize("case", [c if c in FAST_PART_DAMAGE else pytest.param(c, marks=pytest.mark.slow)
+                                  for c in sorted(PART_DAMAGE)])
 def test_damaged_parts_with_their_checksums_rewritten_are_one_line(tmp_path, written_parts, case):
     """An array rewritten together with its checksum (a buggy writer, or a hand) is checked as
     every graph is: one line naming the file, status 2, never a crash or a silent run."""

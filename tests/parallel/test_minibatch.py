@@ -179,7 +179,8 @@ HOST_RUNS = [("gcn", s, f) for s, f in STRATEGIES.items()] + [("gat", "dnp", STR
 
 
 @pytest.mark.timeout(620)
-@pytest.mark.parametrize("world, hosts", [(2, 2), pytest.param(4, 2, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("world, hosts", [(2, 2), (4, 2)])
 def test_features_spread_over_hosts_train_the_single_process_model(world, hosts):
     want = _train(0, 1, [(m, "single", {}) for m, _, _ in HOST_RUNS])
     got = run_ranks(_train_on_hosts, world, hosts, HOST_RUNS, timeout=600)

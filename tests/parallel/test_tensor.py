@@ -79,7 +79,8 @@ def _rank_traffic(rank, world, decoupled, k, chunk):
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("chunk", [None, pytest.param(4, marks=pytest.mark.slow)])
+@pytest.mark.slow  # the planner's tests count the same bytes (tests/planner/test_estimates.py)
+@pytest.mark.parametrize("chunk", [None, 4])
 def test_layout_bytes_and_rounds_equal_the_prediction(chunk):
     """GCN 6 -> 8 -> 3 naive: layer 1 aggregates the features (width 6, forward only), layer 2
     aggregates h W (width 3, forward and backward). Decoupled: the 3-wide MLP output is split

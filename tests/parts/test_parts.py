@@ -202,6 +202,7 @@ def gnnmesh(*args, timeout=120):
                           timeout=timeout)
 
 
+@pytest.mark.slow  # five command-line runs; the parts themselves are tested in-process above
 @pytest.mark.timeout(200)
 def test_cli_writes_parts_and_refuses_mismatched_runs_in_one_line(tmp_path):
     spec = "sbm:nodes=300,classes=3,features=8"
