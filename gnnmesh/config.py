@@ -202,17 +202,15 @@ class Config:
 
     def _engine_name(self, engine) -> str:
         """``--strategy NAME``, with the flag that picks its engine where it has two."""
-        key = next(key for key, spec in strategies.REGISTRY.items() if spec is engine).partition(":")[2]
+        key = strategies.engine_of(engine)
         return f"--strategy {engine.name}" + (f" with {ENGINE_FLAGS[key].split(' ')[0]}" if key else "")
 
     def _other_engine(self, strategy: str, reader) -> str:
         """Why a setting that another engine of ``strategy`` reads does not apply here."""
-        keys = {key.partition(":")[2]: spec for key, spec in strategies.REGISTRY.items()
-                if key.partition(":")[0] == strategy}
-        engine = next(key for key, spec in keys.items() if spec is reader)
+        engine = strategies.engine_of(reader)
         if engine:  # the setting needs the second engine's flag
             return f"applies to --strategy {strategy} only with {ENGINE_FLAGS[engine]}"
-        mine = next(key for key, spec in keys.items() if spec is self.engine)
+        mine = strategies.engine_of(self.engine)
         return f"does not apply with {ENGINE_FLAGS[mine].split(' ')[0]} (--strategy {strategy})"
 
     # -- defaults ---------------------------------------------------------------------------------

@@ -158,7 +158,13 @@ def engine_for(name: str, *, minibatch: bool = False, host_store=None) -> Strate
 
 def engines(name: str) -> list:
     """Every engine registered under ``name``."""
-    return [s for key, s in REGISTRY.items() if key.split(":")[0] == name]
+    return [s for key, s in REGISTRY.items() if key.partition(":")[0] == name]
+
+
+def engine_of(registered: StrategySpec) -> str:
+    """The key of the second engine ``registered`` is ("host_store", "minibatch"); "" for a
+    strategy's first."""
+    return next(key for key, s in REGISTRY.items() if s is registered).partition(":")[2]
 
 
 def dims_of(name: str) -> tuple:
