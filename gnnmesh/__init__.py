@@ -3,7 +3,7 @@
 from .errors import ConfigError, GraphError, TrainingDiverged
 
 __version__ = "0.1.0"
-__all__ = ["Adjacency", "Graph", "GraphError", "ConfigError", "TrainingDiverged", "__version__"]
+__all__ = ["Adjacency", "Graph", "GraphError", "ConfigError", "TrainingDiverged", "load", "__version__"]
 
 
 def __getattr__(name):
@@ -12,4 +12,7 @@ def __getattr__(name):
     if name in ("Adjacency", "Graph"):
         from . import graph
         return getattr(graph, name)
+    if name == "load":  # a trained model and its config, from a checkpoint
+        from .trained import load
+        return load
     raise AttributeError(f"module 'gnnmesh' has no attribute {name!r}")

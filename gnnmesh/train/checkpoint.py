@@ -68,6 +68,10 @@ def structure_problem(state) -> str:
         return "'history' is not a list of epoch records"
     if not (isinstance(state["config"], dict) and all(isinstance(k, str) for k in state["config"])):
         return "'config' is not a dict of settings"
+    widths = state.get("widths")  # absent from checkpoints written before it was recorded
+    if widths is not None and not (isinstance(widths, dict) and _count(widths.get("features"))
+                                   and _count(widths.get("classes")) and widths["features"] and widths["classes"]):
+        return "'widths' is not the model's input width and number of classes"
     return ""
 
 

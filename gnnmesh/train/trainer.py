@@ -115,7 +115,7 @@ class Trainer:
         else:  # its writer checked labels and split, and stored the features as _features does
             self.shard = self.strategy.shard_parts(data, self.config.training.seed, self.device)
             num_features = data.num_features
-        self.name, self.num_classes = data.name, data.num_classes
+        self.name, self.num_features, self.num_classes = data.name, num_features, data.num_classes
         torch.manual_seed(self.config.training.seed)
         self.model = build_model(self.config.model.name, num_features, self.num_classes,
                                  decoupled=self.config.model.decoupled,
@@ -211,7 +211,8 @@ class Trainer:
     def state(self) -> dict:
         return {"epoch": self.epoch, "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "best": self.best,
-                "history": [asdict(r) for r in self.history], "config": self.config.to_dict()}
+                "history": [asdict(r) for r in self.history], "config": self.config.to_dict(),
+                "widths": {"features": self.num_features, "classes": self.num_classes}}
 
     def restore(self, state: dict) -> None:
         unset = Config().to_dict()  # a field newer than the checkpoint: it was written with the default
