@@ -142,6 +142,15 @@ def write_file(path, data) -> None:
         fh.write(data.encode() if isinstance(data, str) else data)
 
 
+def check_replaceable(directory, marker: str, what: str) -> None:
+    """ConfigError unless ``directory`` is absent, empty, or an earlier set (holding ``marker``):
+    what ``staged_directory`` may replace; a command checks it before its work too."""
+    directory = Path(directory)
+    if directory.exists() and not (directory / marker).is_file() and \
+            (not directory.is_dir() or any(directory.iterdir())):
+        raise ConfigError(f"{directory}: exists and is not a {what}; refusing to overwrite it")
+
+
 @contextmanager
 def staged_directory(directory, marker: str, what: str):
     """Yield a fresh temporary directory; on normal exit it replaces ``directory``.
@@ -150,9 +159,7 @@ def staged_directory(directory, marker: str, what: str):
     replaced; anything else is a ConfigError naming ``directory`` (``what`` says what kind
     of set it is). On an error the temporary directory is removed and nothing changes."""
     directory = Path(directory)
-    if directory.exists() and not (directory / marker).is_file() and \
-            (not directory.is_dir() or any(directory.iterdir())):
-        raise ConfigError(f"{directory}: exists and is not a {what}; refusing to overwrite it")
+    check_replaceable(directory, marker, what)
     tmp = temporary_directory(directory)
     try:
         yield tmp

@@ -70,10 +70,19 @@ def model_settings(config: Config) -> dict:
     return {name: config.get(name) for name in MODEL_SETTINGS}
 
 
+def model_options(config: Config) -> dict:
+    """The constructor options of the model ``config.model.name`` describes (a resolved config)."""
+    options = {"hidden": config.model.hidden, "layers": config.model.layers, "dropout": config.model.dropout}
+    if config.model.name == "gat":
+        options.update(heads=config.model.heads, attn_dropout=config.model.attn_dropout)
+    if config.model.decoupled:
+        options.update(k=config.model.k, alpha=config.model.alpha)
+    return options
+
+
 def build(config: Config, widths: Widths) -> torch.nn.Module:
     """The untrained model of a resolved ``config`` for a graph of ``widths``."""
     from .models import build_model
-    from .train.trainer import model_options
     return build_model(config.model.name, widths.features, widths.classes, decoupled=config.model.decoupled,
                        **model_options(config))
 

@@ -152,10 +152,13 @@ def degree_order(graph: Graph) -> np.ndarray:
 
 
 def reorder(graph: Graph, method: str = "rcm") -> Graph:
-    orders = {"rcm": rcm_order, "degree": degree_order}
-    if method not in orders:
-        raise ValueError(f"unknown ordering {method!r}; choose from {sorted(orders)}")
-    return permute(graph, orders[method](graph))
+    if method not in ORDERS:
+        raise ValueError(f"unknown ordering {method!r}; choose from {sorted(ORDERS)}")
+    return permute(graph, ORDERS[method](graph))
+
+
+# The node orderings ``--reorder`` names: new node k is old node ``order(graph)[k]``.
+ORDERS = {"rcm": rcm_order, "degree": degree_order}
 
 
 def row_block(adj: Adjacency, rows) -> Adjacency:

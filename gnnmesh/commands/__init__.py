@@ -1,6 +1,7 @@
-"""The commands: ``train``, ``datasets``, ``partition`` (cut a graph among ranks, write per-rank
-parts), ``plan`` (rank the strategies by predicted epoch time) and ``report`` (draw runs and a
-plan). Each module has ``add_parser(subparsers)`` and ``run(args, argv)``; ``gnnmesh.cli``
-builds the parser from them and reports bad input."""
+"""The commands: ``train``, ``predict`` (a trained model's outputs for every node), ``datasets``, ``partition`` (cut a graph among ranks, write per-rank
+parts), ``plan`` (rank the strategies by predicted epoch time), ``report`` (draw runs and a
+plan) and ``export`` (a trained model as PyTorch Geometric layers). Each module has
+``add_parser(subparsers)`` and ``run(args, argv)``; ``gnnmesh.cli`` builds the parser from them
+and reports bad input."""
 
-COMMANDS = ("train", "datasets", "partition", "plan", "report")
+COMMANDS = ("train", "predict", "datasets", "partition", "plan", "report", "export")

@@ -13,7 +13,7 @@ from ..parallel.offload import build_plan, costs
 from ..parallel.offload.pipeline import tables
 from ..parallel.offload.stages import stages_of
 from ..validate import parse_bytes
-from ..train.trainer import model_options
+from ..trained import model_options
 from ..report.plan_file import Candidate, write_plan
 
 MiB = 2**20

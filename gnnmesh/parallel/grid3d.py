@@ -196,13 +196,13 @@ class Grid3D(DistributedStrategy):
         features = x[rows][:, self.grid_blocks.width(x.shape[1], r.feats, self.coords)]
         pick = (lambda t: t[mine].to(device))
         return Shard(view, features.to(device), pick(graph.y), pick(graph.train_mask), pick(graph.val_mask),
-                     pick(graph.test_mask))
+                     pick(graph.test_mask), ids=mine)
 
     def shard_parts(self, parts, seed, device):
         part, data = agreed(lambda: self._read_part(parts))
         mine = self.grid_blocks.loss_rows(self.rank, self.world_size)
         view = GridView(None, self.grid_blocks, self.coords, self.blocks, len(mine), seed, device, part=part)
-        return Shard(view, *(t.to(device) for t in data))
+        return Shard(view, *(t.to(device) for t in data), ids=torch.from_numpy(mine))
 
     def _read_part(self, parts) -> tuple:
         """(this rank's folder, its vertex data), checked: its feature block's rows and the

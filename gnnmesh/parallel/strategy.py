@@ -4,6 +4,7 @@ trains on (``Shard``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
@@ -15,7 +16,9 @@ from ..view import GraphView
 
 @dataclass
 class Shard:
-    """What one rank trains on: its GraphView and the rows of vertex data it owns."""
+    """What one rank trains on: its GraphView and the rows of vertex data it owns. ``ids``:
+    the global ids of the rows of its labels, masks and outputs, where they are not the
+    view's own rows (``GraphView.rows``)."""
 
     view: GraphView
     x: torch.Tensor
@@ -23,6 +26,14 @@ class Shard:
     train_mask: torch.Tensor
     val_mask: torch.Tensor
     test_mask: torch.Tensor
+    ids: Optional[torch.Tensor] = None
+
+    def row_ids(self) -> torch.Tensor:
+        """Global ids of the rows of this shard's labels, masks and the strategy's output."""
+        if self.ids is not None:
+            return self.ids
+        rows = self.view.rows()
+        return torch.arange(rows.start, rows.stop) if isinstance(rows, range) else torch.as_tensor(rows)
 
 
 class Strategy:

@@ -20,7 +20,7 @@ from ..planner.explain import choice, dropped, table
 from ..partition.base import RANKED_METHODS
 from ..planner.rank import Ranking, input_width, rank_strategies
 from ..validate import parse_bytes
-from .trainer import model_options
+from ..trained import model_options
 
 SHOWN = 5   # candidates printed before the choice
 _SINGLE = Estimate.build({}, {}, {}, [0], strategy="single")

@@ -34,12 +34,7 @@ def load_graph(config: Config) -> Graph:
 def run_training(config: Config, quiet: bool = False) -> Summary:
     world = world_from_env()
     rank, world_size = world or (0, 1)
-    parts = open_parts(config.data.parts) if config.data.parts else None
-    if parts is not None:  # what the run leaves unsaid, the parts decide
-        if config.run.strategy == "single":
-            config = config.updated(strategy=parts.kind)
-        if parts.kind == "grid3d" and config.grid3d.grid is None:
-            config = config.updated(grid=",".join(map(str, parts.manifest["grid"])))
+    config, parts = adopt_parts(config)
     if world and config.run.strategy == "single" and world_size > 1:
         raise ConfigError(f"this job has {world_size} ranks; choose a parallel --strategy (e.g. partition)")
     config = config.resolved()  # once, before anything is built from it
@@ -53,6 +48,19 @@ def run_training(config: Config, quiet: bool = False) -> Summary:
         raise
     comm.shutdown(clean=True)
     return summary
+
+
+def adopt_parts(config: Config) -> tuple:
+    """(``config`` with what it leaves unsaid decided by its parts directory, the parts opened;
+    or ``config`` and None without ``--parts``)."""
+    if not config.data.parts:
+        return config, None
+    parts = open_parts(config.data.parts)
+    if config.run.strategy == "single":
+        config = config.updated(strategy=parts.kind)
+    if parts.kind == "grid3d" and config.grid3d.grid is None:
+        config = config.updated(grid=",".join(map(str, parts.manifest["grid"])))
+    return config, parts
 
 
 def _train(config, parts, quiet, rank, world_size, device) -> Summary:
@@ -76,7 +84,7 @@ def _train(config, parts, quiet, rank, world_size, device) -> Summary:
         data.check_run(config.run.strategy, world_size, None if config.data.dataset == DEFAULT_DATASET else config.data.dataset)
         config = config.updated(dataset=data.dataset)  # what checkpoints and metrics record
     else:
-        data = _load_once_per_host(config, rank, world_size, graph)
+        data = load_once_per_host(lambda: graph if graph is not None else load_graph(config), rank, world_size)
     loaded = data.describe() if parts is not None else repr(data)
     # the CPU kernels load now, not in the first epoch's time nor in a strategy's memory
     # baseline: they are code
@@ -126,20 +134,20 @@ def _peak(summary: Summary, world_size: int) -> str:
     return f"; peak memory {peak:,.0f} MiB" + (" (largest rank)" if world_size > 1 else "")
 
 
-def _load_once_per_host(config: Config, rank: int, world_size: int, loaded=None) -> Graph:
-    """Rank 0 loads first (filling the on-disk cache); the others then read the cache. Bad
-    input found by rank 0 is sent to every rank, so that all stop with the same error.
-    ``loaded``: the graph rank 0 has already loaded (to plan), if it has."""
+def load_once_per_host(load, rank: int, world_size: int):
+    """``load()`` (the graph, or what a command loads with it) on every rank: rank 0 first,
+    filling the on-disk cache, then the others from the cache. Bad input found by rank 0 is
+    sent to every rank, so that all stop with the same error."""
     if world_size == 1:
-        return loaded if loaded is not None else load_graph(config)
+        return load()
     world = comm.setup_comm()
-    error = graph = None
+    error = loaded = None
     if rank == 0:
         try:
-            graph = loaded if loaded is not None else load_graph(config)
+            loaded = load()
         except (GraphError, ConfigError) as err:
             error = err
     error = world.broadcast_object(error)
     if error is not None:
         raise error
-    return graph if rank == 0 else load_graph(config)
+    return loaded if rank == 0 else load()

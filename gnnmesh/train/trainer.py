@@ -15,20 +15,21 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .. import comm, memory
+from .. import comm, memory, trained
 from ..atomic import check_writable
 from ..config import Config
 from ..datasets import structural_features
 from ..errors import ConfigError, TrainingDiverged
 from ..graph import Graph
 from ..layout import ParallelLayout
-from ..models import build_model
 from ..ops import profile
 from ..parallel import Strategy
 from ..planner.estimate import name_of
+from ..trained import Widths
 from . import checkpoint
 from .metrics import MetricsFile, to_json
 
@@ -67,16 +68,6 @@ class Summary:
     memory: dict = field(default_factory=dict)  # the last epoch's peaks (high-water marks: the whole run's)
 
 
-def model_options(config: Config) -> dict:
-    """The constructor options of the model ``config.model.name`` describes (a resolved config)."""
-    options = {"hidden": config.model.hidden, "layers": config.model.layers, "dropout": config.model.dropout}
-    if config.model.name == "gat":
-        options.update(heads=config.model.heads, attn_dropout=config.model.attn_dropout)
-    if config.model.decoupled:
-        options.update(k=config.model.k, alpha=config.model.alpha)
-    return options
-
-
 def candidate_name(config: Config, world_size: int) -> str:
     """The strategy's name as a plan gives it ("partition hp", "grid3d 1x2x2", ...;
     ``planner.estimate.name_of``): what a metrics record's ``candidate`` says."""
@@ -94,10 +85,12 @@ def rank_device(config: Config) -> torch.device:
 
 
 class Trainer:
-    def __init__(self, config: Config, data, strategy: Optional[Strategy] = None):
+    def __init__(self, config: Config, data, strategy: Optional[Strategy] = None, widths: Optional[Widths] = None):
         """``data``: a Graph, or a parts directory opened with ``gnnmesh.parts.open_parts``
         (each rank then reads only its own folder). ``strategy``: one built by the caller;
-        by default the config's, on the layout it gives for this job's ranks."""
+        by default the config's, on the layout it gives for this job's ranks. ``widths``: the
+        model's input width and classes where they are not the graph's (a checkpoint's model
+        predicting on a graph without labels)."""
         self.config = config.resolved()
         self.device = rank_device(self.config)
         if strategy is None:
@@ -109,25 +102,25 @@ class Trainer:
                               f"process; start them with 'gnnmesh train --nproc {self.config.run.nproc}' or torchrun")
         profile.sync_cuda["on"] = self.device.type == "cuda"
         if isinstance(data, Graph):
-            x = _features(data)
+            x = _features(data) if widths is None else input_features(data)
             self.shard = self.strategy.shard(data, x, self.config.training.seed, self.device)
             num_features = x.shape[1]
         else:  # its writer checked labels and split, and stored the features as _features does
             self.shard = self.strategy.shard_parts(data, self.config.training.seed, self.device)
             num_features = data.num_features
-        self.name, self.num_features, self.num_classes = data.name, num_features, data.num_classes
+        if widths is not None:
+            widths.check(num_features, data.num_classes, f"dataset '{data.name}'")
+        self.name, self.num_nodes = data.name, data.num_nodes
+        self.num_features, self.num_classes = (num_features, data.num_classes) if widths is None else \
+            (widths.features, widths.classes)
         torch.manual_seed(self.config.training.seed)
-        self.model = build_model(self.config.model.name, num_features, self.num_classes,
-                                 decoupled=self.config.model.decoupled,
-                                 **model_options(self.config)).to(self.device)
+        self.model = trained.build(self.config, Widths(self.num_features, self.num_classes)).to(self.device)
         self.strategy.prepare(self.model)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.config.training.lr,
                                           weight_decay=self.config.training.weight_decay)
         counts = torch.tensor([float(m.sum()) for m in
                                (self.shard.train_mask, self.shard.val_mask, self.shard.test_mask)])
         self.split_sizes = self.strategy.all_reduce(counts).tolist()
-        if self.split_sizes[0] == 0:
-            raise ConfigError(f"dataset '{self.name}': the train mask selects no nodes")
         # what every epoch's record carries besides its measurements (a plan adds its prediction)
         self.labels = {"candidate": candidate_name(self.config, self.strategy.world_size)}
         self.strategy.reset_counters()  # setup traffic and waits belong to no epoch
@@ -207,6 +200,51 @@ class Trainer:
             self.best = {"epoch": self.epoch, "val_acc": accs[1], "test_acc": accs[2],
                          "state": copy.deepcopy(self.model.state_dict())}
 
+    # -- using the model -------------------------------------------------------------------------
+    @classmethod
+    def from_checkpoint(cls, path, data, config: Optional[Config] = None, weights: str = "best",
+                        strategy: Optional[Strategy] = None) -> "Trainer":
+        """The trainer of the model in the checkpoint at ``path`` (its model settings, its
+        ``weights``: ``best`` or ``last``) on ``data`` (a Graph, labelled or not, or parts)
+        under ``config``'s strategy and data settings (default: one process). A checkpoint
+        from any strategy and rank count loads under any other; a model whose input width or
+        number of classes is not the graph's is a ConfigError naming ``path``."""
+        state = checkpoint.load(path)
+        saved = trained.config_of(state)
+        config = (config or Config()).updated(**trained.model_settings(saved), seed=saved.training.seed)
+        widths = trained.widths_of(state)
+        if isinstance(data, Graph):
+            data = _labelled(data, widths.classes)
+        try:
+            trainer = cls(config, data, strategy, widths=widths)
+        except ConfigError as err:
+            raise ConfigError(f"{path}: {err}") from None
+        values, trainer.epoch = trained.weights_of(state, weights)
+        trained.load_state(trainer.model, values, str(path))
+        return trainer
+
+    def predict(self, output: str = "logits", layer: Optional[int] = None, nodes="all") -> tuple:
+        """``(ids, values)``: this rank's rows of the model's ``output`` (``logits``, ``probs``,
+        ``labels``, or ``embeddings``: layer ``layer``'s output, 1-based, by default the last
+        hidden layer's) for ``nodes`` (``all``, ``train``, ``val``, ``test``, a file of node
+        ids or an array of them), as NumPy arrays with global node ids. Full-graph and exact,
+        in eval mode, under every strategy: the ranks' rows together are the single
+        process's."""
+        from ..predict import Output, rank_output, read_node_file, selected
+        out = Output(output, layer)
+        listed = None
+        if not isinstance(nodes, str):
+            listed = np.unique(np.asarray(nodes, dtype=np.int64))
+            if len(listed) and (listed[0] < 0 or listed[-1] >= self.num_nodes):
+                raise ConfigError(f"nodes: ids must be 0 to {self.num_nodes - 1}")
+            nodes = "listed"
+        elif nodes not in ("all", "train", "val", "test"):
+            listed = read_node_file(nodes, self.num_nodes)
+        ids = self.shard.row_ids().cpu().numpy()
+        values = rank_output(self.strategy, self.model, self.shard, out)
+        keep = selected(nodes, self.shard, ids, listed)
+        return ids[keep], values.cpu().numpy()[keep]
+
     # -- checkpoints -----------------------------------------------------------------------------
     def state(self) -> dict:
         return {"epoch": self.epoch, "model": self.model.state_dict(),
@@ -221,6 +259,7 @@ class Trainer:
         if saved != mine:
             diff = sorted(k for k in mine if saved.get(k) != mine[k])
             raise ConfigError(f"checkpoint was written with different settings: {', '.join(diff)}")
+        trained.widths_of(state).check(self.num_features, self.num_classes, "the checkpoint's model")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.best = state["best"]
@@ -242,6 +281,8 @@ class Trainer:
     # -- the loop --------------------------------------------------------------------------------
     def fit(self, on_epoch: Optional[Callable[[EpochResult], None]] = None) -> Summary:
         cfg = self.config
+        if self.split_sizes[0] == 0:
+            raise ConfigError(f"dataset '{self.name}': the train mask selects no nodes")
         if cfg.run.resume:
             self._resume(cfg.run.checkpoint)
             if self.epoch > cfg.training.epochs:
@@ -283,9 +324,24 @@ class Trainer:
         return comm.agreed(fn if self.strategy.rank == 0 else (lambda: None))
 
 
+def _labelled(graph: Graph, classes: int) -> Graph:
+    """``graph``, with labels 0 of ``classes`` and an empty split where it has none: what the
+    strategies shard, for a model that only predicts."""
+    n, empty = graph.num_nodes, torch.zeros(graph.num_nodes, dtype=torch.bool)
+    filled = {name: empty for name in ("train_mask", "val_mask", "test_mask") if getattr(graph, name) is None}
+    if graph.y is None:
+        filled.update(y=torch.zeros(n, dtype=torch.long), num_classes=classes)
+    return graph.replace(**filled) if filled else graph
+
+
 def _features(graph: Graph) -> torch.Tensor:
-    """The dense float input features of a labelled, split graph (degree features if it has none)."""
+    """The input features of a labelled, split graph (``input_features``)."""
     graph.require_node_classification()
+    return input_features(graph)
+
+
+def input_features(graph: Graph) -> torch.Tensor:
+    """The dense float input features of a graph (degree features if it has none)."""
     x = graph.x if graph.x is not None else structural_features(graph, "degree")
     if x.layout != torch.strided:  # sparse bag-of-words features: the models take dense
         x = x.to_dense()

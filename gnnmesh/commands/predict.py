@@ -1,0 +1,79 @@
+"""``gnnmesh predict``: the outputs of a trained model (logits, class probabilities, labels or a
+layer's embeddings) for every node or a chosen set, on one process or many, under any
+full-graph strategy; written as one shard per rank and a manifest (``gnnmesh.predict``)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+
+from ..errors import ConfigError
+from ..launch import world_from_env
+from ..settings import SECTIONS, flag_name
+from .flags import add_config_flags, config_from_args
+
+# What a prediction takes of the settings: the graph, the run, the strategies' settings (the
+# model and its training are the checkpoint's).
+SECTIONS_READ = ("data", "run", "partition", "tensor", "grid3d", "host_tier", "offload", "plan")
+NOT_READ = ("checkpoint", "checkpoint_every", "resume", "metrics", "log_every")
+HELPS = {"dataset": "the graph to predict on (default: the checkpoint's dataset); another graph of the same "
+                    "input width is inductive inference",
+         "parts": "predict from a partitioned dataset written by 'gnnmesh partition --write-parts DIR': every "
+                  "rank reads only its own folder"}
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    cmd = subparsers.add_parser("predict", help="write a trained model's outputs for every node")
+    cmd.add_argument("--checkpoint", required=True, help="checkpoint written by 'gnnmesh train --checkpoint'")
+    cmd.add_argument("--out", required=True, help="output directory (absent, empty, or an earlier prediction)")
+    cmd.add_argument("--output", default="logits", choices=("logits", "probs", "labels", "embeddings"),
+                     help="what to write: logits, class probabilities, predicted labels, or a layer's output "
+                          "(default: logits)")
+    cmd.add_argument("--layer", type=int, help="--output embeddings: the layer whose output to write, 1 to "
+                                               "--layers (default: the last hidden layer)")
+    cmd.add_argument("--nodes", default="all", help="which nodes: all, train, val, test, or a file of node ids "
+                                                    "(.npy, or text with one id per line; default: all)")
+    cmd.add_argument("--format", dest="fmt", default="npy", choices=("npy", "parquet"),
+                     help="shard format (parquet needs gnnmesh[parquet]; default: npy)")
+    cmd.add_argument("--weights", default="best", choices=("best", "last"),
+                     help="the best-validation epoch's weights (what training reports) or the last epoch's")
+    cmd.add_argument("--config", help="TOML file with settings (flags override it; its model settings are "
+                                      "the checkpoint's)")
+    cmd.add_argument("--quiet", action="store_true", help="print only the summary")
+    only = [flag_name(f) for name in SECTIONS_READ for f in fields(SECTIONS[name]) if flag_name(f) not in NOT_READ]
+    add_config_flags(cmd, sections=SECTIONS_READ, only=only,
+                     helps=HELPS)
+    return cmd
+
+
+def run(args, argv) -> int:
+    from ..predict.run import Request  # heavy imports only when predicting
+    request = Request(args.checkpoint, args.out, args.output, args.layer, args.nodes, args.fmt, args.weights)
+    request.check()
+    config = config_from_args(args)
+    if args.dataset is None and not config.data.parts and not (args.config and _file_names_dataset(args.config)):
+        config = config.updated(dataset=_trained_on(args.checkpoint))
+    world = world_from_env()
+    if world is None and config.run.nproc > 1:
+        from ..launch import launch
+        return launch(argv, config.run.nproc)
+    if world is not None and config.run.nproc > 1 and config.run.nproc != world[1]:
+        raise ConfigError(f"--nproc {config.run.nproc} but the job has {world[1]} ranks (leave --nproc out "
+                          "under torchrun)")
+    from .. import progress
+    from ..predict.run import run_prediction
+    if args.quiet:
+        progress.disable()
+    run_prediction(config, request, quiet=args.quiet)
+    return 0
+
+
+def _trained_on(path) -> str:
+    from .. import trained
+    from ..train import checkpoint
+    return trained.config_of(checkpoint.load(path)).data.dataset
+
+
+def _file_names_dataset(path) -> bool:
+    from ..config import Config
+    return Config.from_toml(path).data.dataset != Config().data.dataset

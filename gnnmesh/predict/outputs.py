@@ -1,0 +1,96 @@
+"""What a prediction writes of a model, for one rank's rows: logits, class probabilities,
+predicted labels, or one layer's output (node embeddings).
+
+Inference is full-graph and exact: the model in eval mode (no dropout) through the
+strategy's own forward pass, so every strategy and rank count gives the single process's
+numbers. A layer's output comes from the model cut after that layer (``through_layer``),
+which shares the model's parameters and runs under every strategy as the whole model does.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import nn
+
+from ..errors import ConfigError
+from ..models import Decoupled
+from ..models.base import LayerStack
+
+OUTPUTS = ("logits", "probs", "labels", "embeddings")
+
+
+@dataclass(frozen=True)
+class Output:
+    """``what`` (one of OUTPUTS); ``layer``: for embeddings, the layer whose output is
+    written, 1 to the model's layer count (None: its last hidden layer)."""
+
+    what: str = "logits"
+    layer: Optional[int] = None
+
+    def __post_init__(self):
+        if self.what not in OUTPUTS:
+            raise ConfigError(f"output {self.what!r}: choose from {', '.join(OUTPUTS)}")
+        if self.layer is not None and self.what != "embeddings":
+            raise ConfigError("--layer applies to --output embeddings only")
+
+    def layer_of(self, model: nn.Module) -> int:
+        """The 1-based layer this output reads from ``model`` (its last for logits)."""
+        count = layer_count(model)
+        if self.what != "embeddings":
+            return count
+        layer = max(1, count - 1) if self.layer is None else self.layer
+        if not 1 <= layer <= count:
+            raise ConfigError(f"--layer {layer}: the model has {count} layer{'s' if count > 1 else ''} "
+                              f"(1 to {count})")
+        return layer
+
+
+def layer_count(model: nn.Module) -> int:
+    """Layers whose outputs a prediction can write: a layer stack's graph layers, a
+    decoupled model's MLP layers (its last one's output propagated)."""
+    if isinstance(model, Decoupled):
+        return len(model.mlp)
+    if isinstance(model, LayerStack):
+        return len(model.layers)
+    return 1  # a model of another shape: its output only
+
+
+def through_layer(model: nn.Module, layer: int) -> nn.Module:
+    """``model`` cut after ``layer`` (1-based), sharing its parameters: the cut model's output
+    is that layer's output, before the activation the next layer would apply. A decoupled
+    model's hidden layers are its MLP's (row-wise: no propagation)."""
+    if layer == layer_count(model):
+        return model
+    cut = copy.copy(model)
+    cut._modules = dict(model._modules)  # the copy's own module table, the same modules in it
+    if isinstance(model, Decoupled):
+        cut.mlp = nn.ModuleList(list(model.mlp)[:layer])
+        cut.k, cut.attention, cut.op = 0, False, "gcn"  # k = 0: the MLP's output, unpropagated
+    else:
+        cut.layers = nn.ModuleList(list(model.layers)[:layer])
+    return cut
+
+
+@torch.no_grad()
+def rank_output(strategy, model: nn.Module, shard, output: Output) -> torch.Tensor:
+    """``output`` for this rank's rows (``shard.row_ids()``), the model in eval mode."""
+    run = through_layer(model, output.layer_of(model))
+    training = model.training
+    model.eval()
+    try:
+        if run is not model:
+            strategy.prepare(run)  # what a strategy plans of the model (out-of-core stages)
+        values = strategy.forward(run, shard.view, shard.x)
+    finally:
+        if run is not model:
+            strategy.prepare(model)
+        model.train(training)
+    if output.what == "probs":
+        return torch.softmax(values, dim=-1)
+    if output.what == "labels":
+        return values.argmax(dim=-1)
+    return values
