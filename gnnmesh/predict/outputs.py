@@ -78,9 +78,9 @@ def through_layer(model: nn.Module, layer: int) -> nn.Module:
 @torch.no_grad()
 def rank_output(strategy, model: nn.Module, shard, output: Output) -> torch.Tensor:
     """``output`` for this rank's rows (``shard.row_ids()``), the model in eval mode."""
-    run = through_layer(model, output.layer_of(model))
     training = model.training
     model.eval()
+    run = through_layer(model, output.layer_of(model))  # a copy: made in eval mode
     try:
         if run is not model:
             strategy.prepare(run)  # what a strategy plans of the model (out-of-core stages)

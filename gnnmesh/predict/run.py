@@ -62,7 +62,11 @@ def run_prediction(config: Config, request: Request, quiet: bool = False) -> Opt
     rank, world_size = world or (0, 1)
     state = checkpoint.load(request.checkpoint)
     saved = trained.config_of(state)
-    config, parts = adopt_parts(config.updated(**trained.model_settings(saved), seed=saved.training.seed))
+    try:
+        config = config.updated(**trained.model_settings(saved), seed=saved.training.seed)
+    except ConfigError as err:  # e.g. a model the strategy asked for cannot run
+        raise ConfigError(f"{request.checkpoint}: the model it holds: {err}") from None
+    config, parts = adopt_parts(config)
     if world and config.run.strategy == "single" and world_size > 1:
         raise ConfigError(f"this job has {world_size} ranks; choose a parallel --strategy (e.g. partition)")
     config = config.resolved()
