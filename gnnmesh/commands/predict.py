@@ -47,12 +47,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args, argv) -> int:
-    from ..predict.run import Request  # heavy imports only when predicting
+    from .. import trained  # heavy imports only when predicting
+    from ..predict.run import Request, with_model
+    from ..train import checkpoint
     request = Request(args.checkpoint, args.out, args.output, args.layer, args.nodes, args.fmt, args.weights)
     request.check()
-    config = config_from_args(args)
+    saved = trained.config_of(checkpoint.load(args.checkpoint))
+    config = with_model(config_from_args(args), saved, args.checkpoint)  # refused before ranks start
     if args.dataset is None and not config.data.parts and not (args.config and _file_names_dataset(args.config)):
-        config = config.updated(dataset=_trained_on(args.checkpoint))
+        config = config.updated(dataset=saved.data.dataset)
     world = world_from_env()
     if world is None and config.run.nproc > 1:
         from ..launch import launch
@@ -66,12 +69,6 @@ def run(args, argv) -> int:
         progress.disable()
     run_prediction(config, request, quiet=args.quiet)
     return 0
-
-
-def _trained_on(path) -> str:
-    from .. import trained
-    from ..train import checkpoint
-    return trained.config_of(checkpoint.load(path)).data.dataset
 
 
 def _file_names_dataset(path) -> bool:

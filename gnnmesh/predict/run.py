@@ -62,11 +62,7 @@ def run_prediction(config: Config, request: Request, quiet: bool = False) -> Opt
     rank, world_size = world or (0, 1)
     state = checkpoint.load(request.checkpoint)
     saved = trained.config_of(state)
-    try:
-        config = config.updated(**trained.model_settings(saved), seed=saved.training.seed)
-    except ConfigError as err:  # e.g. a model the strategy asked for cannot run
-        raise ConfigError(f"{request.checkpoint}: the model it holds: {err}") from None
-    config, parts = adopt_parts(config)
+    config, parts = adopt_parts(with_model(config, saved, request.checkpoint))
     if world and config.run.strategy == "single" and world_size > 1:
         raise ConfigError(f"this job has {world_size} ranks; choose a parallel --strategy (e.g. partition)")
     config = config.resolved()
@@ -80,6 +76,15 @@ def run_prediction(config: Config, request: Request, quiet: bool = False) -> Opt
         raise
     comm.shutdown(clean=True)
     return manifest
+
+
+def with_model(config: Config, saved: Config, path) -> Config:
+    """``config`` with the model settings (and seed) of ``saved``, the config of the checkpoint at
+    ``path``: a model the strategy cannot run is refused naming the checkpoint."""
+    try:
+        return config.updated(**trained.model_settings(saved), seed=saved.training.seed)
+    except ConfigError as err:
+        raise ConfigError(f"{path}: the model it holds: {err}") from None
 
 
 def _predict(config, request, state, saved, parts, quiet, rank, world_size) -> Optional[dict]:
