@@ -1,7 +1,9 @@
 """The one result every strategy's model gives, so that a ranking can put them side by side.
 
 Units: seconds and bytes. Times are one epoch's (a training step and, unless the model was
-asked otherwise, the evaluation pass the trainer runs every epoch); ``setup_s`` is paid once.
+asked otherwise, the evaluation pass the trainer runs every epoch), or, for a model asked for
+``inference``, one inference pass's (that evaluation alone: its "epoch" fields then describe
+the pass); ``setup_s`` is paid once.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ class Estimate:
     structure the strategy keeps, its vertex data (features, labels, masks), the
     parameters with gradients and optimizer state, and twice the activations a training
     step saves for backward (them and their gradients); not the process's baseline
-    (interpreter, libraries, allocator slack) nor a whole graph loaded before sharding.
+    (interpreter, libraries, allocator slack) nor a whole graph loaded before sharding. For
+    one inference pass: what a pass without gradients holds, where the model says
+    (``trace.peak_bytes``, ``grid3d.peak_bytes``), else the training step's as a bound.
     ``dominant``: the largest of the epoch's terms (``aggregate``, ``dense``, and each
     communication phase)."""
 

@@ -47,6 +47,7 @@ class Workload:
     evaluate: bool = False          # one more forward pass per epoch (the trainer's evaluation)
     dropout: bool = False           # dropout on every layer's input in the training step
     element_bytes: int = ELEMENT_BYTES
+    inference: bool = False         # priced: one inference pass (that evaluation alone), not an epoch
 
     @classmethod
     def gcn(cls, nodes: int, edges: int, features: int, hidden: int, classes: int, layers: int,
@@ -123,7 +124,10 @@ def _logits_ops(work: Workload, grid: Grid, backward: bool) -> list:
 
 
 def epoch_ops(work: Workload, grid: Grid) -> list:
-    """Forward, loss, backward, gradient exchange, then the evaluation pass if any."""
+    """Forward, loss, backward, gradient exchange, then the evaluation pass if any; for
+    ``work.inference``, the evaluation pass alone."""
+    if work.inference:
+        return _evaluation_ops(work, grid)
     forward = [op for layer in range(work.layers) for op in layer_ops(work, grid, layer, False)]
     forward += _logits_ops(work, grid, backward=False)
     loss = [Collective("all_reduce", WORLD, work.element_bytes)]
@@ -132,9 +136,15 @@ def epoch_ops(work: Workload, grid: Grid) -> list:
     backward.append(Collective("all_gather", WORLD, work.parameters * work.element_bytes))
     if not work.evaluate:
         return forward + loss + backward
+    return forward + loss + backward + _evaluation_ops(work, grid)
+
+
+def _evaluation_ops(work: Workload, grid: Grid) -> list:
+    """The evaluation pass: a forward without dropout, the logits to the ranks that score
+    them, and the hits (train, validation, test) summed over the world."""
     evaluation = [op for layer in range(work.layers) for op in layer_ops(work, grid, layer, False, False)]
-    evaluation += _logits_ops(work, grid, backward=False) + [Collective("all_reduce", WORLD, 3 * work.element_bytes)]
-    return forward + loss + backward + evaluation
+    return evaluation + _logits_ops(work, grid, backward=False) + [Collective("all_reduce", WORLD,
+                                                                              3 * work.element_bytes)]
 
 
 # ---------------------------------------------------------------------------- prediction
@@ -164,7 +174,7 @@ def predict(work: Workload, grid: Grid, rates: ComputeRates, network: Network,
     """Predicted epoch time of ``work`` on ``grid``; ``ranks_per_node`` defaults to one node."""
     per_node = ranks_per_node or grid.size
     links = group_links(grid, per_node, network, order)
-    spmm, dense = 0.0, rates.epoch_overhead
+    spmm, dense = 0.0, rates.overhead(work.inference)
     comm = dict.fromkeys(AXES + (WORLD,), 0.0)
     for op in epoch_ops(work, grid):
         if isinstance(op, SpMM):
@@ -206,7 +216,9 @@ def peak_bytes(work: Workload, grid: Grid) -> int:
     rows the rank scores; the whole of W and b with gradients and Adam's two moments; and
     twice what a training step saves for backward: per layer its input block, the SpMM's
     output and the GEMM's. Not counted: the whole graph a rank training from the dataset
-    (not from parts) keeps to cut its blocks from, the permutations and the logit route."""
+    (not from parts) keeps to cut its blocks from, the permutations and the logit route.
+    For one inference pass (``work.inference``, no autograd): W and b alone, and those
+    blocks once, an upper bound of what a pass that frees each after its last use holds."""
     b, structure, saved = work.element_bytes, 0, 0
     first = roles(0)
     vertex = (_split(work.nodes, grid[first.cols]) * _split(work.widths[0], grid[first.feats]) * b
@@ -219,7 +231,8 @@ def peak_bytes(work: Workload, grid: Grid) -> int:
             nnz = _split(work.nnz, grid[r.rows] * grid[r.cols])
             structure += 2 * (8 * (out_rows + 1) + nnz * (8 + b))
         saved += in_rows * f_in + out_rows * f_in + out_rows * f_out
-    return structure + vertex + 4 * b * work.parameters + 2 * b * saved
+    held, kept = (1, 1) if work.inference else (4, 2)   # copies of the parameters; of the saved blocks
+    return structure + vertex + held * b * work.parameters + kept * b * saved
 
 
 def rank_grids(work: Workload, world: int, rates: ComputeRates, network: Network,

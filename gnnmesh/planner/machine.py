@@ -81,6 +81,11 @@ class ComputeRates:
     def dropout(self, elements: int) -> float:
         return self.elementwise_call + elements * self.dropout_per
 
+    def overhead(self, inference: bool = False) -> float:
+        """The loop's own work in what is priced: ``epoch_overhead`` in a training epoch;
+        none in one inference pass, which runs no optimizer, loss or training loop."""
+        return 0.0 if inference else self.epoch_overhead
+
     def scaled(self, factor: float) -> "ComputeRates":
         """Every cost times ``factor`` (e.g. ranks sharing a core run that much slower)."""
         costs = ("spmm_call", "spmm_per_nnz", "spmm_per_nnz_col", "spmm_per_out", "spmm_per_in", "gemm_call",

@@ -10,6 +10,11 @@ Time: the compute of 1D partitioning on the same partition (``partition.estimate
 plan recomputes in the backward pass are not priced again), every byte between the tiers at
 ``network.host_bw``, and one all-to-all per batch and stage of each pass for the rows other
 ranks read; nothing overlaps.
+
+One inference pass (``inference``) is the evaluation pass alone: its traffic between the
+tiers and to other ranks, and its compute. Its peak stays the training plan's
+(``costs.footprint``, which keeps the logits' gradient and the loss beside each chunk's
+working set): an upper bound of the forward's, on the plan a run with that budget builds.
 """
 
 from __future__ import annotations
@@ -29,10 +34,11 @@ from .trace import build
 
 def estimate(graph, assignment, widths, model: str, rates: ComputeRates, network: Network,
              ranks_per_node: Optional[int] = None, evaluate: bool = True, *, budget: int,
-             decoupled: bool = False, method: Optional[str] = None, **options) -> Estimate:
+             decoupled: bool = False, method: Optional[str] = None, inference: bool = False,
+             **options) -> Estimate:
     """The predicted epoch of ``model`` (as ``partition.estimate`` takes it) trained out of
     core on ``graph`` cut by ``assignment``, each rank's fast tier holding ``budget`` bytes;
-    a ConfigError when no plan fits the budget."""
+    a ConfigError when no plan fits the budget. ``inference``: one inference pass instead."""
     adj = getattr(graph, "adj", graph)
     vector, parts = check_assignment(assignment, getattr(assignment, "parts", None), adj.shape[0])
     owned = [np.flatnonzero(vector == r) for r in range(parts)]
@@ -41,21 +47,22 @@ def estimate(graph, assignment, widths, model: str, rates: ComputeRates, network
     heads = getattr(net, "heads", 1)
     plan = build_plan(adj=adj, owned=owned, rank=0, in_dim=widths[0], stages=stages, classes=stages[-1].width,
                       heads=heads, budget=budget, chunks=None, dedup="both", reorganize=True)
-    traffic = costs.epoch_traffic(plan, stages, 1, int(evaluate))
+    trained, evaluated = (0, 1) if inference else (1, int(evaluate))   # passes: training, evaluation
+    traffic = costs.epoch_traffic(plan, stages, trained, evaluated)
     inner = partition_model.estimate(graph, assignment, widths, model, rates, network, ranks_per_node, evaluate,
-                                     decoupled=decoupled, method=method, **options)
+                                     decoupled=decoupled, method=method, inference=inference, **options)
     _, all_to_all = world_links(parts, ranks_per_node, network)
     replicated = ("grad", "metrics")   # all-reduced as under 1D partitioning
     counted = {phase: inner.rank_phase_bytes[phase] for phase in replicated}
     comm = {phase: inner.terms[phase] for phase in replicated}
-    exchanges = plan.batches * len(stages) * (2 + int(evaluate))
+    exchanges = plan.batches * len(stages) * (2 * trained + evaluated)   # a training pass: forward, backward
     sent = max(traffic.peer)
     comm["offload"] = exchanges * collective_time("all_to_all", sent * parts / max(parts - 1, 1) / exchanges,
                                                   parts, *all_to_all) if parts > 1 and sent else 0.0
     moved = [traffic.load[r] + traffic.store[r] for r in range(parts)]
     comm["host"] = max(moved) / network.host_bw
     compute = {term: inner.terms[term] for term in ("aggregate", "dense")}
-    peaks = costs.footprint(plan, stages, stages[-1].width, heads)
+    peaks = costs.footprint(plan, stages, stages[-1].width, heads)   # the training step's, also for inference
     settings = {"partitioner": method or getattr(assignment, "method", None)} if parts > 1 else {}
     return Estimate.build(compute, comm, {"offload": list(traffic.peer), **counted}, peaks, inner.setup_s,
                           strategy="offload", device_memory=str(int(budget)), **settings)

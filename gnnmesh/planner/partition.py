@@ -5,7 +5,9 @@ what every rank's ``PartitionView`` builds) and from the model's calls (``trace`
 aggregation and every attention score gather sends, forward, the rows each rank lists for each
 peer, one message per peer; backward, when its input wants a gradient, each rank returns the
 halo rows' gradients to their owners. The trainer's evaluation repeats the forward pass.
-Gradients and metrics are all-reduced over all ranks.
+Gradients and metrics are all-reduced over all ranks. One inference pass (``inference``) is
+that evaluation alone: its forward exchanges, compute and metrics, with the partitioning as
+its setup.
 
 Time: each rank's compute from its block's nonzeros and rows and the model's widths
 (``trace.epoch_compute``); an exchange lasts as long as its busiest rank takes to send or to
@@ -65,17 +67,19 @@ def exchanges(calls, backward: bool):
 
 def estimate(graph, assignment, widths, model: str, rates: ComputeRates, network: Network,
              ranks_per_node: Optional[int] = None, evaluate: bool = True, *, decoupled: bool = False,
-             method: Optional[str] = None, setup_s: Optional[float] = None, **options) -> Estimate:
+             method: Optional[str] = None, setup_s: Optional[float] = None, inference: bool = False,
+             **options) -> Estimate:
     """The predicted epoch of ``model`` (``decoupled``: its decoupled form; ``options``: the
     constructor's, e.g. ``heads``, ``k``) with ``widths`` (input, hidden..., classes; GAT's
     hidden per head) on ``graph`` (a Graph or its Adjacency) cut by ``assignment`` (a
     Partition, or the rank of every vertex); ``ranks_per_node`` defaults to one node.
     ``setup_s``: the partitioning time (default: a Partition's ``seconds``, else 0);
-    ``method`` names the partitioner (default: a Partition's)."""
+    ``method`` names the partitioner (default: a Partition's). ``inference``: one inference
+    pass instead of an epoch (``trace.Trace``)."""
     adj = getattr(graph, "adj", graph)
     vector, parts = check_assignment(assignment, getattr(assignment, "parts", None), adj.shape[0])
     net = build(widths, model, decoupled, **options)
-    traced = trace(net, widths[0])
+    traced = trace(net, widths[0], inference=inference)
     halos = {op: halo_counts(OPERATORS[op](adj), vector, parts) for op in sorted(traced.ops())}
     name = method or getattr(assignment, "method", None)
     setup = setup_s if setup_s is not None else (getattr(assignment, "seconds", None) or 0.0)
@@ -85,11 +89,11 @@ def estimate(graph, assignment, widths, model: str, rates: ComputeRates, network
 
 def random_estimate(graph: SizedGraph, parts: int, widths, model: str, rates: ComputeRates, network: Network,
                     ranks_per_node: Optional[int] = None, evaluate: bool = True, *, decoupled: bool = False,
-                    **options) -> Estimate:
+                    inference: bool = False, **options) -> Estimate:
     """``estimate`` for a graph known by its size: the random partition (``rp``) with the
     halos ``SizedGraph.random_halos`` expects, an upper bound on a real graph's."""
     net = build(widths, model, decoupled, **options)
-    traced = trace(net, widths[0])
+    traced = trace(net, widths[0], inference=inference)
     halos = {op: HaloCounts(*graph.random_halos(op, parts), graph.operator(op).valued)
              for op in sorted(traced.ops())}
     return priced(net, traced, halos, graph.rows(parts), widths[0], rates, network, ranks_per_node, evaluate,
@@ -107,7 +111,7 @@ def priced(net, traced, halos: dict, owned: np.ndarray, in_dim: int, rates: Comp
         rows = halos[op].send.T if back else halos[op].send
         halo_bytes += rows.sum(axis=1) * elements * ELEMENT_BYTES
     collective, leaving = world_links(parts, ranks_per_node, network)
-    counted, comm = replicated_phases(parts, traced.gradients, evaluate, collective)
+    counted, comm = replicated_phases(parts, traced, evaluate, collective)
     comm["halo"] = _halo_seconds(moves, halos, parts, ranks_per_node or parts, network, leaving)
     # Ranks alike in what a rank's compute and peak depend on are priced once (on a large mesh
     # most are: a random partition has two kinds of rank).

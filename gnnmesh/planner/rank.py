@@ -5,7 +5,9 @@ The candidates are 1D partition parallelism under each partitioner (the partitio
 computed, or read from the partition store, so its bytes are exact and its partitioning time
 is the candidate's setup), tensor parallelism (its decoupled form when the model is), and
 every X x Y x Z grid of P ranks. They are ranked by ``epoch_s + setup_s / epochs``: the
-predicted epoch with the one-off setup spread over the run. Each model's bytes are checked
+predicted epoch with the one-off setup spread over the run. Ranked for ``inference``, each
+candidate's ``epoch_s`` is one inference pass (the evaluation's forward in eval mode alone)
+and its setup counts in full (``epochs`` is 1). Each model's bytes are checked
 against runs on its own (``tests/test_planner_estimates.py``); the ranking across strategies,
 which rests on their times, is checked against measured epochs by ``benchmarks/planner.py``.
 """
@@ -43,10 +45,13 @@ class Dropped:
 
 @dataclass(frozen=True)
 class Ranking:
-    """``ranked``: the candidates' Estimates, best first; ``dropped``: those left out."""
+    """``ranked``: the candidates' Estimates, best first; ``dropped``: those left out;
+    ``epochs``: how many epochs the setup is spread over; ``inference``: each Estimate is one
+    inference pass, its setup counted in full (``epochs`` is 1)."""
     ranked: tuple
     dropped: tuple
     epochs: int
+    inference: bool = False
 
     def cost(self, estimate: Estimate) -> float:
         return cost(estimate, self.epochs)
@@ -67,7 +72,7 @@ def rank_strategies(graph, ranks: int, model: str, widths, rates: ComputeRates, 
                     ranks_per_node: Optional[int] = None, *, epochs: int = 200, memory_limit: Optional[int] = None,
                     partitioners=RANKED_METHODS, decoupled: bool = False, evaluate: bool = True, seed: int = 0,
                     epsilon: float = 0.01, cache: bool = True, cache_dir=None, order: str = RANK_ORDER,
-                    **options) -> Ranking:
+                    inference: bool = False, **options) -> Ranking:
     """Rank the strategies for ``model`` (``decoupled``: its decoupled form; ``options``: the
     constructor's, e.g. ``heads``, ``k``) with ``widths`` (input, hidden..., classes; GAT's
     hidden per head) on ``graph`` (a loaded Graph) over ``ranks`` ranks, ``ranks_per_node``
@@ -83,10 +88,17 @@ def rank_strategies(graph, ranks: int, model: str, widths, rates: ComputeRates, 
     and out-of-core training (``offload``) with that fast-tier budget joins the candidates,
     on each partition (or the single process), dropped with the reason where no plan fits.
     ``epochs``: how many epochs the setup is spread over. On one rank the one candidate is
-    the single process."""
+    the single process.
+
+    ``inference``: rank for one full-graph inference pass instead of training: every
+    candidate's ``epoch_s`` is the predicted time of the evaluation's forward pass alone
+    (eval mode: no dropout, no backward, gradient exchange or loss), its peak that of a
+    pass without gradients where the model knows one, and its setup counts in full: the
+    ranking's ``epochs`` is 1 (``epochs`` and ``evaluate`` are moot)."""
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
-    common = dict(decoupled=decoupled, **options)
+    epochs = 1 if inference else epochs
+    common = dict(decoupled=decoupled, inference=inference, **options)
     candidates, dropped = [], []
 
     def out_of_core(assignment, name):
@@ -105,7 +117,7 @@ def rank_strategies(graph, ranks: int, model: str, widths, rates: ComputeRates, 
         one = partition_model.estimate(graph, alone, widths, model, rates, network, 1, evaluate, **common)
         candidates.append(replace(one, strategy="single", settings={"strategy": "single"}))
         out_of_core(alone, "offload")
-        return _ranked(candidates, dropped, epochs, memory_limit)
+        return _ranked(candidates, dropped, epochs, memory_limit, inference)
     for method in partitioners:
         try:
             part = partition(graph, ranks, method, epsilon=epsilon, seed=seed, cache=cache, cache_dir=cache_dir)
@@ -119,28 +131,29 @@ def rank_strategies(graph, ranks: int, model: str, widths, rates: ComputeRates, 
                                             **common))
     adj = getattr(graph, "adj", graph)
     _grids(candidates, dropped, adj.shape[0], OPERATORS["gcn"](adj).nnz, ranks, model, widths, rates, network,
-           ranks_per_node, evaluate, order, decoupled, options)
-    return _ranked(candidates, dropped, epochs, memory_limit)
+           ranks_per_node, evaluate, order, decoupled, options, inference)
+    return _ranked(candidates, dropped, epochs, memory_limit, inference)
 
 
 def rank_sized(graph: SizedGraph, ranks: int, model: str, widths, rates: ComputeRates, network: Network,
                ranks_per_node: Optional[int] = None, *, epochs: int = 200, memory_limit: Optional[int] = None,
                partitioners=RANKED_METHODS, decoupled: bool = False, evaluate: bool = True, order: str = RANK_ORDER,
-               **options) -> Ranking:
+               inference: bool = False, **options) -> Ranking:
     """``rank_strategies`` for a graph known by its size (``SizedGraph``): the random
     partition with its expected halos (an upper bound, see ``sized``), tensor parallelism
     and every grid. The partitioners that follow the graph's structure, and out-of-core
-    training (whose chunks do), are dropped with the reason."""
+    training (whose chunks do), are dropped with the reason. ``inference``: as there."""
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
-    common = dict(decoupled=decoupled, **options)
+    epochs = 1 if inference else epochs
+    common = dict(decoupled=decoupled, inference=inference, **options)
     candidates, dropped = [], []
     if memory_limit is not None:
         dropped.append(Dropped("offload", "its chunks follow the graph's own structure: give --dataset"))
     if ranks == 1:
         one = partition_model.random_estimate(graph, 1, widths, model, rates, network, 1, evaluate, **common)
         return _ranked([replace(one, strategy="single", settings={"strategy": "single"})], dropped, epochs,
-                       memory_limit)
+                       memory_limit, inference)
     for method in partitioners:
         if method == "rp":
             candidates.append(partition_model.random_estimate(graph, ranks, widths, model, rates, network,
@@ -151,24 +164,27 @@ def rank_sized(graph: SizedGraph, ranks: int, model: str, widths, rates: Compute
     candidates.append(tensor_model.sized_estimate(graph, ranks, widths, model, rates, network, ranks_per_node,
                                                   evaluate, **common))
     _grids(candidates, dropped, graph.nodes, graph.operator("gcn").nnz, ranks, model, widths, rates, network,
-           ranks_per_node, evaluate, order, decoupled, options)
-    return _ranked(candidates, dropped, epochs, memory_limit)
+           ranks_per_node, evaluate, order, decoupled, options, inference)
+    return _ranked(candidates, dropped, epochs, memory_limit, inference)
 
 
 def _grids(candidates: list, dropped: list, nodes: int, gcn_nnz: int, ranks: int, model: str, widths, rates,
-           network, ranks_per_node, evaluate: bool, order: str, decoupled: bool, options: dict) -> None:
+           network, ranks_per_node, evaluate: bool, order: str, decoupled: bool, options: dict,
+           inference: bool = False) -> None:
     """Every grid3d grid of ``ranks`` into ``candidates``, or grid3d into ``dropped`` with why."""
     net = build(widths, model, decoupled, **options)
     refusal = grid3d_refusal(net, model, decoupled)
     if refusal:
         dropped.append(Dropped("grid3d", refusal))
         return
-    work = Workload(nodes, gcn_nnz, tuple(int(w) for w in widths), evaluate=evaluate, dropout=net.dropout > 0)
+    work = Workload(nodes, gcn_nnz, tuple(int(w) for w in widths), evaluate=evaluate, dropout=net.dropout > 0,
+                    inference=inference)
     candidates += [grid3d_estimate(work, predict(work, grid, rates, network, ranks_per_node, order))
                    for grid in factorizations(ranks)]
 
 
-def _ranked(candidates: list, dropped: list, epochs: int, memory_limit: Optional[int]) -> Ranking:
+def _ranked(candidates: list, dropped: list, epochs: int, memory_limit: Optional[int],
+            inference: bool = False) -> Ranking:
     """``candidates`` best first, less those over ``memory_limit`` (added to ``dropped``)."""
     kept = []
     for estimate in candidates:
@@ -178,7 +194,8 @@ def _ranked(candidates: list, dropped: list, epochs: int, memory_limit: Optional
                                                       f"limit of {memory_limit / 2**20:.3g} MiB"))
         else:
             kept.append(estimate)
-    return Ranking(tuple(sorted(kept, key=lambda e: (cost(e, epochs), e.strategy))), tuple(dropped), epochs)
+    return Ranking(tuple(sorted(kept, key=lambda e: (cost(e, epochs), e.strategy))), tuple(dropped), epochs,
+                   inference)
 
 
 def grid3d_refusal(net, model: str, decoupled: bool) -> Optional[str]:

@@ -9,7 +9,8 @@ a reduce-scatter of the gradient backward, padded as ``comm.all_gather_bytes`` a
 ``comm.reduce_scatter_bytes`` count); gradients and metrics all-reduced. A decoupled model
 runs its NN layers (and attention) on rows, then one split, k propagation steps on column
 slices and one gather, whatever k is. Chunking (``--chunk-size``) moves the same bytes and is
-not modelled otherwise.
+not modelled otherwise. One inference pass (``inference``) is the evaluation alone: its
+forward switches and shares (all-gathers), compute and metrics.
 
 Time: each rank's dense work on its V/N rows and its aggregations on its column slice of all
 V rows (``trace.epoch_compute``); every switch is an all-to-all as long as its busiest rank's
@@ -81,14 +82,15 @@ def shares(traced, evaluate: bool, row_counts: list, entries: dict) -> list:
 
 def estimate(graph, ranks: int, widths, model: str, rates: ComputeRates, network: Network,
              ranks_per_node: Optional[int] = None, evaluate: bool = True, *, decoupled: bool = False,
-             **options) -> Estimate:
+             inference: bool = False, **options) -> Estimate:
     """The predicted epoch of ``model`` (``decoupled``: its decoupled form; ``options``: the
     constructor's, e.g. ``heads``, ``k``) with ``widths`` (input, hidden..., classes; GAT's
     hidden per head) on ``graph`` (a Graph or its Adjacency) over ``ranks`` ranks;
-    ``ranks_per_node`` defaults to one node."""
+    ``ranks_per_node`` defaults to one node. ``inference``: one inference pass instead of an
+    epoch (``trace.Trace``)."""
     adj = getattr(graph, "adj", graph)
     bounds = even_bounds(adj.shape[0], ranks)
-    net, traced = _traced(widths, model, decoupled, **options)
+    net, traced = _traced(widths, model, decoupled, inference, **options)
     ops = {name: OPERATORS[name](adj) for name in sorted(traced.ops())}
     sizes = {name: OperatorSize(op.nnz, op.values is not None) for name, op in ops.items()}
     entries = {name: np.diff(op.indptr.numpy()[bounds]).tolist() for name, op in ops.items()}
@@ -98,21 +100,21 @@ def estimate(graph, ranks: int, widths, model: str, rates: ComputeRates, network
 
 def sized_estimate(graph: SizedGraph, ranks: int, widths, model: str, rates: ComputeRates, network: Network,
                    ranks_per_node: Optional[int] = None, evaluate: bool = True, *, decoupled: bool = False,
-                   **options) -> Estimate:
+                   inference: bool = False, **options) -> Estimate:
     """``estimate`` for a graph known by its size: each row block holds its rows' share of an
     operator's entries."""
     row_counts = graph.rows(ranks).tolist()
-    net, traced = _traced(widths, model, decoupled, **options)
+    net, traced = _traced(widths, model, decoupled, inference, **options)
     sizes = {name: graph.operator(name) for name in sorted(traced.ops())}
     entries = {name: [round(size.nnz * rows / graph.nodes) for rows in row_counts] for name, size in sizes.items()}
     return priced(net, traced, sizes, entries, row_counts, widths[0], rates, network, ranks_per_node, evaluate,
                   decoupled)
 
 
-def _traced(widths, model: str, decoupled: bool, **options) -> tuple:
+def _traced(widths, model: str, decoupled: bool, inference: bool, **options) -> tuple:
     """(the model, its Trace as tensor parallelism runs it)."""
     net = build(widths, model, decoupled, **options)
-    traced = trace(net, widths[0], _decoupled_pass if decoupled else None)
+    traced = trace(net, widths[0], _decoupled_pass if decoupled else None, inference)
     if decoupled:   # the one aggregation stands for the k steps (none: no switches either)
         def steps(calls):
             return tuple(replace(c, steps=net.k) if isinstance(c, Aggregate) else c for c in calls)
@@ -129,7 +131,7 @@ def priced(net, traced, operators: dict, entries: dict, row_counts: list, in_dim
     count = {"all_gather": all_gather_bytes, "reduce_scatter": reduce_scatter_bytes}
     share_bytes = sum(count[kind](sizes, elements, ELEMENT_BYTES) for kind, sizes, elements in shared)
     collective, all_to_all = world_links(ranks, ranks_per_node, network)
-    counted, comm = replicated_phases(ranks, traced.gradients, evaluate, collective)
+    counted, comm = replicated_phases(ranks, traced, evaluate, collective)
     counted = {"layout": layout_bytes(row_counts, switched, ELEMENT_BYTES), "share": [share_bytes] * ranks, **counted}
     comm["layout"] = sum(_all_to_all_seconds(layout_bytes(row_counts, [s], ELEMENT_BYTES), ranks, all_to_all)
                          for s in switched)

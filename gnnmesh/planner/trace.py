@@ -7,6 +7,9 @@ rows. None of that depends on the graph, so ``trace`` runs the model once forwar
 (a training step) and once forward without gradients (the trainer's evaluation) on a graph of
 a few nodes, and records every call per row. The estimators (``partition.py``, ``tensor.py``)
 price the calls on a real graph and layout; ``epoch_compute`` is the compute part they share.
+A Trace made for ``inference`` stands for one inference pass instead of an epoch: its passes
+are the evaluation alone, and what they price (compute, exchanges, the all-reduces of
+``replicated_phases``, ``peak_bytes``) follows.
 """
 
 from __future__ import annotations
@@ -91,13 +94,19 @@ class Dense:
 @dataclass(frozen=True)
 class Trace:
     """A training step's calls (forward order), an evaluation pass's, and the gradient
-    elements the step leaves on parameters (what ranks all-reduce)."""
+    elements the step leaves on parameters (what ranks all-reduce). ``inference``: what is
+    priced is one inference pass (the evaluation's forward in eval mode, no gradients), not
+    an epoch."""
     train: tuple
     evaluation: tuple
     gradients: int
+    inference: bool = False
 
     def passes(self, evaluate: bool = True) -> tuple:
-        """``(calls, training)`` of the training step and, with ``evaluate``, the evaluation."""
+        """``(calls, training)`` of the training step and, with ``evaluate``, the evaluation;
+        for ``inference``, the evaluation alone (``evaluate`` is moot)."""
+        if self.inference:
+            return ((self.evaluation, False),)
         return ((self.train, True),) + (((self.evaluation, False),) if evaluate else ())
 
     def ops(self) -> set:
@@ -195,9 +204,9 @@ def build(widths, model: str = "gcn", decoupled: bool = False, **options) -> tor
                            layers=len(widths) - 1, **options)
 
 
-def trace(net: torch.nn.Module, in_dim: int, forward: Optional[Callable] = None) -> Trace:
+def trace(net: torch.nn.Module, in_dim: int, forward: Optional[Callable] = None, inference: bool = False) -> Trace:
     """The calls of ``forward(net, view, x)`` (default ``net(view, x)``) in a training step
-    and in an evaluation pass."""
+    and in an evaluation pass; ``inference``: the Trace prices one inference pass."""
     forward = forward or (lambda m, view, x: m(view, x))
     view = _Recorder(tiny_graph())
     x = torch.randn(TINY_NODES, in_dim, generator=torch.Generator().manual_seed(0))  # not the global RNG
@@ -215,7 +224,7 @@ def trace(net: torch.nn.Module, in_dim: int, forward: Optional[Callable] = None)
         net.eval()
         with torch.no_grad(), view.dense:
             forward(net, view, x)
-        return Trace(train, tuple(view.calls), gradients)
+        return Trace(train, tuple(view.calls), gradients, inference)
     finally:
         net.train(was_training)
 
@@ -223,7 +232,7 @@ def trace(net: torch.nn.Module, in_dim: int, forward: Optional[Callable] = None)
 def epoch_compute(traced: Trace, rates: ComputeRates, rows: int, aggregation: Callable, edges: Callable,
                   evaluate: bool = True) -> dict:
     """Seconds of one rank's compute in an epoch, ``{"aggregate": ..., "dense": ...}``: the
-    training step and, with ``evaluate``, the evaluation pass.
+    training step and, with ``evaluate``, the evaluation pass (``traced.passes``).
 
     ``rows``: the rank's vertex rows for dense work; ``aggregation(call)``: the SpMM an
     ``Aggregate`` runs there; ``edges(op)``: the edges whose scores it computes. Backward
@@ -233,8 +242,8 @@ def epoch_compute(traced: Trace, rates: ComputeRates, rows: int, aggregation: Ca
     forward and one backward (bias, activation), one over the edges for scores and three
     for a softmax; a dropout draws its mask (``rates.dropout``) and applies it once more
     backward, on the rank's rows (dense) or an operator's edges (aggregate). The loop's own
-    work (``rates.epoch_overhead``) counts as dense."""
-    out = {"aggregate": 0.0, "dense": rates.epoch_overhead}
+    work (``rates.overhead``) counts as dense."""
+    out = {"aggregate": 0.0, "dense": rates.overhead(traced.inference)}
     for calls, backward in traced.passes(evaluate):
         for call in calls:
             if isinstance(call, Aggregate):
@@ -286,13 +295,16 @@ def transposed(op: SpMM) -> SpMM:
 LOSS_ELEMENTS, EVALUATION_ELEMENTS = 1, 3
 
 
-def replicated_phases(world: int, gradients: int, evaluate: bool, link: tuple) -> tuple:
-    """The ``grad`` and ``metrics`` phases every strategy with replicated weights runs (one
-    all-reduce of the gradients, the metrics' all-reduces; nothing on one rank): ``(bytes per
-    phase and rank, seconds per phase)``; ``link``: (bandwidth, latency) of a collective over
-    all ranks."""
-    buffers = {"grad": [gradients * ELEMENT_BYTES] if gradients else [],
-               "metrics": [LOSS_ELEMENTS * ELEMENT_BYTES] + ([EVALUATION_ELEMENTS * ELEMENT_BYTES] if evaluate else [])}
+def replicated_phases(world: int, traced: Trace, evaluate: bool, link: tuple) -> tuple:
+    """The ``grad`` and ``metrics`` phases every strategy with replicated weights runs in the
+    passes of ``traced`` (a training step: one all-reduce of the gradients and one of the
+    loss; an evaluation: one of its hits; nothing on one rank): ``(bytes per phase and rank,
+    seconds per phase)``; ``link``: (bandwidth, latency) of a collective over all ranks."""
+    buffers = {"grad": [], "metrics": []}
+    for _, training in traced.passes(evaluate):
+        if training:
+            buffers["grad"] += [traced.gradients * ELEMENT_BYTES] if traced.gradients else []
+        buffers["metrics"].append((LOSS_ELEMENTS if training else EVALUATION_ELEMENTS) * ELEMENT_BYTES)
     counted = {phase: [sum(sizes) if world > 1 else 0] * world for phase, sizes in buffers.items()}
     seconds = {phase: sum(collective_time("all_reduce", n, world, *link) for n in sizes)
                for phase, sizes in buffers.items()}
@@ -305,9 +317,14 @@ def peak_bytes(net: torch.nn.Module, traced: Trace, in_dim: int, rows: int, stru
     of vertex data (features, labels, masks), the parameters with their gradients and Adam's
     two moments, and twice what a training step saves for backward: every product's output,
     ``aggregated(call)`` elements per aggregation, ``gathered(call)`` per score gather, two
-    values per edge (``edges(op)``) per softmax."""
+    values per edge (``edges(op)``) per softmax.
+
+    For one inference pass (``traced.inference``, no autograd): the parameters alone and the
+    same products of the evaluation pass, once. A no-grad pass frees each product after its
+    last use, so holding all of them at once is an upper bound of its peak."""
+    inference = traced.inference
     saved = 0
-    for call in traced.train:
+    for call in (traced.evaluation if inference else traced.train):
         if isinstance(call, Dense):
             saved += rows * call.batch * call.n
         elif isinstance(call, Aggregate):
@@ -317,5 +334,5 @@ def peak_bytes(net: torch.nn.Module, traced: Trace, in_dim: int, rows: int, stru
         elif isinstance(call, EdgeSoftmax):
             saved += 2 * edges(call.op) * math.prod(call.shape)
     vertex = rows * (in_dim * ELEMENT_BYTES + 8 + 3)
-    parameters = 4 * ELEMENT_BYTES * sum(p.numel() for p in net.parameters())
-    return structure + vertex + parameters + 2 * ELEMENT_BYTES * saved
+    parameters = (1 if inference else 4) * ELEMENT_BYTES * sum(p.numel() for p in net.parameters())
+    return structure + vertex + parameters + (1 if inference else 2) * ELEMENT_BYTES * saved
