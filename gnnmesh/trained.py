@@ -1,4 +1,4 @@
-"""A trained model from its checkpoint: ``gnnmesh.load``, and what ``predict``, ``export``
+"""A trained model from its checkpoint (``gnnmesh.load``), and what ``predict``, ``export``
 and a resumed run read of a checkpoint besides its weights.
 
 A checkpoint keeps the model's full parameters and the optimizer's state in one layout
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from . import checkpoint
 from .config import FIELDS, Config
 from .errors import ConfigError
 from .settings import ModelSection, flag_name
@@ -113,7 +114,6 @@ def load(path, weights: str = "best") -> tuple:
     last epoch's), in eval mode on the CPU, and the resolved config it was trained with.
     Run it as ``model(gnnmesh.view.GraphView(graph.adj), x)`` on any graph of its input width.
     A damaged or foreign file is a ConfigError naming it; nothing in it is run."""
-    from .train import checkpoint
     state = checkpoint.load(path)
     where = str(Path(path))
     try:

@@ -9,7 +9,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "gnnmesh"
 
 # Bottom to top; a module may import from its own layer's earlier entries and from lower layers.
 LAYERS = [
-    ["errors", "progress", "validate", "atomic", "memory", "launch", "host_store"],
+    ["errors", "progress", "validate", "atomic", "checkpoint", "memory", "launch", "host_store"],
     ["graph", "transforms", "datasets"],
     ["ops"],
     ["view", "models", "sampling"],
@@ -18,8 +18,8 @@ LAYERS = [
     ["partition", "parts"],
     ["parallel"],
     ["planner"],
-    ["settings", "config", "train"],
-    ["report"],
+    ["settings", "config", "trained", "predict", "train"],
+    ["report", "export"],
     ["commands", "cli", "__main__"],
 ]
 RANK = {unit: (layer, position) for layer, units in enumerate(LAYERS) for position, unit in enumerate(units)}

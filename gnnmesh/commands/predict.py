@@ -9,12 +9,12 @@ from dataclasses import fields
 
 from ..errors import ConfigError
 from ..launch import world_from_env
-from ..settings import SECTIONS, flag_name
+from ..settings import SECTIONS, STRATEGY_SECTIONS, flag_name
 from .flags import add_config_flags, config_from_args
 
 # What a prediction takes of the settings: the graph, the run, the strategies' settings (the
 # model and its training are the checkpoint's).
-SECTIONS_READ = ("data", "run", "partition", "tensor", "grid3d", "host_tier", "offload", "plan")
+SECTIONS_READ = ("data", "run") + STRATEGY_SECTIONS
 NOT_READ = ("checkpoint", "checkpoint_every", "resume", "metrics", "log_every")
 HELPS = {"dataset": "the graph to predict on (default: the checkpoint's dataset); another graph of the same "
                     "input width is inductive inference",
@@ -47,9 +47,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args, argv) -> int:
-    from .. import trained  # heavy imports only when predicting
-    from ..predict.run import Request, with_model
-    from ..train import checkpoint
+    from .. import checkpoint, trained  # heavy imports only when predicting
+    from ..train.prediction import Request, with_model
     request = Request(args.checkpoint, args.out, args.output, args.layer, args.nodes, args.fmt, args.weights)
     request.check()
     saved = trained.config_of(checkpoint.load(args.checkpoint))
@@ -64,7 +63,7 @@ def run(args, argv) -> int:
         raise ConfigError(f"--nproc {config.run.nproc} but the job has {world[1]} ranks (leave --nproc out "
                           "under torchrun)")
     from .. import progress
-    from ..predict.run import run_prediction
+    from ..train.prediction import run_prediction
     if args.quiet:
         progress.disable()
     run_prediction(config, request, quiet=args.quiet)

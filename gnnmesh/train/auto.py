@@ -10,6 +10,7 @@ even though partitioning times, which the ranking counts, differ from run to run
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 from .. import comm, strategies
 from ..config import Config, settings_read_by, strategy_default
@@ -26,14 +27,15 @@ SHOWN = 5   # candidates printed before the choice
 _SINGLE = Estimate.build({}, {}, {}, [0], strategy="single")
 
 
-def choose(config: Config, load, rank: int, world_size: int, say) -> tuple:
+def choose(config: Config, load, rank: int, world_size: int, say, inference: Optional[int] = None) -> tuple:
     """(``config`` with the chosen strategy's settings, the record every epoch's metrics carry:
     ``candidate`` and ``predicted_epoch_time``). ``load``: a function returning the graph
-    (called on rank 0 only); ``say``: rank 0's print."""
+    (called on rank 0 only); ``say``: rank 0's print. ``inference``: rank the strategies for
+    one inference pass of a model with this many classes instead of training epochs."""
     outcome = None
     if rank == 0:
         try:
-            outcome = plan(config, load(), world_size, say)
+            outcome = plan(config, load(), world_size, say, inference)
         except (GraphError, ConfigError) as err:  # every rank stops with the same error
             outcome = err
     if world_size > 1:
@@ -44,18 +46,21 @@ def choose(config: Config, load, rank: int, world_size: int, say) -> tuple:
     return config.updated(**settings).resolved(), record
 
 
-def plan(config: Config, graph, ranks: int, say) -> tuple:
-    """Rank the strategies for ``config`` on ``graph`` over ``ranks`` ranks, print the ranking,
-    and return (the config fields of the choice, its record)."""
-    graph.require_node_classification()
+def plan(config: Config, graph, ranks: int, say, inference: Optional[int] = None) -> tuple:
+    """Rank the strategies for ``config`` on ``graph`` over ``ranks`` ranks (``inference``: for
+    one inference pass, as ``choose``), print the ranking, and return (the config fields of the
+    choice, its record)."""
+    if inference is None:
+        graph.require_node_classification()
     if ranks == 1 and not config.host_tier.device_memory:
         say("strategy auto: one rank and no --device-memory: the single process")
         return settings_of(_SINGLE, config), {"candidate": "single"}
     per_node = int(os.environ.get("LOCAL_WORLD_SIZE", ranks))
     rates, network = _rates(config, ranks, per_node, say)
-    widths, options = planned_model(config, graph)
+    widths, options = planned_model(config, graph, classes=inference)
     limit = parse_bytes(config.host_tier.device_memory, "device_memory") if config.host_tier.device_memory else None
-    ranking = rank_strategies(graph, ranks, config.model.name, widths, rates, network, per_node, epochs=config.training.epochs,
+    ranking = rank_strategies(graph, ranks, config.model.name, widths, rates, network, per_node,
+                              epochs=config.training.epochs, inference=inference is not None,
                               memory_limit=limit, partitioners=(config.partition.partitioner,) if config.partition.partitioner
                               else RANKED_METHODS, decoupled=config.model.decoupled, seed=config.training.seed,
                               epsilon=strategy_default("epsilon") if config.partition.epsilon is None else config.partition.epsilon,
@@ -103,5 +108,6 @@ def _rates(config: Config, ranks: int, per_node: int, say) -> tuple:
 
 def _lines(ranking: Ranking) -> list:
     shown = ranking.ranked[:SHOWN]
-    return (["strategy auto: every full-graph strategy for this job, by predicted epoch time:"]
+    measure = "the predicted time of one inference pass" if ranking.inference else "predicted epoch time"
+    return ([f"strategy auto: every full-graph strategy for this job, by {measure}:"]
             + ["  " + line for line in table(ranking, shown) + dropped(ranking)] + [choice(ranking)])

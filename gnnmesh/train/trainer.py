@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .. import comm, memory, trained
+from .. import checkpoint, comm, memory, trained
 from ..atomic import check_writable
 from ..config import Config
 from ..datasets import structural_features
@@ -30,7 +30,6 @@ from ..ops import profile
 from ..parallel import Strategy
 from ..planner.estimate import name_of
 from ..trained import Widths
-from . import checkpoint
 from .metrics import MetricsFile, to_json
 
 

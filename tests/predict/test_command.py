@@ -224,3 +224,11 @@ def test_a_bad_node_file_under_several_ranks_is_one_line(checkpoint, tmp_path):
                            "--strategy", "partition", "--partitioner", "rp", "--nodes", tmp_path / "ids.txt"),
                    "ids.txt, line 2: node id -4 is out of range")
     assert not (tmp_path / "p").exists()
+
+
+def test_strategy_auto_ranks_the_strategies_for_one_inference_pass(checkpoint, tmp_path, capsys):
+    status, out, _ = predict(capsys, "--checkpoint", checkpoint, "--out", tmp_path / "p", "--strategy", "auto",
+                             "--device-memory", "64MiB")
+    assert status == 0, out
+    assert "by the predicted time of one inference pass" in out and "ms/pass" in out
+    np.testing.assert_allclose(read(tmp_path / "p").values, forward(checkpoint), atol=1e-5)

@@ -1,4 +1,5 @@
-"""From a checkpoint and a graph to a prediction directory, on one process or as one rank of
+"""A prediction run: from a checkpoint and a graph to a prediction directory (``gnnmesh.predict``),
+on one process or as one rank of
 a job (``gnnmesh predict --nproc N``, torchrun or Slurm), under any full-graph strategy.
 
 The model's settings come from the checkpoint; the graph, the strategy and its settings
@@ -16,17 +17,16 @@ from typing import Optional
 
 import numpy as np
 
-from .. import comm, trained
+from .. import checkpoint, comm, trained
 from ..atomic import check_replaceable
 from ..config import Config
 from ..errors import ConfigError
 from ..launch import world_from_env
-from ..train import checkpoint
-from ..train.run import DEFAULT_DATASET, adopt_parts, load_once_per_host
-from ..train.trainer import Trainer, rank_device
-from .nodes import CHOICES
-from .outputs import Output
-from .store import FORMATS, MANIFEST, write
+from ..predict import FORMATS, Output, write
+from ..predict.nodes import CHOICES
+from ..predict.store import MANIFEST
+from .run import DEFAULT_DATASET, adopt_parts, load_once_per_host
+from .trainer import Trainer, rank_device
 
 
 @dataclass(frozen=True)
@@ -96,8 +96,8 @@ def _predict(config, request, state, saved, parts, quiet, rank, world_size) -> O
             nonlocal loaded
             loaded = _load(config)
             return loaded[0]
-        from ..train.auto import choose
-        config, _ = choose(config, load, rank, world_size, say, inference=True)
+        from .auto import choose
+        config, _ = choose(config, load, rank, world_size, say, inference=trained.widths_of(state).classes)
     if parts is not None:
         data = parts
         data.check_run(config.run.strategy, world_size)

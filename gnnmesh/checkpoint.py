@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..atomic import atomic_file
-from ..errors import ConfigError
+from .atomic import atomic_file
+from .errors import ConfigError
 
 
 def save(path, state: dict) -> None:
