@@ -1,0 +1,33 @@
+"""``gnnmesh export``: a trained model (a checkpoint of ``gnnmesh train --checkpoint``) as files
+another library rebuilds it from; ``--to pyg`` writes PyTorch Geometric's layers' description and
+weights (``gnnmesh.export``)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    from ..export import TARGETS
+    cmd = subparsers.add_parser("export", help="write a trained model as PyTorch Geometric layers "
+                                "(model.json and weights.pt)")
+    cmd.add_argument("--checkpoint", required=True, metavar="FILE",
+                     help="checkpoint written by 'gnnmesh train --checkpoint FILE'")
+    cmd.add_argument("--to", required=True, choices=TARGETS,
+                     help="what to write: pyg (PyTorch Geometric layers, read back with gnnmesh.export.load_pyg)")
+    cmd.add_argument("--out", required=True, metavar="DIR",
+                     help="directory to write model.json and weights.pt into (created, or replaced if it "
+                          "holds an earlier export)")
+    cmd.add_argument("--weights", choices=("best", "last"), default="best",
+                     help="the best-validation epoch's weights (default; what training reports) or the last "
+                          "epoch's")
+    return cmd
+
+
+def run(args, argv=None) -> int:
+    from ..export import MODEL_FILE, WEIGHTS_FILE, export_pyg
+    spec = export_pyg(args.checkpoint, args.out, args.weights)
+    form = f"decoupled {spec['model']}" if spec["decoupled"] else spec["model"]
+    print(f"exported {form} ({args.weights} weights) to {args.out}: "
+          f"{MODEL_FILE}, {WEIGHTS_FILE} (read with gnnmesh.export.load_pyg)")
+    return 0

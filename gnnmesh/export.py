@@ -1,0 +1,369 @@
+"""A trained model as PyTorch Geometric layers: ``export_pyg`` writes a checkpoint's model as a
+directory of plain files, ``load_pyg`` builds it back from PyG's own layers.
+
+The directory holds ``model.json``, the model described as plain JSON (each layer's PyG type
+and constructor arguments, the activation between layers; for a decoupled model its MLP and
+its APPNP propagation with the normalisation of its operator), and ``weights.pt``, a plain
+dict of tensors written by ``torch.save`` and read with ``torch.load(weights_only=True)``:
+nothing in either is code, and rebuilding the model needs only torch, PyG and the JSON.
+
+The PyG module is called as ``model(x, edge_index, edge_weight=None)`` in PyG's convention,
+``edge_index[0]`` the sources and ``edge_index[1]`` the targets: a gnnmesh ``Graph``'s
+adjacency row ``i`` holds node ``i``'s in-edges, so its edge ``j -> i`` is the column
+``(j, i)`` (``pyg_inputs`` gives the inputs of a ``Graph``). In eval mode it returns
+gnnmesh's output on the same graph to within float rounding (about 1e-6).
+
+Edge weights: GCN and the decoupled GCN and GraphSAGE use them as gnnmesh does; GAT and the
+decoupled GAT ignore them, as gnnmesh does (attention replaces them); GraphSAGE and GIN use
+them in gnnmesh (a weighted mean, a weighted sum) but PyG's ``SAGEConv`` and ``GINConv`` take
+none, so their modules refuse ``edge_weight`` rather than return other numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .atomic import staged_directory
+from .errors import ConfigError
+
+FORMAT = "gnnmesh-pyg"
+VERSION = 1
+MODEL_FILE = "model.json"
+WEIGHTS_FILE = "weights.pt"
+TARGETS = ("pyg",)  # what ``gnnmesh export --to`` writes
+
+# What each layer type's constructor may be given from model.json (anything else is refused).
+_LAYER_ARGS = {
+    "GCNConv": {"in_channels", "out_channels", "improved", "add_self_loops", "normalize", "bias"},
+    "SAGEConv": {"in_channels", "out_channels", "aggr", "normalize", "root_weight", "project", "bias"},
+    "GATConv": {"in_channels", "out_channels", "heads", "concat", "negative_slope", "dropout",
+                "add_self_loops", "bias"},
+    "GINConv": {"eps", "train_eps"},
+}
+_MLP_PIECES = {"Linear": {"in_features", "out_features", "bias"}, "ReLU": set()}
+_ACTIVATIONS = {"relu": torch.relu, "elu": F.elu}
+_NORMALISATIONS = ("gcn", "mean", "attention")
+
+
+# -- writing ----------------------------------------------------------------------------------
+
+def export_pyg(checkpoint, out_dir, weights: str = "best") -> dict:
+    """Write the model of the gnnmesh ``checkpoint`` into ``out_dir`` as ``model.json`` and
+    ``weights.pt`` (``weights``: ``best``, the best-validation epoch's, or ``last``). The
+    directory is written whole or not at all; an existing one is replaced only if it holds an
+    earlier export (or nothing). Returns the description written to ``model.json``. A
+    damaged, foreign or hostile checkpoint, or a model with no PyG form, is a ConfigError."""
+    from .trained import load
+    out = Path(out_dir)
+    if not Path(checkpoint).is_file():
+        raise ConfigError(f"{Path(checkpoint)}: no such checkpoint")
+    model, config = load(checkpoint, weights)  # read weights-only; ConfigError naming the file
+    spec, tensors = describe(model, config.model.name)
+    spec["trained"] = {"checkpoint": Path(checkpoint).name, "weights": weights}
+    _check_target(out)
+    with staged_directory(out, MODEL_FILE, "PyG export") as tmp:
+        torch.save(tensors, tmp / WEIGHTS_FILE)
+        (tmp / MODEL_FILE).write_text(json.dumps(spec, indent=2) + "\n")
+    return spec
+
+
+def _check_target(out: Path) -> None:
+    """An existing ``model.json`` in ``out`` must be an earlier export's (staged_directory
+    checks only that the file is there)."""
+    existing = out / MODEL_FILE
+    if out.is_dir() and existing.is_file():
+        try:
+            ours = json.loads(existing.read_text()).get("format") == FORMAT
+        except (OSError, ValueError, AttributeError):
+            ours = False
+        if not ours:
+            raise ConfigError(f"{out}: exists and is not a PyG export; refusing to overwrite it")
+
+
+def describe(model: nn.Module, name: str = "") -> tuple:
+    """``(spec, weights)``: the PyG description of a gnnmesh ``model`` (what model.json holds)
+    and the state dict of the module ``load_pyg`` builds from it. A model without a PyG form
+    is a ConfigError."""
+    from .models import GAT, GCN, GIN, SAGE, Decoupled
+    if type(model) is Decoupled:
+        return _decoupled(model, name)
+    kinds = {GCN: ("gcn", _gcn), SAGE: ("sage", _sage), GAT: ("gat", _gat), GIN: ("gin", _gin)}
+    if type(model) not in kinds:
+        raise ConfigError(f"model {type(model).__name__} has no PyG export (gcn, sage, gat, gin and the "
+                          "decoupled gcn, sage and gat have)")
+    label, layer_of = kinds[type(model)]
+    layers, weights = [], {}
+    for i, layer in enumerate(model.layers):
+        entry, tensors = layer_of(layer)
+        layers.append(entry)
+        weights.update({f"convs.{i}.{k}": v for k, v in tensors.items()})
+    activation = {torch.relu: "relu", F.elu: "elu"}.get(model.activation)
+    if activation is None:
+        raise ConfigError(f"model {label}: its activation has no PyG export")
+    spec = _header(label, False, _in_channels(layers[0]), _out_channels(layers[-1]))
+    spec.update(layers=layers, activation=activation, dropout=float(model.dropout),
+                edge_weight="ignored" if label == "gat" else "used" if label == "gcn" else "refused")
+    return spec, _plain(weights)
+
+
+def _header(model: str, decoupled: bool, in_channels: int, out_channels: int) -> dict:
+    return {"format": FORMAT, "version": VERSION, "model": model, "decoupled": decoupled,
+            "in_channels": int(in_channels), "out_channels": int(out_channels), "weights": WEIGHTS_FILE}
+
+
+def _in_channels(entry: dict) -> int:
+    return entry["nn"][0][1]["in_features"] if entry["type"] == "GINConv" else entry["args"]["in_channels"]
+
+
+def _out_channels(entry: dict) -> int:
+    if entry["type"] == "GINConv":
+        return entry["nn"][-1][1]["out_features"]
+    args = entry["args"]
+    return args["out_channels"] * (args["heads"] if args.get("concat") else 1)
+
+
+def _gcn(layer) -> tuple:
+    out, inp = layer.lin.weight.shape
+    return ({"type": "GCNConv", "args": {"in_channels": inp, "out_channels": out, "improved": False,
+                                         "add_self_loops": True, "normalize": True, "bias": True}},
+            {"lin.weight": layer.lin.weight, "bias": layer.bias})
+
+
+def _sage(layer) -> tuple:
+    # PyG: lin_l (with the bias) maps the neighbours' mean, lin_r the node itself.
+    out, inp = layer.lin_self.weight.shape
+    return ({"type": "SAGEConv", "args": {"in_channels": inp, "out_channels": out, "aggr": "mean",
+                                          "normalize": False, "root_weight": True, "project": False,
+                                          "bias": True}},
+            {"lin_l.weight": layer.lin_neigh.weight, "lin_l.bias": layer.lin_self.bias,
+             "lin_r.weight": layer.lin_self.weight})
+
+
+def _gat(layer) -> tuple:
+    return ({"type": "GATConv", "args": {"in_channels": layer.lin.weight.shape[1], "out_channels": layer.out_dim,
+                                         "heads": layer.heads, "concat": bool(layer.concat),
+                                         "negative_slope": float(layer.negative_slope),
+                                         "dropout": float(layer.attn_dropout), "add_self_loops": True,
+                                         "bias": True}},
+            {"lin.weight": layer.lin.weight, "att_src": layer.att_src.unsqueeze(0),
+             "att_dst": layer.att_dst.unsqueeze(0), "bias": layer.bias})
+
+
+def _gin(layer) -> tuple:
+    first, second = layer.mlp[0], layer.mlp[2]
+    return ({"type": "GINConv", "args": {"eps": 0.0, "train_eps": True},
+             "nn": [["Linear", {"in_features": first.in_features, "out_features": first.out_features, "bias": True}],
+                    ["ReLU", {}],
+                    ["Linear", {"in_features": second.in_features, "out_features": second.out_features,
+                                "bias": True}]]},
+            {"eps": layer.eps, "nn.0.weight": first.weight, "nn.0.bias": first.bias,
+             "nn.2.weight": second.weight, "nn.2.bias": second.bias})
+
+
+def _decoupled(model, name: str) -> tuple:
+    if model.op not in ("gcn", "mean", "loop"):
+        raise ConfigError(f"decoupled model with operator {model.op!r} has no PyG export (gcn, mean and "
+                          "attention have)")
+    normalisation = "attention" if model.attention else model.op
+    mlp = [["Linear", {"in_features": lin.in_features, "out_features": lin.out_features, "bias": True}]
+           for lin in model.mlp]
+    weights = {f"mlp.{i}.{k}": v for i, lin in enumerate(model.mlp) for k, v in lin.state_dict().items()}
+    gcn = normalisation == "gcn"  # PyG's APPNP normalises as GCN; the others get their weights given
+    spec = _header(name or {"gcn": "gcn", "mean": "sage", "attention": "gat"}[normalisation], True,
+                   model.mlp[0].in_features, model.mlp[-1].out_features)
+    spec.update(mlp=mlp, activation="relu", dropout=float(model.dropout),
+                propagation={"type": "APPNP", "args": {"K": int(model.k), "alpha": float(model.alpha),
+                                                       "add_self_loops": gcn, "normalize": gcn},
+                             "normalization": normalisation},
+                edge_weight="ignored" if model.attention else "used")
+    if model.attention:
+        heads, channels = model.att_src.shape
+        spec["attention"] = {"heads": int(heads), "channels": int(channels),
+                             "negative_slope": float(model.negative_slope), "dropout": float(model.attn_dropout)}
+        weights.update({"attention.att_src": model.att_src, "attention.att_dst": model.att_dst})
+    return spec, _plain(weights)
+
+
+def _plain(weights: dict) -> dict:
+    """Detached, contiguous CPU copies: a plain dict of tensors."""
+    return {k: v.detach().to("cpu").contiguous().clone() for k, v in weights.items()}
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+def load_pyg(out_dir) -> nn.Module:
+    """The model an export in ``out_dir`` holds, built from PyG's own layers (``GCNConv``,
+    ``SAGEConv``, ``GATConv``, ``GINConv``; an MLP and ``APPNP`` for a decoupled model) as its
+    ``model.json`` describes, loaded weights-only, in eval mode. Call it as
+    ``model(x, edge_index, edge_weight=None)``. A missing or damaged export is a ConfigError."""
+    out = Path(out_dir)
+    spec = read_spec(out)
+    model = PyGModel(spec)
+    path = out / WEIGHTS_FILE
+    try:
+        weights = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file; not a complete PyG export") from None
+    except Exception as err:  # torch raises several types for a damaged file
+        raise ConfigError(f"{path}: unreadable weights ({type(err).__name__}: "
+                          f"{' '.join(str(err).split())[:200]})") from None
+    if not (isinstance(weights, dict) and all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                              for k, v in weights.items())):
+        raise ConfigError(f"{path}: not a dict of tensors")
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as err:
+        raise ConfigError(f"{path}: does not fit {out / MODEL_FILE} ({' '.join(str(err).split())[:200]})") from None
+    return model.eval()
+
+
+def read_spec(out_dir) -> dict:
+    """The description in ``out_dir/model.json``, checked to be one ``export_pyg`` writes."""
+    path = Path(out_dir) / MODEL_FILE
+    try:
+        spec = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file; not a PyG export") from None
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{path}: unreadable ({type(err).__name__}: {err})") from None
+    if not isinstance(spec, dict) or spec.get("format") != FORMAT:
+        raise ConfigError(f"{path}: not a gnnmesh PyG export (no \"format\": \"{FORMAT}\")")
+    if spec.get("version") != VERSION:
+        raise ConfigError(f"{path}: export version {spec.get('version')!r}; this gnnmesh reads version {VERSION}")
+    return spec
+
+
+def _checked(kind: str, args, allowed: dict, where: str) -> dict:
+    if kind not in allowed:
+        raise ConfigError(f"{where}: layer type {kind!r} is not one an export writes ({', '.join(allowed)})")
+    if not isinstance(args, dict) or set(args) - allowed[kind] or not all(
+            isinstance(v, (bool, int, float, str)) for v in args.values()):
+        raise ConfigError(f"{where}: the arguments of {kind} are not ones an export writes")
+    return args
+
+
+class PyGModel(nn.Module):
+    """A gnnmesh model rebuilt from PyG layers, constructed from its ``model.json`` description
+    alone: ``convs`` (a layer stack, the activation between layers) or ``mlp`` followed by
+    ``propagation`` (APPNP; with ``attention`` for the decoupled GAT). In eval mode its
+    output equals gnnmesh's; in train mode it applies dropout where gnnmesh does (not the
+    same masks)."""
+
+    def __init__(self, spec: dict):
+        super().__init__()
+        # PyG is an optional dependency: pip install "gnnmesh[pyg]"
+        from torch_geometric import nn as pyg
+        where = f"{MODEL_FILE} of a {spec.get('model')!r} export"
+        self.decoupled = bool(spec.get("decoupled"))
+        try:
+            activation = spec["activation"]
+            if activation not in _ACTIVATIONS:
+                raise ConfigError(f"{where}: activation {activation!r} is not one an export writes")
+            self.activation, self.dropout = activation, float(spec.get("dropout", 0.0))
+            self.weights_use = spec.get("edge_weight", "used")
+            if self.decoupled:
+                self.mlp = nn.ModuleList(nn.Linear(**_checked(kind, args, {"Linear": _MLP_PIECES["Linear"]}, where))
+                                         for kind, args in spec["mlp"])
+                prop = spec["propagation"]
+                self.normalization = prop["normalization"]
+                if self.normalization not in _NORMALISATIONS:
+                    raise ConfigError(f"{where}: normalization {self.normalization!r} is not one an export writes")
+                self.propagation = pyg.APPNP(**_checked(prop["type"], prop["args"],
+                                                        {"APPNP": {"K", "alpha", "add_self_loops", "normalize"}},
+                                                        where))
+                if self.normalization == "attention":
+                    att = spec["attention"]
+                    self.attention = EdgeAttention(int(att["heads"]), int(att["channels"]),
+                                                   float(att["negative_slope"]), float(att.get("dropout", 0.0)))
+            else:
+                self.convs = nn.ModuleList(self._layer(pyg, entry, where) for entry in spec["layers"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise ConfigError(f"{where}: not a description an export writes ({type(err).__name__}: {err})") from None
+
+    @staticmethod
+    def _layer(pyg, entry: dict, where: str) -> nn.Module:
+        kind = entry["type"]
+        args = _checked(kind, entry.get("args", {}), _LAYER_ARGS, where)
+        if kind == "GINConv":
+            pieces = [getattr(nn, k)(**_checked(k, a, _MLP_PIECES, where)) for k, a in entry["nn"]]
+            return pyg.GINConv(nn.Sequential(*pieces), **args)
+        return getattr(pyg, kind)(**args)
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, edge_weight=None) -> torch.Tensor:
+        """Outputs (logits) of every node; ``edge_index`` ``[2, E]`` (sources, targets)."""
+        if edge_weight is not None and self.weights_use == "refused":
+            raise ValueError("PyG's SAGEConv and GINConv take no edge weights (gnnmesh weights the mean "
+                             "or sum by them): this export matches gnnmesh on unweighted graphs only")
+        if self.weights_use == "ignored":
+            edge_weight = None  # attention replaces the weights, in gnnmesh as here
+        if self.decoupled:
+            return self._decoupled(x, edge_index, edge_weight)
+        act = _ACTIVATIONS[self.activation]
+        h = x
+        for i, conv in enumerate(self.convs):
+            if i > 0:
+                h = act(h)
+            h = F.dropout(h, self.dropout, self.training)
+            h = conv(h, edge_index, edge_weight) if edge_weight is not None else conv(h, edge_index)
+        return h
+
+    def _decoupled(self, x, edge_index, edge_weight):
+        h = x
+        for i, lin in enumerate(self.mlp):
+            h = lin(F.dropout(h, self.dropout, self.training))
+            if i < len(self.mlp) - 1:
+                h = torch.relu(h)
+        if self.normalization == "mean":
+            edge_weight = mean_weights(edge_index, h.shape[0], edge_weight)
+        elif self.normalization == "attention":
+            edge_index, edge_weight = self.attention(h, edge_index)
+        return self.propagation(h, edge_index, edge_weight)
+
+
+def mean_weights(edge_index: torch.Tensor, num_nodes: int, edge_weight=None) -> torch.Tensor:
+    """Each edge's weight over the sum of its target's in-edge weights (``D^-1 A``, no self
+    loops added): propagating with them averages every node's in-neighbours."""
+    from torch_geometric.utils import scatter
+    weight = torch.ones(edge_index.shape[1], device=edge_index.device) if edge_weight is None else edge_weight
+    deg = scatter(weight, edge_index[1], dim=0, dim_size=num_nodes, reduce="sum")
+    inv = torch.where(deg > 0, 1.0 / deg, torch.zeros_like(deg))
+    return weight * inv[edge_index[1]]
+
+
+class EdgeAttention(nn.Module):
+    """The decoupled GAT's edge weights, from PyG's utilities: GAT attention of ``h`` over each
+    node's in-edges plus a self-loop (one per node), softmax per target, averaged over heads.
+    Returns ``(edge_index with the loops, weights)``."""
+
+    def __init__(self, heads: int, channels: int, negative_slope: float = 0.2, dropout: float = 0.0):
+        super().__init__()
+        self.negative_slope, self.dropout = negative_slope, dropout
+        self.att_src = nn.Parameter(torch.empty(heads, channels))
+        self.att_dst = nn.Parameter(torch.empty(heads, channels))
+
+    def forward(self, h: torch.Tensor, edge_index: torch.Tensor) -> tuple:
+        from torch_geometric.utils import add_self_loops, remove_self_loops, softmax
+        n = h.shape[0]
+        edge_index, _ = remove_self_loops(edge_index)
+        edge_index, _ = add_self_loops(edge_index, num_nodes=n)
+        src, dst = edge_index
+        scores = (h @ self.att_src.t())[src] + (h @ self.att_dst.t())[dst]  # [E, heads]
+        alpha = softmax(F.leaky_relu(scores, self.negative_slope), dst, num_nodes=n)
+        alpha = F.dropout(alpha, self.dropout, self.training)
+        return edge_index, alpha.mean(dim=1)
+
+
+def pyg_inputs(graph) -> tuple:
+    """``(x, edge_index, edge_weight)`` of a gnnmesh ``Graph`` for the exported module: the dense
+    float features training used (degree features when the graph has none), the edges as
+    ``[2, E]`` (source, target) pairs, and the edge weights (None for an unweighted graph)."""
+    from .datasets import structural_features
+    x = graph.x if graph.x is not None else structural_features(graph, "degree")
+    if x.layout != torch.strided:
+        x = x.to_dense()
+    return x.float(), graph.edge_index(), graph.edge_weight
