@@ -96,9 +96,10 @@ def _record(value) -> bool:
 def _reason(err: Exception) -> str:
     """One line on why torch could not load a file."""
     text = " ".join(str(err).split())
-    refused = re.search(r"Unsupported global: GLOBAL (\S+)", text)
+    # torch names a refused call two ways: a global it does not allow, or one whose module it blocks
+    refused = re.search(r"Unsupported global: GLOBAL (\S+)|unsupported GLOBAL (\S+) whose module", text)
     if refused:
-        return (f"it asks to call {refused.group(1)}, which no checkpoint does; refused without "
+        return (f"it asks to call {refused.group(1) or refused.group(2)}, which no checkpoint does; refused without "
                 f"running it")
     detail = re.search(r"WeightsUnpickler error: (.*?)(?: Check the documentation|$)", text)
     text = detail.group(1) if detail else text

@@ -189,3 +189,20 @@ def test_hostile_cache_entry_is_rebuilt_and_runs_nothing(tmp_path, monkeypatch):
     with pytest.warns(UserWarning, match="ignoring unreadable cache entry"):
         again = load(SBM)
     assert not marker.exists() and torch.equal(again.x, first.x)
+
+
+class CallsSystem:
+    def __reduce__(self):
+        import os
+        return (os.system, ("true",))
+
+
+def test_a_checkpoint_calling_a_blocked_module_is_named_and_refused(tmp_path):
+    """torch words a refused call from a module it blocks (os) differently from a global it does
+    not allow; both are named."""
+    from gnnmesh import checkpoint
+    from gnnmesh.errors import ConfigError
+    path = tmp_path / "c.pt"
+    torch.save({"history": [CallsSystem()]}, path)
+    with pytest.raises(ConfigError, match=r"asks to call \S*system, which no checkpoint does; refused"):
+        checkpoint.load(path)
