@@ -83,6 +83,8 @@ def _coerce(base, value):
         return str(value)
     if base is str and isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         return ",".join(map(str, value))
+    if base is str and isinstance(value, dict):  # a TOML table of keyword arguments
+        return ",".join(f"{k}={v!r}" for k, v in value.items())
     return value
 
 
@@ -142,18 +144,38 @@ MODEL_DEFAULTS = {
 }
 # Every model's decoupled form (``decoupled = true``) takes APPNP's.
 DECOUPLED_DEFAULTS = {"hidden": 64, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4}
+# A user's model (FILE.py:CLASS) takes its own options from --model-args; training takes these.
+USER_MODEL_DEFAULTS = {"lr": 0.01, "weight_decay": 5e-4}
+# The built-in models' options, which a user's model takes through --model-args instead.
+BUILT_IN_OPTIONS = ("hidden", "dropout", "heads", "attn_dropout", "k", "alpha", "decoupled")
 
 
-def _retired_model(name: str, value) -> None:
+def _model_name(name: str, value) -> None:
     if value == "decoupled":  # a retired spelling: say what replaced it
         raise ConfigError("config field 'model': 'decoupled' is not a model; the decoupled GCN is model "
                           "'gcn' with decoupled = true (--decoupled)")
+    if value not in MODEL_DEFAULTS:
+        from .models.user import check_spec
+        try:
+            check_spec(name, value)
+        except ConfigError:
+            raise ConfigError(f"config field '{name}': {value!r} is not one of {', '.join(MODEL_DEFAULTS)}, nor a "
+                              "class of yours as FILE.py:CLASS or package.module:CLASS") from None
+
+
+def _model_args(name: str, value) -> None:
+    from .models.user import parse_args
+    parse_args(value, name)
 
 
 @dataclass(frozen=True)
 class ModelSection(Section):
     table = "model"
-    name: str = setting("gcn", help="GNN model", flag="model", choices=tuple(MODEL_DEFAULTS), check=_retired_model)
+    name: str = setting("gcn", help=f"GNN model: {', '.join(MODEL_DEFAULTS)}, or your own class as FILE.py:CLASS or "
+                        "package.module:CLASS, built as CLASS(in_dim, num_classes, **model_args) (this runs "
+                        "your code, as python FILE.py would)", flag="model", check=_model_name)
+    args: Optional[str] = setting(help="--model FILE.py:CLASS: the class's keyword arguments as key=value,... "
+                                  "(Python literals; other values are strings)", flag="model_args", check=_model_args)
     hidden: Optional[int] = setting(help="hidden width (per head for GAT); default: the model's", check=COUNT)
     layers: int = setting(2, help="number of GNN layers (MLP layers of a decoupled model)", check=COUNT)
     dropout: Optional[float] = setting(help="feature dropout; default: the model's", check=FRACTION)
@@ -169,9 +191,25 @@ class ModelSection(Section):
         super().__post_init__()
         if self.decoupled and self.name == "gin":
             raise ConfigError("config field 'model': gin has no decoupled form; choose gcn, sage or gat")
+        if self.user:
+            unset = type(self)()
+            given = [f for f in BUILT_IN_OPTIONS if getattr(self, f) != getattr(unset, f)]
+            if given:
+                raise ConfigError(f"config field '{given[0]}' applies to the built-in models; give your model's "
+                                  f"options with --model-args")
+        elif self.args is not None:
+            raise ConfigError(f"config field 'model_args' applies to --model FILE.py:CLASS, not the built-in "
+                              f"{self.name}")
+
+    @property
+    def user(self) -> bool:
+        """Whether the model is the user's own class (FILE.py:CLASS or module:CLASS)."""
+        return self.name not in MODEL_DEFAULTS
 
     def defaults(self) -> dict:
         """The literature defaults of this model's hyper-parameters (some live in ``training``)."""
+        if self.user:
+            return USER_MODEL_DEFAULTS
         return DECOUPLED_DEFAULTS if self.decoupled else MODEL_DEFAULTS[self.name]
 
 

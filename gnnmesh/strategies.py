@@ -40,7 +40,8 @@ class StrategySpec:
     ``planner`` and ``parts``: "module:attribute" of its builder ``(config, layout, device)
     -> Strategy``, its planner model and its parts writer (None: it has none).
     ``variant``: a second engine under the same name, chosen by a setting (``engine_for``).
-    ``summary``: one line for help texts and the docs' table."""
+    ``needs``: what it needs of a model's structure (``gnnmesh.models.contract.NEEDS``), checked
+    on a user's model once it is built. ``summary``: one line for help texts and the docs' table."""
 
     name: str
     dims: tuple
@@ -54,9 +55,24 @@ class StrategySpec:
     plan_view: Optional[str] = None
     summary: str = ""
     refusal: str = ""   # why a model outside ``models``/``decoupled`` cannot run (empty: a generic line)
+    needs: str = "primitives"
 
     def runs_model(self, model: str, decoupled: bool) -> bool:
+        """Whether it runs the built-in ``model`` (in its ``decoupled`` form); a user's model
+        (FILE:CLASS) is checked by ``model_problem`` once built."""
+        if ":" in model:
+            return True
         return (self.models is None or model in self.models) and ("decoupled" if decoupled else "plain") in self.forms
+
+    def model_problem(self, model, minibatch: bool = False) -> str:
+        """What keeps this strategy from running the built ``model`` ('' if nothing); a
+        mini-batch run needs at least a layer stack."""
+        from .models.contract import NEEDS, meets, what
+        need = "layer_stack" if minibatch and self.needs == "primitives" else self.needs
+        if meets(model, need):
+            return ""
+        how = " --minibatch" if minibatch else ""
+        return f"--strategy {self.name}{how} needs {NEEDS[need]}; the model is {what(model)}"
 
     def reads_setting(self, section: str, name: str) -> bool:
         return section in self.reads or f"{section}.{name}" in self.reads
@@ -88,27 +104,28 @@ for _spec in (
     StrategySpec("tensor", ("cols",), ("tensor",), factory="gnnmesh.parallel.factories:tensor",
                  planner="gnnmesh.planner.tensor:estimate", parts="gnnmesh.parts.tensor:write_tensor_parts",
                  summary="feature columns split across ranks, chunked and pipelined (NeutronTP)"),
-    StrategySpec("grid3d", ("x", "y", "z"), ("grid3d",), models=("gcn", "sage", "gin"), forms=("plain",),
+    StrategySpec("grid3d", ("x", "y", "z"), ("grid3d",), models=("gcn", "sage", "gin"), forms=("plain",), needs="maths",
                  factory="gnnmesh.parallel.factories:grid3d", planner="gnnmesh.planner.grid3d:predict",
                  parts="gnnmesh.parts.grid:write_grid_parts", plan_view="gnnmesh.commands.plan_grid3d:run", refusal="the grid3d strategy runs gcn, sage, gin (not their "
                  "decoupled forms)", summary="3D grid of ranks with double permutation (Plexus)"),
     StrategySpec("offload", ("rows",), ("partition", "offload") + _HOST_TIER,
-                 factory="gnnmesh.parallel.factories:offload", planner="gnnmesh.planner.offload:estimate",
+                 factory="gnnmesh.parallel.factories:offload", planner="gnnmesh.planner.offload:estimate", needs="stages",
                  plan_view="gnnmesh.commands.plan_offload:run",
                  summary="out of core: vertex data in host memory or files, chunks through the device (HongTu)"),
-    StrategySpec("gdp", ("rows",), _MINIBATCH_PARALLEL, training="minibatch",
+    StrategySpec("gdp", ("rows",), _MINIBATCH_PARALLEL, training="minibatch", needs="layer_stack",
                  factory="gnnmesh.parallel.factories:minibatch",
                  summary="mini-batch: each rank samples and computes its own batches (APT's GDP)"),
     StrategySpec("nfp", ("rows",), _MINIBATCH_PARALLEL, training="minibatch", models=("gcn", "sage", "gin"),
+                 needs="first_maths",
                  factory="gnnmesh.parallel.factories:minibatch", refusal="nfp splits a first-layer row's "
                  "sources across ranks, and attention needs them all in one place; run gat with --strategy gdp "
                  "or dnp", summary="mini-batch: input feature columns split across ranks (APT's NFP)"),
     StrategySpec("snp", ("rows",), ("partition",) + _MINIBATCH_PARALLEL, training="minibatch",
-                 models=("gcn", "sage", "gin"), factory="gnnmesh.parallel.factories:minibatch",
+                 models=("gcn", "sage", "gin"), factory="gnnmesh.parallel.factories:minibatch", needs="first_maths",
                  refusal="snp splits a first-layer row's sources across ranks, and attention needs them all in "
                  "one place; run gat with --strategy gdp or dnp",
                  summary="mini-batch: first-layer sources routed to the ranks that own them (APT's SNP)"),
-    StrategySpec("dnp", ("rows",), ("partition",) + _MINIBATCH_PARALLEL, training="minibatch",
+    StrategySpec("dnp", ("rows",), ("partition",) + _MINIBATCH_PARALLEL, training="minibatch", needs="layer_stack",
                  factory="gnnmesh.parallel.factories:minibatch",
                  summary="mini-batch: first-layer destinations routed to their owners (APT's DNP)"),
     StrategySpec("auto", ("rows",), ("partition.partitioner", "partition.epsilon", "host_tier.device_memory",
@@ -117,14 +134,14 @@ for _spec in (
 ):
     register(_spec)
 # Tensor parallelism's second engine: the vertex data in a host store (--host-store).
-register(StrategySpec("tensor", ("cols",), _HOST_TIER, models=("gcn", "sage"), forms=("decoupled",),
+register(StrategySpec("tensor", ("cols",), _HOST_TIER, models=("gcn", "sage"), forms=("decoupled",), needs="propagation",
                       factory="gnnmesh.parallel.factories:tensor_host_store",
                       refusal="--strategy tensor with --host-store trains decoupled models without attention "
                       "(--decoupled with gcn or sage), whose propagation runs on column slices; for other models "
                       "out of core use --strategy offload"),
          engine="host_store")
 # Mini-batch --strategy auto picks among the mini-batch strategies (APT's choice).
-register(StrategySpec("auto", ("rows",), ("partition",) + _MINIBATCH_PARALLEL, training="minibatch",
+register(StrategySpec("auto", ("rows",), ("partition",) + _MINIBATCH_PARALLEL, training="minibatch", needs="layer_stack",
                       factory="gnnmesh.parallel.factories:minibatch",
                       summary="the mini-batch strategy a dry run predicts fastest"),
          engine="minibatch")

@@ -82,7 +82,11 @@ def model_options(config: Config) -> dict:
 
 
 def build(config: Config, widths: Widths) -> torch.nn.Module:
-    """The untrained model of a resolved ``config`` for a graph of ``widths``."""
+    """The untrained model of a resolved ``config`` for a graph of ``widths``: a built-in one,
+    or the user's class (``--model FILE.py:CLASS``) with its ``--model-args``."""
+    if config.model.user:
+        from .models import user
+        return user.build(config.model.name, widths.features, widths.classes, user.parse_args(config.model.args or ""))
     from .models import build_model
     return build_model(config.model.name, widths.features, widths.classes, decoupled=config.model.decoupled,
                        **model_options(config))

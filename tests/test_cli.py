@@ -47,7 +47,7 @@ def test_a_flat_config_file_still_trains_with_one_note(tmp_path):
 
 def test_bad_flag_values_exit_2():
     one_error_line(gnnmesh("train", "--epochs", "ten"), "--epochs")
-    one_error_line(gnnmesh("train", "--model", "gcnn"), "--model")
+    one_error_line(gnnmesh("train", "--model", "gcnn"), "config field 'model': 'gcnn' is not one of gcn")
     one_error_line(gnnmesh("train", "--dropout", "2", "--print-config"), "dropout")
 
 

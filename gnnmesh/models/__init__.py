@@ -1,7 +1,11 @@
-"""GNN models written once on the GraphView primitives (spmm, sddmm, edge_softmax, dropout)."""
+"""GNN models written once on the GraphView primitives (spmm, sddmm, edge_softmax, dropout),
+and the pieces a user's model is built from: ``LayerStack``, ``GraphLayer``, ``Maths``, ``Term``
+(``SELF``: a term on the layer's input itself). What each strategy needs of a model:
+``gnnmesh.models.contract``."""
 
 from __future__ import annotations
 
+from .base import SELF, GraphLayer, LayerStack, Maths, Term
 from .decoupled import Decoupled
 from .gat import GAT
 from .gcn import GCN
@@ -28,4 +32,5 @@ def build_model(name: str, in_dim: int, num_classes: int, decoupled: bool = Fals
     return MODELS[key](in_dim, num_classes, **options)
 
 
-__all__ = ["MODELS", "DECOUPLED", "build_model", "GCN", "SAGE", "GAT", "GIN", "Decoupled"]
+__all__ = ["MODELS", "DECOUPLED", "build_model", "GCN", "SAGE", "GAT", "GIN", "Decoupled", "LayerStack",
+           "GraphLayer", "Maths", "Term", "SELF"]

@@ -179,8 +179,8 @@ def sampled_operator(model) -> str:
     for layer in model.layers:
         if isinstance(layer, GraphLayer):
             names |= {t.op for t in layer.maths().terms if t.op != SELF}
-        else:  # attention over in-edges and a self-loop
-            names.add("loop")
+        else:  # what the layer declares it aggregates with; by default attention over in-edges and a self-loop
+            names |= set(getattr(layer, "operators", ("loop",)))
     if len(names) != 1:
         raise ConfigError(f"mini-batch training samples one operator; this model's layers use {sorted(names)}")
     return names.pop()

@@ -26,9 +26,11 @@ from ..datasets import structural_features
 from ..errors import ConfigError, TrainingDiverged
 from ..graph import Graph
 from ..layout import ParallelLayout
+from ..models import user as user_models
 from ..ops import profile
 from ..parallel import Strategy
 from ..planner.estimate import name_of
+from ..settings import BUILT_IN_OPTIONS, ModelSection
 from ..trained import Widths
 from .metrics import MetricsFile, to_json
 
@@ -84,12 +86,15 @@ def rank_device(config: Config) -> torch.device:
 
 
 class Trainer:
-    def __init__(self, config: Config, data, strategy: Optional[Strategy] = None, widths: Optional[Widths] = None):
+    def __init__(self, config: Config, data, strategy: Optional[Strategy] = None, widths: Optional[Widths] = None,
+                 model: Optional[torch.nn.Module] = None):
         """``data``: a Graph, or a parts directory opened with ``gnnmesh.parts.open_parts``
         (each rank then reads only its own folder). ``strategy``: one built by the caller;
         by default the config's, on the layout it gives for this job's ranks. ``widths``: the
         model's input width and classes where they are not the graph's (a checkpoint's model
-        predicting on a graph without labels)."""
+        predicting on a graph without labels). ``model``: a model built by the caller (any
+        ``nn.Module`` called as ``model(view, x)``; ``gnnmesh.models.contract`` says what each
+        strategy needs of it) instead of the config's."""
         self.config = config.resolved()
         self.device = rank_device(self.config)
         if strategy is None:
@@ -113,7 +118,15 @@ class Trainer:
         self.num_features, self.num_classes = (num_features, data.num_classes) if widths is None else \
             (widths.features, widths.classes)
         torch.manual_seed(self.config.training.seed)
-        self.model = trained.build(self.config, Widths(self.num_features, self.num_classes)).to(self.device)
+        if model is None:
+            model = trained.build(self.config, Widths(self.num_features, self.num_classes))
+        elif not self.config.model.user:  # what checkpoints record: the class, to build it again
+            built_in = {f: getattr(ModelSection(), f) for f in BUILT_IN_OPTIONS}
+            self.config = self.config.updated(model=user_models.name_of(model), **built_in).resolved()
+        problem = self.config.engine.model_problem(model, self.config.training.minibatch)
+        if problem:
+            raise ConfigError(f"config field 'model' ({self.config.model.name}): {problem}")
+        self.model = model.to(self.device)
         self.strategy.prepare(self.model)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.config.training.lr,
                                           weight_decay=self.config.training.weight_decay)
@@ -172,6 +185,16 @@ class Trainer:
         return [h / max(n, 1.0) for h, n in zip(hits.tolist(), self.split_sizes)]
 
     def run_epoch(self) -> EpochResult:
+        try:
+            return self._run_epoch()
+        except (ConfigError, TrainingDiverged):
+            raise
+        except Exception as err:  # in the user's model, most likely: their traceback, and which model
+            if self.config.model.user:
+                user_models.note(err, f"raised in epoch {self.epoch} while running the model {self.config.model.name}")
+            raise
+
+    def _run_epoch(self) -> EpochResult:
         self.epoch += 1
         profile.take()
         start = time.perf_counter()

@@ -88,9 +88,9 @@ def _layer_stack(model: LayerStack, in_dim: int, cache: bool) -> list:
                           (width,) * len(maths.terms))
             width_out = maths.out_features
             operators = tuple(dict.fromkeys(t.op for t in maths.terms if t.op != SELF))
-        else:  # a GAT layer: its output width is what it returns
-            width_out = layer.heads * layer.out_dim if layer.concat else layer.out_dim
-            operators = ("loop",)
+        else:  # another layer (GAT's): the width it declares, the operators it says it uses
+            width_out = layer.out_features
+            operators = tuple(getattr(layer, "operators", ("loop",)))
         out.append(Stage((table(i),), (True,), table(i + 1), width_out, run, i - 1 if i else None,
                          split, cached=cache and split is not None, operators=operators,
                          input_dropout=model.dropout))

@@ -1,0 +1,199 @@
+"""Models that are not in the package (examples/) train under every strategy their contract
+allows, equal to the single process; a strategy that cannot run one refuses it in one line."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import gnnmesh
+from gnnmesh.cli import main
+from gnnmesh.config import Config
+from gnnmesh.errors import ConfigError
+from gnnmesh.models import user
+from gnnmesh.train import Trainer
+
+from tests.dist import run_ranks
+from tests.helpers import random_graph
+from tests.parity import assert_same_run, train
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+MODELS = {
+    "gatv2": (f"{EXAMPLES / 'gatv2.py'}:GATv2", "hidden=4,heads=2,dropout=0.3"),
+    "appnp": (f"{EXAMPLES / 'appnp.py'}:APPNPNet", "hidden=8,k=3,alpha=0.2"),
+    "graphconv": (f"{EXAMPLES / 'graphconv.py'}:GraphConv", "hidden=8"),
+}
+# Every strategy each model's contract allows (and the settings it runs with here).
+RUNS = {"partition": ["gatv2", "appnp", "graphconv"], "tensor": ["gatv2", "appnp", "graphconv"],
+        "offload": ["gatv2", "graphconv"], "grid3d": ["graphconv"]}
+SETTINGS = {"partition": {"partitioner": "rp"}, "tensor": {}, "grid3d": {},
+            "offload": {"partitioner": "rp", "device_memory": "1MiB"}}
+EPOCHS = 6
+
+
+def make_graph():
+    return random_graph(n=37, e=150, features=6, classes=3, directed=True, isolated=2)
+
+
+def config(name: str, strategy: str = "single", **fields) -> Config:
+    model, args = MODELS[name]
+    return Config.of(model=model, model_args=args, epochs=EPOCHS, seed=1, strategy=strategy,
+                     **SETTINGS.get(strategy, {}), **fields)
+
+
+def _rank_run(rank, world, strategy):
+    graph = make_graph()
+    return {name: train(graph, config(name, strategy)) for name in RUNS[strategy]}
+
+
+@pytest.fixture(scope="module")
+def reference():
+    graph = make_graph()
+    return {name: train(graph, config(name)) for name in MODELS}
+
+
+def check(results, reference):
+    for name, got in results[0].items():
+        assert_same_run(got, reference[name])
+
+
+@pytest.mark.timeout(300)
+def test_partition_on_two_ranks_equals_the_single_process(reference):
+    check(run_ranks(_rank_run, 2, "partition", timeout=240), reference)
+
+
+SLOW = [(s, p) for s in RUNS for p in (1, 2, 3, 4) if (s, p) != ("partition", 2)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy,ranks", SLOW)
+@pytest.mark.timeout(300)
+def test_every_allowed_strategy_and_rank_count_equals_the_single_process(strategy, ranks, reference):
+    check(run_ranks(_rank_run, ranks, strategy, timeout=240), reference)
+
+
+REFUSED = [("appnp", "offload", "needs a LayerStack or a Decoupled model", "APPNPNet, a plain nn.Module"),
+           ("appnp", "grid3d", "needs a LayerStack of GraphLayers only", "APPNPNet, a plain nn.Module"),
+           ("gatv2", "grid3d", "needs a LayerStack of GraphLayers only", "GATv2, a LayerStack of GATv2Layer")]
+
+
+@pytest.mark.parametrize("name,strategy,need,shape", REFUSED)
+def test_a_strategy_refuses_a_model_it_cannot_run_naming_what_it_needs(name, strategy, need, shape):
+    with pytest.raises(ConfigError) as err:
+        _build(name, strategy)
+    text = str(err.value)
+    assert need in text and shape in text and MODELS[name][0] in text and "\n" not in text
+
+
+def _build(name, strategy):
+    """The trainer's model check for ``strategy`` on one process (grid3d and offload with one rank)."""
+    return Trainer(config(name, strategy), make_graph())
+
+
+def test_mini_batch_training_needs_a_layer_stack():
+    with pytest.raises(ConfigError, match="--strategy single --minibatch needs a LayerStack"):
+        Trainer(config("appnp", minibatch=True), make_graph())
+
+
+def test_a_model_built_in_python_is_recorded_and_rebuilt_from_its_checkpoint(tmp_path):
+    from examples.graphconv import GraphConv
+    path = tmp_path / "c.pt"
+    graph = make_graph()
+    trainer = Trainer(Config.of(epochs=3, checkpoint=str(path)), graph, model=GraphConv(6, 3))
+    trainer.fit()
+    assert trainer.config.model.name == "examples.graphconv:GraphConv"
+    model, config = gnnmesh.load(path)
+    assert type(model).__name__ == "GraphConv" and config.model.name == "examples.graphconv:GraphConv"
+    ids, values = Trainer.from_checkpoint(path, graph).predict()
+    assert values.shape == (37, 3)
+
+
+def test_the_command_line_trains_resumes_and_predicts_a_users_model(tmp_path, capsys):
+    model, args = MODELS["graphconv"]
+    spec = "sbm:nodes=200,classes=3,features=6"
+    base = ["--model", model, "--model-args", args, "--dataset", spec, "--checkpoint", str(tmp_path / "c.pt")]
+    assert main(["train", *base, "--epochs", "2"]) == 0
+    assert main(["train", *base, "--epochs", "4", "--resume"]) == 0
+    assert main(["predict", "--checkpoint", str(tmp_path / "c.pt"), "--out", str(tmp_path / "p")]) == 0
+    assert "wrote logits (200 x 3 float32)" in capsys.readouterr().out
+
+
+BAD = {
+    "missing file": (["--model", "nowhere.py:Net"], "nowhere.py: no such file"),
+    "missing class": (["--model", f"{EXAMPLES / 'gatv2.py'}:GATv3"], "has no class 'GATv3'"),
+    "missing module": (["--model", "no_such_package.models:Net"], "no module named 'no_such_package.models'"),
+    "not a module": (["--model", f"{EXAMPLES / 'gatv2.py'}:F"], "is not a torch.nn.Module subclass"),
+    "malformed": (["--model", "gcn2"], "'gcn2' is not one of gcn, sage, gat, gin, nor a class of yours"),
+    "bad args": (["--model", MODELS["gatv2"][0], "--model-args", "heads"], "'heads' is not key=value"),
+    "built-in option": (["--model", MODELS["gatv2"][0], "--hidden", "4"], "config field 'hidden' applies to the "
+                                                                           "built-in models"),
+    "args for a built-in": (["--model", "gcn", "--model-args", "a=1"], "applies to --model FILE.py:CLASS"),
+}
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_bad_model_input_is_one_line(case, capsys):
+    flags, message = BAD[case]
+    assert main(["train", "--dataset", "sbm:nodes=100,classes=3,features=6", "--epochs", "1", *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_an_error_in_the_users_code_keeps_its_traceback_and_names_the_model(tmp_path):
+    broken = tmp_path / "broken.py"
+    broken.write_text("import torch\n\nclass Net(torch.nn.Module):\n    def __init__(self, i, c, width=4):\n"
+                      "        super().__init__()\n        self.lin = torch.nn.Linear(i, width)\n\n"
+                      "    def forward(self, view, x):\n        return self.lin(x) @ torch.ones(5, 2)\n")
+    with pytest.raises(ConfigError, match=r"cannot be built as Net\(in_dim, num_classes, depth=\.\.\.\): got an "
+                       "unexpected keyword argument 'depth'"):
+        Trainer(Config.of(model=f"{broken}:Net", model_args="depth=3"), make_graph())
+    with pytest.raises(RuntimeError) as err:  # torch's, inside the user's constructor
+        Trainer(Config.of(model=f"{broken}:Net", model_args="width=-1"), make_graph())
+    assert any("raised by the model" in n for n in err.value.__notes__)
+    with pytest.raises(RuntimeError) as err:
+        Trainer(Config.of(model=f"{broken}:Net", epochs=1), make_graph()).fit()
+    assert any(f"while running the model {broken}:Net" in n for n in err.value.__notes__)
+    assert err.traceback[-1].path.name == "broken.py"
+
+
+def test_model_args_are_python_literals():
+    assert user.parse_args("hidden=8, alpha=0.5,name=gat2,flags=[1, 2],on=True,label='a,b'") == \
+        {"hidden": 8, "alpha": 0.5, "name": "gat2", "flags": [1, 2], "on": True, "label": "a,b"}
+    with pytest.raises(ConfigError, match="'k' is given twice"):
+        user.parse_args("k=1,k=2")
+
+
+def test_a_toml_table_gives_the_model_args(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text(f'[model]\nname = "{MODELS["gatv2"][0]}"\nargs = {{ hidden = 4, heads = 2 }}\n')
+    config = Config.from_toml(path)
+    assert user.parse_args(config.model.args) == {"hidden": 4, "heads": 2}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("example", ["gatv2.py", "appnp.py", "graphconv.py"])
+def test_each_example_runs_as_a_script(example):
+    result = subprocess.run([sys.executable, str(EXAMPLES / example)], capture_output=True, text=True, timeout=240,
+                            cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert "on cora: best val" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_gatv2_on_three_ranks_from_the_command_line_equals_the_single_process(tmp_path):
+    from tests.helpers import gnnmesh as run_cli
+    runs = {}
+    for ranks in (1, 3):
+        metrics = tmp_path / f"{ranks}.jsonl"
+        result = run_cli("train", "--model", "examples/gatv2.py:GATv2", "--dataset", "cora", "--nproc", str(ranks),
+                         "--strategy", "partition" if ranks > 1 else "single", "--epochs", "5",
+                         "--metrics", str(metrics), *(["--partitioner", "rp"] if ranks > 1 else []), timeout=240)
+        assert result.returncode == 0, result.stderr
+        import json
+        runs[ranks] = [json.loads(line)["loss"] for line in metrics.read_text().splitlines()]
+    assert torch.allclose(torch.tensor(runs[3]), torch.tensor(runs[1]), rtol=1e-5, atol=0)
