@@ -32,6 +32,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_config_flags(graph, only=("dataset", "data_root", "hidden"),
                      helps={"hidden": "hidden width (default: grid3d 16, offload the model's)"})
     add_config_flags(graph, only=("model", "decoupled", "layers"), defaults=True)
+    add_config_flags(graph, only=("model_args",))
     graph.add_argument("--nodes", type=int, metavar="N", help="number of nodes")
     graph.add_argument("--edges", type=int, metavar="E", help="stored adjacency entries (an undirected edge "
                        "counts twice); self-loops are added")

@@ -32,7 +32,7 @@ def run(args) -> int:
     if args.nproc > MAX_RANKS:   # every pair of ranks' halo is priced: memory and time grow as G^2
         raise ConfigError(f"--nproc: --strategy all plans at most {MAX_RANKS:,} ranks, got {args.nproc:,} "
                           "(--strategy grid3d plans more)")
-    config = Config.of(model=args.model, decoupled=args.decoupled, hidden=args.hidden, layers=args.layers,
+    config = Config.of(model=args.model, model_args=args.model_args, decoupled=args.decoupled, hidden=args.hidden, layers=args.layers,
                     strategy="partition", nproc=args.nproc, data_root=args.data_root,
                     **({"epochs": args.epochs} if args.epochs is not None else {})).resolved()
     methods = _partitioners(args.partitioner)
@@ -43,7 +43,8 @@ def run(args) -> int:
                                       ("--cache-memory", args.cache_memory)) if value is not None]
     if given and not args.allow_sampling:
         raise ConfigError(f"{given[0]} applies with --allow-sampling")
-    sampling = Config.of(dataset=args.dataset, data_root=args.data_root, model=args.model, decoupled=args.decoupled,
+    sampling = Config.of(dataset=args.dataset, data_root=args.data_root, model=args.model,
+                         model_args=args.model_args, decoupled=args.decoupled,
                       hidden=args.hidden, layers=args.layers, minibatch=True, strategy="auto", nproc=args.nproc,
                       fanouts=args.fanouts, batch_size=args.batch_size,
                       cache_memory=args.cache_memory).resolved() if args.allow_sampling else None

@@ -8,12 +8,11 @@ import numpy as np
 
 from ..config import Config
 from ..errors import ConfigError
-from ..models import build_model
 from ..parallel.offload import build_plan, costs
 from ..parallel.offload.pipeline import tables
 from ..parallel.offload.stages import stages_of
 from ..validate import parse_bytes
-from ..trained import model_options
+from .. import trained
 from ..report.plan_file import Candidate, write_plan
 
 MiB = 2**20
@@ -25,7 +24,8 @@ def run(args) -> int:
     if not args.device_memory:
         raise ConfigError("--strategy offload needs --device-memory SIZE (e.g. 512MiB)")
     nproc = args.nproc or 1
-    config = Config.of(dataset=args.dataset, data_root=args.data_root, model=args.model, decoupled=args.decoupled,
+    config = Config.of(dataset=args.dataset, data_root=args.data_root, model=args.model, model_args=args.model_args,
+                       decoupled=args.decoupled,
                     hidden=args.hidden, layers=args.layers,
                     strategy="offload", nproc=nproc, device_memory=args.device_memory, chunks=args.chunks,
                     dedup=args.dedup, intermediates=args.intermediates, reorganize=args.reorganize,
@@ -35,7 +35,7 @@ def run(args) -> int:
     graph.require_node_classification()
     in_dim = args.features or graph.num_features or (2 if graph.directed else 1)
     classes = args.classes or graph.num_classes
-    model = build_model(config.model.name, in_dim, classes, decoupled=config.model.decoupled, **model_options(config))
+    model = trained.build(config, trained.Widths(in_dim, classes))
     stages = stages_of(model, in_dim, config.offload.intermediates)
     owned = _owned(graph, nproc, config)
     budget = parse_bytes(config.host_tier.device_memory, "device_memory")

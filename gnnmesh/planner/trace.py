@@ -192,6 +192,10 @@ def build(widths, model: str = "gcn", decoupled: bool = False, **options) -> tor
     hidden layer — per head for GAT —, classes), without touching the global RNG.
     ``options``: constructor options (``heads`` and ``k`` are ignored by models without them)."""
     widths = tuple(int(w) for w in widths)
+    if ":" in model:  # a user's class (FILE.py:CLASS): (input, classes) and its --model-args
+        from ..models import user
+        with torch.random.fork_rng(devices=[]):
+            return user.build(model, widths[0], widths[-1], user.parse_args(options.get("args") or ""))
     if len(widths) < 2 or len(set(widths[1:-1])) > 1:
         raise ValueError(f"widths must be (input, hidden, ..., classes) with one hidden width, got {widths}")
     hidden = widths[1] if len(widths) > 2 else options.pop("hidden", 16)

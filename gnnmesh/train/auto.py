@@ -78,8 +78,10 @@ def planned_model(config: Config, graph, features=None, classes=None) -> tuple:
     """(widths, options) of the model ``config`` (resolved) trains on ``graph``, as the
     planner takes them: input (``features``, else the graph's), hidden..., output (``classes``,
     else the graph's); the constructor's other options."""
-    widths = ((features or input_width(graph),) + (config.model.hidden,) * (config.model.layers - 1)
-              + (classes or graph.num_classes,))
+    features, classes = features or input_width(graph), classes or graph.num_classes
+    if config.model.user:  # the user's class builds its own layers from its arguments
+        return (features, classes), {"args": config.model.args}
+    widths = (features,) + (config.model.hidden,) * (config.model.layers - 1) + (classes,)
     return widths, {k: v for k, v in model_options(config).items() if k not in ("hidden", "layers")}
 
 

@@ -197,3 +197,13 @@ def test_gatv2_on_three_ranks_from_the_command_line_equals_the_single_process(tm
         import json
         runs[ranks] = [json.loads(line)["loss"] for line in metrics.read_text().splitlines()]
     assert torch.allclose(torch.tensor(runs[3]), torch.tensor(runs[1]), rtol=1e-5, atol=0)
+
+
+def test_strategy_auto_plans_a_users_model(capsys):
+    """The planner traces the user's class as it traces the built-in models; a candidate that
+    cannot run it is dropped with the reason."""
+    model, args = MODELS["appnp"]
+    assert main(["plan", "--dataset", "sbm:nodes=200,classes=3,features=6", "--nproc", "2", "--model", model,
+                 "--model-args", args]) == 0
+    out = capsys.readouterr().out
+    assert "partition" in out and "grid3d" in out and "does not run" in out
