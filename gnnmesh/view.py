@@ -28,6 +28,18 @@ OPERATORS = {
 }
 
 
+def register_operator(name: str, build) -> None:
+    """Add the graph operator ``name``: ``build(adj)`` returns it as an ``Adjacency`` (values
+    included) from the whole graph's adjacency ``A`` (row i: node i's in-edges), e.g. another
+    normalisation of A. Every strategy that cuts its operators from the graph uses it (parts
+    hold only the operators written into them). Register it where the model is defined, so that
+    every rank that imports the model has it; registering a name again with the same function
+    is allowed, with another one a ValueError."""
+    if OPERATORS.get(name, build) is not build:
+        raise ValueError(f"graph operator {name!r} is registered already")
+    OPERATORS[name] = build
+
+
 # A mask value is a hash of (draw key, global id, position in the row): the mask of any set of
 # ids costs in proportion to the set, however scattered its ids are (a partition's rows, an
 # out-of-core chunk's neighbours), and is the same however the ids are split among processes

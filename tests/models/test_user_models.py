@@ -12,8 +12,10 @@ import gnnmesh
 from gnnmesh.cli import main
 from gnnmesh.config import Config
 from gnnmesh.errors import ConfigError
-from gnnmesh.models import user
+from gnnmesh.graph import Adjacency
+from gnnmesh.models import GraphLayer, LayerStack, Maths, Term, user
 from gnnmesh.train import Trainer
+from gnnmesh.view import register_operator
 
 from tests.dist import run_ranks
 from tests.helpers import random_graph
@@ -207,3 +209,55 @@ def test_strategy_auto_plans_a_users_model(capsys):
                  "--model-args", args]) == 0
     out = capsys.readouterr().out
     assert "partition" in out and "grid3d" in out and "does not run" in out
+
+
+# A normalisation gnnmesh does not ship: D^-1/2 A D^-1/2 without self-loops, registered by the
+# module that defines the model (every rank imports it).
+def _symmetric_no_loops(adj):
+    mat = adj.to_scipy().tocsr()
+    mat.setdiag(0)
+    mat.eliminate_zeros()
+    deg = torch.from_numpy(mat.sum(axis=1).A1).float().clamp(min=1)
+    coo = mat.tocoo()
+    values = deg[coo.row] ** -0.5 * deg[coo.col] ** -0.5
+    return Adjacency.from_coo(torch.from_numpy(coo.row).long(), torch.from_numpy(coo.col).long(), adj.shape, values)
+
+
+class SymmetricLayer(GraphLayer):
+    def __init__(self, in_dim, out_dim):
+        super().__init__()
+        self.lin = torch.nn.Linear(in_dim, out_dim)
+
+    def maths(self):
+        return Maths((Term("sym_no_loops", self.lin.weight),), self.lin.bias)
+
+
+class SymmetricNet(LayerStack):
+    def __init__(self, in_dim, num_classes, hidden=8):
+        register_operator("sym_no_loops", _symmetric_no_loops)
+        super().__init__(0.2)
+        self.layers.extend([SymmetricLayer(in_dim, hidden), SymmetricLayer(hidden, num_classes)])
+
+
+def _rank_operator(rank, world, strategy):
+    return train(make_graph(), Config.of(model="tests.models.test_user_models:SymmetricNet", epochs=EPOCHS,
+                                         seed=1, strategy=strategy, **SETTINGS[strategy]))
+
+
+@pytest.mark.timeout(300)
+def test_a_registered_operator_runs_under_partition_as_on_one_process():
+    want = train(make_graph(), Config.of(model="tests.models.test_user_models:SymmetricNet", epochs=EPOCHS, seed=1))
+    assert_same_run(run_ranks(_rank_operator, 2, "partition", timeout=240)[0], want)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy,ranks", [("tensor", 2), ("grid3d", 4), ("offload", 2)])
+@pytest.mark.timeout(300)
+def test_a_registered_operator_runs_under_every_strategy(strategy, ranks):
+    want = train(make_graph(), Config.of(model="tests.models.test_user_models:SymmetricNet", epochs=EPOCHS, seed=1))
+    assert_same_run(run_ranks(_rank_operator, ranks, strategy, timeout=240)[0], want)
+
+
+def test_an_operator_name_is_registered_once():
+    with pytest.raises(ValueError, match="'gcn' is registered already"):
+        register_operator("gcn", lambda adj: adj)
