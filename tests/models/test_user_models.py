@@ -261,3 +261,25 @@ def test_a_registered_operator_runs_under_every_strategy(strategy, ranks):
 def test_an_operator_name_is_registered_once():
     with pytest.raises(ValueError, match="'gcn' is registered already"):
         register_operator("gcn", lambda adj: adj)
+
+
+GUIDE_NEEDS = {"any module on the primitives": "primitives", "a `LayerStack` or a `Decoupled` model": "stages",
+               "a `LayerStack` of `GraphLayer`s only": "maths", "a `LayerStack`": "layer_stack",
+               "a `LayerStack` whose first layer is a `GraphLayer`": "first_maths",
+               "a `Decoupled` model without attention": "propagation"}
+
+
+def test_the_model_guide_says_what_each_strategy_needs():
+    from gnnmesh import strategies
+    guide = (ROOT / "docs" / "guides" / "models.md").read_text()
+    table = guide.split("## What each strategy needs", 1)[1].split("\n\n")[2]
+    seen = set()
+    for row in table.splitlines()[2:]:
+        who, needs = (cell.strip() for cell in row.strip("|").split("|")[:2])
+        key = GUIDE_NEEDS[needs]
+        for name in [w.strip("`,") for w in who.split() if w.strip("`,") in strategies.names()]:
+            engine = "host_store" if "--host-store" in who else "minibatch" if "--minibatch" in who else ""
+            spec = strategies.REGISTRY.get(f"{name}:{engine}", strategies.spec(name))
+            assert spec.needs == key, f"the guide says {name} needs {key}, the registry {spec.needs}"
+            seen.add((name, engine))
+    assert {n for n, _ in seen} == set(strategies.names()), "every strategy has its row"
