@@ -29,3 +29,5 @@ grid = train("--nproc", "4", "--strategy", "grid3d", "--grid", "2,1,2")
 alone = train()
 worst = max(abs(a - b) / abs(b) for a, b in zip(grid, alone))
 print(f"GraphConv on 4 ranks (grid3d 2x1x2) and on one process: losses agree to {worst:.1e} (relative)")
+if worst > 1e-5:
+    sys.exit("the 4-rank run does not equal the single process")
