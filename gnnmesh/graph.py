@@ -145,7 +145,10 @@ class Graph:
     """A graph with optional vertex data. ``adj[i, j] != 0`` means an edge ``j -> i``.
 
     ``adj.values`` holds edge weights (``None`` for an unweighted graph). Masks are boolean
-    vectors over the nodes; labels are int64 class ids.
+    vectors over the nodes. Labels ``y`` are int64 class ids [N] (classification), or float
+    targets: a 0/1 matrix [N, T] (multilabel) or numbers [N] or [N, T] (regression); see
+    ``gnnmesh.tasks``. ``num_classes`` is the model's output width: the classes, or T (1 for
+    [N] targets).
     """
 
     adj: Adjacency
@@ -163,9 +166,13 @@ class Graph:
 
     def __post_init__(self):
         self.adj.check(self.name)  # every graph passes here, whatever its source
-        if self.num_classes is None and self.y is not None and self.y.numel() \
-                and not self.y.is_floating_point():
-            self.num_classes = int(self.y.max()) + 1
+        if self.num_classes is None and self.y is not None and self.y.dim() in (1, 2):
+            if self.y.dim() == 2:  # T targets per node
+                self.num_classes = int(self.y.shape[1])
+            elif self.y.is_floating_point():  # one target per node
+                self.num_classes = 1
+            elif self.y.numel():
+                self.num_classes = int(self.y.max()) + 1
 
     @property
     def num_nodes(self) -> int:
@@ -246,6 +253,9 @@ class Graph:
     def from_pyg(cls, data, name: str = "pyg", **kwargs) -> "Graph":
         """Build from a ``torch_geometric.data.Data`` (edge_index, x, y, masks, edge_weight)."""
         fields = {k: getattr(data, k, None) for k in cls.VERTEX_FIELDS}
+        y = fields["y"]
+        if y is not None and y.dim() == 2:  # OGB's form: class ids as [N, 1]; targets as [N, T]
+            fields["y"] = y[:, 0] if y.shape[1] == 1 and not y.is_floating_point() else y.float()
         weight = getattr(data, "edge_weight", None)
         attr = getattr(data, "edge_attr", None)
         if weight is None and attr is not None and (attr.dim() == 1 or tuple(attr.shape[1:]) == (1,)):
@@ -261,6 +271,11 @@ class Graph:
                     num_nodes=self.num_nodes)
 
     def replace(self, **changes) -> "Graph":
+        """A copy with ``changes``; new targets (``y`` of floats, or a matrix) without a
+        ``num_classes`` take their own width."""
+        y = changes.get("y")
+        if y is not None and "num_classes" not in changes and (y.dim() == 2 or y.is_floating_point()):
+            changes["num_classes"] = None
         return replace(self, **changes)
 
     # -- validation ----------------------------------------------------------------------
@@ -297,8 +312,10 @@ def check_vertex_data(where: str, n: int, x, y, num_classes: Optional[int], mask
                       width: Optional[int] = None) -> None:
     """Raise GraphError (prefixed ``where``, naming the field) unless the vertex data of ``n``
     rows is well formed: ``x`` [n, F] and finite (F = ``width`` when given), ``y`` integer class
-    ids in [0, ``num_classes``), each mask boolean [n], no two masks sharing a row. The one
-    check of every graph (``Graph.validate``) and of every rank's vertex data read back."""
+    ids in [0, ``num_classes``) or targets ([n] floats, or [n, T] numbers with T = ``num_classes``)
+    finite in every row of a split (NaN elsewhere: no target), each mask boolean [n], no two masks
+    sharing a row. The one check of every graph (``Graph.validate``) and of every rank's vertex
+    data read back."""
     if x is not None:
         if x.dim() != 2 or x.shape[0] != n:
             raise GraphError(where + f"field 'x' has shape {list(x.shape)}, expected [{n}, F]")
@@ -314,11 +331,14 @@ def check_vertex_data(where: str, n: int, x, y, num_classes: Optional[int], mask
                 raise GraphError(where + f"field 'x' has a non-finite value {x[r, c].item()} "
                                  f"at node {r}, feature {c}")
     if y is not None:
-        if y.dim() != 1 or y.shape[0] != n:
-            raise GraphError(where + f"field 'y' has shape {list(y.shape)}, expected [{n}]")
-        if y.is_floating_point():
-            raise GraphError(where + "field 'y' must hold integer class ids, got floats")
-        if y.numel():
+        if y.dim() not in (1, 2) or y.shape[0] != n:
+            raise GraphError(where + f"field 'y' has shape {list(y.shape)}, expected [{n}] (class ids or "
+                             f"targets) or [{n}, T] (T targets per node)")
+        if y.dtype == torch.bool or y.is_complex():
+            raise GraphError(where + f"field 'y' must hold class ids or numeric targets, got {y.dtype}")
+        if y.dim() == 2 or y.is_floating_point():
+            _check_targets(where, y, num_classes, masks)
+        elif y.numel():
             k = num_classes
             low = int(y.min())
             if low < 0:
@@ -346,6 +366,28 @@ def check_vertex_data(where: str, n: int, x, y, num_classes: Optional[int], mask
                                  f"({int(both.sum())} nodes, first {node})")
     if width is not None and x is not None and x.dim() == 2 and x.shape[1] != width:
         raise GraphError(where + f"field 'x' has {x.shape[1]} features, expected {width}")
+
+
+def _check_targets(where: str, y: torch.Tensor, num_classes: Optional[int], masks: dict) -> None:
+    """Targets (``y`` [n] floats or [n, T]): T = ``num_classes`` (1 for [n]), finite in every
+    row of a split."""
+    width = 1 if y.dim() == 1 else int(y.shape[1])
+    if num_classes is not None and num_classes != width:
+        raise GraphError(where + f"field 'y' has {width} target{'s' if width != 1 else ''} per node, but "
+                         f"num_classes (the output width) is {num_classes}")
+    if not y.is_floating_point():
+        return
+    for name, mask in masks.items():
+        if mask is None or mask.dtype != torch.bool or mask.shape != y.shape[:1]:
+            continue  # the masks' own checks name these
+        bad = ~torch.isfinite(y[mask])
+        if bool(bad.any()):
+            first = torch.nonzero(bad)[0]
+            node = int(torch.nonzero(mask).flatten()[int(first[0])])
+            target = f", target {int(first[1])}" if y.dim() == 2 else ""
+            value = y[node, int(first[1])] if y.dim() == 2 else y[node]
+            raise GraphError(where + f"field 'y' has a non-finite value {value.item()} at node {node}{target}, "
+                             f"a row of '{name}' (a target is needed for every row of a split)")
 
 
 def check_csr(indptr, indices, shape, where: str, names=("indptr", "indices"),

@@ -27,6 +27,8 @@ from typing import Optional
 from .errors import ConfigError
 from .layout.grid import parse_grid
 from .partition.base import METHODS, STOCHASTIC_METHODS
+from .tasks import REGRESSION_LOSSES, TASKS, parse_class_weights
+from .tasks import build as build_task
 from .validate import SEED_RANGE, Range, parse_bytes
 
 COUNT, NON_NEGATIVE, FRACTION = Range(1), Range(0), Range(0.0, 1.0, open="high")
@@ -109,6 +111,10 @@ def _size_or_none(name: str, value) -> None:
 def _chunk_count(name: str, value) -> None:
     if value != "auto" and not (value.isdigit() and int(value) >= 1):
         raise ConfigError(f"config field '{name}': {value!r} is neither 'auto' nor a positive integer")
+
+
+def _class_weights(name: str, value) -> None:
+    parse_class_weights(value, name)
 
 
 def _grid_shape(name: str, value) -> None:
@@ -223,6 +229,22 @@ class TrainingSection(Section):
     eval_every: int = setting(1, help="evaluate every N epochs", check=COUNT)
     minibatch: bool = setting(False, help="train on sampled mini-batches instead of the whole graph "
                               "(strategies single, gdp, nfp, snp, dnp, auto)")
+    task: Optional[str] = setting(help="what the model learns from the labels: classification (one class per "
+                                  "node: cross-entropy, accuracy), multilabel (0/1 targets per node: binary "
+                                  "cross-entropy, ROC-AUC, micro-F1) or regression (numeric targets: MSE or MAE "
+                                  "loss, R2, MAE); default: inferred from the labels (integer ids: "
+                                  "classification, a 0/1 matrix: multilabel, other floats: regression)",
+                                  choices=TASKS)
+    class_weights: Optional[str] = setting(help="classification: weigh each class's loss, 'balanced' (inverse to "
+                                           "its share of the training set) or one weight per class, e.g. 1,4,1 "
+                                           "(default: unweighted)", check=_class_weights)
+    regression_loss: Optional[str] = setting(help="regression: the loss, mse (mean squared error; the default) or "
+                                             "mae (mean absolute error)", choices=REGRESSION_LOSSES)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.task is not None:  # an inferred task is checked once the labels are read
+            build_task(self.task, class_weights=self.class_weights, regression_loss=self.regression_loss)
 
 
 @dataclass(frozen=True)

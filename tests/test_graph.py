@@ -187,3 +187,23 @@ def test_self_loops_and_norms_match_scipy_at_any_block_size(shape, block, monkey
         whole = gcn_norm(adj).values, mean_norm(adj).values
         monkeypatch.setattr(transforms, "ENTRY_BLOCK", block)
         assert torch.equal(gcn_norm(adj).values, whole[0]) and torch.equal(mean_norm(adj).values, whole[1])
+
+
+def test_targets_as_labels_and_the_output_width():
+    """Labels may be targets: [N, T] (multilabel or regression) or [N] floats; num_classes is
+    then the output width; a PyG Data.y of [N, T] loads as targets and [N, 1] class ids as [N]."""
+    from types import SimpleNamespace as Data  # what from_pyg reads of a torch_geometric Data
+    ei = torch.tensor([[0, 1], [1, 2]])
+    matrix = torch.tensor([[0.0, 1.0], [1.0, 1.0], [0.0, 0.0]])
+    assert Graph.from_edge_index(ei, 3, y=matrix).num_classes == 2
+    assert Graph.from_edge_index(ei, 3, y=torch.tensor([0.5, 1.5, 2.0])).num_classes == 1
+    graph = random_graph(n=10, e=20)
+    assert graph.replace(y=torch.zeros(10, 4)).num_classes == 4  # new targets take their own width
+    proteins = Graph.from_pyg(Data(edge_index=ei, y=torch.tensor([[0, 1], [1, 1], [0, 0]]), num_nodes=3))
+    assert proteins.y.dtype == torch.float32 and torch.equal(proteins.y, matrix) and proteins.num_classes == 2
+    arxiv = Graph.from_pyg(Data(edge_index=ei, y=torch.tensor([[2], [0], [1]]), num_nodes=3))
+    assert arxiv.y.tolist() == [2, 0, 1] and arxiv.num_classes == 3
+    with pytest.raises(GraphError, match=r"field 'y' has shape \[3, 2, 1\], expected \[3\]"):
+        Graph.from_edge_index(ei, 3, y=torch.zeros(3, 2, 1))
+    with pytest.raises(GraphError, match=r"field 'y' must hold class ids or numeric targets, got torch.bool"):
+        Graph.from_edge_index(ei, 3, y=torch.zeros(3, 2, dtype=torch.bool))

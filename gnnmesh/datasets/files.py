@@ -281,7 +281,8 @@ def load_npz(path: Path, *, directed=None, remove_self_loops=False, split_seed=0
              train_frac=0.6, val_frac=0.2):
     """Keys: ``adj_data/adj_indices/adj_indptr/adj_shape`` (CSR, row = source), node
     features as ``attr_data/attr_indices/attr_indptr/attr_shape`` or dense ``attr_matrix``,
-    ``labels`` (one int per node), optional boolean ``train_mask``/``val_mask``/``test_mask``
+    ``labels`` (class ids, one int per node; or targets, an [N, T] matrix read as float32: 0/1
+    for multilabel, any numbers for regression), optional boolean ``train_mask``/``val_mask``/``test_mask``
     and scalar ``num_classes``. Other keys (node_names, class_names, ...) are ignored; they
     are object arrays that would need pickle. Without masks a random split is drawn."""
     raw = read_raw(path)
@@ -309,20 +310,27 @@ def load_npz(path: Path, *, directed=None, remove_self_loops=False, split_seed=0
             raise GraphError(f"{path}: field '{attr_key}' has {attr.shape[0]} rows, expected {n} "
                              f"(nodes in adj_shape)")
         fields["x"] = torch.from_numpy(np.ascontiguousarray(attr, dtype=np.float32))
-    y = None
+    y = None  # class ids, which stratify a drawn split
     if "labels" in keys:
-        y = _npz_field(z, "labels", path)
-        if y.ndim != 1 or y.shape[0] != n:
-            raise GraphError(f"{path}: field 'labels' has shape {list(y.shape)}, expected [{n}]")
-        if not np.issubdtype(y.dtype, np.integer):
-            if not np.all(np.isfinite(y)) or np.any(y != np.round(y)):
-                raise GraphError(f"{path}: field 'labels' must hold integer class ids")
-        y = y.astype(np.int64)
-        if y.size and y.min() < 0:  # checked before the split, which needs class ids >= 0
-            node = int(np.argmin(y))
-            raise GraphError(f"{path}: field 'labels' has a negative label {int(y[node])} "
-                             f"at node {node}")
-        fields["y"] = torch.from_numpy(y)
+        labels = _npz_field(z, "labels", path)
+        if labels.ndim not in (1, 2) or labels.shape[0] != n:
+            raise GraphError(f"{path}: field 'labels' has shape {list(labels.shape)}, expected [{n}] (class ids) "
+                             f"or [{n}, T] (T targets per node)")
+        if not (np.issubdtype(labels.dtype, np.integer) or np.issubdtype(labels.dtype, np.floating)):
+            raise GraphError(f"{path}: field 'labels' must hold class ids or numeric targets, got {labels.dtype}")
+        if labels.ndim == 2:  # targets
+            fields["y"] = torch.from_numpy(np.ascontiguousarray(labels, dtype=np.float32))
+        else:  # class ids
+            if not np.issubdtype(labels.dtype, np.integer) and (not np.all(np.isfinite(labels))
+                                                                or np.any(labels != np.round(labels))):
+                raise GraphError(f"{path}: field 'labels' must hold integer class ids (targets of a regression: "
+                                 f"an [{n}, 1] matrix)")
+            y = labels.astype(np.int64)
+            if y.size and y.min() < 0:  # checked before the split, which needs class ids >= 0
+                node = int(np.argmin(y))
+                raise GraphError(f"{path}: field 'labels' has a negative label {int(y[node])} "
+                                 f"at node {node}")
+            fields["y"] = torch.from_numpy(y)
     if "num_classes" in keys:
         fields["num_classes"] = int(_npz_field(z, "num_classes", path))
     meta: dict = {"source_file": str(path)}
@@ -332,7 +340,7 @@ def load_npz(path: Path, *, directed=None, remove_self_loops=False, split_seed=0
         if mask.ndim != 1 or mask.shape[0] != n:
             raise GraphError(f"{path}: field '{m}' has shape {list(mask.shape)}, expected [{n}]")
         fields[m] = torch.from_numpy(mask.astype(bool))
-    if not given and y is not None:
+    if not given and "y" in fields:  # stratified by class ids; targets: a plain random split
         masks, meta["split"] = random_split(n, y, train_frac, val_frac, split_seed)
         fields.update(masks)
     coo = adj.tocoo()

@@ -3,7 +3,8 @@ read from disk as they are:
 
     <dir>/raw/edge.csv.gz            'src,dst' per edge, 0-based node ids
     <dir>/raw/node-feat.csv.gz       one row of floats per node (optional)
-    <dir>/raw/node-label.csv.gz      one class id per node; empty or NaN: unlabeled
+    <dir>/raw/node-label.csv.gz      one class id per node; empty or NaN: unlabeled; or T
+                                     numbers per node (ogbn-proteins: 112 binary targets)
     <dir>/raw/num-node-list.csv.gz   the node count
     <dir>/raw/num-edge-list.csv.gz   the edge count
     <dir>/split/<name>/{train,valid,test}.csv.gz   node ids of each set
@@ -137,7 +138,9 @@ _NAN_LINE = re.compile(rb"^[ \t]*nan[ \t\r]*$", re.I | re.M)
 
 def _labels(path: Path, n: int, nodes_file: Path):
     """(labels with 0 for unlabeled nodes, labeled mask, class count). Line ``i`` holds
-    node ``i``'s label, so the file must have exactly one line per node."""
+    node ``i``'s label, so the file must have exactly one line per node. A file whose lines
+    hold several numbers (ogbn-proteins: 112 binary targets) gives a float32 matrix of targets
+    [n, T], NaN for unlabeled nodes, and T."""
     data = read_bytes(path)
     lines = data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
     if lines != n:
@@ -145,6 +148,10 @@ def _labels(path: Path, n: int, nodes_file: Path):
                          f"{n} nodes")
     if _NAN_LINE.search(data):
         data = _NAN_LINE.sub(b"", data)
+    first = next((line for line in data.split(b"\n", 64)[:64]
+                  if line.strip() and line.lstrip()[:1] not in (b"#", b"%")), b"")
+    if len(first.replace(b",", b" ").split()) > 1:
+        return _targets(data, path, n)
     table = parse_table(data, path, columns=(1,), int_columns=1, names=("label",))
     values = table.ints[:, 0]
     if values.size and values.min() < 0:
@@ -156,6 +163,18 @@ def _labels(path: Path, n: int, nodes_file: Path):
     labeled = np.zeros(n, dtype=bool)
     labeled[nodes] = True
     return y, labeled, int(values.max()) + 1 if values.size else None
+
+
+def _targets(data: bytes, path: Path, n: int):
+    """(targets [n, T] float32 with NaN rows for unlabeled nodes, labeled mask, T) of a label
+    file with T columns."""
+    table = parse_table(data, path, columns=None, int_columns=0, names=())
+    nodes = table.lines - 1
+    y = np.full((n, table.floats.shape[1]), np.nan, dtype=np.float32)
+    y[nodes] = table.floats
+    labeled = np.zeros(n, dtype=bool)
+    labeled[nodes] = True
+    return y, labeled, int(y.shape[1])
 
 
 def _features(path: Path, n: int, nodes_file: Path) -> torch.Tensor:

@@ -4,7 +4,8 @@ A parts directory holds one folder per rank with everything that rank trains on 
 nothing else, plus a manifest that says how it was made:
 
     manifest.json       format, kind (the strategy it serves), the graph's fingerprint and
-                        sizes, how it was cut, per-rank counts and every file's checksum
+                        sizes, the task its labels imply (``gnnmesh.tasks.infer``), how it
+                        was cut, per-rank counts and every file's checksum
     rank-00000/         rank 0's arrays as plain .npy files (see the writer of each kind)
     rank-00001/ ...
 
@@ -25,6 +26,7 @@ import torch
 
 from ..errors import ConfigError, GraphError
 from ..graph import Adjacency, check_vertex_data
+from ..tasks import TASKS, infer
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -57,7 +59,7 @@ def graph_facts(graph, num_features: int, dataset: str) -> dict:
     return {"format": FORMAT_VERSION, "dataset": dataset, "name": graph.name,
             "fingerprint": graph_key(graph.adj), "num_nodes": graph.num_nodes,
             "num_edges": graph.num_edges, "num_features": int(num_features),
-            "num_classes": int(graph.num_classes), "directed": bool(graph.directed),
+            "num_classes": int(graph.num_classes), "task": infer(graph.y)[0], "directed": bool(graph.directed),
             "weighted": graph.adj.values is not None}
 
 
@@ -94,7 +96,10 @@ class Parts:
         self.dataset = str(manifest["dataset"])
         self.num_nodes = int(manifest["num_nodes"])
         self.num_features = int(manifest["num_features"])
-        self.num_classes = int(manifest["num_classes"])
+        self.num_classes = int(manifest["num_classes"])  # the output width: classes, or targets
+        self.task = str(manifest.get("task", "classification"))  # what the labels are, as inferred when written
+        if self.task not in TASKS:
+            raise ValueError(f"task {self.task!r}, expected one of {', '.join(TASKS)}")
         if len(manifest["ranks"]) != self.parts:
             raise ValueError(f"{len(manifest['ranks'])} rank entries for {self.parts} parts")
 
@@ -195,11 +200,15 @@ class RankPart:
     def vertex_data(self, rows: int, width: Optional[int] = None, x_rows: Optional[int] = -1) -> tuple:
         """(x, y, train_mask, val_mask, test_mask) of this rank's ``rows`` rows, checked as every
         graph's vertex data is (``graph.check_vertex_data``): x float [``x_rows``, ``width``]
-        (``x_rows`` -1: ``rows``; None: any, for a block of features), labels within the
-        manifest's classes, boolean masks that do not overlap."""
+        (``x_rows`` -1: ``rows``; None: any, for a block of features), labels of the manifest's
+        task within its classes (or targets of its width), boolean masks that do not overlap."""
         x, y = self.tensor("x"), self.tensor("y")
         masks = {name: self.tensor(name) for name in ("train_mask", "val_mask", "test_mask")}
         where = str(self.folder) + ": "
+        class_ids = y.dim() == 1 and not y.is_floating_point()
+        if class_ids != (self.parts.task == "classification"):
+            raise GraphError(self.where("y") + f"holds {y.dtype} of shape {list(y.shape)}, not the "
+                             f"{self.parts.task} labels the manifest says")
         check_vertex_data(where, rows, None, y, self.parts.num_classes, masks)
         features = x.shape[0] if x_rows is None and x.dim() == 2 else rows if x_rows == -1 else x_rows
         check_vertex_data(where, features, x, None, None, {}, width)

@@ -19,6 +19,7 @@ from torch import nn
 from ..errors import ConfigError
 from ..models import Decoupled
 from ..models.base import LayerStack
+from ..tasks import Classification, Task
 
 OUTPUTS = ("logits", "probs", "labels", "embeddings")
 
@@ -76,8 +77,12 @@ def through_layer(model: nn.Module, layer: int) -> nn.Module:
 
 
 @torch.no_grad()
-def rank_output(strategy, model: nn.Module, shard, output: Output) -> torch.Tensor:
-    """``output`` for this rank's rows (``shard.row_ids()``), the model in eval mode."""
+def rank_output(strategy, model: nn.Module, shard, output: Output, task: Optional[Task] = None) -> torch.Tensor:
+    """``output`` for this rank's rows (``shard.row_ids()``), the model in eval mode: ``probs``
+    and ``labels`` as the ``task`` makes them of the logits (default: classification's softmax
+    and argmax; multilabel: sigmoid and logit > 0; refused for regression)."""
+    task = task or Classification()
+    task.check_output(output.what)
     training = model.training
     model.eval()
     run = through_layer(model, output.layer_of(model))  # a copy: made in eval mode
@@ -90,7 +95,7 @@ def rank_output(strategy, model: nn.Module, shard, output: Output) -> torch.Tens
             strategy.prepare(model)
         model.train(training)
     if output.what == "probs":
-        return torch.softmax(values, dim=-1)
+        return task.probabilities(values)
     if output.what == "labels":
-        return values.argmax(dim=-1)
+        return task.labels(values)
     return values

@@ -15,7 +15,6 @@ import math
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ..errors import ConfigError
 from ..partition.stochastic import draw_batches
@@ -26,8 +25,10 @@ from .trainer import Trainer
 
 
 class MiniBatchTrainer(Trainer):
-    def __init__(self, config, data, strategy=None):
-        super().__init__(config, data, strategy)
+    holds_every_row = True
+
+    def __init__(self, config, data, strategy=None, task=None):
+        super().__init__(config, data, strategy, task=task)
         cfg, s = self.config, self.shard
         self.split_sizes = [float(m.sum()) for m in (s.train_mask, s.val_mask, s.test_mask)]  # every rank has all
         self.train_ids = torch.nonzero(s.train_mask.cpu()).flatten().numpy()
@@ -145,43 +146,48 @@ class MiniBatchTrainer(Trainer):
         return self.model(view, first, start=1)
 
     def train_step(self) -> float:
-        s, epoch = self.shard, self.epoch
+        epoch = self.epoch
         self.model.train()
         total = 0.0
         for step, batch in enumerate(self.batches(epoch)):
             seeds = self._mine(batch)
             logits = self._logits(self.sampler, seeds, epoch, step)
-            labels = s.y[torch.from_numpy(seeds).to(s.y.device)]
-            loss = F.cross_entropy(logits, labels, reduction="sum") / len(batch)
+            targets = self.targets[torch.from_numpy(seeds).to(self.targets.device)]
+            # the sum over this rank's share / the whole batch's divisor: the ranks add up to its mean
+            loss = self.task.loss(logits, targets) / self._divisor(batch)
             value = self.update(loss, f"epoch {epoch}, step {step}", every_grad=True)
             total += value
         return total / self.steps_per_epoch
+
+    def _divisor(self, batch: np.ndarray):
+        """The loss's divisor for one batch: its size, or the sum of its rows' shares
+        (``Task.count``: class weights, targets per row), the same on every rank."""
+        return self.task.count(self.targets[torch.from_numpy(batch).to(self.targets.device)])
 
     @torch.no_grad()
     def evaluate(self) -> list:
         s = self.shard
         self.model.eval()
-        hits = torch.zeros(3)
+        evaluation = self._evaluation()
         masks = [m.cpu() for m in (s.train_mask, s.val_mask, s.test_mask)]
+        targets = self.targets.cpu()
 
-        def count(seeds: np.ndarray, pred: torch.Tensor) -> None:
-            nonlocal hits
+        def count(seeds: np.ndarray, logits: torch.Tensor) -> None:
             ids = torch.from_numpy(seeds)
-            correct = pred.cpu() == s.y.cpu()[ids]
-            hits += torch.tensor([float(correct[m[ids]].sum()) for m in masks])
+            evaluation.add(logits.cpu(), targets[ids], [m[ids] for m in masks], ids)
 
         if self.eval_sampler is None:  # every rank computes all rows, counts its share
-            pred = self.model(s.view, s.x).argmax(dim=-1)
+            logits = self.model(s.view, s.x)
             mine = self._mine(self.labelled)
-            count(mine, pred[torch.from_numpy(mine).to(pred.device)])
+            count(mine, logits[torch.from_numpy(mine).to(logits.device)])
         else:
             size = max(self.batch_size, DEFAULT_BATCH)  # no gradients kept: larger batches
             with self.eval_features.uncounted():  # an epoch's counts are its training steps'
                 for step, start in enumerate(range(0, len(self.labelled), size)):
                     seeds = self._mine(self.labelled[start:start + size])
-                    count(seeds, self._logits(self.eval_sampler, seeds, self.epoch, step).argmax(dim=-1))
-        hits = self.strategy.all_reduce(hits)
-        return [h / max(n, 1.0) for h, n in zip(hits.tolist(), self.split_sizes)]
+                    count(seeds, self._logits(self.eval_sampler, seeds, self.epoch, step))
+        self.metrics = evaluation.result(self.strategy.all_reduce, self.split_sizes)
+        return self._selected(self.metrics)
 
     def run_epoch(self):
         self.sampled_edges = 0

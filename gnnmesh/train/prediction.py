@@ -17,7 +17,7 @@ from typing import Optional
 
 import numpy as np
 
-from .. import checkpoint, comm, trained
+from .. import checkpoint, comm, tasks, trained
 from ..atomic import check_replaceable
 from ..config import Config
 from ..errors import ConfigError
@@ -62,6 +62,8 @@ def run_prediction(config: Config, request: Request, quiet: bool = False) -> Opt
     rank, world_size = world or (0, 1)
     state = checkpoint.load(request.checkpoint)
     saved = trained.config_of(state)
+    if saved.training.task is not None:  # an output its task does not make is refused before loading
+        tasks.build(saved.training.task).check_output(request.output)
     config, parts = adopt_parts(with_model(config, saved, request.checkpoint))
     if world and config.run.strategy == "single" and world_size > 1:
         raise ConfigError(f"this job has {world_size} ranks; choose a parallel --strategy (e.g. partition)")

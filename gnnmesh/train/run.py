@@ -102,6 +102,8 @@ def _train(config, parts, quiet, rank, world_size, device) -> Summary:
         # unless the strategy plans its resident memory, where idle buffers would count
         buffers.pool(not strategy.holds_memory_budget)
     say(f"{loaded} loaded in {time.perf_counter() - t0:.2f}s")
+    if trainer.task_note:
+        say(f"task {trainer.task_note}")
     say(f"model {cfg.model.name}: {sum(p.numel() for p in trainer.model.parameters()):,} parameters, "
         f"strategy {strategy.describe()}, device {device}, {torch.get_num_threads()} threads per rank")
     lines = getattr(trainer, "dry_run_lines", [])
@@ -111,9 +113,11 @@ def _train(config, parts, quiet, rank, world_size, device) -> Summary:
         for line in lines:
             say("  " + line)
 
+    metric = "acc" if trainer.task.metric == "accuracy" else trainer.task.metric
+
     def progress(r: EpochResult):
         if r.epoch % cfg.run.log_every == 0 or r.epoch in (1, cfg.training.epochs):
-            say(f"epoch {r.epoch:4d} | loss {r.loss:.4f} | acc train {r.train_acc:.3f} val {r.val_acc:.3f} "
+            say(f"epoch {r.epoch:4d} | loss {r.loss:.4f} | {metric} train {r.train_acc:.3f} val {r.val_acc:.3f} "
                 f"test {r.test_acc:.3f} | {1e3 * r.epoch_time:7.1f} ms (aggregate {1e3 * r.aggregate_time:.1f}, "
                 f"dense {1e3 * r.dense_time:.1f}, other {1e3 * r.other_time:.1f})")
             for line in strategy.report_lines(r.extra) + [memory.describe(r.extra)]:
@@ -122,7 +126,8 @@ def _train(config, parts, quiet, rank, world_size, device) -> Summary:
     summary = trainer.fit(progress)
     if rank == 0:  # --quiet keeps the summary
         print(f"done: {summary.epochs} epochs in {summary.total_time:.2f}s ({1e3 * summary.mean_epoch_time:.1f} ms/epoch); "
-        f"best val {summary.val_acc:.4f} at epoch {summary.best_epoch}, test {summary.test_acc:.4f}, "
+        f"best val {'' if metric == 'acc' else metric + ' '}{summary.val_acc:.4f} at epoch {summary.best_epoch}, "
+        f"test {summary.test_acc:.4f}, "
         f"final loss {summary.final_loss:.4f}{_peak(summary, world_size)}")
     return summary
 

@@ -17,9 +17,9 @@ from typing import Callable, Optional
 
 import numpy as np
 import torch
-import torch.nn.functional as F
+import torch.nn.functional as F  # noqa: F401  (the losses are gnnmesh.tasks'; tests time them through F)
 
-from .. import checkpoint, comm, memory, trained
+from .. import checkpoint, comm, memory, tasks, trained
 from ..atomic import check_writable
 from ..config import Config
 from ..datasets import structural_features
@@ -67,6 +67,7 @@ class Summary:
     mean_epoch_time: float
     history: list = field(default_factory=list)
     memory: dict = field(default_factory=dict)  # the last epoch's peaks (high-water marks: the whole run's)
+    metric: str = "accuracy"  # what val_acc and test_acc hold: the task's selection metric
 
 
 def candidate_name(config: Config, world_size: int) -> str:
@@ -87,14 +88,16 @@ def rank_device(config: Config) -> torch.device:
 
 class Trainer:
     def __init__(self, config: Config, data, strategy: Optional[Strategy] = None, widths: Optional[Widths] = None,
-                 model: Optional[torch.nn.Module] = None):
+                 model: Optional[torch.nn.Module] = None, task: Optional[tasks.Task] = None):
         """``data``: a Graph, or a parts directory opened with ``gnnmesh.parts.open_parts``
         (each rank then reads only its own folder). ``strategy``: one built by the caller;
         by default the config's, on the layout it gives for this job's ranks. ``widths``: the
         model's input width and classes where they are not the graph's (a checkpoint's model
         predicting on a graph without labels). ``model``: a model built by the caller (any
         ``nn.Module`` called as ``model(view, x)``; ``gnnmesh.models.contract`` says what each
-        strategy needs of it) instead of the config's."""
+        strategy needs of it) instead of the config's. ``task``: a loss and metrics of the
+        caller's (``gnnmesh.tasks.custom`` or a ``Task``) instead of ``--task``'s, by default
+        inferred from the labels (``gnnmesh.tasks.infer``)."""
         self.config = config.resolved()
         self.device = rank_device(self.config)
         if strategy is None:
@@ -105,6 +108,7 @@ class Trainer:
             raise ConfigError(f"config field 'nproc': {self.config.run.nproc} ranks requested but this is one "
                               f"process; start them with 'gnnmesh train --nproc {self.config.run.nproc}' or torchrun")
         profile.sync_cuda["on"] = self.device.type == "cuda"
+        self.task, self.task_note = self._task(data, task)  # labels that do not fit are refused before sharding
         if isinstance(data, Graph):
             x = _features(data) if widths is None else input_features(data)
             self.shard = self.strategy.shard(data, x, self.config.training.seed, self.device)
@@ -113,9 +117,9 @@ class Trainer:
             self.shard = self.strategy.shard_parts(data, self.config.training.seed, self.device)
             num_features = data.num_features
         if widths is not None:
-            widths.check(num_features, data.num_classes, f"dataset '{data.name}'")
+            widths.check(num_features, self.output_width, f"dataset '{data.name}'")
         self.name, self.num_nodes = data.name, data.num_nodes
-        self.num_features, self.num_classes = (num_features, data.num_classes) if widths is None else \
+        self.num_features, self.num_classes = (num_features, self.output_width) if widths is None else \
             (widths.features, widths.classes)
         torch.manual_seed(self.config.training.seed)
         if model is None:
@@ -133,12 +137,73 @@ class Trainer:
         counts = torch.tensor([float(m.sum()) for m in
                                (self.shard.train_mask, self.shard.val_mask, self.shard.test_mask)])
         self.split_sizes = self.strategy.all_reduce(counts).tolist()
+        self._setup_task()
         # what every epoch's record carries besides its measurements (a plan adds its prediction)
         self.labels = {"candidate": candidate_name(self.config, self.strategy.world_size)}
         self.strategy.reset_counters()  # setup traffic and waits belong to no epoch
         self.epoch = 0
         self.best = {"epoch": 0, "val_acc": -1.0, "test_acc": 0.0, "state": None}
         self.history: list[EpochResult] = []
+        self.metrics: Optional[list] = None  # the last evaluation's metrics, per split
+
+    # Whether every rank holds every row's labels (mini-batch training): what the task sums
+    # over the training set is then summed on each rank alone.
+    holds_every_row = False
+
+    def _task(self, data, given) -> tuple:
+        """(the task, how it was inferred: a note, or None when it was given). The built-in task
+        the run uses is recorded in the config, so that checkpoints know it."""
+        cfg = self.config.training
+        where = f"dataset '{data.name}': "
+        if isinstance(given, tasks.Task):
+            task, note = given, None
+        else:
+            if isinstance(data, Graph):
+                if data.y is None:
+                    data.require_node_classification()
+                kind, why = tasks.infer(data.y)
+            else:  # parts: the task their writer inferred from the whole graph's labels
+                kind, why = data.task, "as the parts record them"
+            name = given or cfg.task or kind
+            note = None if (given or cfg.task) else f"{kind}, inferred from the labels ({why}); --task sets it"
+            try:
+                task = tasks.build(name, class_weights=cfg.class_weights, regression_loss=cfg.regression_loss)
+            except ConfigError as err:
+                raise ConfigError(f"{err} (inferred from the labels of dataset '{data.name}': {why})" if note
+                                  else str(err)) from None
+            if not isinstance(data, Graph) and name != kind and name != "regression":
+                raise ConfigError(f"{where}config field 'task': the parts hold {kind} labels, not {name} labels")
+            if cfg.task != name:
+                self.config = self.config.updated(task=name).resolved()
+        if isinstance(data, Graph):
+            task.check_labels(data.y, [data.train_mask, data.val_mask, data.test_mask], where)
+            label_width = data.y.shape[1] if data.y.dim() == 2 else 1
+        else:
+            label_width = 1 if data.task == "classification" else data.num_classes
+        self.output_width = task.width(data.num_classes, label_width)
+        return task, note
+
+    def _setup_task(self) -> None:
+        """The task's view of the labels, what it sums over the training set, and the loss's
+        divisor: the sum over ranks of every training row's share (``Task.count``)."""
+        s = self.shard
+        self.targets = self.task.targets(s.y)
+        reduce = (lambda t: t) if self.holds_every_row else self.strategy.all_reduce
+        train = self.targets[s.train_mask]
+        self.task.setup(train, self.num_classes, reduce)
+        self.loss_divisor = float(reduce(torch.tensor([self.task.count(train)], dtype=torch.float64))[0])
+
+    def _evaluation(self) -> tasks.Evaluation:
+        width = self.targets.shape[1] if self.targets.dim() == 2 else 1
+        return tasks.Evaluation(self.task, self.num_nodes, self.num_classes, width)
+
+    def _selected(self, metrics: list) -> list:
+        """The selection metric of every split (what ``train_acc``, ``val_acc``, ``test_acc`` hold)."""
+        name = self.task.metric
+        if any(name not in m for m in metrics):
+            raise ConfigError(f"task {self.task.name!r}: its metrics ({', '.join(metrics[0])}) lack {name!r}, "
+                              f"the metric that selects the model")
+        return [m[name] for m in metrics]
 
     # -- one epoch -----------------------------------------------------------------------------
     def train_step(self) -> float:
@@ -147,7 +212,7 @@ class Trainer:
         s.view.set_epoch(self.epoch)
         logits = self.strategy.forward(self.model, s.view, s.x)
         # Sum over local train rows / global train count = the single-process mean loss.
-        loss = F.cross_entropy(logits[s.train_mask], s.y[s.train_mask], reduction="sum") / self.split_sizes[0]
+        loss = self.task.loss(logits[s.train_mask], self.targets[s.train_mask]) / self.loss_divisor
         return self.update(loss, f"epoch {self.epoch}")
 
     def update(self, loss: torch.Tensor, where: str, every_grad: bool = False) -> float:
@@ -176,13 +241,16 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> list[float]:
+        """The task's selection metric on the train, validation and test rows; every metric of
+        each split goes to ``self.metrics``."""
         s = self.shard
         self.model.eval()
-        pred = self.strategy.forward(self.model, s.view, s.x).argmax(dim=-1)
-        correct = pred == s.y
-        hits = torch.tensor([float(correct[m].sum()) for m in (s.train_mask, s.val_mask, s.test_mask)])
-        hits = self.strategy.all_reduce(hits)
-        return [h / max(n, 1.0) for h, n in zip(hits.tolist(), self.split_sizes)]
+        logits = self.strategy.forward(self.model, s.view, s.x)
+        evaluation = self._evaluation()
+        evaluation.add(logits, self.targets, [s.train_mask, s.val_mask, s.test_mask],
+                       s.row_ids() if self.task.gathers else None)
+        self.metrics = evaluation.result(self.strategy.all_reduce, self.split_sizes)
+        return self._selected(self.metrics)
 
     def run_epoch(self) -> EpochResult:
         try:
@@ -197,6 +265,7 @@ class Trainer:
     def _run_epoch(self) -> EpochResult:
         self.epoch += 1
         profile.take()
+        self.metrics = None
         start = time.perf_counter()
         loss = self.train_step()
         compute = time.perf_counter() - start
@@ -209,7 +278,8 @@ class Trainer:
             accs = [float("nan")] * 3
         epoch_time = time.perf_counter() - start
         aggregate = profile.take().get("aggregate", 0.0)
-        extra = {**self.labels, **self.strategy.report(epoch_time, memory.rank_peaks(self.device))}
+        extra = {**self.labels, **tasks.record_fields(self.task, self.metrics),
+                 **self.strategy.report(epoch_time, memory.rank_peaks(self.device))}
         # waiting for other ranks is neither aggregation nor dense compute: it counts as "other"
         dense = compute - aggregate - extra.get("comm_time", 0.0)
         result = EpochResult(self.epoch, loss, *accs, epoch_time, aggregate, dense,
@@ -218,27 +288,31 @@ class Trainer:
         return result
 
     def _select(self, accs):
-        if accs[1] > self.best["val_acc"]:
+        best = self.best["val_acc"]
+        if accs[1] > best or (self.best["state"] is None or math.isnan(best)) and not math.isnan(accs[1]):
             self.best = {"epoch": self.epoch, "val_acc": accs[1], "test_acc": accs[2],
                          "state": copy.deepcopy(self.model.state_dict())}
 
     # -- using the model -------------------------------------------------------------------------
     @classmethod
     def from_checkpoint(cls, path, data, config: Optional[Config] = None, weights: str = "best",
-                        strategy: Optional[Strategy] = None) -> "Trainer":
+                        strategy: Optional[Strategy] = None, task: Optional[tasks.Task] = None) -> "Trainer":
         """The trainer of the model in the checkpoint at ``path`` (its model settings, its
         ``weights``: ``best`` or ``last``) on ``data`` (a Graph, labelled or not, or parts)
         under ``config``'s strategy and data settings (default: one process). A checkpoint
         from any strategy and rank count loads under any other; a model whose input width or
-        number of classes is not the graph's is a ConfigError naming ``path``."""
+        number of classes is not the graph's is a ConfigError naming ``path``. The task is the
+        checkpoint's (``task``: a task of the caller's, which checkpoints do not record)."""
         state = checkpoint.load(path)
         saved = trained.config_of(state)
         config = (config or Config()).updated(**trained.model_settings(saved), seed=saved.training.seed)
+        if saved.training.task is not None and task is None:
+            config = config.updated(task=saved.training.task, class_weights=None, regression_loss=None)
         widths = trained.widths_of(state)
         if isinstance(data, Graph):
-            data = _labelled(data, widths.classes)
+            data = _labelled(data, widths.classes, saved.training.task)
         try:
-            trainer = cls(config, data, strategy, widths=widths)
+            trainer = cls(config, data, strategy, widths=widths, task=task)
         except ConfigError as err:
             raise ConfigError(f"{path}: {err}") from None
         values, trainer.epoch = trained.weights_of(state, weights)
@@ -263,7 +337,7 @@ class Trainer:
         elif nodes not in ("all", "train", "val", "test"):
             listed = read_node_file(nodes, self.num_nodes)
         ids = self.shard.row_ids().cpu().numpy()
-        values = rank_output(self.strategy, self.model, self.shard, out)
+        values = rank_output(self.strategy, self.model, self.shard, out, self.task)
         keep = selected(nodes, self.shard, ids, listed)
         return ids[keep], values.cpu().numpy()[keep]
 
@@ -276,6 +350,7 @@ class Trainer:
 
     def restore(self, state: dict) -> None:
         unset = Config().to_dict()  # a field newer than the checkpoint: it was written with the default
+        unset["task"] = "classification"  # the one task before there were others
         saved = {k: state["config"].get(k, unset[k]) for k in _RESULT_FIELDS}
         mine = {k: self.config.to_dict()[k] for k in _RESULT_FIELDS}
         if saved != mine:
@@ -329,7 +404,7 @@ class Trainer:
         return Summary(self.epoch, self.best["epoch"], self.best["val_acc"], self.best["test_acc"],
                        self.history[-1].loss if self.history else float("nan"), sum(times),
                        sum(times) / max(len(times), 1), self.history,
-                       memory.of(self.history[-1].extra) if self.history else {})
+                       memory.of(self.history[-1].extra) if self.history else {}, self.task.metric)
 
     def _open_outputs(self) -> Optional[MetricsFile]:
         """Check the checkpoint path and open the metrics file (rank 0 writes both)."""
@@ -346,13 +421,15 @@ class Trainer:
         return comm.agreed(fn if self.strategy.rank == 0 else (lambda: None))
 
 
-def _labelled(graph: Graph, classes: int) -> Graph:
-    """``graph``, with labels 0 of ``classes`` and an empty split where it has none: what the
-    strategies shard, for a model that only predicts."""
+def _labelled(graph: Graph, classes: int, task: Optional[str] = None) -> Graph:
+    """``graph``, with labels 0 of ``classes`` (or 0 targets of ``classes`` for a ``task`` other
+    than classification) and an empty split where it has none: what the strategies shard, for
+    a model that only predicts."""
     n, empty = graph.num_nodes, torch.zeros(graph.num_nodes, dtype=torch.bool)
     filled = {name: empty for name in ("train_mask", "val_mask", "test_mask") if getattr(graph, name) is None}
     if graph.y is None:
-        filled.update(y=torch.zeros(n, dtype=torch.long), num_classes=classes)
+        y = torch.zeros(n, dtype=torch.long) if task in (None, "classification") else torch.zeros(n, classes)
+        filled.update(y=y, num_classes=classes)
     return graph.replace(**filled) if filled else graph
 
 
@@ -372,7 +449,8 @@ def input_features(graph: Graph) -> torch.Tensor:
 
 # Settings that change the numbers a run produces; a checkpoint resumes only under the same ones.
 _RESULT_FIELDS = ("dataset", "reorder", "model", "decoupled", "hidden", "layers", "dropout", "heads", "attn_dropout",
-                  "k", "alpha", "lr", "weight_decay", "seed", "minibatch", "fanouts", "batch_size", "eval_fanouts")
+                  "k", "alpha", "lr", "weight_decay", "seed", "minibatch", "fanouts", "batch_size", "eval_fanouts",
+                  "task", "class_weights", "regression_loss")
 
 
 def train(config: Config, data, **kwargs) -> Summary:

@@ -463,6 +463,17 @@ def test_npz_round_trip(tmp_path):
     assert dense.x.shape == (5, 2) and dense.train_mask.sum() == 2 and dense.val_mask is None
 
 
+def test_npz_target_matrix(tmp_path, tmp_cache):
+    """An [N, T] labels field gives float targets of width T, a plain random split, and comes
+    back from the cache as it was loaded."""
+    targets = np.array([[0, 1], [1, 1], [0, 0], [1, 0], [0.5, 2]], np.float64)
+    g = load(write_npz(tmp_path / "t.npz", labels=targets))
+    assert g.y.dtype == torch.float32 and torch.equal(g.y, torch.tensor(targets, dtype=torch.float32))
+    assert g.num_classes == 2 and g.meta["split"]["kind"] == "random" and int(g.train_mask.sum()) == 3
+    again = load(tmp_path / "t.npz")
+    assert torch.equal(again.y, g.y) and again.num_classes == 2
+
+
 def test_structural_features(data_root):
     g = load("karate", root=data_root)
     deg = structural_features(g, "degree")

@@ -89,6 +89,22 @@ def test_uncompressed_files_unlabeled_nodes_and_no_features(tmp_path, arrays):
     assert not any(bool(getattr(graph, m)[:2].any()) for m in ("train_mask", "val_mask", "test_mask"))
 
 
+def test_a_label_file_of_several_columns_gives_targets(tmp_path, arrays):
+    """ogbn-proteins' layout: T numbers per line, a matrix of targets; an empty line: unlabeled."""
+    edges, x, y, split = arrays
+    split = {part: ids[ids >= 1] for part, ids in split.items()}  # node 0: unlabeled
+    targets = (np.random.default_rng(3).random((N, 5)) < 0.3).astype(np.int64)
+    texts = fixture_texts(edges, x, y, split)
+    texts["raw/node-label"] = "\n" + "".join(",".join(map(str, row)) + "\n" for row in targets[1:])
+    graph = load(write(tmp_path / "ogbn-multi", texts), cache=False)
+    assert graph.y.dtype == torch.float32 and graph.num_classes == 5
+    assert torch.equal(graph.y[1:], torch.tensor(targets[1:], dtype=torch.float32))
+    assert bool(torch.isnan(graph.y[0]).all()) and graph.meta["unlabeled_nodes_count"] == 1
+    texts["raw/node-label"] = "".join(",".join(map(str, row)) + "\n" for row in targets[:-1]) + "1,2\n"
+    with pytest.raises(GraphError, match=r"node-label.csv.gz line 40: expected 5 columns \(as on line 1\), got 2"):
+        load(write(tmp_path / "ogbn-bad", texts), cache=False)
+
+
 def test_second_load_comes_from_the_cache(ogb_dir, tmp_path, monkeypatch):
     first = load(ogb_dir, cache_dir=tmp_path / "cache")
 

@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 from gnnmesh.config import Config
 from gnnmesh.errors import ConfigError, GraphError
@@ -145,6 +146,54 @@ def test_training_from_tensor_parts_equals_the_single_process_run(tmp_path):
     for rank, got in enumerate(run_ranks(_tensor_rank, 3, hosts, runs, timeout=240)):
         for run, result in got.items():
             assert_same_run(result, reference[run])
+
+
+# -- labels of every task --------------------------------------------------------------------
+
+def target_graph(kind):
+    """``make_graph`` with multilabel (0/1 [37, 4]) or regression ([37] floats) labels."""
+    gen = torch.Generator().manual_seed(5)
+    y = (torch.rand(37, 4, generator=gen) < 0.4).float() if kind == "multilabel" else torch.randn(37, generator=gen)
+    return make_graph().replace(y=y)
+
+
+@pytest.mark.parametrize("kind", ["multilabel", "regression"])
+def test_parts_hold_targets_and_read_them_back_checked(tmp_path, kind):
+    graph = target_graph(kind)
+    path = tmp_path / "p"
+    write_partition_parts(graph, partition(graph, 2, "rp", cache=False), path, "random")
+    parts = open_parts(path)
+    assert parts.task == kind and parts.num_classes == (4 if kind == "multilabel" else 1)
+    for rank in range(2):
+        mine = parts.rank(rank)
+        owned = mine.array("owned")
+        _, y, *_ = mine.vertex_data(len(owned), parts.num_features)
+        assert torch.equal(y, graph.y[torch.from_numpy(owned)])
+    # class ids where the manifest says targets: one line naming the file
+    victim = path / "rank-00001" / "y.npy"
+    np.save(victim, np.zeros(len(parts.rank(1).array("owned")), dtype=np.int64))
+    manifest = json.loads((path / MANIFEST).read_text())
+    from gnnmesh.parts.store import checksum
+    manifest["ranks"][1]["files"]["y"] = checksum(victim)
+    (path / MANIFEST).write_text(json.dumps(manifest))
+    mine = open_parts(path).rank(1)
+    with pytest.raises(GraphError, match=rf"rank-00001/y.npy: holds torch.int64 .*, not the {kind} labels"):
+        mine.vertex_data(len(mine.array("owned")), parts.num_features)
+
+
+def _target_rank(rank, world, directory):
+    return train(open_parts(directory), config("gcn"), PartitionParallel(layout("partition"), "cpu"))
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.slow
+def test_training_multilabel_from_parts_equals_the_single_process_run(tmp_path):
+    graph = target_graph("multilabel")
+    reference = train(graph, config("gcn"))
+    write_partition_parts(graph, partition(graph, 2, "rp", cache=False), tmp_path / "p", "random")
+    for got in run_ranks(_target_rank, 2, str(tmp_path / "p"), timeout=150):
+        assert_same_run(got, reference)
+        assert np.allclose(got["accs"], reference["accs"], rtol=0, atol=1e-6)
 
 
 # -- what does not match the run -------------------------------------------------------------

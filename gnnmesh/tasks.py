@@ -1,0 +1,542 @@
+"""What a model learns from a graph's labels: its loss and its metrics, exact on any number
+of ranks.
+
+Three tasks are built in (``build``), and the run infers one from the labels when
+``--task`` is not given (``infer``):
+
+=================  =====================================  ==========================  ===================
+task               labels (``Graph.y``)                   loss                        metrics (selection first)
+=================  =====================================  ==========================  ===================
+``classification`` [N] integer class ids                  cross-entropy (optional     accuracy
+                                                          class weights)
+``multilabel``     [N, T] of 0 and 1 (T binary targets)   binary cross-entropy with   ROC-AUC (OGB's: mean
+                                                          logits, over the N x T      over targets of each
+                                                          entries                     target's AUC), micro-F1
+``regression``     [N] or [N, T] numbers                  MSE, or MAE                 R² (mean over targets),
+                                                                                      MAE, MSE
+=================  =====================================  ==========================  ===================
+
+How a rank's share becomes the single process's numbers exactly:
+
+- the loss: ``Task.loss`` is a SUM over this rank's training rows and ``Task.count`` this
+  rank's share of the divisor (its rows, its targets' entries, or its rows' class weights);
+  the trainer sums the counts over ranks once and divides every rank's sum by that total,
+  so the ranks' losses (and gradients) add up to the single process's mean;
+- the metrics that are sums (hits, true and false positives, absolute and squared errors,
+  the sums R² needs): ``Task.sums`` gives a fixed-length vector of sums over one split's rows
+  on this rank (or one batch of them); the trainer adds the vectors of every batch and rank
+  (one all-reduce for the three splits) and ``Task.finish`` turns the totals into metrics;
+- the metrics that are not sums (ROC-AUC): ``Task.gathered`` reads every row's scores and
+  targets of a split; each rank writes its rows' outputs and targets at their global ids
+  into a zero table of every node, an all-reduce (a sum of one value and zeros, exact) gives
+  every rank the whole table, and each computes the metric from it.
+
+The selection metric (``Task.metric``) picks the best model: higher is better for every task.
+
+A task of your own (a loss and metrics of your own) is a ``Task`` subclass, or ``custom``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .errors import ConfigError
+
+TASKS = ("classification", "multilabel", "regression")
+REGRESSION_LOSSES = ("mse", "mae")
+SPLITS = ("train", "val", "test")
+
+
+# -- settings ------------------------------------------------------------------------------------
+
+def parse_class_weights(text: str, name: str = "class_weights"):
+    """``'balanced'``, or the list of weights of a comma list (each finite and >= 0, one of them
+    > 0); a ConfigError naming ``name`` otherwise."""
+    if text.strip() == "balanced":
+        return "balanced"
+    try:
+        weights = [float(v) for v in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"config field '{name}': {text!r} is neither 'balanced' nor a comma list of "
+                          f"numbers (one weight per class, e.g. 1,2.5,1)") from None
+    if not all(math.isfinite(w) and w >= 0 for w in weights) or not any(weights):
+        raise ConfigError(f"config field '{name}': {text!r}: weights must be finite, >= 0, and not all 0")
+    return weights
+
+
+# -- inference -------------------------------------------------------------------------------------
+
+def infer(y: torch.Tensor) -> tuple:
+    """(task name, why) for labels ``y``: integer labels, one per node: classification; a matrix
+    whose values are all 0 or 1 (NaN aside): multilabel; any other numbers: regression."""
+    if y.dim() == 1 and not y.is_floating_point():
+        return "classification", "one integer class id per node"
+    if y.dim() == 2 and _zero_one(y):
+        return "multilabel", f"a 0/1 matrix of {y.shape[1]} targets per node"
+    what = f"{y.shape[1]} numeric targets per node" if y.dim() == 2 else "one float per node"
+    return "regression", what
+
+
+def _zero_one(y: torch.Tensor) -> bool:
+    values = y[~torch.isnan(y)] if y.is_floating_point() else y
+    return bool(((values == 0) | (values == 1)).all())
+
+
+def build(name: str, *, class_weights: Optional[str] = None, regression_loss: Optional[str] = None) -> "Task":
+    """The built-in task ``name`` (one of TASKS) with its settings; a setting that does not
+    apply to it is a ConfigError naming the field."""
+    if name not in TASKS:
+        raise ConfigError(f"config field 'task': {name!r} is not one of {', '.join(TASKS)}")
+    if class_weights is not None and name != "classification":
+        raise ConfigError(f"config field 'class_weights': weights classes, for the classification task; "
+                          f"this run's task is {name}")
+    if regression_loss is not None and name != "regression":
+        raise ConfigError(f"config field 'regression_loss': applies to the regression task; this run's task "
+                          f"is {name}")
+    if name == "classification":
+        return Classification(parse_class_weights(class_weights) if class_weights is not None else None)
+    if name == "multilabel":
+        return MultiLabel()
+    return Regression(regression_loss or "mse")
+
+
+# -- the contract ----------------------------------------------------------------------------------
+
+class Task:
+    """A loss and metrics over a graph's labels. Subclasses set ``name``, ``metrics`` (every
+    metric ``finish`` and ``gathered`` return, by name) and ``metric`` (the one that selects the
+    best model; higher is better), and implement ``loss``, and ``sums`` with ``finish`` (metrics
+    that are sums over rows) or ``gathered`` (metrics from every row's scores, listed in
+    ``gathers``), or both. What each must return for the ranks' results to be exact is in its
+    docstring."""
+
+    name = "task"
+    metric = "metric"
+    metrics: tuple = ()
+    gathers: tuple = ()         # the metrics ``gathered`` computes
+    outputs: tuple = ()         # what a prediction may write besides logits: "probs", "labels"
+    sums_dtype = torch.float64
+
+    def check_labels(self, y: torch.Tensor, masks: list, where: str) -> None:
+        """Raise ConfigError (prefixed ``where``, naming the field and a node) unless ``y``, a
+        graph's labels with its split ``masks``, fits this task."""
+
+    def width(self, num_classes: int, label_width: int) -> int:
+        """The model's output width for labels of ``num_classes`` (``Graph.num_classes``) and
+        ``label_width`` values per node (1 for [N] labels, T for [N, T])."""
+        return num_classes
+
+    def targets(self, y: torch.Tensor) -> torch.Tensor:
+        """The labels as ``loss`` and the metrics read them (a rank's rows of them)."""
+        return y
+
+    def setup(self, train_targets: torch.Tensor, width: int, reduce: Callable) -> None:
+        """Once, before training: this rank's training targets, the output width and ``reduce``
+        (sum over ranks) for what depends on the whole training set (balanced class weights)."""
+
+    def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The SUM of the loss over these rows (this rank's training rows, or its share of a
+        batch), a scalar with gradients. The trainer divides it by the total of ``count``."""
+        raise NotImplementedError
+
+    def count(self, targets: torch.Tensor) -> float:
+        """These rows' share of the loss's divisor (default: the number of rows). The trainer
+        sums it over every rank's training rows (or a batch's) and divides the summed loss by it."""
+        return float(targets.shape[0])
+
+    def sums(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """A 1-D tensor of SUMS over these rows (one split's rows on this rank, or a batch's), of
+        the same length for every call, 0 for no rows: the trainer adds them over batches and
+        ranks. Default: none."""
+        return torch.zeros(0, dtype=self.sums_dtype)
+
+    def finish(self, sums: torch.Tensor, rows: float) -> dict:
+        """The metrics of one split from the totals of ``sums`` over all its rows and ``rows``,
+        its number of rows."""
+        return {}
+
+    def gathered(self, scores: torch.Tensor, targets: torch.Tensor) -> dict:
+        """The metrics (those in ``gathers``) from every row of one split: its outputs and its
+        targets (float32, [rows, width] and [rows, targets' width]), the same on every rank."""
+        return {}
+
+    def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
+        """What a prediction's ``probs`` holds (if ``"probs"`` is in ``outputs``)."""
+        self.check_output("probs")
+
+    def labels(self, logits: torch.Tensor) -> torch.Tensor:
+        """What a prediction's ``labels`` holds (if ``"labels"`` is in ``outputs``)."""
+        self.check_output("labels")
+
+    def check_output(self, what: str) -> None:
+        """A ConfigError unless a prediction of this task can write ``what``."""
+        if what in ("probs", "labels") and what not in self.outputs:
+            kind = "probabilities" if what == "probs" else "labels"
+            raise ConfigError(f"--output {what}: a {self.name} model predicts no {kind}; write --output logits "
+                              f"(its outputs{', the predicted values' if self.name == 'regression' else ''})")
+
+    def describe(self) -> str:
+        return self.name
+
+
+class Classification(Task):
+    """One class per node: cross-entropy (optionally weighted per class: a list, or
+    ``"balanced"``: n / (K n_k) of the training set's class counts n_k, as scikit-learn's
+    ``class_weight="balanced"``), accuracy."""
+
+    name, metric, metrics, outputs = "classification", "accuracy", ("accuracy",), ("probs", "labels")
+    sums_dtype = torch.float32  # hits, as the trainer always counted them
+
+    def __init__(self, class_weights=None):
+        self.class_weights = class_weights
+        self.weight: Optional[torch.Tensor] = None  # float64, one per class; None: unweighted
+
+    def check_labels(self, y, masks, where):
+        if y.dim() != 1 or y.is_floating_point():
+            shape = "x".join(str(s) for s in y.shape)
+            raise ConfigError(f"{where}field 'y': classification needs one integer class id per node, got "
+                              f"{'floats' if y.is_floating_point() else 'integers'} of shape [{shape}] "
+                              f"(--task multilabel or regression)")
+
+    def setup(self, train_targets, width, reduce):
+        if self.class_weights is None:
+            return
+        if self.class_weights == "balanced":
+            counts = reduce(torch.bincount(train_targets.cpu(), minlength=width).double())
+            total = float(counts.sum())
+            self.weight = torch.where(counts > 0, total / (width * counts.clamp(min=1)), torch.zeros(()))
+        else:
+            if len(self.class_weights) != width:
+                raise ConfigError(f"config field 'class_weights': {len(self.class_weights)} weights for "
+                                  f"{width} classes")
+            self.weight = torch.tensor(self.class_weights, dtype=torch.float64)
+
+    def describe(self):
+        if self.class_weights is None:
+            return self.name
+        what = "balanced" if self.class_weights == "balanced" else ",".join(f"{w:g}" for w in self.class_weights)
+        return f"{self.name} (class weights {what})"
+
+    def loss(self, logits, targets):
+        weight = None if self.weight is None else self.weight.to(logits.device, logits.dtype)
+        return F.cross_entropy(logits, targets, weight=weight, reduction="sum")
+
+    def count(self, targets):
+        if self.weight is None:
+            return float(targets.shape[0])
+        return float(self.weight[targets.cpu()].sum())
+
+    def sums(self, logits, targets):
+        return torch.tensor([float((logits.argmax(dim=-1) == targets).sum())])
+
+    def finish(self, sums, rows):
+        return {"accuracy": float(sums[0]) / max(rows, 1.0)}
+
+    def probabilities(self, logits):
+        return torch.softmax(logits, dim=-1)
+
+    def labels(self, logits):
+        return logits.argmax(dim=-1)
+
+
+class MultiLabel(Task):
+    """T binary targets per node (ogbn-proteins): binary cross-entropy with logits averaged over
+    every entry; ROC-AUC as OGB's evaluator computes it (each target's AUC over the split, where
+    the target has both a positive and a negative row, averaged) and micro-F1 of the
+    predictions ``logit > 0``."""
+
+    name, metric, metrics, gathers = "multilabel", "roc_auc", ("roc_auc", "micro_f1"), ("roc_auc",)
+    outputs = ("probs", "labels")
+
+    def check_labels(self, y, masks, where):
+        if y.dim() != 2:
+            raise ConfigError(f"{where}field 'y': multilabel needs a matrix of 0/1 targets per node, got "
+                              f"shape [{y.shape[0]}] (--task classification or regression)")
+        rows = _split_rows(masks, y.shape[0])
+        values = y[rows]
+        bad = ~((values == 0) | (values == 1))
+        if bool(bad.any()):
+            r, c = (int(v) for v in torch.nonzero(bad)[0])
+            raise ConfigError(f"{where}field 'y' has value {values[r, c].item()} at node {int(rows[r])}, target "
+                              f"{c}: multilabel targets are 0 or 1 (--task regression for other numbers)")
+
+    def width(self, num_classes, label_width):
+        return label_width
+
+    def targets(self, y):
+        return y.float()
+
+    def loss(self, logits, targets):
+        return F.binary_cross_entropy_with_logits(logits, targets, reduction="sum")
+
+    def count(self, targets):
+        return float(targets.numel())
+
+    def sums(self, logits, targets):
+        predicted, positive = logits > 0, targets == 1
+        tp = float((predicted & positive).sum())
+        fp = float((predicted & ~positive).sum())
+        fn = float((~predicted & positive).sum())
+        return torch.tensor([tp, fp, fn], dtype=torch.float64)
+
+    def finish(self, sums, rows):
+        tp, fp, fn = (float(v) for v in sums)
+        return {"micro_f1": 2 * tp / (2 * tp + fp + fn) if tp + fp + fn > 0 else 0.0}
+
+    def gathered(self, scores, targets):
+        aucs = roc_auc(scores.numpy(), targets.numpy())
+        valid = aucs[~np.isnan(aucs)]
+        return {"roc_auc": float(valid.mean()) if valid.size else float("nan")}
+
+    def probabilities(self, logits):
+        return torch.sigmoid(logits)
+
+    def labels(self, logits):
+        return (logits > 0).to(torch.int8)
+
+
+class Regression(Task):
+    """Numeric targets, one or T per node: mean squared (``mse``) or absolute (``mae``) error
+    over every entry; R² (1 - residual / total sum of squares per target, averaged over
+    targets, as scikit-learn's ``r2_score``; a constant target scores 1 if predicted exactly,
+    else 0), MAE and MSE."""
+
+    name, metric, metrics = "regression", "r2", ("r2", "mae", "mse")
+
+    def __init__(self, loss: str = "mse"):
+        if loss not in REGRESSION_LOSSES:
+            raise ConfigError(f"config field 'regression_loss': {loss!r} is not one of "
+                              f"{', '.join(REGRESSION_LOSSES)}")
+        self.kind = loss
+        self.shift: Optional[torch.Tensor] = None  # the training targets' mean: sums of squares about it
+
+    def setup(self, train_targets, width, reduce):
+        t = train_targets.detach().cpu().double().reshape(len(train_targets), -1)
+        totals = reduce(torch.cat([t.sum(0), torch.tensor([float(len(t))], dtype=torch.float64)]))
+        self.shift = totals[:-1] / max(float(totals[-1]), 1.0)
+
+    def describe(self):
+        return f"{self.name} ({self.kind} loss)"
+
+    def width(self, num_classes, label_width):
+        return label_width  # one output per target (class ids regressed as numbers: one)
+
+    def targets(self, y):
+        return y.float().reshape(y.shape[0], -1)
+
+    def loss(self, logits, targets):
+        if logits.shape != targets.shape:
+            raise ConfigError(f"the regression task: the model gives {logits.shape[-1]} outputs per node for "
+                              f"{targets.shape[-1]} targets")
+        error = logits - targets
+        return (error * error).sum() if self.kind == "mse" else error.abs().sum()
+
+    def count(self, targets):
+        return float(targets.numel())
+
+    def sums(self, logits, targets):
+        t = targets.detach().cpu().double()
+        e = logits.detach().cpu().double() - t
+        d = t - (self.shift if self.shift is not None else 0.0)  # about the training mean: no cancellation
+        return torch.cat([torch.stack([e.abs().sum(), (e * e).sum()]), d.sum(0), (d * d).sum(0), (e * e).sum(0)])
+
+    def finish(self, sums, rows):
+        width = (len(sums) - 2) // 3
+        total, square, residual = sums[2:2 + width], sums[2 + width:2 + 2 * width], sums[2 + 2 * width:]
+        entries = rows * width
+        if rows == 0:
+            return {"r2": float("nan"), "mae": float("nan"), "mse": float("nan")}
+        scatter = square - total * total / rows  # the total sum of squares, shifted sums
+        constant = torch.where(residual == 0, 1.0, 0.0).double()  # a constant target, as scikit-learn scores it
+        r2 = torch.where(scatter > 0, 1 - residual / scatter.clamp(min=1e-300), constant)
+        return {"r2": float(r2.mean()), "mae": float(sums[0]) / entries, "mse": float(sums[1]) / entries}
+
+
+def _split_rows(masks: list, n: int) -> torch.Tensor:
+    """The rows in any of ``masks`` (every row without masks)."""
+    given = [m for m in masks if m is not None]
+    if not given:
+        return torch.arange(n)
+    any_split = given[0].clone()
+    for m in given[1:]:
+        any_split |= m
+    return torch.nonzero(any_split).flatten()
+
+
+# -- metrics computed from every row ---------------------------------------------------------------
+
+def roc_auc(scores: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """Each column's area under the ROC curve of ``scores`` [n, T] for the 0/1 ``targets``
+    [n, T], exactly: the Mann-Whitney statistic with tied scores given their average rank
+    (what scikit-learn's ``roc_auc_score`` computes). NaN for a column without both a positive
+    and a negative row."""
+    scores, targets = np.asarray(scores, dtype=np.float64), np.asarray(targets)
+    if scores.ndim == 1:
+        scores, targets = scores[:, None], targets[:, None]
+    n, width = scores.shape
+    out = np.full(width, np.nan)
+    for j in range(width):
+        positive = targets[:, j] == 1
+        p = int(positive.sum())
+        if p == 0 or p == n:
+            continue
+        ranks = average_ranks(scores[:, j])
+        out[j] = (ranks[positive].sum() - p * (p + 1) / 2) / (p * (n - p))
+    return out
+
+
+def average_ranks(values: np.ndarray) -> np.ndarray:
+    """1-based ranks of ``values``, equal values sharing the average of their ranks."""
+    n = len(values)
+    order = np.argsort(values, kind="mergesort")
+    ordered = values[order]
+    first = np.empty(n, dtype=bool)
+    first[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    ends = np.append(starts[1:], n)
+    ranks = np.empty(n)
+    ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
+    return ranks
+
+
+# -- one evaluation pass ----------------------------------------------------------------------------
+
+class Evaluation:
+    """The metrics of one evaluation pass over the three splits: ``add`` this rank's rows (all at
+    once, or batch by batch), then ``result`` (a collective: every rank calls it) gives every
+    split's metrics, the same on every rank and for any number of ranks."""
+
+    def __init__(self, task: Task, num_nodes: int, width: int, target_width: int):
+        self.task, self.num_nodes = task, num_nodes
+        self.sums: Optional[torch.Tensor] = None
+        self.table = torch.zeros((num_nodes, width + target_width + 1)) if task.gathers else None
+        self.width = width
+
+    def add(self, logits: torch.Tensor, targets: torch.Tensor, masks: list, ids: torch.Tensor) -> None:
+        """Rows of this rank: their outputs, targets, split ``masks`` (train, val, test) and global
+        ``ids``."""
+        part = torch.stack([self.task.sums(logits[m], targets[m]).detach().cpu().to(self.task.sums_dtype)
+                            for m in masks])
+        self.sums = part if self.sums is None else self.sums + part
+        if self.table is not None:
+            split = torch.zeros(len(ids))
+            for i, m in enumerate(masks):
+                split[m.cpu()] = i + 1
+            rows = torch.nonzero(split).flatten()
+            where = ids.cpu()[rows]
+            self.table[where, :self.width] = logits.detach().cpu()[rows].float()
+            self.table[where, self.width:-1] = targets.detach().cpu()[rows].float().reshape(len(rows), -1)
+            self.table[where, -1] = split[rows]
+
+    def result(self, reduce: Callable, rows: list) -> list:
+        """Every split's metrics ({name: value}); ``reduce`` sums a tensor over ranks, ``rows``
+        are the splits' row counts (over all ranks)."""
+        sums = reduce(self.sums) if self.sums.numel() else self.sums
+        out = [self.task.finish(s, n) for s, n in zip(sums, rows)]
+        if self.table is not None:
+            table = reduce(self.table)
+            for i, metrics in enumerate(out):
+                chosen = table[table[:, -1] == i + 1]
+                metrics.update(self.task.gathered(chosen[:, :self.width], chosen[:, self.width:-1]))
+        return out
+
+
+def record_fields(task: Task, metrics: Optional[list]) -> dict:
+    """What a metrics record carries of the task beyond ``train_acc``/``val_acc``/``test_acc``
+    (the selection metric): ``metric``, its name, and ``<split>_<name>`` for every other metric
+    and for the selection metric when it is not accuracy (NaN: not evaluated that epoch)."""
+    fields = {"metric": task.metric}
+    for i, split in enumerate(SPLITS):
+        for name in task.metrics:
+            if name != "accuracy":
+                fields[f"{split}_{name}"] = metrics[i].get(name, float("nan")) if metrics else float("nan")
+    return fields
+
+
+# -- a task of your own -----------------------------------------------------------------------------
+
+class Custom(Task):
+    """A task from functions (``custom``)."""
+
+    def __init__(self, name, loss, metrics, finish, metric, count, targets, probabilities, labels):
+        self.name, self._loss, self._metrics, self._finish = name, loss, metrics, finish
+        self._count, self._targets, self._probabilities, self._labels = count, targets, probabilities, labels
+        self.metric = metric
+        self.keys: Optional[list] = None
+        self.metrics = (metric,)
+        self.outputs = tuple(what for what, fn in (("probs", probabilities), ("labels", labels)) if fn)
+
+    def targets(self, y):
+        return self._targets(y) if self._targets else y
+
+    def loss(self, logits, targets):
+        return self._loss(logits, targets)
+
+    def count(self, targets):
+        return float(self._count(targets)) if self._count else float(targets.shape[0])
+
+    def sums(self, logits, targets):
+        if self._metrics is None:
+            return torch.zeros(0, dtype=torch.float64)
+        values = self._metrics(logits, targets)
+        if not isinstance(values, dict):
+            raise ConfigError(f"task {self.name!r}: its metrics function must return a dict of sums, got "
+                              f"{type(values).__name__}")
+        keys = list(values)
+        if self.keys is None:
+            self.keys = keys
+        elif keys != self.keys:
+            raise ConfigError(f"task {self.name!r}: its metrics function returned {keys}, earlier {self.keys} "
+                              f"(the same sums, in the same order, every call)")
+        return torch.tensor([float(v) for v in values.values()], dtype=torch.float64)
+
+    def finish(self, sums, rows):
+        totals = dict(zip(self.keys or [], (float(v) for v in sums)))
+        out = dict(self._finish(totals, rows)) if self._finish else totals
+        self.metrics = tuple(dict.fromkeys([self.metric, *out]))
+        return {k: float(v) for k, v in out.items()}
+
+    def probabilities(self, logits):
+        self.check_output("probs")
+        return self._probabilities(logits)
+
+    def labels(self, logits):
+        self.check_output("labels")
+        return self._labels(logits)
+
+
+def custom(loss: Callable, metrics: Optional[Callable] = None, finish: Optional[Callable] = None, *,
+           metric: str, name: str = "custom", count: Optional[Callable] = None, targets: Optional[Callable] = None,
+           probabilities: Optional[Callable] = None, labels: Optional[Callable] = None) -> Task:
+    """A task of your own, trained and evaluated exactly on any number of ranks, from functions:
+
+    - ``loss(logits, targets)``: the SUM of the loss over the rows given (a scalar tensor with
+      gradients; never a mean: the rows are this rank's share only);
+    - ``count(targets)`` (default: the number of rows): these rows' share of the divisor; the
+      loss trained is the sum over ranks of ``loss`` divided by the sum over ranks of ``count``;
+    - ``metrics(logits, targets)``: a dict of SUMS over the rows given (one split's rows on this
+      rank, or one batch of them; possibly none: then zeros), the same keys in the same order
+      every call, each a number or a one-element tensor: hit counts, sums of errors, sums of
+      squares. The trainer adds each key over batches and ranks, so the totals are exactly the
+      single process's;
+    - ``finish(totals, rows)``: the split's metrics ({name: value}) from those totals (a dict of
+      floats) and the split's number of rows; without it the totals are the metrics;
+    - ``metric``: the name of the metric (from ``finish``) that selects the best model; higher
+      is better (return a negative error to select on an error);
+    - ``targets(y)``: the labels as the functions read them (default: as they are);
+      ``probabilities(logits)``, ``labels(logits)``: what a prediction writes for ``probs`` and
+      ``labels`` (default: refused).
+
+    Metrics that are not sums of per-row terms (a median, an AUC) need a ``Task`` subclass with
+    ``gathered``. Pass the task to ``Trainer(config, graph, task=...)``."""
+    return Custom(name, loss, metrics, finish, metric, count, targets, probabilities, labels)
+
+
+__all__ = ["TASKS", "REGRESSION_LOSSES", "Task", "Classification", "MultiLabel", "Regression", "Evaluation",
+           "build", "custom", "infer", "parse_class_weights", "record_fields", "roc_auc", "average_ranks"]
