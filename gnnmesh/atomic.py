@@ -34,6 +34,13 @@ def _prefix(name: str) -> str:
     return f".{name}.tmp-{_HOST}-{os.getpid()}-"
 
 
+def temporary_prefix(name: str) -> str:
+    """The prefix of this process's temporaries for ``name``: a file made with it (by
+    ``tempfile.mkstemp(prefix=...)``) is swept by ``sweep_stale`` once this process is gone.
+    The host store names its files so."""
+    return _prefix(name)
+
+
 def is_temporary(name: str) -> bool:
     """Whether ``name`` is one of our temporaries (of any process)."""
     return _TEMPORARY.match(name) is not None

@@ -16,6 +16,7 @@ from typing import Iterator, Optional
 import numpy as np
 import torch
 
+from .atomic import sweep_stale, temporary_prefix
 from .errors import ConfigError
 
 WINDOW_BYTES = 4 << 20  # the reused I/O buffer: bounds the memory the file kind adds
@@ -42,19 +43,30 @@ def _io(call, fd: int, buf: np.ndarray, offset: int) -> None:
         done += n
 
 
+def _missing_dirs(directory: str) -> list:
+    """The folders that creating ``directory`` would make, deepest first."""
+    missing, folder = [], os.path.abspath(directory)
+    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        missing.append(folder)
+        folder = os.path.dirname(folder)
+    return missing
+
+
 class HostStore:
     """A set of named 2-D float32 tables (rows x width), each this rank's rows of one array."""
 
     def __init__(self, kind: str, device="cpu", directory: Optional[str] = None,
                  window_bytes: int = WINDOW_BYTES, gap_bytes: int = GAP_BYTES):
         """``kind`` "ram" (host tensors, pinned for CUDA) or "file" (one file per table in
-        ``directory``, created if missing; checked writable here so training refuses early)."""
+        ``directory``, created if missing; checked writable here so training refuses early).
+        Files are named as ``gnnmesh.atomic``'s temporaries are (host and pid): those a process
+        killed outright left in ``directory`` are swept here, once it is gone."""
         if kind not in ("ram", "file"):
             raise ConfigError(f"host store kind must be 'ram' or 'file', not {kind!r}")
         self.kind, self.device = kind, torch.device(device)
         self.pin = self.device.type == "cuda" and torch.cuda.is_available()
         self.window_bytes, self.gap_bytes = int(window_bytes), int(gap_bytes)
-        self.directory, self._made_dir, self._count = directory, False, 0
+        self.directory, self._made_dirs = directory, []  # the folders this store created, deepest first
         self._tables: dict[str, _Table] = {}
         self._window = np.empty(0, np.uint8)  # grown on first use, then reused
         self._counts: dict = {}
@@ -63,11 +75,14 @@ class HostStore:
             if not directory:
                 raise ConfigError("host store kind 'file' needs a directory")
             try:
-                self._made_dir = not os.path.isdir(directory)
+                self._made_dirs = _missing_dirs(directory)
                 os.makedirs(directory, exist_ok=True)
+                if sweep_stale(directory) and not self._made_dirs and not os.listdir(directory):
+                    self._made_dirs = [directory]  # held only a dead run's files: made by that run
                 with tempfile.TemporaryFile(dir=directory) as probe:  # removed on closing
                     probe.write(b"0")
             except OSError as err:
+                self._remove_dirs()
                 raise ConfigError(f"host store directory {directory!r} is not writable: "
                                   f"{err.strerror or err}") from None
 
@@ -84,11 +99,9 @@ class HostStore:
             return
         if old is not None:  # keep its file
             table.fd, table.path = old.fd, old.path
-        else:  # pid and count keep ranks sharing a directory apart
-            self._count += 1
+        else:  # host, pid and a random part keep stores sharing a directory apart
             safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:64]
-            table.path = os.path.join(self.directory, f"{os.getpid()}-{self._count}-{safe}.f32")
-            table.fd = os.open(table.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            table.fd, table.path = tempfile.mkstemp(prefix=temporary_prefix(f"{safe}.f32"), dir=self.directory)
         os.ftruncate(table.fd, 0)  # zeros come from the file system, not from writing them
         os.ftruncate(table.fd, rows * width * 4)
 
@@ -230,17 +243,24 @@ class HostStore:
         return out
 
     def close(self) -> None:
-        """Drop every table, deleting its files (and the directory if this store made it)."""
+        """Drop every table, deleting its files (and the folders this store made, if empty)."""
         tables, self._tables = self._tables, {}
         for table in tables.values():
             if table.fd >= 0:
                 os.close(table.fd)
                 with suppress(FileNotFoundError):
                     os.remove(table.path)
-        if self._made_dir:
-            self._made_dir = False
-            with suppress(OSError):  # something else put files there: leave it
-                os.rmdir(self.directory)
+        self._remove_dirs()
+
+    def _remove_dirs(self) -> None:
+        made, self._made_dirs = self._made_dirs, []
+        for folder in made:  # deepest first
+            try:
+                os.rmdir(folder)
+            except FileNotFoundError:
+                continue
+            except OSError:  # something else put files there: leave it and what holds it
+                return
 
     def __enter__(self) -> "HostStore":
         return self

@@ -4,15 +4,18 @@ exactly, refuse an unwritable directory up front, clean up, and keep memory boun
 import ast
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 import torch
 
 from gnnmesh import host_store
+from gnnmesh.atomic import is_temporary, temporary_prefix
 from gnnmesh.errors import ConfigError
 from gnnmesh.host_store import HostStore
 
@@ -169,7 +172,7 @@ def test_close_removes_what_it_made(tmp_path):
         hs.create("a", 8, 3)  # replaced, still one file
         hs.create("b/../c", 2, 1)  # names are not paths
         assert len(list(fresh.iterdir())) == 2
-    assert not fresh.exists() and fresh.parent.exists()
+    assert not fresh.parent.exists() and tmp_path.exists()  # both folders were made by the store
     hs.close()  # again: nothing left to do
 
     kept = tmp_path / "kept"
@@ -242,3 +245,132 @@ def test_reading_a_file_table_keeps_memory_bounded(tmp_path):
     window, block, slack = 4 << 10, 4 << 10, 8 << 10  # KiB
     assert result["rise_kib"] <= window + block + slack, result
     assert not (tmp_path / "tier").exists()
+
+
+# -- every store is cleaned up: at the end of a run, however it ends, and after a kill -9 by
+#    the next store in that folder ----------------------------------------------------------
+
+SBM = "sbm:nodes=300,classes=3,features=8"
+
+
+def dead_pid() -> int:
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    done.wait(30)
+    return done.pid
+
+
+def test_store_removes_the_folders_it_made_when_empty(tmp_path):
+    hs = HostStore("file", "cpu", str(tmp_path / "a" / "b" / "rank0"))  # all three made
+    hs.create("t", 3, 2)
+    hs.close()
+    assert list(tmp_path.iterdir()) == []
+
+    hs = HostStore("file", "cpu", str(tmp_path / "a" / "b" / "rank0"))
+    (tmp_path / "a" / "b" / "theirs").write_text("x")  # put there by something else
+    hs.close()
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a", "b", "theirs"]
+
+    given = tmp_path / "given"  # the user's folder, empty: it stays
+    given.mkdir()
+    HostStore("file", "cpu", str(given)).close()
+    assert given.is_dir()
+
+
+def test_store_sweeps_files_of_dead_processes(tmp_path):
+    folder = tmp_path / "store" / "rank0"
+    folder.mkdir(parents=True)
+    dead = folder / (temporary_prefix("h0.f32").replace(f"-{os.getpid()}-", f"-{dead_pid()}-") + "abc")
+    live = folder / (temporary_prefix("h0.f32") + "live")  # this process's: alive
+    dead.write_bytes(b"0" * 64)
+    live.write_bytes(b"0" * 64)
+    with HostStore("file", "cpu", str(folder)) as hs:
+        assert not dead.exists() and live.exists()
+        hs.create("h1", 4, 2)
+        assert all(is_temporary(p.name) for p in folder.iterdir())  # named with host and pid
+    assert [p.name for p in folder.iterdir()] == [live.name]
+
+    live.unlink()  # a folder holding only a dead run's files was that run's: it goes
+    dead.write_bytes(b"0")
+    HostStore("file", "cpu", str(folder)).close()
+    assert [p.name for p in tmp_path.rglob("*")] == ["store"]
+
+
+def test_feature_file_goes_with_its_store(tmp_path):
+    from gnnmesh.sampling.features import RowStore
+    x = torch.arange(12.0).reshape(6, 2)
+    rows = RowStore(x, store="file", store_dir=str(tmp_path / "features"))
+    assert torch.equal(rows.read(np.array([5, 0, 5])), x[[5, 0, 5]])
+    del rows  # no close: the owner's end deletes the file
+    assert list(tmp_path.iterdir()) == []
+
+
+def _cli(args, **kwargs) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.Popen([sys.executable, "-m", "gnnmesh", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, **kwargs)
+
+
+def _wait_for_epoch(proc) -> None:
+    for line in proc.stdout:
+        if line.startswith("epoch"):
+            return
+    raise AssertionError(f"no epoch line; stderr: {proc.stderr.read()}")
+
+
+MINIBATCH = ["train", "--dataset", SBM, "--minibatch", "--strategy", "gdp", "--nproc", "2",
+             "--host-store", "file"]
+
+
+@pytest.mark.slow  # two ranks
+def test_minibatch_run_leaves_the_store_dir_as_found(tmp_path):
+    (tmp_path / "mine").write_text("x")
+    run = _cli([*MINIBATCH, "--store-dir", str(tmp_path / "a" / "b"), "--epochs", "2", "--quiet"])
+    out, err = run.communicate(timeout=300)
+    assert run.returncode == 0, err
+    assert [p.name for p in tmp_path.rglob("*")] == ["mine"]
+
+
+@pytest.mark.slow  # two ranks, stopped by a signal
+def test_minibatch_store_is_removed_on_sigterm(tmp_path):
+    store = tmp_path / "store"
+    store.mkdir()
+    run = _cli([*MINIBATCH, "--store-dir", str(store), "--epochs", "100000"])
+    try:
+        _wait_for_epoch(run)
+        assert len(list(store.iterdir())) == 2  # one file per rank
+        os.kill(run.pid, signal.SIGTERM)
+        out, err = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait(30)
+    assert run.returncode == 128 + signal.SIGTERM, err
+    assert list(store.iterdir()) == []
+
+
+@pytest.mark.slow  # killed runs, then runs again
+@pytest.mark.parametrize("engine", [["--strategy", "offload"],
+                                    ["--strategy", "tensor", "--decoupled", "--nproc", "2"]],
+                         ids=["offload", "tensor-2-ranks"])
+def test_next_run_sweeps_a_killed_runs_store(tmp_path, engine):
+    store = tmp_path / "store"
+    args = ["train", "--dataset", SBM, *engine, "--host-store", "file", "--store-dir", str(store)]
+    run = _cli([*args, "--epochs", "100000"])
+    try:
+        _wait_for_epoch(run)
+        procs = [psutil.Process(run.pid), *psutil.Process(run.pid).children(recursive=True)]
+        os.kill(run.pid, signal.SIGKILL)  # ranks get SIGKILL when their launcher dies
+        psutil.wait_procs(procs, timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+        run.communicate(timeout=30)
+    killed = sorted(p for p in store.rglob("*") if p.is_file())
+    assert killed  # what kill -9 leaves
+    live = store / "rank0" / (temporary_prefix("other.f32") + "live")  # a live process's
+    live.write_text("x")
+    again = _cli([*args, "--epochs", "1", "--quiet"])
+    out, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err
+    assert not [p for p in killed if p.exists()]
+    assert sorted(p.relative_to(store).as_posix() for p in store.rglob("*")) == ["rank0", f"rank0/{live.name}"]

@@ -9,6 +9,7 @@ bytes each tier gave (a row read twice in one read counts twice: it is gathered 
 from __future__ import annotations
 
 import time
+import weakref
 from contextlib import contextmanager
 from typing import Optional
 
@@ -51,7 +52,8 @@ def _span(columns: slice, width: int) -> slice:
 
 class RowStore:
     """Columns ``columns`` of the rows of ``x`` (a host tensor), kept in host memory or in a
-    file of this rank's own. ``read`` takes positions in ``x``."""
+    file of this rank's own. ``read`` takes positions in ``x``. The file's one owner is this
+    store: it is deleted by ``close`` or, whatever ends the run, when the store goes."""
 
     def __init__(self, x: torch.Tensor, columns: slice = slice(None), store: str = "ram",
                  store_dir: Optional[str] = None):
@@ -59,8 +61,10 @@ class RowStore:
         self.columns = _span(columns, x.shape[1])
         self.width = self.columns.stop - self.columns.start
         self.file = None
+        self._closer = None
         if store == "file":
             self.file = HostStore("file", "cpu", store_dir)
+            self._closer = weakref.finalize(self, self.file.close)  # its file goes however the run ends
             self.file.create("features", self.num_rows, self.width)
             for lo in range(0, self.num_rows, WRITE_ROWS):
                 hi = min(lo + WRITE_ROWS, self.num_rows)
@@ -84,8 +88,8 @@ class RowStore:
         return rows if columns is None or _span(columns, self.width) == slice(0, self.width) else rows[:, columns]
 
     def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
+        if self._closer is not None:
+            self._closer()  # once: a later call, or the finalizer at exit, does nothing
 
 
 class LocalSource(Counted):
