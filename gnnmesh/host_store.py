@@ -16,6 +16,7 @@ from typing import Iterator, Optional
 import numpy as np
 import torch
 
+from . import locks
 from .atomic import sweep_stale, temporary_prefix
 from .errors import ConfigError
 
@@ -67,6 +68,7 @@ class HostStore:
         self.pin = self.device.type == "cuda" and torch.cuda.is_available()
         self.window_bytes, self.gap_bytes = int(window_bytes), int(gap_bytes)
         self.directory, self._made_dirs = directory, []  # the folders this store created, deepest first
+        self._lock = None  # the directory's lock, held for the run (``gnnmesh.locks``)
         self._tables: dict[str, _Table] = {}
         self._window = np.empty(0, np.uint8)  # grown on first use, then reused
         self._counts: dict = {}
@@ -76,12 +78,18 @@ class HostStore:
                 raise ConfigError("host store kind 'file' needs a directory")
             try:
                 self._made_dirs = _missing_dirs(directory)
+                # the ranks of one run may share it (--minibatch's feature files); not two runs
+                self._lock = locks.hold(directory, "host store directory", peers=True)
                 os.makedirs(directory, exist_ok=True)
                 if sweep_stale(directory) and not self._made_dirs and not os.listdir(directory):
                     self._made_dirs = [directory]  # held only a dead run's files: made by that run
                 with tempfile.TemporaryFile(dir=directory) as probe:  # removed on closing
                     probe.write(b"0")
+            except ConfigError:  # held by another run, whose folders these are; or not a path
+                self._made_dirs = []
+                raise
             except OSError as err:
+                self._unlock()
                 self._remove_dirs()
                 raise ConfigError(f"host store directory {directory!r} is not writable: "
                                   f"{err.strerror or err}") from None
@@ -250,7 +258,12 @@ class HostStore:
                 os.close(table.fd)
                 with suppress(FileNotFoundError):
                     os.remove(table.path)
+        self._unlock()  # first: its sidecar lies beside the directory
         self._remove_dirs()
+
+    def _unlock(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
 
     def _remove_dirs(self) -> None:
         made, self._made_dirs = self._made_dirs, []

@@ -67,6 +67,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args, argv=None) -> int:
+    from .. import locks
+
+    if not args.write_parts:
+        return _run(args)
+    with locks.hold(args.write_parts, "parts directory"):  # another run writing it: refused before any work
+        return _run(args)
+
+
+def _run(args) -> int:
     from .. import datasets
     from ..errors import ConfigError
     from ..partition import partition, quality

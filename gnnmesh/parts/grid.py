@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import progress
+from .. import locks, progress
 from ..atomic import staged_directory
 from ..graph import Graph
 from ..layout import ParallelLayout
@@ -47,7 +47,8 @@ def write_grid_parts(graph: Graph, dims: dict, directory, dataset: str, *, layer
     op = OPERATORS["gcn"](graph.adj).to_scipy()
     blocks = min(int(layers), PERIOD)
     orders = np.stack(grid_blocks.orders)
-    with staged_directory(directory, MANIFEST, "parts directory") as tmp, \
+    with locks.hold(directory, "parts directory"), \
+            staged_directory(directory, MANIFEST, "parts directory") as tmp, \
             progress.phase(f"writing {world} grid3d parts", total=world) as shown:
         files = []
         for rank in range(world):

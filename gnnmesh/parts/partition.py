@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import progress
+from .. import locks, progress
 from ..atomic import staged_directory
 from ..graph import Graph
 from ..partition import Partition, graph_key, rank_halos
@@ -37,7 +37,8 @@ def write_partition_parts(graph: Graph, partition: Partition, directory, dataset
     parts, assignment = partition.parts, np.asarray(partition.assignment, dtype=np.int64)
     vertex = VertexData(graph)
     steps = parts + len(OPERATORS)  # every rank's vertex data, then every operator
-    with staged_directory(directory, MANIFEST, "parts directory") as tmp, \
+    with locks.hold(directory, "parts directory"), \
+            staged_directory(directory, MANIFEST, "parts directory") as tmp, \
             progress.phase(f"writing {parts} partition parts", total=steps) as shown:
         folders = [tmp / rank_folder(r) for r in range(parts)]
         files = [{} for _ in range(parts)]

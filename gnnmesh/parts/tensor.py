@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import progress
+from .. import locks, progress
 from ..atomic import staged_directory
 from ..graph import Graph
 from ..partition.blocks import block_bounds
@@ -30,7 +30,8 @@ def write_tensor_parts(graph: Graph, parts: int, directory, dataset: str) -> Pat
     vertex = VertexData(graph)
     adj = graph.adj
     bounds = block_bounds(graph.num_nodes, parts)
-    with staged_directory(directory, MANIFEST, "parts directory") as tmp, \
+    with locks.hold(directory, "parts directory"), \
+            staged_directory(directory, MANIFEST, "parts directory") as tmp, \
             progress.phase(f"writing {parts} tensor parts", total=parts) as shown:
         ranks = []
         for r in range(parts):

@@ -5,6 +5,8 @@ On resume the lines past the checkpoint are dropped so the file reads like one
 uninterrupted run. That rewrite is atomic (``gnnmesh.atomic``): a kill at any instant
 leaves every line up to the checkpoint. A torn last line, which is what a crash during
 an append leaves, is dropped with a warning; any other unreadable line is bad input.
+
+The file is locked for the run (``gnnmesh.locks``): a second run given it is refused.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import math
 import warnings
 from pathlib import Path
 
+from .. import locks
 from ..atomic import check_writable, write_file
 from ..errors import ConfigError
 
@@ -64,11 +67,23 @@ def _reason(err) -> str:
 
 
 class MetricsFile:
-    """Appends one line per epoch, flushed, after the lines kept from ``start_epoch``."""
+    """Appends one line per epoch, flushed, after the lines kept from ``start_epoch``.
 
-    def __init__(self, path, start_epoch: int):
-        path = Path(path)
+    ``path`` is locked until ``close``, and so are the ``held`` locks given (the run's other
+    outputs, released with it); with ``path`` None nothing is written, they are only held."""
+
+    def __init__(self, path, start_epoch: int, held: tuple = ()):
+        self.fh, self.held = None, list(held)
+        try:
+            if path is not None:
+                self._open(Path(path), start_epoch)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, path: Path, start_epoch: int) -> None:
         check_writable(path, "metrics file")
+        self.held.append(locks.hold(path, "metrics file"))
         kept = kept_lines(path, start_epoch) if start_epoch else []
         try:
             write_file(path, "".join(line + "\n" for line in kept))
@@ -77,8 +92,12 @@ class MetricsFile:
             raise ConfigError(f"{path}: cannot write the metrics file ({err.strerror or err})") from None
 
     def write(self, line: str) -> None:
-        self.fh.write(line + "\n")
-        self.fh.flush()
+        if self.fh is not None:
+            self.fh.write(line + "\n")
+            self.fh.flush()
 
     def close(self) -> None:
-        self.fh.close()
+        if self.fh is not None:
+            self.fh.close()
+        while self.held:
+            self.held.pop().release()

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: F401  (the losses are gnnmesh.tasks'; tests time them through F)
 
-from .. import checkpoint, comm, memory, tasks, trained
+from .. import checkpoint, comm, locks, memory, tasks, trained
 from ..atomic import check_writable
 from ..config import Config
 from ..datasets import structural_features
@@ -395,11 +395,11 @@ class Trainer:
                     on_epoch(result)
                 if cfg.run.checkpoint_every and self.epoch % cfg.run.checkpoint_every == 0 and self.strategy.rank == 0:
                     checkpoint.save(cfg.run.checkpoint, self.state())
+            if cfg.run.checkpoint and self.strategy.rank == 0:  # while the run holds its lock
+                checkpoint.save(cfg.run.checkpoint, self.state())
         finally:
             if metrics:
                 metrics.close()
-        if cfg.run.checkpoint and self.strategy.rank == 0:
-            checkpoint.save(cfg.run.checkpoint, self.state())
         times = [r.epoch_time for r in self.history]
         return Summary(self.epoch, self.best["epoch"], self.best["val_acc"], self.best["test_acc"],
                        self.history[-1].loss if self.history else float("nan"), sum(times),
@@ -407,11 +407,14 @@ class Trainer:
                        memory.of(self.history[-1].extra) if self.history else {}, self.task.metric)
 
     def _open_outputs(self) -> Optional[MetricsFile]:
-        """Check the checkpoint path and open the metrics file (rank 0 writes both)."""
+        """Check the checkpoint path and open the metrics file (rank 0 writes both), each
+        locked for the run (``gnnmesh.locks``; closing the metrics file releases both)."""
         cfg = self.config
+        held = []
         if cfg.run.checkpoint:
             check_writable(cfg.run.checkpoint, "checkpoint")
-        return MetricsFile(cfg.run.metrics, self.epoch) if cfg.run.metrics else None
+            held.append(locks.hold(cfg.run.checkpoint, "checkpoint"))
+        return MetricsFile(cfg.run.metrics, self.epoch, held) if cfg.run.metrics or held else None
 
     def _agreed_on_rank0(self, fn):
         """``fn()`` on rank 0; its bad-input error stops every rank alike, before training,
