@@ -378,31 +378,33 @@ def roc_auc(scores: np.ndarray, targets: np.ndarray) -> np.ndarray:
     scores, targets = np.asarray(scores, dtype=np.float64), np.asarray(targets)
     if scores.ndim == 1:
         scores, targets = scores[:, None], targets[:, None]
-    n, width = scores.shape
-    out = np.full(width, np.nan)
-    for j in range(width):
-        positive = targets[:, j] == 1
-        p = int(positive.sum())
-        if p == 0 or p == n:
-            continue
-        ranks = average_ranks(scores[:, j])
-        out[j] = (ranks[positive].sum() - p * (p + 1) / 2) / (p * (n - p))
-    return out
+    n = scores.shape[0]
+    positive = targets == 1
+    p = positive.sum(axis=0).astype(np.float64)
+    ranked = (average_ranks(scores) * positive).sum(axis=0)  # half-integers: exact sums
+    with np.errstate(divide="ignore", invalid="ignore"):
+        auc = (ranked - p * (p + 1) / 2) / (p * (n - p))
+    return np.where((p > 0) & (p < n), auc, np.nan)
 
 
 def average_ranks(values: np.ndarray) -> np.ndarray:
-    """1-based ranks of ``values``, equal values sharing the average of their ranks."""
+    """1-based ranks of ``values`` along its first axis (each column on its own), equal values
+    sharing the average of their ranks."""
+    values = np.asarray(values)
     n = len(values)
-    order = np.argsort(values, kind="mergesort")
-    ordered = values[order]
-    first = np.empty(n, dtype=bool)
-    first[:1] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
-    starts = np.flatnonzero(first)
-    ends = np.append(starts[1:], n)
-    ranks = np.empty(n)
-    ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
-    return ranks
+    rows = np.ascontiguousarray(values.reshape(n, -1).T)  # one row per column: sorted in place
+    order = np.argsort(rows, axis=1)  # any order among equals: they share one rank
+    ordered = np.take_along_axis(rows, order, axis=1)
+    first = np.ones(rows.shape, dtype=bool)  # where a run of equal values starts
+    np.not_equal(ordered[:, 1:], ordered[:, :-1], out=first[:, 1:])
+    last = np.ones(rows.shape, dtype=bool)   # where one ends
+    last[:, :-1] = first[:, 1:]
+    position = np.arange(n)
+    start = np.maximum.accumulate(np.where(first, position, 0), axis=1)
+    stop = np.minimum.accumulate(np.where(last, position, n)[:, ::-1], axis=1)[:, ::-1]
+    ranks = np.empty(rows.shape)
+    np.put_along_axis(ranks, order, (start + stop + 2) / 2.0, axis=1)  # the mean of ranks start+1 .. stop+1
+    return ranks.T.reshape(values.shape)
 
 
 # -- one evaluation pass ----------------------------------------------------------------------------
