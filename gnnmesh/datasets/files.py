@@ -316,7 +316,7 @@ def load_npz(path: Path, *, directed=None, remove_self_loops=False, split_seed=0
         if labels.ndim not in (1, 2) or labels.shape[0] != n:
             raise GraphError(f"{path}: field 'labels' has shape {list(labels.shape)}, expected [{n}] (class ids) "
                              f"or [{n}, T] (T targets per node)")
-        if not (np.issubdtype(labels.dtype, np.integer) or np.issubdtype(labels.dtype, np.floating)):
+        if labels.dtype.kind not in "biuf":  # booleans: classes 0 and 1, or 0/1 targets
             raise GraphError(f"{path}: field 'labels' must hold class ids or numeric targets, got {labels.dtype}")
         if labels.ndim == 2:  # targets
             fields["y"] = torch.from_numpy(np.ascontiguousarray(labels, dtype=np.float32))

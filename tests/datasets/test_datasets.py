@@ -472,6 +472,9 @@ def test_npz_target_matrix(tmp_path, tmp_cache):
     assert g.num_classes == 2 and g.meta["split"]["kind"] == "random" and int(g.train_mask.sum()) == 3
     again = load(tmp_path / "t.npz")
     assert torch.equal(again.y, g.y) and again.num_classes == 2
+    flags = load(write_npz(tmp_path / "b.npz", labels=np.array([[True, False]] * 5)), cache=False)
+    assert flags.y.dtype == torch.float32 and flags.y.sum() == 5  # booleans: 0/1 targets
+    assert load(write_npz(tmp_path / "c.npz", labels=np.arange(5) % 2 == 1), cache=False).y.tolist() == [0, 1, 0, 1, 0]
 
 
 def test_structural_features(data_root):
