@@ -41,10 +41,19 @@ def init(device: torch.device, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
     """Join the process group described by the environment (MASTER_ADDR/PORT, RANK, ...)."""
     if dist.is_initialized():
         return
-    backend = "nccl" if device.type == "cuda" else "gloo"
+    backend = "gloo"
     if device.type == "cuda":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(device)
+        # NCCL refuses two ranks on one GPU; ranks sharing one talk through gloo instead
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+        backend = "nccl" if local <= torch.cuda.device_count() else "gloo"
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+
+
+def local_gpu() -> int:
+    """This rank's GPU on its host: its local rank, wrapped over the host's GPUs (ranks share
+    one when there are more ranks than GPUs)."""
+    return int(os.environ.get("LOCAL_RANK", 0)) % max(torch.cuda.device_count(), 1)
 
 
 def init_local(rendezvous_file: str, rank: int, world: int, backend: str = "gloo") -> None:
@@ -100,6 +109,19 @@ class Counter:
     wait: float = 0.0  # seconds spent blocked on this phase's communication
 
 
+class _Held:
+    """A point-to-point handle that keeps its host buffer alive until waited on, and copies a
+    received buffer into its device tensor (``into``) then."""
+
+    def __init__(self, handle, buffer: torch.Tensor, into: Optional[torch.Tensor] = None):
+        self.handle, self.buffer, self.into = handle, buffer, into
+
+    def wait(self):
+        self.handle.wait()
+        if self.into is not None:
+            self.into.copy_(self.buffer)
+
+
 class Comm:
     """Counted communication within one process group (one mesh dimension)."""
 
@@ -152,10 +174,20 @@ class Comm:
     def isend(self, tensor: torch.Tensor, dst: int):
         """Non-blocking send; ``dst`` is a rank within this group. Returns a handle to wait on."""
         self._count(tensor.numel() * tensor.element_size())
-        return dist.isend(tensor.contiguous(), self.global_rank(dst), group=self.group)
+        if self._through_host(tensor):
+            tensor = tensor.cpu()
+        return _Held(dist.isend(tensor.contiguous(), self.global_rank(dst), group=self.group), tensor)
 
     def irecv(self, tensor: torch.Tensor, src: int):
+        if self._through_host(tensor):
+            staged = torch.empty(tensor.shape, dtype=tensor.dtype)
+            return _Held(dist.irecv(staged, self.global_rank(src), group=self.group), staged, into=tensor)
         return dist.irecv(tensor, self.global_rank(src), group=self.group)
+
+    def _through_host(self, tensor: torch.Tensor) -> bool:
+        """Whether a point-to-point message of ``tensor`` goes through host memory: gloo (the
+        backend of ranks that share a GPU) sends from host memory only."""
+        return tensor.device.type == "cuda" and dist.get_backend(self.group) == "gloo"
 
     def wait(self, handles) -> None:
         with self._waiting():

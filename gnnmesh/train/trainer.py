@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -80,9 +79,10 @@ def candidate_name(config: Config, world_size: int) -> str:
 
 
 def rank_device(config: Config) -> torch.device:
-    """This rank's device under a resolved ``config``: on CUDA, the GPU of its local rank."""
+    """This rank's device under a resolved ``config``: on CUDA, the GPU of its local rank
+    (wrapped over the host's GPUs: ranks beyond them share one)."""
     if config.run.device == "cuda":
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        return torch.device("cuda", comm.local_gpu())
     return torch.device(config.run.device)
 
 

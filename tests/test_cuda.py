@@ -1,0 +1,87 @@
+"""The CUDA paths against the CPU: ``python -m pytest -m cuda`` on a machine with a GPU.
+
+Without one every test here is skipped, visibly. Tolerances: a GPU sums in another order than
+the CPU (cuSPARSE and atomics), so float32 results agree to rounding, not bit for bit; after
+a few epochs of Adam that is about 1e-4 relative in the loss, which is what is asked.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from gnnmesh import datasets
+from gnnmesh.config import Config
+from gnnmesh.train import Trainer
+
+from tests.helpers import model_fields, random_graph
+
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
+
+MODELS = ["gcn", "sage", "gat", "gin", "decoupled-gcn", "decoupled-gat"]
+EPOCHS = 5
+LOSS_RTOL = 1e-4
+
+
+def losses(config: Config, graph) -> list:
+    return [r.loss for r in Trainer(config, graph).fit().history]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_model_trains_on_the_gpu_as_on_the_cpu(model):
+    graph = datasets.load("cora")
+    config = Config.of(**model_fields(model), epochs=EPOCHS, seed=1)
+    cpu, gpu = losses(config, graph), losses(config.updated(device="cuda"), graph)
+    np.testing.assert_allclose(gpu, cpu, rtol=LOSS_RTOL)
+
+
+@pytest.mark.parametrize("store", ["ram", "file"])
+def test_out_of_core_on_the_gpu_holds_its_budget_and_matches(store, tmp_path):
+    graph = datasets.load("cora")
+    budget = 64 * 2**20
+    settings = dict(strategy="offload", device_memory="64MiB", host_store=store, epochs=EPOCHS, seed=1,
+                    **({"store_dir": str(tmp_path)} if store == "file" else {}))
+    cpu = losses(Config.of(**settings), graph)
+    torch.cuda.reset_peak_memory_stats()
+    gpu = losses(Config.of(**settings, device="cuda"), graph)
+    np.testing.assert_allclose(gpu, cpu, rtol=LOSS_RTOL)
+    assert torch.cuda.max_memory_allocated() <= budget
+
+
+def test_mini_batch_on_one_gpu():
+    graph = datasets.load("cora")
+    config = Config.of(minibatch=True, epochs=2, seed=1, batch_size=512)
+    np.testing.assert_allclose(losses(config.updated(device="cuda"), graph), losses(config, graph), rtol=LOSS_RTOL)
+
+
+@pytest.mark.parametrize("op", ["gcn", "mean", "sum", "loop"])
+def test_kernels_on_the_gpu_equal_the_cpu(op):
+    from gnnmesh.view import GraphView
+    graph = random_graph(n=300, e=3000, features=16, weighted=True)
+    x = torch.randn(300, 16, requires_grad=True)
+    cpu_view, gpu_view = GraphView(graph.adj), GraphView(graph.adj, device="cuda")
+    xg = x.detach().cuda().requires_grad_()
+    out_c, out_g = cpu_view.spmm(x, op), gpu_view.spmm(xg, op)
+    torch.testing.assert_close(out_g.cpu(), out_c, rtol=1e-5, atol=1e-5)
+    out_c.square().sum().backward()
+    out_g.square().sum().backward()
+    torch.testing.assert_close(xg.grad.cpu(), x.grad, rtol=1e-4, atol=1e-5)
+    s_c = cpu_view.sddmm(x[:, :4].detach(), x[:, 4:8].detach(), "loop", "add")
+    s_g = gpu_view.sddmm(xg[:, :4].detach(), xg[:, 4:8].detach(), "loop", "add")
+    torch.testing.assert_close(s_g.cpu(), s_c)
+    torch.testing.assert_close(gpu_view.edge_softmax(s_g, "loop").cpu(), cpu_view.edge_softmax(s_c, "loop"),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_predict_on_the_gpu_equals_the_cpu(tmp_path):
+    graph = datasets.load("cora")
+    path = str(tmp_path / "c.pt")
+    Trainer(Config.of(epochs=3, checkpoint=path), graph).fit()
+    _, cpu = Trainer.from_checkpoint(path, graph).predict("embeddings")
+    _, gpu = Trainer.from_checkpoint(path, graph, Config.of(device="cuda")).predict("embeddings")
+    np.testing.assert_allclose(gpu, cpu, rtol=1e-4, atol=1e-5)
+
+
+def test_the_planners_probe_runs_on_the_gpu():
+    from gnnmesh.planner import probe
+    rates = probe.probe_compute("cuda")
+    assert rates is not None and probe.probe_host_bandwidth("cuda") > 0
