@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 import warnings
+import zipfile
+import zlib
 from numbers import Real
 from pathlib import Path
 
@@ -31,6 +33,9 @@ def load(path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no checkpoint to resume from")
+    damaged = _damaged_record(path)
+    if damaged:
+        raise ConfigError(f"{path}: unreadable checkpoint ({damaged})")
     try:
         with warnings.catch_warnings():  # e.g. on the pickle protocol of a foreign file
             warnings.simplefilter("ignore")
@@ -41,6 +46,29 @@ def load(path) -> dict:
     if problem:
         raise ConfigError(f"{path}: not a gnnmesh checkpoint ({problem})")
     return state
+
+
+def _damaged_record(path: Path) -> str:
+    """What is damaged in the zip archive ``torch.save`` writes ('' if nothing): a record whose
+    bytes, as torch's reader reads them, do not match the CRC-32 the archive's directory holds
+    for it. torch's loader does not compare them, so a flipped bit in a tensor (or in how a
+    record is described) would load as other numbers. Records written without a CRC (torch's
+    option to skip it) and files in torch's older, unzipped format go unchecked."""
+    try:
+        if not zipfile.is_zipfile(path):
+            return ""
+        with zipfile.ZipFile(path) as archive:
+            described = {info.filename.split("/", 1)[-1]: info for info in archive.infolist()}
+        reader = torch._C.PyTorchFileReader(str(path))
+        for name in reader.get_all_records():
+            info = described.get(name)
+            if info is None:
+                return f"record {name} is not in the archive's directory"
+            if (info.CRC or not info.file_size) and zlib.crc32(reader.get_record(name)) != info.CRC:
+                return f"record {name} does not match its CRC-32"
+    except Exception as err:  # zipfile and torch raise several types for a damaged archive
+        return f"{type(err).__name__}: {' '.join(str(err).split())[:200]}"
+    return ""
 
 
 def structure_problem(state) -> str:

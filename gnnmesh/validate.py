@@ -19,12 +19,30 @@ class Range:
         self.low, self.high, self.open = low, high, open
 
     def check(self, name: str, value) -> None:
+        problem = self.problem(value)
+        if problem:
+            raise ConfigError(f"config field '{name}': {problem}")
+
+    def problem(self, value) -> str:
+        """What keeps the number ``value`` out of this range ('' if nothing), for a message."""
         if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"config field '{name}': must be a finite number, got {value}")
+            return f"must be a finite number, got {value}"
         low_ok = self.low is None or (value > self.low if "low" in self.open else value >= self.low)
         high_ok = self.high is None or (value < self.high if "high" in self.open else value <= self.high)
-        if not (low_ok and high_ok):
-            raise ConfigError(f"config field '{name}': must be {self}, got {value}")
+        return "" if low_ok and high_ok else f"must be {self}, got {value}"
+
+    def number_problem(self, value) -> str:
+        """What keeps ``value``, read from a file (JSON, say), from being a real number in this
+        range ('' if nothing): not a number at all (a string, a bool, null, a list, an object),
+        an integer no float holds, not finite, or out of range."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            text = repr(value)
+            return f"must be a number, got {text if len(text) <= 40 else text[:37] + '...'}"
+        try:
+            float(value)
+        except OverflowError:
+            return f"must be a finite number, got an integer of {len(str(abs(value)))} digits"
+        return self.problem(value)
 
     def __str__(self) -> str:
         if self.high is None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import io
 import re
 import zipfile
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -170,7 +169,7 @@ def load_mtx(path: Path, *, directed=None, weighted=True, remove_self_loops=Fals
     if not match:
         raise GraphError(f"{path} line 1: malformed MatrixMarket banner "
                          f"'{first_line.decode('utf-8', 'replace').strip()}'")
-    obj, fmt, field, symmetry = (m.decode().lower() for m in match.groups())
+    obj, fmt, field, symmetry = (m.decode("utf-8", "replace").lower() for m in match.groups())
     if obj != "matrix" or fmt not in ("coordinate", "array"):
         raise GraphError(f"{path} line 1: unsupported MatrixMarket object '{obj} {fmt}'")
     if field not in ("real", "double", "integer", "pattern") or symmetry == "hermitian":
@@ -198,6 +197,8 @@ def load_mtx(path: Path, *, directed=None, weighted=True, remove_self_loops=Fals
     except ValueError:
         raise GraphError(f"{path} line {lineno}: expected the size line 'rows columns entries', "
                          f"got '{stripped.decode('utf-8', 'replace')}'") from None
+    if min(nrows, ncols, nnz) < 0:
+        raise GraphError(f"{path} line {lineno}: the size line 'rows columns entries' holds a negative number")
     if nrows != ncols:
         raise GraphError(f"{path} line {lineno}: matrix is {nrows} x {ncols}; a graph needs a "
                          f"square matrix")
@@ -256,9 +257,9 @@ def _npz_field(z, key, path):
     try:
         return z[key]
     except ValueError as exc:  # e.g. an object array, which would need pickle
-        raise GraphError(f"{path}: field '{key}' cannot be read without pickle ({exc})") from exc
-    except (zipfile.BadZipFile, EOFError, zlib.error, OSError) as exc:
-        raise GraphError(f"{path}: field '{key}' is truncated or corrupt ({exc})") from exc
+        raise GraphError(f"{path}: field '{key}' cannot be read without pickle ({' '.join(str(exc).split())})") from exc
+    except Exception as exc:  # zipfile and numpy raise several types for damaged bytes
+        raise GraphError(f"{path}: field '{key}' is truncated or corrupt ({' '.join(str(exc).split())})") from exc
 
 
 def _npz_csr(z, prefix, path):
@@ -267,6 +268,10 @@ def _npz_csr(z, prefix, path):
     if shape.ndim != 1 or shape.shape[0] != 2 or not np.issubdtype(shape.dtype, np.integer) or shape.min() < 0:
         raise GraphError(f"{path}: field '{prefix}_shape' must be two non-negative integers, got {shape.tolist()}")
     check_csr(indptr, indices, shape, str(path), names=keys[2:0:-1])
+    if data.dtype.kind not in "biuf":
+        raise GraphError(f"{path}: field '{prefix}_data' must hold real numbers, got {data.dtype}")
+    if data.dtype == np.float16:  # scipy.sparse holds no half floats; float32 holds them exactly
+        data = data.astype(np.float32)
     if data.shape != indices.shape:
         raise GraphError(f"{path}: field '{prefix}_data' has shape {list(data.shape)}, expected "
                          f"[{indices.shape[0]}] (one value per entry)")
@@ -309,6 +314,8 @@ def load_npz(path: Path, *, directed=None, remove_self_loops=False, split_seed=0
         if attr.ndim != 2 or attr.shape[0] != n:
             raise GraphError(f"{path}: field '{attr_key}' has {attr.shape[0]} rows, expected {n} "
                              f"(nodes in adj_shape)")
+        if attr.dtype.kind not in "biuf":
+            raise GraphError(f"{path}: field '{attr_key}' must hold real numbers, got {attr.dtype}")
         fields["x"] = torch.from_numpy(np.ascontiguousarray(attr, dtype=np.float32))
     y = None  # class ids, which stratify a drawn split
     if "labels" in keys:
@@ -332,7 +339,10 @@ def load_npz(path: Path, *, directed=None, remove_self_loops=False, split_seed=0
                                  f"at node {node}")
             fields["y"] = torch.from_numpy(y)
     if "num_classes" in keys:
-        fields["num_classes"] = int(_npz_field(z, "num_classes", path))
+        classes = _npz_field(z, "num_classes", path).reshape(-1)
+        if classes.shape != (1,) or classes.dtype.kind not in "iuf" or not float(classes[0]).is_integer():
+            raise GraphError(f"{path}: field 'num_classes' must be one whole number, got {classes.tolist()[:4]}")
+        fields["num_classes"] = int(classes[0])
     meta: dict = {"source_file": str(path)}
     given = [m for m in MASKS if m in keys]
     for m in given:

@@ -32,7 +32,7 @@ import torch
 
 from ..atomic import staged_directory
 from ..errors import ConfigError, GraphError
-from ..graph import Adjacency, Graph, sparse_csr
+from ..graph import Adjacency, Graph, check_csr, check_vertex_data, sparse_csr
 from ..memory import peak_rss_mib
 from .base import graph_key
 from .blocks import block_bounds, check_grid, inverse, permutations, permute_adjacency
@@ -131,14 +131,17 @@ def open_shards(directory, *, fingerprint=None, grid=None, seed=_ANY) -> "Shards
     try:
         with open(path) as fh:
             manifest = json.load(fh)
-        if manifest.get("format") != FORMAT_VERSION:
-            raise ValueError(f"format {manifest.get('format')!r}, expected {FORMAT_VERSION}")
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_VERSION:
+            found = manifest.get("format") if isinstance(manifest, dict) else manifest
+            raise ValueError(f"format {_show(found)}, expected {FORMAT_VERSION}")
         shards = Shards(Path(directory), manifest)
     except FileNotFoundError:
         raise GraphError(f"{path}: missing; not a shard directory (write one with "
                          "'gnnmesh partition --method permute2 --grid R,C --write-shards DIR')") from None
+    except RecursionError:  # nested deeper than the parser goes
+        raise GraphError(f"{path}: unreadable shard manifest: nested too deeply") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise GraphError(f"{path}: unreadable shard manifest: {exc}") from None
+        raise GraphError(f"{path}: unreadable shard manifest: {' '.join(str(exc).split())}") from None
     if fingerprint is not None and manifest["fingerprint"] != fingerprint:
         raise ConfigError(f"{path}: the shards are of another graph ({manifest['name']}, "
                           f"fingerprint {manifest['fingerprint']}, expected {fingerprint})")
@@ -155,6 +158,7 @@ class Shards:
     """An opened shard set: reads and merges the blocks one rank needs."""
 
     def __init__(self, directory: Path, manifest: dict):
+        _check_manifest(manifest)
         self.directory = directory
         self.manifest = manifest
         self.shape = tuple(int(s) for s in manifest["shape"])
@@ -162,9 +166,6 @@ class Shards:
         self.row_bounds = np.asarray(manifest["row_bounds"], dtype=np.int64)
         self.col_bounds = np.asarray(manifest["col_bounds"], dtype=np.int64)
         self.nnz = np.asarray(manifest["nnz"], dtype=np.int64)
-        if self.row_bounds.shape != (self.grid[0] + 1,) or self.col_bounds.shape != (self.grid[1] + 1,) \
-                or self.nnz.shape != self.grid:
-            raise ValueError("bounds or nonzero counts do not match the grid")
 
     def block(self, rows, cols) -> Adjacency:
         """Row blocks ``rows`` x column blocks ``cols`` (an index, ``(start, stop)`` or a
@@ -194,6 +195,8 @@ class Shards:
                 piece_ptr = self._indptr(i, j)
                 width = self.col_bounds[j + 1] - self.col_bounds[j]
                 piece_idx = self._array(i, j, "indices", np.int64, piece_ptr[-1], width)
+                check_csr(piece_ptr, piece_idx, (len(piece_ptr) - 1, width),  # as every graph's, before use
+                          str(self.directory / f"adj-{i}-{j}"), names=("indptr", "indices"), canonical=True)
                 offset = self.col_bounds[j] - col_lo
                 if len(cols) == 1:  # one shard per row: copy straight into place
                     dest = slice(indptr[lo], indptr[hi])
@@ -220,7 +223,9 @@ class Shards:
         if info["layout"] == "sparse":
             pieces = [self._sparse_piece(name, i, width[0]) for i in rows]
             mat = sp.vstack(pieces, format="csr")
-            return sparse_csr(mat.indptr, mat.indices, mat.data, mat.shape)
+            field = sparse_csr(mat.indptr, mat.indices, mat.data, mat.shape)
+            self._check_field(name, field, rows)
+            return field
         parts = []
         for i in rows:
             expect = [int(self.row_bounds[i + 1] - self.row_bounds[i])] + width
@@ -229,20 +234,43 @@ class Shards:
                 raise GraphError(f"{self.directory / f'{name}-{i}.npy'}: holds {arr.dtype} "
                                  f"{list(arr.shape)}, the manifest says {dtype} {expect}")
             parts.append(arr)
-        return torch.from_numpy(np.concatenate(parts))
+        field = torch.from_numpy(np.concatenate(parts))
+        self._check_field(name, field, rows)
+        return field
+
+    def _check_field(self, name: str, field: torch.Tensor, rows: range) -> None:
+        """The check every graph's vertex data passes (``graph.check_vertex_data``), of one field
+        of row blocks ``rows``: finite features, class ids within the classes, boolean masks."""
+        n = int(self.row_bounds[rows.stop] - self.row_bounds[rows.start])
+        where = f"{self.directory / name}-{rows.start}..{rows.stop - 1}: "
+        if name == "x":
+            check_vertex_data(where, n, field, None, None, {})
+        elif name == "y":
+            check_vertex_data(where, n, None, field, self.manifest.get("num_classes"), {})
+        else:
+            check_vertex_data(where, n, None, None, None, {name: field})
 
     def vertex_data(self, rows) -> dict:
-        """Every stored vertex field for row blocks ``rows``, by name."""
-        return {name: self.vertex(name, rows) for name in self.manifest["fields"]}
+        """Every stored vertex field for row blocks ``rows``, by name (checked as every graph's
+        vertex data is: no two masks share a row, targets are finite in every row of a split)."""
+        data = {name: self.vertex(name, rows) for name in self.manifest["fields"]}
+        rows = _span(rows, self.grid[0], "row")
+        n = int(self.row_bounds[rows.stop] - self.row_bounds[rows.start])
+        masks = {name: data.get(name) for name in Graph.VERTEX_FIELDS[2:]}
+        check_vertex_data(f"{self.directory}: ", n, None, data.get("y"), self.manifest.get("num_classes"), masks)
+        return data
 
     # -- one file at a time, checked against the manifest ------------------------------
     def _load(self, file: Path) -> np.ndarray:
         try:
-            return np.load(file, mmap_mode="r", allow_pickle=False)
+            array = np.load(file, mmap_mode="r", allow_pickle=False)
+            if not isinstance(array, np.ndarray):  # a .npz archive under the name
+                raise ValueError("an archive of several arrays, not one")
+            return array
         except FileNotFoundError:
             raise GraphError(f"{file}: missing shard file (the shard directory is incomplete)") from None
-        except (OSError, ValueError) as exc:
-            raise GraphError(f"{file}: unreadable shard file: {exc}") from None
+        except Exception as exc:  # numpy raises several types for a damaged header
+            raise GraphError(f"{file}: unreadable shard file: {' '.join(str(exc).split())[:200]}") from None
 
     def _indptr(self, i: int, j: int) -> np.ndarray:
         file = self.directory / f"adj-{i}-{j}.indptr.npy"
@@ -263,15 +291,73 @@ class Shards:
                              f"expected {np.dtype(dtype)} [{int(length)}]")
         if bound is not None and arr.size and (arr.min() < 0 or arr.max() >= bound):
             raise GraphError(f"{file}: corrupt shard: column ids outside 0..{bound - 1}")
+        if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+            raise GraphError(f"{file}: corrupt shard: a non-finite value at entry "
+                             f"{int(np.flatnonzero(~np.isfinite(arr))[0])}")
         return arr
 
     def _sparse_piece(self, name: str, i: int, width: int) -> sp.csr_matrix:
         stem = self.directory / f"{name}-{i}"
         ptr, idx, val = (self._load(Path(f"{stem}.{p}.npy")) for p in ("indptr", "indices", "values"))
         n_rows = int(self.row_bounds[i + 1] - self.row_bounds[i])
-        if ptr.shape != (n_rows + 1,) or idx.shape != val.shape or ptr[-1] != idx.shape[0]:
+        if ptr.shape != (n_rows + 1,) or idx.shape != val.shape or val.dtype != np.float32:
             raise GraphError(f"{stem}.indptr.npy: corrupt shard: does not match its indices/values")
+        check_csr(ptr, idx, (n_rows, width), str(stem), canonical=True)
         return sp.csr_matrix((np.array(val), np.array(idx), np.array(ptr)), shape=(n_rows, width))
+
+
+def _show(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+_LIMIT = 2**48  # no graph reaches it; past it a count is damage
+
+
+def _check_manifest(m: dict) -> None:
+    """Raise ValueError naming the first field of the manifest ``m`` that ``write_shards``
+    never writes, so that the shards are read against sound sizes (and each array is
+    checked as it loads)."""
+    def need(field: str, ok, what: str) -> None:
+        if not ok:
+            raise ValueError(f"field '{field}' must be {what}, got {_show(m.get(field))}")
+
+    def counts(value, length: int, low: int = 0, high: int = _LIMIT) -> bool:
+        return isinstance(value, list) and len(value) == length and all(
+            isinstance(v, int) and not isinstance(v, bool) and low <= v <= high for v in value)
+
+    def bounds(value, blocks: int, end: int) -> bool:
+        return counts(value, blocks + 1) and value[0] == 0 and value[-1] == end and \
+            all(a <= b for a, b in zip(value, value[1:]))
+
+    need("shape", counts(m.get("shape"), 2), "two sizes")
+    need("grid", counts(m.get("grid"), 2, 1, 2**31), "two block counts >= 1")
+    (n, cols), (r, c) = m["shape"], m["grid"]
+    if not all(isinstance(m.get(k), list) and len(m[k]) == size for k, size in
+               (("row_bounds", r + 1), ("col_bounds", c + 1), ("nnz", r))):
+        raise ValueError(f"bounds or nonzero counts do not match the grid {r} x {c}")
+    need("row_bounds", bounds(m.get("row_bounds"), r, n), f"{r + 1} nondecreasing bounds from 0 to {n}")
+    need("col_bounds", bounds(m.get("col_bounds"), c, cols), f"{c + 1} nondecreasing bounds from 0 to {cols}")
+    need("nnz", isinstance(m.get("nnz"), list) and len(m["nnz"]) == r and all(counts(row, c) for row in m["nnz"]),
+         f"{r} lists of {c} entry counts")
+    need("weighted", isinstance(m.get("weighted"), bool), "true or false")
+    need("num_classes", m.get("num_classes") is None or counts([m["num_classes"]], 1, 1, 2**31),
+         "a count of classes or null")
+    fields = m.get("fields")
+    need("fields", isinstance(fields, dict) and set(fields) <= set(Graph.VERTEX_FIELDS),
+         f"an object of vertex fields ({', '.join(Graph.VERTEX_FIELDS)})")
+    for name, info in fields.items():
+        try:
+            kind = np.dtype(info["dtype"]).kind if isinstance(info, dict) and isinstance(info.get("dtype"), str) else ""
+        except (TypeError, ValueError):
+            kind = ""
+        ok = (isinstance(info, dict) and info.get("layout") in ("dense", "sparse") and kind in "biuf" and kind
+              and isinstance(info.get("shape"), list) and counts(info["shape"], len(info["shape"]))
+              and 1 <= len(info["shape"]) <= 2 and info["shape"][0] == n
+              and (info["layout"] == "dense" or len(info["shape"]) == 2))
+        if not ok:
+            raise ValueError(f"field 'fields.{name}' must be a vertex field's layout, dtype and shape of {n} "
+                             f"rows, got {_show(info)}")
 
 
 def _span(spec, count: int, what: str) -> range:

@@ -20,6 +20,7 @@ import numpy as np
 from ..atomic import atomic_file, write_file
 from ..datasets.cache import default_dir
 from ..errors import GraphError
+from ..validate import SEED_RANGE, Range
 from .base import METHOD_VERSIONS, Partition, as_adjacency, graph_key
 
 FORMAT_VERSION = 1
@@ -91,9 +92,11 @@ def load_partition(path, graph, parts: Optional[int] = None) -> Partition:
         raise GraphError(f"{path}: partition file not found")
     try:
         assignment = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as exc:
-        raise GraphError(f"{path}: not a readable .npy partition file ({exc})") from None
+    except Exception as exc:  # numpy raises several types for a damaged header
+        raise GraphError(f"{path}: not a readable .npy partition file ({' '.join(str(exc).split())[:200]})") from None
     meta = read_meta(path)
+    if not isinstance(assignment, np.ndarray):  # a .npz archive under the name
+        raise GraphError(f"{path}: not a readable .npy partition file (an archive of several arrays)")
     if assignment.ndim != 1 or not np.issubdtype(assignment.dtype, np.integer):
         raise GraphError(f"{path}: expected a 1-D integer array, got {assignment.dtype} "
                          f"with shape {list(assignment.shape)}")
@@ -103,6 +106,9 @@ def load_partition(path, graph, parts: Optional[int] = None) -> Partition:
         raise GraphError(f"{path}: the partition has {assignment.shape[0]} entries but the graph "
                          f"has {n} nodes")
     stored_parts = int(meta.get("parts", int(assignment.max()) + 1 if n else 0))
+    if stored_parts > n:  # before counting the nodes of every part
+        raise GraphError(f"{path}: the partition has {stored_parts} parts for a graph of {n} nodes (every "
+                         "part holds at least one)")
     low, high = int(assignment.min()), int(assignment.max())
     if low < 0 or high >= stored_parts:
         bad = int(np.flatnonzero((assignment < 0) | (assignment >= stored_parts))[0])
@@ -134,6 +140,37 @@ def read_meta(path) -> dict:
             meta = json.load(fh)
         if not isinstance(meta, dict):
             raise ValueError("not a JSON object")
+        problem = _meta_problem(meta)
+        if problem:
+            raise ValueError(problem)
         return meta
+    except RecursionError:  # nested deeper than the parser goes
+        raise GraphError(f"{meta_path}: unreadable partition description (nested too deeply)") from None
     except (OSError, ValueError) as exc:
-        raise GraphError(f"{meta_path}: unreadable partition description ({exc})") from None
+        raise GraphError(f"{meta_path}: unreadable partition description ({' '.join(str(exc).split())})") from None
+
+
+def _meta_problem(meta: dict) -> str:
+    """What keeps a field of a partition's description from being what ``save_partition``
+    writes ('' if nothing): every field a partition is built from is checked before use."""
+    def show(value) -> str:
+        text = repr(value)
+        return text if len(text) <= 40 else text[:37] + "..."
+
+    def count(value, low: int, high: int) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+    for key, ok, what in (
+            ("parts", lambda v: count(v, 1, 2**31), "a count of parts >= 1"),
+            ("num_nodes", lambda v: count(v, 0, 2**48), "a count of nodes"),
+            ("seed", lambda v: count(v, *SEED_RANGE), f"an integer in [{SEED_RANGE[0]}, {SEED_RANGE[1]}]"),
+            ("epsilon", lambda v: not Range(0).number_problem(v), "a finite number >= 0"),
+            ("seconds", lambda v: not Range(0).number_problem(v), "a finite number >= 0"),
+            ("method", lambda v: isinstance(v, str), "a string"),
+            ("graph_key", lambda v: isinstance(v, str), "a string"),
+            ("method_version", lambda v: count(v, 0, 2**31), "a version number"),
+            ("preset", lambda v: v is None or isinstance(v, str), "a string or null"),
+            ("sampling", lambda v: v is None or isinstance(v, dict), "an object or null")):
+        if key in meta and not ok(meta[key]):
+            return f"field '{key}' must be {what}, got {show(meta[key])}"
+    return ""

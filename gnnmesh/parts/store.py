@@ -30,6 +30,7 @@ from ..tasks import TASKS, infer
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
+ASCENDING = ("owned",)  # id arrays every writer stores in ascending order (a rank's own nodes)
 WRITE_HINT = "write them with 'gnnmesh partition --write-parts DIR'"
 
 
@@ -74,21 +75,120 @@ def open_parts(directory) -> "Parts":
     try:
         with open(path) as fh:
             manifest = json.load(fh)
-        if manifest.get("format") != FORMAT_VERSION:
-            raise ValueError(f"format {manifest.get('format')!r}, expected {FORMAT_VERSION}")
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_VERSION:
+            found = manifest.get("format") if isinstance(manifest, dict) else manifest
+            raise ValueError(f"format {_show(found)}, expected {FORMAT_VERSION}")
         return Parts(Path(directory), manifest)
     except FileNotFoundError:
         if not Path(directory).is_dir():
             raise ConfigError(f"{directory}: no such parts directory ({WRITE_HINT})") from None
         raise GraphError(f"{path}: missing; not a parts directory ({WRITE_HINT})") from None
+    except RecursionError:  # nested deeper than the parser goes
+        raise GraphError(f"{path}: unreadable parts manifest: nested too deeply") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise GraphError(f"{path}: unreadable parts manifest: {exc}") from None
+        raise GraphError(f"{path}: unreadable parts manifest: {' '.join(str(exc).split())}") from None
+
+
+KINDS = ("partition", "tensor", "grid3d")  # the strategies that write parts
+COUNT_LIMIT = 2**48  # no graph, width or part count reaches it; past it a count is damage
+
+
+def _show(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _count(value, low: int = 0, high: int = COUNT_LIMIT) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _check_manifest(m: dict) -> None:
+    """Raise ValueError naming the first field of the manifest ``m`` that no writer writes (a
+    count that is no count, a name that is no string, a list of the wrong length), so that a
+    rank reads its arrays against sound sizes; the arrays are checked as they load."""
+    def need(field: str, ok, what: str) -> None:
+        if not ok:
+            value = m
+            for key in field.replace("]", "").replace("[", ".").split("."):
+                value = value.get(key) if isinstance(value, dict) else \
+                    value[int(key)] if isinstance(value, list) and key.isdigit() and int(key) < len(value) else None
+            raise ValueError(f"field '{field}' must be {what}, got {_show(value)}")
+
+    need("kind", m.get("kind") in KINDS, f"one of {', '.join(KINDS)}")
+    need("parts", _count(m.get("parts"), 1, 2**31), "a count of parts >= 1")
+    for field in ("name", "dataset", "how", "fingerprint"):
+        need(field, isinstance(m.get(field), str), "a string")
+    need("num_nodes", _count(m.get("num_nodes"), 1), "a node count >= 1")
+    for field in ("num_features", "num_classes"):
+        need(field, _count(m.get(field), 1, 2**31), "a width >= 1")
+    parts, ranks = m["parts"], m.get("ranks")
+    need("ranks", isinstance(ranks, list) and len(ranks) == parts, f"a list of {parts} rank entries")
+    for r, rank in enumerate(ranks):
+        need(f"ranks[{r}]", isinstance(rank, dict), "an object")
+        files = rank.get("files")
+        need(f"ranks[{r}].files", isinstance(files, dict) and all(
+            isinstance(k, str) and k and "/" not in k and not k.startswith(".") and isinstance(v, str)
+            for k, v in files.items()), "an object of file names and checksums")
+        if m["kind"] == "partition":
+            need(f"ranks[{r}].owned", _count(rank.get("owned"), 0, m["num_nodes"]), "a count of nodes")
+    if m["kind"] == "partition":
+        need("num_nodes", sum(rank["owned"] for rank in ranks) == m["num_nodes"], "the nodes the ranks own")
+        need("method", isinstance(m.get("method"), str), "a string")
+        structures, operators = m.get("structures"), m.get("operators")
+        need("structures", isinstance(structures, dict), "an object")
+        for name, info in structures.items():
+            where = f"structures.{name}"
+            need(where, isinstance(info, dict), "an object")
+            need(f"{where}.nnz", isinstance(info.get("nnz"), list) and len(info["nnz"]) == parts
+                 and all(_count(v) for v in info["nnz"]), f"a list of {parts} entry counts")
+            send = info.get("send_counts")
+            need(f"{where}.send_counts", isinstance(send, list) and len(send) == parts and all(
+                isinstance(row, list) and len(row) == parts and all(_count(v) for v in row) for row in send),
+                f"{parts} lists of {parts} row counts")
+        need("operators", isinstance(operators, dict), "an object")
+        for name, info in operators.items():
+            need(f"operators.{name}", isinstance(info, dict) and isinstance(info.get("structure"), str)
+                 and info["structure"] in structures and isinstance(info.get("values"), bool),
+                 "an object naming one of the structures and whether it has values")
+    elif m["kind"] == "grid3d":
+        grid = m.get("grid")
+        need("grid", isinstance(grid, list) and len(grid) == 3 and all(_count(g, 1, parts) for g in grid)
+             and grid[0] * grid[1] * grid[2] == parts, f"three grid sizes whose product is the {parts} parts")
+        need("layers", m.get("layers") is None or _count(m.get("layers"), 1, 5), "a count of layers below 6 or null")
+    else:
+        need("weighted", isinstance(m.get("weighted"), bool), "true or false")
+    required = _required_files(m)
+    for r, rank in enumerate(ranks):
+        missing = [name for name in required if name not in rank["files"]]
+        need(f"ranks[{r}].files", not missing, f"an object listing every file of the rank (no {missing[:1]})")
+        if m["kind"] == "tensor":
+            need(f"ranks[{r}].files", m["weighted"] == ("adj.values" in rank["files"]),
+                 f"an object {'with' if m['weighted'] else 'without'} 'adj.values' (the graph is "
+                 f"{'' if m['weighted'] else 'not '}weighted)")
+
+
+def _required_files(m: dict) -> list:
+    """The arrays every rank's folder of the parts ``m`` describes holds (``m`` checked so far)."""
+    names = ["x", "y", "train_mask", "val_mask", "test_mask"]
+    if m["kind"] == "partition":
+        names.append("owned")
+        for structure in m["structures"]:
+            names += [f"{structure}.{part}" for part in ("indptr", "indices", "entries", "halo", "send")]
+        names += [f"{op}.values" for op, info in m["operators"].items() if info["values"]]
+    elif m["kind"] == "tensor":
+        names += ["adj.indptr", "adj.indices"]
+    else:
+        names.append("orders")
+        for k in range(m["layers"] or 6):  # the blocks repeat with period six
+            names += [f"adj-{k}.{part}" for part in ("indptr", "indices", "values")]
+    return names
 
 
 class Parts:
     """An opened parts directory: the manifest's facts, and each rank's folder on demand."""
 
     def __init__(self, directory: Path, manifest: dict):
+        _check_manifest(manifest)
         self.directory, self.manifest = directory, manifest
         self.kind = str(manifest["kind"])
         self.parts = int(manifest["parts"])
@@ -161,9 +261,13 @@ class RankPart:
             raise GraphError(f"{self.parts.directory / MANIFEST}: rank {self.rank} has no array {name!r}")
         path = self.folder / f"{name}.npy"
         try:
-            return np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise GraphError(f"{path}: unreadable part file: {exc}") from None
+            array = np.load(path, allow_pickle=False)
+        except Exception as exc:  # numpy raises several types for a damaged header
+            raise GraphError(f"{path}: unreadable part file: {' '.join(str(exc).split())[:200]}") from None
+        if not isinstance(array, np.ndarray) or array.dtype.kind not in "biuf":
+            raise GraphError(f"{path}: unreadable part file: holds {getattr(array, 'dtype', type(array).__name__)}, "
+                             "not numbers")
+        return array
 
     def tensor(self, name: str) -> torch.Tensor:
         return torch.from_numpy(self.array(name))
@@ -182,13 +286,35 @@ class RankPart:
             position = int(np.flatnonzero((ids < 0) | (ids >= high))[0])
             raise GraphError(self.where(name) + f"id {int(ids[position])} at position {position} is outside "
                              f"[0, {high})")
+        length = self._declared_length(name)
+        if length is not None and len(ids) != length:
+            raise GraphError(self.where(name) + f"{len(ids)} ids, the manifest says rank {self.rank} has {length}")
+        if name in ASCENDING and ids.size > 1 and not bool((ids[1:] > ids[:-1]).all()):
+            position = int(np.flatnonzero(ids[1:] <= ids[:-1])[0]) + 1
+            raise GraphError(self.where(name) + f"id {int(ids[position])} at position {position} does not "
+                             "follow the one before it in ascending order, as the ids are written")
         return ids
+
+    def _declared_length(self, name: str) -> Optional[int]:
+        """How many ids the manifest says the array ``name`` holds (None: it does not say)."""
+        if name == "owned":
+            return self.info.get("owned")
+        structure, _, part = name.rpartition(".")
+        info = self.parts.manifest.get("structures", {}).get(structure)
+        if info is None:
+            return None
+        counts = info["send_counts"]
+        return {"entries": info["nnz"][self.rank], "send": sum(counts[self.rank]),
+                "halo": sum(row[self.rank] for row in counts)}.get(part)
 
     def adjacency(self, prefix: str, shape: tuple, values: Optional[str] = None) -> Adjacency:
         """The CSR block ``prefix.indptr/indices`` of ``shape`` with the array ``values`` as its
         entries (None: unweighted), checked as every graph is (structure sorted and in range,
         values finite) before a kernel indexes with it."""
-        values = self.tensor(values) if values is not None else None
+        if values is not None:
+            name, values = values, self.tensor(values)
+            if values.dtype != torch.float32:
+                raise GraphError(self.where(name) + f"expected float32 values, as written, got {values.dtype}")
         indptr, indices = self.tensor(f"{prefix}.indptr"), self.tensor(f"{prefix}.indices")
         for name, array in ((f"{prefix}.indptr", indptr), (f"{prefix}.indices", indices)):
             if array.dim() != 1 or array.is_floating_point() or array.dtype == torch.bool:
@@ -210,18 +336,32 @@ class RankPart:
             raise GraphError(self.where("y") + f"holds {y.dtype} of shape {list(y.shape)}, not the "
                              f"{self.parts.task} labels the manifest says")
         check_vertex_data(where, rows, None, y, self.parts.num_classes, masks)
+        if x_rows is None and self.parts.kind == "grid3d":  # its block of the features, as written
+            x_rows, width = self._feature_block()
         features = x.shape[0] if x_rows is None and x.dim() == 2 else rows if x_rows == -1 else x_rows
         check_vertex_data(where, features, x, None, None, {}, width)
-        if not x.is_floating_point():
-            raise GraphError(self.where("x") + f"expected floating-point features, got {x.dtype}")
+        if x.dtype != torch.float32:
+            raise GraphError(self.where("x") + f"expected float32 features, as written, got {x.dtype}")
         return (x, y, *masks.values())
 
-    def orders(self, name: str, nodes: int) -> np.ndarray:
-        """Node orders [K, ``nodes``], each a permutation of 0..nodes-1."""
+    def _feature_block(self) -> tuple:
+        """(rows, columns) of a grid3d rank's block of the input features as its writer cuts it
+        (``gnnmesh.parts.grid``): layer 0's column block of the nodes, its share of the features."""
+        from ..layout import ParallelLayout
+        from ..layout.grid import AXES, roles
+        from ..partition.grid_blocks import cut
+        dims = dict(zip(AXES, self.parts.manifest["grid"]))
+        me, r = ParallelLayout.of_grid(dims).coordinates(self.rank), roles(0)
+        rows = cut(self.parts.num_nodes, dims[r.cols], me[r.cols])
+        columns = cut(self.parts.num_features, dims[r.feats], me[r.feats])
+        return rows.stop - rows.start, columns.stop - columns.start
+
+    def orders(self, name: str, nodes: int, count: int = 2) -> np.ndarray:
+        """Node orders [``count``, ``nodes``] (grid3d's two), each a permutation of 0..nodes-1."""
         orders = self.array(name)
-        if orders.ndim != 2 or orders.shape[1] != nodes or orders.dtype.kind not in "iu":
-            raise GraphError(self.where(name) + f"expected integer orders of {nodes} nodes, got {orders.dtype} "
-                             f"of shape {list(orders.shape)}")
+        if orders.shape != (count, nodes) or orders.dtype.kind not in "iu":
+            raise GraphError(self.where(name) + f"expected {count} integer orders of {nodes} nodes, got "
+                             f"{orders.dtype} of shape {list(orders.shape)}")
         every = np.arange(nodes)
         for i, order in enumerate(orders):
             if not np.array_equal(np.sort(order), every):

@@ -12,33 +12,65 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, fields, replace
+from dataclasses import MISSING, asdict, fields, replace
 from pathlib import Path
 from typing import Callable
 
 from ..atomic import write_file
 from ..datasets.cache import default_dir
 from ..errors import ConfigError
+from ..validate import Range
 from .machine import ComputeRates, Network
+
+
+# What each rate may be: costs and latencies >= 0 (a probe's fit may give 0), what is divided
+# by (flop/s, bandwidths) > 0, and the crowding factor >= 1 (``sharing_cores`` records only more).
+_POSITIVE = Range(0, None, open="low")
+RANGES = {"gemm_flops": _POSITIVE, "intra_bw": _POSITIVE, "inter_bw": _POSITIVE, "host_bw": _POSITIVE,
+          "gather_bw": _POSITIVE, "crowding": Range(1)}
+_AT_LEAST_0 = Range(0)
 
 
 def read(path, what: str = "--rates", complete: bool = False) -> tuple:
     """(ComputeRates, Network) from the rates file at ``path``; a ConfigError naming ``what``
-    and the file when it cannot be read or is not a rates file (``complete``: or lacks a
-    rate, which a file written before it was added does)."""
+    and the file (and the field) when it cannot be read or is not a rates file: every rate a
+    finite number in its range (``RANGES``), ``source`` a string (``complete``: and no rate
+    missing, which a file written before it was added lacks)."""
     try:
         with open(path) as f:
             data = json.load(f)
-        table = ComputeRates(**data["compute"]), Network(**data["network"])
     except OSError as err:
         raise ConfigError(f"{what} {path}: {err.strerror or err}") from None
-    except (ValueError, KeyError, TypeError) as err:
+    except (ValueError, RecursionError) as err:  # RecursionError: nested deeper than the parser goes
+        reason = "nested too deeply" if isinstance(err, RecursionError) else f"{type(err).__name__}: {err}"
         raise ConfigError(f"{what} {path}: not a rates file written by 'gnnmesh plan --save-rates' "
-                          f"({type(err).__name__}: {err})") from None
-    if complete and not (data["compute"].keys() >= {f.name for f in fields(ComputeRates)}
-                         and data["network"].keys() >= {f.name for f in fields(Network)}):
-        raise ConfigError(f"{what} {path} predate some of today's rates")
-    return table
+                          f"({' '.join(reason.split())[:200]})") from None
+    if not (isinstance(data, dict) and isinstance(data.get("compute"), dict) and isinstance(data.get("network"), dict)):
+        raise ConfigError(f"{what} {path}: not a rates file written by 'gnnmesh plan --save-rates' "
+                          "(an object with 'compute' and 'network' objects)")
+    tables = []
+    for table, kind in (("compute", ComputeRates), ("network", Network)):
+        given, known = data[table], {f.name: f for f in fields(kind)}
+        values = {}
+        for name, value in given.items():
+            if name not in known:
+                raise ConfigError(f"{what} {path}: field '{table}.{name}' is not a rate of this gnnmesh")
+            if name == "source":
+                if not isinstance(value, str):
+                    raise ConfigError(f"{what} {path}: field '{table}.source' must be a string, got {value!r:.40}")
+                values[name] = value
+                continue
+            problem = RANGES.get(name, _AT_LEAST_0).number_problem(value)
+            if problem:
+                raise ConfigError(f"{what} {path}: field '{table}.{name}' {problem}")
+            values[name] = float(value)
+        missing = [name for name, f in known.items() if name not in given and (complete or f.default is MISSING)]
+        if missing:
+            if complete:
+                raise ConfigError(f"{what} {path} predate some of today's rates")
+            raise ConfigError(f"{what} {path}: field '{table}.{missing[0]}' is missing")
+        tables.append(kind(**values))
+    return tuple(tables)
 
 
 def write(path, rates: ComputeRates, network: Network) -> None:

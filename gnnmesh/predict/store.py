@@ -159,14 +159,16 @@ def _manifest_problem(m) -> str:
     if m.get("format") not in FORMATS:
         return f"format {m.get('format')!r} is not one of {', '.join(FORMATS)}"
     try:
-        dtype = np.dtype(m.get("dtype"))
-    except TypeError:
-        return f"dtype {m.get('dtype')!r} is not a NumPy dtype"
+        dtype = np.dtype(m["dtype"]) if isinstance(m.get("dtype"), str) else None
+    except (TypeError, ValueError):
+        dtype = None
+    if dtype is None:
+        return f"dtype {_show(m.get('dtype'))} is not a NumPy dtype"
     if dtype.kind not in "fiu":
         return f"dtype {dtype} is not numeric"
-    width = m.get("width")
+    width = m.get("width", 0)
     if width is not None and not (_count(width) and width > 0):
-        return "'width' is not a positive integer"
+        return "'width' is not a positive integer or null"
     graph = m.get("graph")
     if not (isinstance(graph, dict) and _count(graph.get("nodes"))):
         return "'graph' does not give the number of nodes"
@@ -182,7 +184,12 @@ def _manifest_problem(m) -> str:
 
 
 def _count(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
+
+
+def _show(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _read_shard(directory: Path, manifest: dict, shard: dict) -> tuple:
@@ -211,8 +218,10 @@ def _npy(path: Path, shape: tuple, dtype: np.dtype) -> np.ndarray:
         raise ConfigError(f"{path}: missing (the manifest lists it)")
     try:
         array = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as err:
+    except Exception as err:  # numpy raises several types for a damaged header
         raise ConfigError(f"{path}: unreadable .npy file ({' '.join(str(err).split())[:160]})") from None
+    if not isinstance(array, np.ndarray):  # a .npz archive under the name
+        raise ConfigError(f"{path}: not a .npy file")
     if array.shape != shape or array.dtype != dtype:
         raise ConfigError(f"{path}: holds {array.dtype} {array.shape}, the manifest says {dtype} {shape}")
     return array

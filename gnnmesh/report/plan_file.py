@@ -50,6 +50,8 @@ def read_plan(path) -> Plan:
         data = json.loads(text)
     except ValueError as err:
         raise ConfigError(f"{path}: not a plan file (not JSON: {err})") from None
+    except RecursionError:  # nested deeper than the parser goes
+        raise ConfigError(f"{path}: not a plan file (JSON nested too deeply)") from None
     if not isinstance(data, dict) or "candidates" not in data or "strategy" not in data:
         raise ConfigError(f"{path}: not a plan file written by 'gnnmesh plan --json' "
                           "(an object with 'strategy' and 'candidates')")
@@ -76,12 +78,13 @@ def _candidate(item, where: str) -> Candidate:
     if not isinstance(item["name"], str) or not item["name"]:
         raise ConfigError(f"{where}.name: must be a non-empty string, got {_show(item['name'])}")
     seconds = item["predicted_epoch_s"]
-    if seconds is not None and not (_number(seconds) and math.isfinite(seconds) and seconds >= 0):
+    if seconds is not None and not (isinstance(seconds, float) and math.isfinite(seconds) and seconds >= 0
+                                    or _number(seconds) and 0 <= seconds < 2**63):
         raise ConfigError(f"{where}.predicted_epoch_s: must be a number >= 0 or null, got {_show(seconds)}")
     for key in ("bytes_per_rank", "peak_memory_bytes"):
         value = item[key]
-        if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
-            raise ConfigError(f"{where}.{key}: must be an integer >= 0 or null, got {_show(value)}")
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63):
+            raise ConfigError(f"{where}.{key}: must be an integer in [0, 2^63) or null, got {_show(value)}")
     if item["dominant"] is not None and not isinstance(item["dominant"], str):
         raise ConfigError(f"{where}.dominant: must be a string or null, got {_show(item['dominant'])}")
     return Candidate(item["name"], None if seconds is None else float(seconds), item["bytes_per_rank"],

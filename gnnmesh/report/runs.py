@@ -8,6 +8,7 @@ nothing of the training stack."""
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import warnings
 from dataclasses import dataclass
@@ -131,6 +132,8 @@ def read_run(path) -> Run:
             continue
         try:
             record = json.loads(line, parse_constant=lambda name: None)  # NaN, Infinity: no value
+        except RecursionError:  # nested deeper than the parser goes: no record
+            raise ConfigError(f"{path} line {number}: not a JSON metrics record (nested too deeply)") from None
         except ValueError:
             if number == len(lines):
                 warnings.warn(f"{path} line {number}: dropping a torn last line (an interrupted write)")
@@ -150,10 +153,10 @@ def _check(record, where: str) -> None:
         raise ConfigError(f"{where}: not a metrics record (a JSON object with an 'epoch' >= 1)")
     for field in NUMBERS:
         if not _number_or_null(record.get(field)):
-            raise ConfigError(f"{where}: field '{field}' must be a number or null, got {_show(record[field])}")
+            raise ConfigError(f"{where}: field '{field}' must be a finite number or null, got {_show(record[field])}")
     for key, value in record.items():  # the phases' bytes (other fields are not drawn)
         if _phase(key, record) and not _number_or_null(value):
-            raise ConfigError(f"{where}: field '{key}' must be a number or null, got {_show(value)}")
+            raise ConfigError(f"{where}: field '{key}' must be a finite number or null, got {_show(value)}")
     for field in RANK_LISTS:
         value = record.get(field)
         if value is not None and not (isinstance(value, list) and all(map(_number_or_null, value))):
@@ -178,7 +181,11 @@ def _integer(value) -> bool:
 
 
 def _number_or_null(value) -> bool:
-    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+    """null, or a finite number a float holds (a literal such as 1e999 overflows to infinity, and
+    an integer past 2**63 is no count any run measured)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return value is None or (isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**63)
 
 
 def _show(value) -> str:
