@@ -119,17 +119,27 @@ def temporary_directory(target) -> Path:
     return tmp
 
 
+def _about(err: OSError, path) -> OSError:
+    """``err`` (its errno and reason) about ``path``: the file or directory the caller asked
+    for, not the temporary it is written under (a write to an open file names none at all)."""
+    return OSError(err.errno, err.strerror or str(err), str(path))
+
+
 @contextmanager
 def atomic_file(path, mode: str = "wb"):
     """Yield a file open on a temporary beside ``path``; on normal exit it is flushed,
     fsynced and renamed over ``path``. On any exception (a signal included) the temporary
-    is removed and ``path`` is untouched."""
+    is removed and ``path`` is untouched. An OSError of the write (a full disk, a read-only
+    directory) names ``path``."""
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(21, "is a directory", str(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sweep_stale(path.parent)
-    fd, tmp = tempfile.mkstemp(prefix=_prefix(path.name), dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sweep_stale(path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=_prefix(path.name), dir=path.parent)
+    except OSError as err:
+        raise _about(err, path) from None
     try:
         os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, mode) as fh:
@@ -137,6 +147,11 @@ def atomic_file(path, mode: str = "wb"):
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        if err.filename in (None, tmp):  # not another file the caller's code was reading
+            raise _about(err, path) from None
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -159,20 +174,50 @@ def check_replaceable(directory, marker: str, what: str) -> None:
 
 
 @contextmanager
-def staged_directory(directory, marker: str, what: str):
+def staged_directory(directory, marker: str, what: str, name=None):
     """Yield a fresh temporary directory; on normal exit it replaces ``directory``.
 
     Only an absent or empty directory, or an earlier set (one holding ``marker``), may be
     replaced; anything else is a ConfigError naming ``directory`` (``what`` says what kind
-    of set it is). On an error the temporary directory is removed and nothing changes."""
+    of set it is). On an error the temporary directory is removed and nothing changes.
+    An OSError of the staging (a full disk, a read-only directory) names ``directory`` as
+    ``name`` (default: as given), or a file written into the temporary at its place there."""
     directory = Path(directory)
+    named = Path(directory if name is None else name)
     check_replaceable(directory, marker, what)
-    tmp = temporary_directory(directory)
+    try:
+        tmp = temporary_directory(directory)
+    except OSError as err:
+        raise _about(err, named) from None
     try:
         yield tmp
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        where = _placed(err.filename, tmp, named)
+        if where is None:  # another file the caller's code was reading
+            raise
+        raise _about(err, where) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    try:
         _move_into_place(tmp, directory)
+    except OSError as err:
+        raise _about(err, named) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _placed(filename, tmp: Path, named: Path):
+    """Where ``filename`` (of an error while staging into ``tmp``) is to land: ``named`` when
+    unknown, a file of ``tmp`` at its place in ``named``; None for a file elsewhere."""
+    if filename is None:
+        return named
+    try:
+        inside = Path(os.path.abspath(os.fsdecode(filename))).relative_to(os.path.abspath(tmp))
+    except (TypeError, ValueError):
+        return None
+    return named / inside
 
 
 def _move_into_place(tmp: Path, directory: Path) -> None:

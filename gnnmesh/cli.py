@@ -7,6 +7,7 @@ prints one line ``gnnmesh: error: ...`` and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
@@ -18,6 +19,10 @@ from .commands import COMMANDS
 from .errors import ConfigError, GraphError
 from .launch import (PIPE_CLOSED, die_with_launcher, ignore_stop_signals, launched_rank, restore_signals,
                      say_interrupted, stop_on_signals, stop_signal, world_from_env)
+
+
+# Failures of the storage under a file, not of the input: the rank that meets one names it.
+RANK_OWN_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EIO)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -89,10 +94,12 @@ def _main(argv: list) -> int:
     except BrokenPipeError:  # stdout closed by its reader (e.g. '| head'): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush there
         return PIPE_CLOSED
-    except OSError as err:  # e.g. an unwritable --metrics or --checkpoint path
+    except OSError as err:  # e.g. an unwritable --metrics or --checkpoint path, a full disk
         where = f"{err.filename}: " if err.filename else ""
         if speak:
             print(f"gnnmesh: error: {where}{err.strerror or err}", file=sys.stderr)
+        elif err.errno in RANK_OWN_ERRORS:  # a file of this rank's own (its host store): rank 0 cannot see it
+            print(f"gnnmesh: error: rank {world[0]}: {where}{err.strerror or err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM/SIGHUP (see gnnmesh.launch)
         return _interrupted(getattr(err, "exit_status", 130))

@@ -34,13 +34,17 @@ class _Table:
     path: str = ""
 
 
-def _io(call, fd: int, buf: np.ndarray, offset: int) -> None:
-    """All of ``buf`` through ``os.preadv``/``os.pwritev`` at ``offset`` (one call may do less)."""
+def _io(call, table: _Table, buf: np.ndarray, offset: int) -> None:
+    """All of ``buf`` through ``os.preadv``/``os.pwritev`` at ``offset`` of the table's file
+    (one call may do less). An OSError names the file (a full disk says only its reason)."""
     view, done = memoryview(buf.reshape(-1).view(np.uint8)), 0
     while done < len(view):
-        n = call(fd, [view[done:]], offset + done)
+        try:
+            n = call(table.fd, [view[done:]], offset + done)
+        except OSError as err:
+            raise OSError(err.errno, err.strerror or str(err), table.path) from None
         if n <= 0:
-            raise OSError(f"short {call.__name__} at byte {offset + done} (file truncated?)")
+            raise OSError(None, f"short {call.__name__} at byte {offset + done} (file truncated?)", table.path)
         done += n
 
 
@@ -110,8 +114,11 @@ class HostStore:
         else:  # host, pid and a random part keep stores sharing a directory apart
             safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:64]
             table.fd, table.path = tempfile.mkstemp(prefix=temporary_prefix(f"{safe}.f32"), dir=self.directory)
-        os.ftruncate(table.fd, 0)  # zeros come from the file system, not from writing them
-        os.ftruncate(table.fd, rows * width * 4)
+        try:
+            os.ftruncate(table.fd, 0)  # zeros come from the file system, not from writing them
+            os.ftruncate(table.fd, rows * width * 4)
+        except OSError as err:
+            raise OSError(err.errno, err.strerror or str(err), table.path) from None
 
     def zero(self, name: str) -> None:
         """Set the whole table to 0."""
@@ -150,7 +157,7 @@ class HostStore:
                 stage = None if host is not None else torch.empty(n, table.width, pin_memory=self.pin)
                 dst = host[k:k + n] if host is not None else stage.numpy()
                 if isinstance(pick, slice):  # every row of the span: straight into place
-                    _io(os.preadv, table.fd, dst, lo * table.width * 4)
+                    _io(os.preadv, table, dst, lo * table.width * 4)
                 else:  # mode "clip": "raise" would gather into a temporary first
                     np.take(self._span(table, lo, hi), pick, axis=0, out=dst, mode="clip")
                 if stage is not None:
@@ -191,7 +198,7 @@ class HostStore:
                     span = self._span(table, lo, hi)
                     span[pick] = span[pick] + src if add else src
                     src = span
-                _io(os.pwritev, table.fd, src, lo * table.width * 4)
+                _io(os.pwritev, table, src, lo * table.width * 4)
         self._counts["store_bytes"] += len(rows) * table.width * 4
         self._counts["accumulate_seconds" if add else "store_seconds"] += time.perf_counter() - start
 
@@ -241,7 +248,7 @@ class HostStore:
         if len(self._window) < size:  # only a row wider than the window grows it past its size
             self._window = np.empty(max(size, self.window_bytes), np.uint8)
         span = self._window[:size].view(np.float32).reshape(hi - lo, table.width)
-        _io(os.preadv, table.fd, span, lo * table.width * 4)
+        _io(os.preadv, table, span, lo * table.width * 4)
         return span
 
     def take(self) -> dict:

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -17,7 +19,7 @@ import pytest
 import torch
 
 from gnnmesh import ConfigError, Graph, GraphError
-from gnnmesh.atomic import is_temporary, sweep_stale
+from gnnmesh.atomic import is_temporary, staged_directory, sweep_stale
 from gnnmesh.config import Config
 from gnnmesh.datasets import load
 from gnnmesh.graph import Adjacency
@@ -668,3 +670,120 @@ def test_damaged_parts_with_their_checksums_rewritten_are_one_line(tmp_path, wri
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("gnnmesh: error:"), result.stderr
     assert fragment in lines[0], lines[0]
+
+
+# -- a full disk or a read-only directory: the one line names the file, not a temporary -----
+
+NO_SPACE = os.strerror(errno.ENOSPC)
+
+
+def _no_space(*args, **kwargs):
+    raise OSError(errno.ENOSPC, NO_SPACE)  # as a write to an open file raises it: no file name
+
+
+def _the_line(capsys) -> str:
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gnnmesh: error:"), lines
+    return lines[0]
+
+
+def test_a_full_disk_under_the_host_store_names_its_file(tmp_path, monkeypatch, capsys):
+    from gnnmesh import cli
+    store = tmp_path / "store"
+    monkeypatch.setattr(os, "pwritev", _no_space)  # every write into a host store file
+    assert cli.main(["train", "--dataset", SBM, "--epochs", "1", "--strategy", "offload", "--host-store", "file",
+                     "--store-dir", str(store)]) == 2
+    line = _the_line(capsys)
+    assert f"{store / 'rank0'}{os.sep}" in line and line.endswith(NO_SPACE), line
+
+
+RANK_1_DISK_FULL = """
+    import errno, os
+    if os.environ.get("RANK") == "1":  # every write into rank 1's store files finds its disk full
+        def full(*args, **kwargs):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        os.pwritev = full
+"""
+
+
+@pytest.mark.slow  # two ranks
+@pytest.mark.timeout(120)
+def test_a_full_disk_under_another_ranks_store_is_named_by_that_rank(tmp_path):
+    """No rank 0 sees rank 1's store: rank 1 names its file (before, every rank stopped silently)."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(textwrap.dedent(RANK_1_DISK_FULL))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
+    store = tmp_path / "store"
+    result = gnnmesh("train", "--dataset", SBM, "--nproc", "2", "--strategy", "offload", "--host-store", "file",
+                     "--store-dir", str(store), "--epochs", "1", env=env)
+    one_error_line(result, f"rank 1: {store / 'rank1'}{os.sep}", NO_SPACE)
+    assert not store.exists()
+
+
+def test_a_full_disk_under_an_output_names_it(tmp_path, monkeypatch, capsys):
+    from gnnmesh import cli
+    import gnnmesh.train.metrics as metrics_module
+
+    def save(obj, fh, *args, **kwargs):  # a part of the checkpoint written, then the disk is full
+        fh.write(b"PK")
+        _no_space()
+
+    monkeypatch.setattr(torch, "save", save)
+    checkpoint = tmp_path / "c.pt"
+    assert cli.main(["train", "--dataset", SBM, "--epochs", "1", "--checkpoint", str(checkpoint)]) == 2
+    assert _the_line(capsys) == f"gnnmesh: error: {checkpoint}: {NO_SPACE}"
+    assert not checkpoint.exists() and not temporaries(tmp_path)
+
+    class Full:  # the metrics file, whose appends find the disk full
+        def __init__(self, fh):
+            self.fh = fh
+
+        def __getattr__(self, name):
+            return getattr(self.fh, name)
+
+        write = staticmethod(_no_space)
+
+    monkeypatch.setattr(metrics_module, "open", lambda *a, **k: Full(open(*a, **k)), raising=False)
+    metrics = tmp_path / "m.jsonl"
+    assert cli.main(["train", "--dataset", SBM, "--epochs", "1", "--metrics", str(metrics)]) == 2
+    assert _the_line(capsys) == f"gnnmesh: error: {metrics}: {NO_SPACE}"
+
+
+def test_a_staged_directory_names_the_output_not_its_temporary(tmp_path):
+    out = tmp_path / "out"
+    for inside, expected in ((lambda tmp: tmp / "ids-0.npy", out / "ids-0.npy"), (lambda tmp: None, out)):
+        with pytest.raises(OSError) as err:
+            with staged_directory(out, "manifest.json", "prediction directory") as tmp:
+                raise OSError(errno.ENOSPC, NO_SPACE, None if inside(tmp) is None else str(inside(tmp)))
+        assert (err.value.errno, err.value.filename) == (errno.ENOSPC, str(expected))
+        assert not out.exists() and not temporaries(tmp_path)
+
+
+def test_a_read_only_report_directory_names_out(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("matplotlib")
+    from gnnmesh import cli
+    run = tmp_path / "run.jsonl"
+    assert cli.main(["train", "--dataset", SBM, "--epochs", "2", "--metrics", str(run), "--quiet"]) == 0
+    capsys.readouterr()
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    out = locked / "report"
+    if os.geteuid() != 0:
+        locked.chmod(0o555)
+    else:  # root writes anywhere: fail as a read-only directory does, naming what it makes there
+        make = tempfile.mkdtemp
+
+        def mkdtemp(suffix=None, prefix=None, dir=None):
+            if dir is not None and os.path.samefile(dir, locked):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES),
+                                      os.path.join(dir, f"{prefix or ''}x1y2z3{suffix or ''}"))
+            return make(suffix, prefix, dir)
+
+        monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+    try:
+        assert cli.main(["report", str(run), "--out", str(out)]) == 2
+    finally:
+        locked.chmod(0o755)
+    assert _the_line(capsys) == f"gnnmesh: error: {out}: {os.strerror(errno.EACCES)}"
+    assert not out.exists()

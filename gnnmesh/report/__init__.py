@@ -35,7 +35,8 @@ def write_report(run_paths: list, out, plan_path: Optional[str] = None) -> Repor
     _check_out(out)
     runs = read_runs(run_paths)
     plan = read_plan(plan_path) if plan_path else None
-    with staged_directory(out.resolve(), SUMMARY, "report directory") as tmp:  # "--out ." has no name
+    # "--out ." has no name: staged beside its resolved path, errors naming it as given
+    with staged_directory(out.resolve(), SUMMARY, "report directory", name=out) as tmp:
         pictures = figures.draw(runs, plan, tmp)
         (tmp / SUMMARY).write_text(markdown.summary(runs, pictures, plan), encoding="utf-8")
     return Report(out, runs, pictures)

@@ -93,8 +93,11 @@ class MetricsFile:
 
     def write(self, line: str) -> None:
         if self.fh is not None:
-            self.fh.write(line + "\n")
-            self.fh.flush()
+            try:
+                self.fh.write(line + "\n")
+                self.fh.flush()
+            except OSError as err:  # a full disk: name the file, which a write to it does not
+                raise OSError(err.errno, err.strerror or str(err), self.fh.name) from None
 
     def close(self) -> None:
         if self.fh is not None:
