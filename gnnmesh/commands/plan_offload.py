@@ -43,7 +43,7 @@ def run(args) -> int:
     heads = getattr(model, "heads", 1)
     plan = build_plan(adj=graph.adj, owned=owned, rank=0, in_dim=in_dim, stages=stages, classes=stages[-1].width,
                       heads=heads, budget=budget, chunks=chunks, dedup=config.host_tier.dedup,
-                      reorganize=config.host_tier.reorganize)
+                      reorganize=config.host_tier.reorganize, params=costs.trained_params(model))
     if args.json:
         write_plan(args.json, "offload", [candidate(plan, stages, stages[-1].width, heads)])
     for line in describe(graph, config, plan, stages, stages[-1].width, heads, budget, chunks is None):

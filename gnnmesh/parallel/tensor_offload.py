@@ -33,6 +33,7 @@ from ..models import Decoupled
 from ..validate import format_bytes
 from ..view import GraphView
 from .offload import costs
+from .offload.plan import BudgetTooSmall
 from .offload.host_tier import HostTier, HostTierStrategy, PipelinePasses
 from .offload.pipeline import FEATURES, grad_table
 from .switch import LayoutSwitch, even_bounds
@@ -202,28 +203,41 @@ class TensorOffload(HostTierStrategy):
         transform, propagation = stages[0], stages[1:]
         classes, sw, budget = transform.width, self.switch, host.budget
         # The logits stay beside every pass, and the loss's backward (the logits' gradient, the
-        # softmax it saved) beside the backward pass: about four times the logits, as offload's.
+        # softmax it saved) beside the backward pass: about four times the logits, as offload's;
+        # beside them, what the fast tier holds whatever the chunks (``costs.fixed_bytes``).
         row_logits = 4 * max(sw.row_counts) * classes * costs.FLOAT
-        room = budget - row_logits
+        params = costs.trained_params(model)
+        beside = row_logits + costs.fixed_bytes(params)
+        room = budget - beside
         widest = max([self.in_dim] + [lin.out_features for lin in model.mlp])
         per_row = costs.row_footprint(self.in_dim, widest, classes)
-        if room < per_row:
-            raise ConfigError(f"config field 'device_memory': {format_bytes(budget)} is too small for the "
-                              f"logits and one row; give at least {format_bytes(row_logits + per_row)}")
-        steps = max(1, math.ceil(max(sw.row_counts) * per_row / room))
         cols = sw.col_width(classes)
         self.columns = [replace(s, inputs=tuple(FEATURES if n == transform.output else n for n in s.inputs),
                                 width=cols) for s in propagation]
         columns, plan, plan_need = None, None, 0
         if self.columns and cols:
             everything = [np.arange(sw.num_nodes)]
-            plan = host.plan(self.adj, everything, 0, cols, self.columns, cols, 1, reserved=row_logits)
+            try:
+                plan = host.plan(self.adj, everything, 0, cols, self.columns, cols, 1, reserved=row_logits,
+                                 params=params)
+            except BudgetTooSmall as err:  # the smallest budget both the plan and the rows accept
+                raise BudgetTooSmall(f"config field 'device_memory': {format_bytes(budget)} is too small for "
+                                     f"the propagation's column chunks; give at least "
+                                     f"{format_bytes(max(err.least, beside + per_row))}",
+                                     max(err.least, beside + per_row)) from None
+        # Rank 0's column slice is the widest: the budget it accepts, every rank accepts.
+        if room < per_row:
+            raise BudgetTooSmall(f"config field 'device_memory': {format_bytes(budget)} is too small for the "
+                                 f"logits and one row; give at least {format_bytes(beside + per_row)}",
+                                 beside + per_row)
+        steps = max(1, math.ceil(max(sw.row_counts) / (room // per_row)))  # chunks of room // per_row rows at most
+        if plan is not None:
             host.store.create(FEATURES, sw.num_nodes, cols)
             columns = host.run(self.adj, plan, self.columns, _Alone(), 0, self.mask_seed, input_grad=True)
             plan_need = max(costs.footprint(plan, self.columns, cols))
         self.pipeline = host.pipeline
         self.passes = _TensorPasses(self, transform, bool(self.columns), columns, steps)
-        rows_need = math.ceil(max(sw.row_counts) / steps) * per_row
+        rows_need = costs.fixed_bytes(params) + math.ceil(max(sw.row_counts) / steps) * per_row
         host.count_baselines(self.pass_traffic)
         host.plan_figures = {"replication": round(plan.replication(), 4) if plan else 1.0,
                              "chunks": plan.k if plan else 0, "row_chunks": steps, "budget_bytes": budget,

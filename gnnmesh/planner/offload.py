@@ -46,7 +46,8 @@ def estimate(graph, assignment, widths, model: str, rates: ComputeRates, network
     stages = stages_of(net, widths[0])
     heads = getattr(net, "heads", 1)
     plan = build_plan(adj=adj, owned=owned, rank=0, in_dim=widths[0], stages=stages, classes=stages[-1].width,
-                      heads=heads, budget=budget, chunks=None, dedup="both", reorganize=True)
+                      heads=heads, budget=budget, chunks=None, dedup="both", reorganize=True,
+                      params=costs.trained_params(net))
     trained, evaluated = (0, 1) if inference else (1, int(evaluate))   # passes: training, evaluation
     traffic = costs.epoch_traffic(plan, stages, trained, evaluated)
     inner = partition_model.estimate(graph, assignment, widths, model, rates, network, ranks_per_node, evaluate,

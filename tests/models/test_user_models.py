@@ -32,7 +32,7 @@ MODELS = {
 RUNS = {"partition": ["gatv2", "appnp", "graphconv"], "tensor": ["gatv2", "appnp", "graphconv"],
         "offload": ["gatv2", "graphconv"], "grid3d": ["graphconv"]}
 SETTINGS = {"partition": {"partitioner": "rp"}, "tensor": {}, "grid3d": {},
-            "offload": {"partitioner": "rp", "device_memory": "1MiB"}}
+            "offload": {"partitioner": "rp", "device_memory": "17MiB"}}
 EPOCHS = 6
 
 

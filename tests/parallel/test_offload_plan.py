@@ -75,8 +75,9 @@ def test_auto_takes_the_smallest_fitting_k():
     chosen = build_plan(adj=g.adj, owned=owned, rank=0, in_dim=16, stages=s, classes=4, heads=1,
                         budget=budget, chunks=None, dedup="both", reorganize=False)
     assert need(chosen.k) <= budget and (chosen.k == 1 or need(chosen.k - 1) > budget)
+    fixed = costs.fixed_bytes()  # held beside the chunks whatever K: half of the rest
     smaller = build_plan(adj=g.adj, owned=owned, rank=0, in_dim=16, stages=s, classes=4, heads=1,
-                         budget=budget // 2, chunks=None, dedup="both", reorganize=False)
+                         budget=fixed + (budget - fixed) // 2, chunks=None, dedup="both", reorganize=False)
     assert smaller.k > chosen.k
 
 
@@ -123,12 +124,12 @@ def test_flags_refused_elsewhere_and_file_store_needs_a_directory():
 
 def test_plan_command_prints_what_training_counts(tmp_path):
     spec = "sbm:nodes=300,features=12"
-    out = _gnnmesh("plan", "--strategy", "offload", "--dataset", spec, "--device-memory", "2MiB",
+    out = _gnnmesh("plan", "--strategy", "offload", "--dataset", spec, "--device-memory", "18MiB",
                    "--chunks", "4")
     assert out.returncode == 0, out.stderr
     planned = float(re.search(r"host -> fast\s+([\d.]+) MiB", out.stdout).group(1))
     metrics = tmp_path / "m.jsonl"
-    out = _gnnmesh("train", "--dataset", spec, "--strategy", "offload", "--device-memory", "2MiB", "--chunks", "4",
+    out = _gnnmesh("train", "--dataset", spec, "--strategy", "offload", "--device-memory", "18MiB", "--chunks", "4",
                    "--epochs", "2", "--metrics", str(metrics))
     assert out.returncode == 0, out.stderr
     for line in metrics.read_text().splitlines():
@@ -136,12 +137,12 @@ def test_plan_command_prints_what_training_counts(tmp_path):
 
 
 # A uniform R-MAT (no hubs) of 90k nodes: all layers' vertex data, gradients and cached
-# aggregates take about 104 MiB of host tier with offload's gcn, over 4x the larger budget;
-# with wider features, about 93 MiB with tensor parallelism's decoupled gcn.
+# aggregates take about 148 MiB of host tier with offload's gcn, over 4x what the larger budget
+# leaves beside the process's own growth (costs.RESIDENT); with wider features, about 93 MiB
+# with tensor parallelism's decoupled gcn.
 RMAT = "rmat:nodes=90000,edges=900000,features={},classes=4,a=0.25,b=0.25,c=0.25"
-SLACK = 64 * 2**20
-ENGINES = {"offload": (RMAT.format(128), ["--strategy", "offload"], (24, 12)),
-           "tensor": (RMAT.format(192), ["--strategy", "tensor", "--decoupled", "--nproc", "2"], (20, 10))}
+ENGINES = {"offload": (RMAT.format(128), ["--strategy", "offload"], (40, 28)),
+           "tensor": (RMAT.format(192), ["--strategy", "tensor", "--decoupled", "--nproc", "2"], (36, 26))}
 
 
 @pytest.mark.slow  # real resident memory of whole training runs
@@ -160,9 +161,9 @@ def test_training_stays_within_the_budget(tmp_path, engine):
         runs[budget] = [json.loads(line) for line in metrics.read_text().splitlines()]
     for budget, records in runs.items():
         for r in records:
-            assert r["host_tier_bytes"] >= 4 * budget * 2**20
+            assert r["host_tier_bytes"] >= 4 * (budget * 2**20 - costs.RESIDENT)
             assert r["footprint_estimate_bytes"] <= budget * 2**20
-            assert r["fast_peak_bytes_max"] <= budget * 2**20 + SLACK
+            assert r["fast_peak_bytes_max"] <= budget * 2**20
     large, small = (runs[b][0] for b in budgets)
     assert small["chunks"] > large["chunks"]
     assert small["fast_peak_bytes_max"] < large["fast_peak_bytes_max"]

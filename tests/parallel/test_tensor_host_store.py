@@ -14,11 +14,13 @@ from tests.parity import assert_same_run, train
 
 from gnnmesh.config import Config
 from gnnmesh.errors import ConfigError
+from gnnmesh.parallel.offload import costs
 
 MODELS = ["decoupled-gcn", "decoupled-sage"]
 CHUNKS = [1, 3, 8]
 MODES = list(itertools.product(["none", "intra", "both"], [True, False]))
-SMALL = "24KiB"  # a budget the transform meets in several row chunks
+# a budget the transform meets in several row chunks: 48 KiB beside what any plan holds
+SMALL = f"{(costs.RESIDENT >> 10) + 48}KiB"
 
 
 def graph():

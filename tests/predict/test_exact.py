@@ -18,7 +18,7 @@ MODELS = ["gcn", "sage", "gat", "gin", "decoupled-gcn", "decoupled-gat"]
 LAYERS = 3
 # What each strategy runs: grid3d takes models that are sums of aggregation terms.
 RUNS = {"partition": MODELS, "tensor": MODELS, "offload": MODELS, "grid3d": ["gcn", "sage", "gin"]}
-SETTINGS = {"partition": {"partitioner": "rp"}, "offload": {"partitioner": "rp", "device_memory": "1MiB"},
+SETTINGS = {"partition": {"partitioner": "rp"}, "offload": {"partitioner": "rp", "device_memory": "17MiB"},
             "tensor": {}, "grid3d": {}}
 
 

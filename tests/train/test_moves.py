@@ -12,7 +12,7 @@ from tests.helpers import random_graph
 
 EPOCHS, SPLIT = 6, 3
 SETTINGS = {"single": {}, "partition": {"partitioner": "rp"}, "tensor": {}, "grid3d": {},
-            "offload": {"partitioner": "rp", "device_memory": "1MiB"}}
+            "offload": {"partitioner": "rp", "device_memory": "17MiB"}}
 
 
 def make_graph(features: int = 6):

@@ -17,6 +17,15 @@ FLOAT = 4
 # Measured with benchmarks/offload.py's budget runs (peak RSS over the estimate stays below 1).
 WORK_FACTOR = 6
 EDGE_BYTES = 40  # per entry: block structure, attention scores, softmax and dropout per head
+# What the fast tier holds beside the chunks whatever the plan, from the first epoch on. On CPU,
+# where the fast tier is resident memory, the process grows once setup is done by the pages of
+# the kernels the first epoch runs (about 9 MiB), the interpreter's and the allocator's own
+# growth and the record each epoch keeps: measured 10-12 MiB over 40 epochs, 1 and 2 ranks,
+# every model, cora and generated graphs (tests/test_budgets.py runs the smallest budgets).
+RESIDENT = 16 * 2**20
+# Per trained parameter: its gradient, Adam's two moments, the best epoch's copy, the
+# pipeline's gradient sums and the optimizer step's temporaries.
+PARAM_COPIES = 8
 
 
 @dataclass
@@ -112,11 +121,23 @@ def _wide(stage) -> list:
     return list(dict.fromkeys(name for name, wide in zip(stage.inputs, stage.wide) if wide))
 
 
+def trained_params(model) -> int:
+    """The parameters of ``model`` that training updates."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def fixed_bytes(params: int = 0) -> int:
+    """The fast tier's bytes beside any chunk's for a model of ``params`` trained parameters:
+    the process's own growth (``RESIDENT``) and the parameters' training state."""
+    return RESIDENT + PARAM_COPIES * params * FLOAT
+
+
 def footprint(plan, stages: list, classes: int, heads: int = 1) -> list:
     """Upper estimate of each rank's peak fast-tier bytes: the largest working set of any
     batch in any stage (its loaded rows, what owners read for it, the rows the next batch
-    reuses, the products of the chunk's computation) beside the logits, or the loss. From
-    the chunks alone, so that ``--chunks auto`` can try many K."""
+    reuses, the products of the chunk's computation) beside the logits, or the loss, and
+    beside what any plan holds (``fixed_bytes`` of the plan's model). From the chunks
+    alone, so that ``--chunks auto`` can try many K."""
     copies = 1 if plan.mode == "none" else 2  # rows the next batch reuses stay loaded
     shapes = _stage_shapes(plan.in_dim, stages)
     peaks = []
@@ -130,7 +151,7 @@ def footprint(plan, stages: list, classes: int, heads: int = 1) -> list:
             for width_in, width, terms in shapes:
                 work = (copies * (loaded + served) * width_in + WORK_FACTOR * terms * loaded * width) * FLOAT
                 worst = max(worst, work + EDGE_BYTES * heads * chunk.entries)
-        peaks.append(_with_logits(worst, plan.chunks[r][-1].hi * classes * FLOAT))
+        peaks.append(fixed_bytes(plan.params) + _with_logits(worst, plan.chunks[r][-1].hi * classes * FLOAT))
     return peaks
 
 
@@ -157,9 +178,11 @@ def _stage_shapes(in_dim: int, stages: list) -> list:
     return out
 
 
-def footprint_floor(adj, owned: list, stages: list, classes: int, heads: int, in_dim: int, mode: str) -> int:
+def footprint_floor(adj, owned: list, stages: list, classes: int, heads: int, in_dim: int, mode: str,
+                    params: int = 0) -> int:
     """A lower bound of ``footprint`` over every plan: chunks of one row (on several ranks,
-    with no row served to another): no budget below it can work."""
+    with no row served to another): no budget below it can work. Not the smallest budget
+    accepted, which ``plan.build_plan``'s refusal names."""
     copies = 1 if mode == "none" else 2
     served = 1 if len(owned) == 1 else 0  # one rank serves itself every row it loads
     degrees = adj.degrees().numpy()
@@ -169,4 +192,4 @@ def footprint_floor(adj, owned: list, stages: list, classes: int, heads: int, in
         work = max((copies * (1 + served) * width_in + WORK_FACTOR * terms * width) * rows * FLOAT
                    for width_in, width, terms in _stage_shapes(in_dim, stages))
         floor = max(floor, _with_logits(work + EDGE_BYTES * heads * rows, len(ids) * classes * FLOAT))
-    return floor
+    return fixed_bytes(params) + floor

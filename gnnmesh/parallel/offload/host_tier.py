@@ -122,12 +122,12 @@ class HostTier:
         return stages_of(model, in_dim, self.intermediates)
 
     def plan(self, adj, owned: list, rank: int, in_dim: int, stages: list, classes: int, heads: int,
-             reserved: int = 0) -> Plan:
+             reserved: int = 0, params: int = 0) -> Plan:
         """``build_plan`` with this tier's budget and settings, counted and cut down to this
         rank's steps now, before the budget's baseline."""
         plan = build_plan(adj=adj, owned=owned, rank=rank, in_dim=in_dim, stages=stages, classes=classes,
                           heads=heads, budget=self.budget, chunks=self.chunks, dedup=self.dedup,
-                          reorganize=self.reorganize, reserved=reserved)
+                          reorganize=self.reorganize, reserved=reserved, params=params)
         plan.keep_own_steps()
         return plan
 

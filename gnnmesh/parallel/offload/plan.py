@@ -20,11 +20,14 @@ from .chunk_order import cut, reorganize
 
 class Plan:
     """``chunks[r][c]``; ``order[r][b]``: the chunk rank r runs in batch b; ``steps_forward``
-    and ``steps_reverse``: the transfer steps over the batches in order and reversed."""
+    and ``steps_reverse``: the transfer steps over the batches in order and reversed.
+    ``params``: the trained model's parameters, whose training state the fast tier holds
+    beside every chunk (``costs.footprint`` counts it)."""
 
     def __init__(self, adj: Adjacency, owned: list, k: int, mode: str, reorganized: bool, rank: int,
-                 in_dim: int):
+                 in_dim: int, params: int = 0):
         self.world, self.k, self.mode, self.rank, self.in_dim = len(owned), k, mode, rank, in_dim
+        self.params = params
         self.owner = np.zeros(adj.shape[0], dtype=np.int64)
         self.local = np.zeros(adj.shape[0], dtype=np.int64)
         for r, ids in enumerate(owned):
@@ -113,13 +116,24 @@ class Plan:
         return total / max(1, len(self.owner))
 
 
+class BudgetTooSmall(ConfigError):
+    """A budget no plan fits; ``least``: the smallest budget that ``build_plan`` accepts with
+    the same settings."""
+
+    def __init__(self, message: str, least: int):
+        super().__init__(message)
+        self.least = least
+
+
 def build_plan(*, adj, owned: list, rank: int, in_dim: int, stages: list, classes: int, heads: int, budget: int,
-               chunks: Optional[int], dedup: str, reorganize: bool, reserved: int = 0) -> Plan:
-    """The plan of every rank (owning the ids ``owned[r]``) for ``stages``: ``chunks`` per
-    rank, refused if its estimated footprint, plus ``reserved`` bytes the fast tier holds
-    beside it, exceeds ``budget`` bytes, or (None) the smallest K whose estimate fits."""
+               chunks: Optional[int], dedup: str, reorganize: bool, reserved: int = 0, params: int = 0) -> Plan:
+    """The plan of every rank (owning the ids ``owned[r]``) for ``stages`` of a model of
+    ``params`` trained parameters: ``chunks`` per rank, refused if its estimated footprint,
+    plus ``reserved`` bytes the fast tier holds beside it, exceeds ``budget`` bytes, or (None)
+    the smallest K whose estimate fits. A refusal (``BudgetTooSmall``) names the smallest
+    budget this same search accepts."""
     def plan(k, reorganized=reorganize):
-        return Plan(adj, owned, k, dedup, reorganized, rank, in_dim)
+        return Plan(adj, owned, k, dedup, reorganized, rank, in_dim, params)
 
     def need(candidate):
         return reserved + max(costs.footprint(candidate, stages, classes, heads))
@@ -132,28 +146,27 @@ def build_plan(*, adj, owned: list, rank: int, in_dim: int, stages: list, classe
         chosen = plan(chunks)
         needed = need(chosen)
         if needed > budget:
-            raise ConfigError(f"config field 'device_memory': {format_bytes(budget)} is too small for {chunks} chunks "
-                              f"per rank (their largest needs about {format_bytes(needed)}); give at least "
-                              f"{format_bytes(needed)}, or more chunks (--chunks auto)")
+            raise BudgetTooSmall(f"config field 'device_memory': {format_bytes(budget)} is too small for {chunks} "
+                                 f"chunks per rank (their largest needs about {format_bytes(needed)}); give at "
+                                 f"least {format_bytes(needed)}, or more chunks (--chunks auto)", needed)
         return chosen
-    floor = reserved + costs.footprint_floor(adj, owned, stages, classes, heads, in_dim, dedup)
-    if floor > budget:
-        raise ConfigError(f"config field 'device_memory': {format_bytes(budget)} is too small even for chunks of "
-                          f"one row; give at least {format_bytes(floor)}")
     # Doubling, then bisecting, over plans in chunk order; the reorganized plan of the chosen
-    # K is kept if it fits as well.
+    # K is kept if it fits as well. A budget is accepted when one K of the doubling fits it,
+    # so the least need among them is the smallest budget accepted.
     rows = max(len(ids) for ids in owned)
-    fits = {}
+    fits, needs = {}, {}
 
     def fitting(k):
         fits[k] = plan(k, False)
-        return need(fits[k]) <= budget
+        needs[k] = need(fits[k])
+        return needs[k] <= budget
 
     k = 1
     while not fitting(k):
         if k >= rows:
-            raise ConfigError(f"config field 'device_memory': {format_bytes(budget)} is too small for this graph; "
-                              f"give at least {format_bytes(need(fits[k]))}")
+            least = min(needs.values())
+            raise BudgetTooSmall(f"config field 'device_memory': {format_bytes(budget)} is too small for this "
+                                 f"graph (no plan's estimate fits); give at least {format_bytes(least)}", least)
         k = min(2 * k, rows)
     low = k // 2 + 1
     while low < k:  # the smallest fitting K lies in (k/2, k]

@@ -60,7 +60,8 @@ class Offload(HostTierStrategy):
         host = self.host
         stages = host.stages(model, self.in_dim)
         classes, heads = stages[-1].width, getattr(model, "heads", 1)
-        plan = host.plan(self.adj, self.owned, self.rank, self.in_dim, stages, classes, heads)
+        plan = host.plan(self.adj, self.owned, self.rank, self.in_dim, stages, classes, heads,
+                         params=costs.trained_params(model))
         self.passes = host.run(self.adj, plan, stages, self.comm, self.rank, self.mask_seed)
         self.pipeline, self.stages = host.pipeline, stages
         host.count_baselines(self.pass_traffic)
