@@ -28,6 +28,8 @@ IMPORT_NAMES = {
     "mkdocs": "mkdocs",
     "mkdocs-material": "material",
     "mkdocstrings": "mkdocstrings_handlers.python",  # mkdocstrings[python]: the handler the docs use
+    "pyarrow": "pyarrow",
+    "hypothesis": "hypothesis",
 }
 PROJECT = "gnnmesh"
 
