@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import gc
+import os
 import sys
 
 import torch
@@ -146,3 +147,22 @@ def _span(extra: dict, name: str) -> str:
     if len(extra[f"rank_peak_{name}_mib"]) == 1:
         return f"{high:,.0f} MiB"
     return f"{low:,.0f}-{high:,.0f} MiB per rank, {total:,.0f} MiB in all"
+
+
+def blas_workspace_bytes(device) -> int:
+    """What cuBLAS takes on ``device`` for each thread that multiplies there (its workspace,
+    allocated through torch's caching allocator, so within a budget it must be counted):
+    ``CUBLAS_WORKSPACE_CONFIG``'s (":KiB:count" pairs), else torch's default, 32 MiB on Hopper
+    and later GPUs and 8,320 KiB before them. Nothing on the CPU."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return 0
+    config = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    if config:
+        pieces = [p for p in config.split(":") if p]
+        try:
+            return sum(int(size) * int(count) for size, count in zip(pieces[::2], pieces[1::2])) * 1024
+        except ValueError:
+            pass  # cuBLAS ignores a malformed setting too: its default holds
+    major = torch.cuda.get_device_capability(device)[0]
+    return (4096 * 8 if major >= 9 else 4096 * 2 + 16 * 8) * 1024

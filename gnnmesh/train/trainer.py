@@ -132,8 +132,7 @@ class Trainer:
             raise ConfigError(f"config field 'model' ({self.config.model.name}): {problem}")
         self.model = model.to(self.device)
         self.strategy.prepare(self.model)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.config.training.lr,
-                                          weight_decay=self.config.training.weight_decay)
+        self._optimizer: Optional[torch.optim.Optimizer] = None
         counts = torch.tensor([float(m.sum()) for m in
                                (self.shard.train_mask, self.shard.val_mask, self.shard.test_mask)])
         self.split_sizes = self.strategy.all_reduce(counts).tolist()
@@ -204,6 +203,15 @@ class Trainer:
             raise ConfigError(f"task {self.task.name!r}: its metrics ({', '.join(metrics[0])}) lack {name!r}, "
                               f"the metric that selects the model")
         return [m[name] for m in metrics]
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """Adam on the model's parameters, made on first use: a trainer that only predicts never
+        pays for it (torch's optimizers import its compiler stack: about a second and 70 MiB)."""
+        if self._optimizer is None:
+            self._optimizer = torch.optim.Adam(self.model.parameters(), lr=self.config.training.lr,
+                                               weight_decay=self.config.training.weight_decay)
+        return self._optimizer
 
     # -- one epoch -----------------------------------------------------------------------------
     def train_step(self) -> float:
@@ -385,6 +393,7 @@ class Trainer:
             if self.epoch > cfg.training.epochs:
                 warnings.warn(f"{cfg.run.checkpoint}: the checkpoint is at epoch {self.epoch}, past --epochs "
                               f"{cfg.training.epochs}; nothing to train")
+        self.optimizer.zero_grad(set_to_none=True)  # made now, not in the first epoch's time
         metrics = self._agreed_on_rank0(self._open_outputs)
         try:
             while self.epoch < cfg.training.epochs:

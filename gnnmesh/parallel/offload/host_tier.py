@@ -124,7 +124,9 @@ class HostTier:
     def plan(self, adj, owned: list, rank: int, in_dim: int, stages: list, classes: int, heads: int,
              reserved: int = 0, params: int = 0) -> Plan:
         """``build_plan`` with this tier's budget and settings, counted and cut down to this
-        rank's steps now, before the budget's baseline."""
+        rank's steps now, before the budget's baseline. On CUDA the budget also holds cuBLAS's
+        workspaces, one for the thread that runs the forward pass and one for autograd's."""
+        reserved += 2 * memory.blas_workspace_bytes(self.device)
         plan = build_plan(adj=adj, owned=owned, rank=rank, in_dim=in_dim, stages=stages, classes=classes,
                           heads=heads, budget=self.budget, chunks=self.chunks, dedup=self.dedup,
                           reorganize=self.reorganize, reserved=reserved, params=params)
