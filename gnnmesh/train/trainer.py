@@ -386,6 +386,9 @@ class Trainer:
     # -- the loop --------------------------------------------------------------------------------
     def fit(self, on_epoch: Optional[Callable[[EpochResult], None]] = None) -> Summary:
         cfg = self.config
+        if self._optimizer is None:  # made now, and its setup (imports, memory) kept out of every epoch
+            self.optimizer.zero_grad(set_to_none=True)
+            self.strategy.reset_counters()
         if self.split_sizes[0] == 0:
             raise ConfigError(f"dataset '{self.name}': the train mask selects no nodes")
         if cfg.run.resume:
@@ -393,7 +396,6 @@ class Trainer:
             if self.epoch > cfg.training.epochs:
                 warnings.warn(f"{cfg.run.checkpoint}: the checkpoint is at epoch {self.epoch}, past --epochs "
                               f"{cfg.training.epochs}; nothing to train")
-        self.optimizer.zero_grad(set_to_none=True)  # made now, not in the first epoch's time
         metrics = self._agreed_on_rank0(self._open_outputs)
         try:
             while self.epoch < cfg.training.epochs:
