@@ -87,6 +87,7 @@ def stopped():
             proc.stderr.close()
 
 
+@pytest.mark.slow  # two training runs
 def test_a_second_run_is_refused_the_metrics_file(tmp_path, stopped):
     metrics = tmp_path / "m.jsonl"
     first = start(*LONG, "--metrics", metrics)

@@ -24,6 +24,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from .. import strategies
 from ..errors import ConfigError, GraphError
 from ..graph import Adjacency, check_vertex_data
 from ..tasks import TASKS, infer
@@ -89,7 +90,7 @@ def open_parts(directory) -> "Parts":
         raise GraphError(f"{path}: unreadable parts manifest: {' '.join(str(exc).split())}") from None
 
 
-KINDS = ("partition", "tensor", "grid3d")  # the strategies that write parts
+KINDS = tuple(s.name for s in strategies.REGISTRY.values() if s.parts)  # the strategies that write parts
 COUNT_LIMIT = 2**48  # no graph, width or part count reaches it; past it a count is damage
 
 

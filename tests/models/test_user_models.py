@@ -241,11 +241,22 @@ class SymmetricNet(LayerStack):
         self.layers.extend([SymmetricLayer(in_dim, hidden), SymmetricLayer(hidden, num_classes)])
 
 
+@pytest.fixture(autouse=True)
+def _forget_registered_operators():
+    """The operator a test model registers is this module's: other tests see only their own."""
+    from gnnmesh.view import OPERATORS
+    before = dict(OPERATORS)
+    yield
+    OPERATORS.clear()
+    OPERATORS.update(before)
+
+
 def _rank_operator(rank, world, strategy):
     return train(make_graph(), Config.of(model="tests.models.test_user_models:SymmetricNet", epochs=EPOCHS,
                                          seed=1, strategy=strategy, **SETTINGS[strategy]))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_registered_operator_runs_under_partition_as_on_one_process():
     want = train(make_graph(), Config.of(model="tests.models.test_user_models:SymmetricNet", epochs=EPOCHS, seed=1))

@@ -155,6 +155,7 @@ def test_by_default_only_large_adjacencies_use_them(monkeypatch):
 
 def test_pooling_is_off_unless_turned_on():
     from gnnmesh.ops import buffers
+    buffers.pool(False)  # as a fresh process has it (an in-process run may have turned it on)
     first = buffers.empty((1 << 18, 2), torch.float32)
     del first
     assert buffers.idle_bytes() == 0

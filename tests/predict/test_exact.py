@@ -100,7 +100,7 @@ def gather(results: list) -> dict:
             for k in keys}
 
 
-FAST = [("partition", 2), ("tensor", 2)]
+FAST = [("partition", 2)]
 ALL = [(s, p) for s in RUNS for p in (1, 2, 3, 4)]
 
 
