@@ -70,3 +70,20 @@ def config_from_args(args) -> Config:
     config = Config.from_toml(args.config) if args.config else Config()
     flags = {name: getattr(args, name) for name in FIELDS if getattr(args, name, None) is not None}
     return config.updated(**flags)
+
+
+def start_ranks(config: Config, argv) -> "int | None":
+    """Start ``--nproc`` local ranks running this command line and return the launcher's
+    status; None where this process runs the command itself (one rank, or a rank of a job,
+    whose size ``--nproc`` must then match)."""
+    from ..errors import ConfigError
+    from ..launch import world_from_env
+    world = world_from_env()
+    if world is None and config.run.nproc > 1:
+        from ..launch import launch
+        return launch(argv, config.run.nproc)
+    if world is not None and config.run.nproc > 1 and config.run.nproc != world[1]:
+        raise ConfigError(f"--nproc {config.run.nproc} but the job has {world[1]} ranks (leave --nproc out "
+                          "under torchrun)")
+    return None
+

@@ -7,10 +7,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
-from ..errors import ConfigError
-from ..launch import world_from_env
 from ..settings import SECTIONS, STRATEGY_SECTIONS, flag_name
-from .flags import add_config_flags, config_from_args
+from .flags import add_config_flags, config_from_args, start_ranks
 
 # What a prediction takes of the settings: the graph, the run, the strategies' settings (the
 # model and its training are the checkpoint's).
@@ -55,13 +53,9 @@ def run(args, argv) -> int:
     config = with_model(config_from_args(args), saved, args.checkpoint)  # refused before ranks start
     if args.dataset is None and not config.data.parts and not (args.config and _file_names_dataset(args.config)):
         config = config.updated(dataset=saved.data.dataset)
-    world = world_from_env()
-    if world is None and config.run.nproc > 1:
-        from ..launch import launch
-        return launch(argv, config.run.nproc)
-    if world is not None and config.run.nproc > 1 and config.run.nproc != world[1]:
-        raise ConfigError(f"--nproc {config.run.nproc} but the job has {world[1]} ranks (leave --nproc out "
-                          "under torchrun)")
+    launched = start_ranks(config, argv)
+    if launched is not None:
+        return launched
     from .. import progress
     from ..train.prediction import run_prediction
     if args.quiet:

@@ -6,9 +6,7 @@ from __future__ import annotations
 import argparse
 
 from .. import progress
-from ..errors import ConfigError
-from ..launch import world_from_env
-from .flags import add_config_flags, config_from_args
+from .flags import add_config_flags, config_from_args, start_ranks
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -25,13 +23,9 @@ def run(args, argv) -> int:
     if args.print_config:
         print(config.resolved().to_toml(defaults=config.model_defaults_used()), end="")
         return 0
-    world = world_from_env()
-    if world is None and config.run.nproc > 1:
-        from ..launch import launch
-        return launch(argv, config.run.nproc)
-    if world is not None and config.run.nproc > 1 and config.run.nproc != world[1]:
-        raise ConfigError(f"--nproc {config.run.nproc} but the job has {world[1]} ranks (leave --nproc out "
-                          "under torchrun)")
+    launched = start_ranks(config, argv)
+    if launched is not None:
+        return launched
     from ..train.run import run_training  # heavy imports only when training
     if args.quiet:
         progress.disable()
