@@ -150,18 +150,32 @@ def _take(path: Path, lockfile: Path, what: str, peers: bool):
 
 
 def _holder(fd: int) -> dict:
-    """Who holds the lock on ``fd``, as it wrote (it may have only just locked it)."""
+    """Who holds the lock on ``fd``, as it wrote (it may have only just locked it, and not yet
+    replaced the record a run killed outright left behind: that one is not taken for it)."""
     deadline = time.monotonic() + _READ_WAIT
     while True:
         try:
             record = json.loads(os.pread(fd, 4096, 0).decode())
-            if isinstance(record, dict) and "pid" in record:
+            if isinstance(record, dict) and "pid" in record and _alive(record):
                 return record
         except (OSError, ValueError):
             pass
         if time.monotonic() > deadline:
             return {}
         time.sleep(0.02)
+
+
+def _alive(record: dict) -> bool:
+    """Whether the process a record names may still run (on another host: assumed so)."""
+    if record.get("host") != socket.gethostname():
+        return True
+    try:
+        os.kill(int(record["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, ValueError, TypeError, OverflowError):  # not ours to signal, or not a pid
+        return True
+    return True
 
 
 def _describe(holder: dict) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -132,6 +133,32 @@ def test_a_lock_dies_with_its_process(tmp_path, stopped):
             pass
         assert lock_file(output).exists()
     assert not lock_file(output).exists()
+
+
+def test_a_killed_holders_record_is_not_taken_for_the_new_holders(tmp_path, stopped):
+    """Between locking a stale lock file and writing its own record, a new holder leaves the
+    killed one's record in place: a refusal in that moment waits for the new record instead
+    of naming a dead process (a peer rank was refused its own run's store that way)."""
+    output = tmp_path / "store"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(30)
+    lock_file(output).write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname(), "run": "old"}) + "\n")
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import fcntl, json, os, socket, sys, time
+        fd = os.open(sys.argv[1], os.O_RDWR)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        print('locked', flush=True)
+        time.sleep(0.3)  # the record written late
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps({"pid": os.getpid(), "host": socket.gethostname()}) + "\\n").encode(), 0)
+        time.sleep(600)
+        """), str(lock_file(output))], stdout=subprocess.PIPE, text=True)
+    stopped.append(holder)
+    assert holder.stdout.readline() == "locked\n"
+    with pytest.raises(ConfigError) as refusal:
+        locks.hold(output, "host store directory")
+    holder.stdout.close()
+    assert f"pid {holder.pid} on host " in str(refusal.value), str(refusal.value)
 
 
 @pytest.mark.slow  # three training runs
