@@ -10,6 +10,7 @@ Files and directories get the permissions the umask allows, like any other file.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -156,6 +157,17 @@ def atomic_file(path, mode: str = "wb"):
         Path(tmp).unlink(missing_ok=True)
         raise
     _fsync_directory(path.parent)
+
+
+def checksum(path) -> str:
+    """blake2b-128 of a file's bytes, read in pieces (nothing large stays in memory): what the
+    sets written here (parts, shard sets) record of every file, to know a file read back is
+    the one written."""
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as fh:
+        for piece in iter(lambda: fh.read(1 << 22), b""):
+            h.update(piece)
+    return h.hexdigest()
 
 
 def write_file(path, data) -> None:

@@ -16,7 +16,6 @@ missing, truncated or altered file is a GraphError naming it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Optional
@@ -25,6 +24,7 @@ import numpy as np
 import torch
 
 from .. import strategies
+from ..atomic import checksum
 from ..errors import ConfigError, GraphError
 from ..graph import Adjacency, check_vertex_data
 from ..tasks import TASKS, infer
@@ -37,15 +37,6 @@ WRITE_HINT = "write them with 'gnnmesh partition --write-parts DIR'"
 
 def rank_folder(rank: int) -> str:
     return f"rank-{rank:05d}"
-
-
-def checksum(path: Path) -> str:
-    """blake2b-128 of a file's bytes, read in pieces (nothing large stays in memory)."""
-    h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as fh:
-        for piece in iter(lambda: fh.read(1 << 22), b""):
-            h.update(piece)
-    return h.hexdigest()
 
 
 def save_array(folder: Path, name: str, array, files: dict) -> None:
