@@ -10,6 +10,8 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..graph import Adjacency
+from ..transforms import row_blocks
+from ..view import keyed_hash
 
 METHODS = ("rp", "contiguous", "gp", "hp")
 # The ones the planner ranks for a run (contiguous id ranges are a baseline, not a choice).
@@ -86,17 +88,48 @@ def csr_arrays(adj: Adjacency) -> tuple[np.ndarray, np.ndarray]:
 
 
 def graph_key(graph) -> str:
-    """Content hash of the adjacency structure (shape, indptr, indices; not the values).
+    """Content hash of the adjacency structure (its shape and the (row, column) of every
+    entry; not the values).
 
-    Partitions depend only on the structure, so a GCN-normalized operator and the raw graph
-    share a key. blake2b runs at ~1 GB/s: about 0.1 s for 10M edges.
+    Partitions depend only on the structure, so a weighted graph and its pattern share a
+    key. The entries are hashed one by one and the hashes summed, so processes that
+    each hold some rows compute the same key with one sum over them (``structure_key`` of the
+    summed ``entry_sums``). About 0.3 s for 10M edges.
     """
     adj = as_adjacency(graph)
     indptr, indices = csr_arrays(adj)
+    sums = np.zeros(2, dtype=np.uint64)
+    for lo, hi in row_blocks(indptr):
+        rows = np.repeat(np.arange(lo, hi, dtype=np.int64), np.diff(indptr[lo:hi + 1]))
+        add_sums(sums, entry_sums(rows, indices[indptr[lo]:indptr[hi]], adj.shape[1]))
+    return structure_key(adj.shape, int(indptr[-1]), sums)
+
+
+_KEY_SALTS = (0x6B65792D6F6E65, 0x6B65792D74776F)  # two independent 64-bit lanes
+
+
+def entry_sums(rows: np.ndarray, cols: np.ndarray, num_cols: int) -> np.ndarray:
+    """Per lane, the wrapping sum of the hashes of entries (rows[k], cols[k]): uint64 [2]."""
+    out = np.zeros(2, dtype=np.uint64)
+    for lane, salt in enumerate(_KEY_SALTS):
+        with np.errstate(over="ignore"):
+            counters = rows.astype(np.uint64) * np.uint64(num_cols) + cols.astype(np.uint64)
+        out[lane] = np.sum(keyed_hash(salt, counters), dtype=np.uint64)
+    return out
+
+
+def add_sums(total: np.ndarray, more: np.ndarray) -> np.ndarray:
+    """``total += more``, wrapping (uint64 lanes of ``entry_sums``)."""
+    with np.errstate(over="ignore"):
+        total += more
+    return total
+
+
+def structure_key(shape, nnz: int, sums: np.ndarray) -> str:
+    """The key of a structure of ``shape`` with ``nnz`` entries whose ``entry_sums`` are ``sums``."""
     h = hashlib.blake2b(digest_size=16)
-    h.update(np.asarray(adj.shape, dtype=np.int64).tobytes())
-    h.update(memoryview(indptr))
-    h.update(memoryview(indices))
+    h.update(np.asarray([*shape, nnz], dtype=np.int64).tobytes())
+    h.update(np.asarray(sums, dtype="<u8").tobytes())
     return h.hexdigest()
 
 

@@ -141,25 +141,35 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
 def _rank_halo(a: _Arrays, assignment: np.ndarray, parts: int, rank: int, owned: np.ndarray,
                send_index: Optional[list] = None) -> RankHalo:
     """``send_index``: what this rank sends, when the caller knows; else from the transpose."""
-    num_owned = owned.shape[0]
-
-    # my rows' entries and the distinct columns they reference
     row_counts = a.indptr[owned + 1] - a.indptr[owned]
     entries = _ranges(a.indptr[owned], row_counts)
-    cols, col_of_entry = np.unique(a.indices[entries], return_inverse=True)
-    foreign, by_owner, halo, recv_counts = _halo(cols, assignment, parts, rank)
+    if send_index is None:
+        send_index = _send_index(a, assignment, parts, rank, owned)
+    values = None if a.values is None else a.values[entries]
+    return local_halo(owned, row_counts, a.indices[entries], entries, values, assignment, parts, rank, send_index)
+
+
+def local_halo(owned: np.ndarray, row_counts: np.ndarray, cols: np.ndarray, entry_ids: np.ndarray,
+               values: Optional[np.ndarray], assignment: np.ndarray, parts: int, rank: int,
+               send_index: list) -> RankHalo:
+    """The halo of rank ``rank`` from its own rows alone: ``owned`` (ascending global ids), the
+    entries of those rows in CSR order (``cols``: global column ids; ``entry_ids``: positions
+    among the whole operator's entries; ``values``: None when unweighted) and what it sends
+    (``send_index``, from its peers' halos). A process holding only these rows builds the
+    same block as one holding the whole operator."""
+    num_owned = owned.shape[0]
+    # the distinct columns my rows reference
+    uniq, col_of_entry = np.unique(cols, return_inverse=True)
+    foreign, by_owner, halo, recv_counts = _halo(uniq, assignment, parts, rank)
 
     # local column ids: owned by position among owned rows, halo after them in halo order
-    local = np.empty(cols.shape[0], dtype=np.int64)
-    local[~foreign] = np.searchsorted(owned, cols[~foreign])
+    local = np.empty(uniq.shape[0], dtype=np.int64)
+    local[~foreign] = np.searchsorted(owned, uniq[~foreign])
     halo_pos = np.empty(halo.shape[0], dtype=np.int64)
     halo_pos[by_owner] = num_owned + np.arange(halo.shape[0])
     local[foreign] = halo_pos
-    block, entry_ids = _block(a, entries, row_counts, local[col_of_entry.ravel()], num_owned + halo.shape[0])
-
-    if send_index is None:
-        send_index = _send_index(a, assignment, parts, rank, owned)
-    return RankHalo(rank, parts, owned, halo, recv_counts, send_index, block, entry_ids)
+    block, order = _block(row_counts, local[col_of_entry.ravel()], values, num_owned + halo.shape[0])
+    return RankHalo(rank, parts, owned, halo, recv_counts, send_index, block, np.asarray(entry_ids)[order])
 
 
 def _send_index(a: _Arrays, assignment, parts: int, rank: int, owned: np.ndarray) -> list:
@@ -175,12 +185,12 @@ def _send_index(a: _Arrays, assignment, parts: int, rank: int, owned: np.ndarray
     return np.split(pairs - peer * max(num_owned, 1), np.cumsum(np.bincount(peer, minlength=parts))[:-1])
 
 
-def _block(a: _Arrays, entries, row_counts, local_cols, width) -> tuple[Adjacency, np.ndarray]:
-    """Owned rows with renumbered columns, sorted within each row (halo ids broke the order)."""
+def _block(row_counts, local_cols, values, width) -> tuple[Adjacency, np.ndarray]:
+    """Owned rows with renumbered columns, sorted within each row (halo ids broke the order),
+    and the order that sorts them (positions among the rows' entries)."""
     rows = np.repeat(np.arange(row_counts.shape[0], dtype=np.int64), row_counts)
     order = np.argsort(rows * width + local_cols, kind="stable")
-    entry_ids = entries[order]
     indptr = np.concatenate([[0], np.cumsum(row_counts)])
-    data = np.ones(entry_ids.shape[0], np.float32) if a.values is None else a.values[entry_ids]
+    data = np.ones(order.shape[0], np.float32) if values is None else values[order]
     mat = sp.csr_matrix((data, local_cols[order], indptr), shape=(row_counts.shape[0], width))
-    return Adjacency.from_scipy(mat, weighted=a.values is not None), entry_ids
+    return Adjacency.from_scipy(mat, weighted=values is not None), order
