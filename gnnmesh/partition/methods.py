@@ -40,8 +40,11 @@ WORKER = Path(__file__).with_name("mtkahypar_worker.py")
 
 
 def random(adj: Adjacency, parts: int, epsilon: float, seed: int) -> np.ndarray:
+    return random_parts(adj.shape[0], parts, seed)
+
+
+def random_parts(n: int, parts: int, seed: int) -> np.ndarray:
     """A seeded random permutation dealt round-robin: part sizes differ by at most one."""
-    n = adj.shape[0]
     order = np.random.default_rng(seed).permutation(n)
     assignment = np.empty(n, dtype=np.int64)
     assignment[order] = np.arange(n, dtype=np.int64) % parts
@@ -49,9 +52,14 @@ def random(adj: Adjacency, parts: int, epsilon: float, seed: int) -> np.ndarray:
 
 
 def contiguous(adj: Adjacency, parts: int, epsilon: float, seed: int) -> np.ndarray:
-    """Consecutive id ranges with about equal weight (nonzeros + 1), each non-empty."""
-    n = adj.shape[0]
-    prefix = np.concatenate([[0], np.cumsum(vertex_weights(adj))])  # prefix[c] = weight of rows < c
+    return contiguous_parts(vertex_weights(adj), parts)
+
+
+def contiguous_parts(weights: np.ndarray, parts: int) -> np.ndarray:
+    """Consecutive id ranges with about equal weight (``weights``: nonzeros + 1 per vertex),
+    each non-empty."""
+    n = weights.shape[0]
+    prefix = np.concatenate([[0], np.cumsum(weights)])  # prefix[c] = weight of rows < c
     targets = prefix[-1] * np.arange(1, parts) / parts
     cuts = np.searchsorted(prefix, targets)  # first c with prefix[c] >= target
     closer_below = (cuts > 0) & (targets - prefix[np.maximum(cuts - 1, 0)] < prefix[cuts] - targets)
