@@ -72,18 +72,18 @@ def config_from_args(args) -> Config:
     return config.updated(**flags)
 
 
-def start_ranks(config: Config, argv) -> "int | None":
+def start_ranks(nproc: int, argv) -> "int | None":
     """Start ``--nproc`` local ranks running this command line and return the launcher's
     status; None where this process runs the command itself (one rank, or a rank of a job,
     whose size ``--nproc`` must then match)."""
     from ..errors import ConfigError
     from ..launch import world_from_env
     world = world_from_env()
-    if world is None and config.run.nproc > 1:
+    if world is None and nproc > 1:
         from ..launch import launch
-        return launch(argv, config.run.nproc)
-    if world is not None and config.run.nproc > 1 and config.run.nproc != world[1]:
-        raise ConfigError(f"--nproc {config.run.nproc} but the job has {world[1]} ranks (leave --nproc out "
+        return launch(argv, nproc)
+    if world is not None and nproc > 1 and nproc != world[1]:
+        raise ConfigError(f"--nproc {nproc} but the job has {world[1]} ranks (leave --nproc out "
                           "under torchrun)")
     return None
 

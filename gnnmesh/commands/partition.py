@@ -17,13 +17,19 @@ SAMPLING_FLAGS = ("--fanouts", "--batch-size", "--theta", "--delta")
 def add_parser(subparsers) -> argparse.ArgumentParser:
     cmd = subparsers.add_parser("partition", help="partition a graph's vertices for row-parallel "
                                 "training, store the result and report its quality")
-    add_config_flags(cmd, only=("dataset", "data_root"), required=("dataset",))
+    add_config_flags(cmd, only=("dataset", "data_root"))
+    cmd.add_argument("--input", metavar="DIR",
+                     help="instead of --dataset: a sharded input directory ('gnnmesh datasets --shard'), "
+                          "partitioned and written by --nproc ranks, none of which holds the whole graph; "
+                          "needs --write-parts, takes --partitioner rp, contiguous or lp (default lp)")
+    add_config_flags(cmd, only=("nproc",),
+                     helps={"nproc": "with --input: ranks to start, one per part (under torchrun or Slurm "
+                                     "leave it out)"})
     cmd.add_argument("--nparts", "--parts", dest="parts", type=int, metavar="N",
                      help="number of parts (ranks); required except with --partitioner permute2 (--parts N "
                           "still works; in 'gnnmesh train', --parts DIR names a parts directory)")
     cmd.add_argument("--partitioner", "--method", dest="method",
                      choices=METHODS + STOCHASTIC_METHODS + GRID_METHODS + LAYOUT_METHODS,
-                     default="hp",
                      help="rp: random; contiguous: id ranges; gp: METIS graph partitioning; "
                           "hp: hypergraph partitioning, exact volume (default); shp: stochastic "
                           "hypergraph partitioning, the expected volume of sampled mini-batches "
@@ -68,7 +74,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args, argv=None) -> int:
     from .. import locks
+    from ..errors import ConfigError
 
+    if args.input is not None:
+        return run_input(args, argv)
+    if args.dataset is None:
+        raise ConfigError("--dataset is required (or --input DIR, a sharded input)")
+    if args.nproc not in (None, 1):
+        raise ConfigError("--nproc applies with --input only: partitioning a --dataset runs in one process")
+    args.method = args.method or "hp"
     if not args.write_parts:
         return _run(args)
     with locks.hold(args.write_parts, "parts directory"):  # another run writing it: refused before any work
@@ -111,6 +125,56 @@ def _run(args) -> int:
         start = time.perf_counter()
         path = parts_writer("partition")(graph, part, args.write_parts, args.dataset)
         print(written_line(path, time.perf_counter() - start))
+    return 0
+
+
+def run_input(args, argv) -> int:
+    """``--input DIR``: the parts of a sharded input, written by ``--nproc`` ranks."""
+    import torch
+
+    from .. import comm
+    from ..datasets.sharded import open_shards
+    from ..errors import ConfigError
+    from ..launch import world_from_env
+    from ..parts.from_shards import METHODS as INPUT_METHODS
+    from ..parts.from_shards import write_parts_from_shards
+    from ..validate import check_seed
+    from .flags import start_ranks
+
+    if args.dataset is not None:
+        raise ConfigError("give --dataset or --input, not both")
+    if not args.write_parts:
+        raise ConfigError("--input needs --write-parts DIR: the ranks write the parts there")
+    args.method = args.method or "lp"
+    if args.method not in INPUT_METHODS:
+        raise ConfigError(f"--partitioner {args.method} needs the whole graph in one process; with --input "
+                          f"use one of {', '.join(INPUT_METHODS)}")
+    for flag, value in (("--grid", args.grid), ("--write-shards", args.write_shards),
+                        ("--self-loops", args.self_loops or None), ("--feature-bytes", args.feature_bytes),
+                        *((f, getattr(args, f.lstrip("-").replace("-", "_"))) for f in SAMPLING_FLAGS)):
+        if value is not None:
+            raise ConfigError(f"{flag} does not apply with --input")
+    check_seed(args.seed, "--seed")
+    launched = start_ranks(args.nproc or 1, argv)
+    if launched is not None:
+        return launched
+    world = world_from_env()
+    ranks = world[1] if world else 1
+    if args.parts is not None and args.parts != ranks:
+        raise ConfigError(f"--nparts {args.parts} but {ranks} ranks write the parts, one each (leave --nparts out)")
+    if world is not None:
+        comm.init(torch.device("cpu"))
+    clean = False
+    try:
+        start = time.perf_counter()
+        shards = comm.agreed(lambda: open_shards(args.input))
+        path = write_parts_from_shards(shards, args.write_parts, method=args.method, epsilon=args.epsilon,
+                                       seed=args.seed, dataset=str(args.input))
+        if world is None or world[0] == 0:
+            print(written_line(path, time.perf_counter() - start))
+        clean = True
+    finally:
+        comm.shutdown(clean=clean)
     return 0
 
 

@@ -53,7 +53,7 @@ def run(args, argv) -> int:
     config = with_model(config_from_args(args), saved, args.checkpoint)  # refused before ranks start
     if args.dataset is None and not config.data.parts and not (args.config and _file_names_dataset(args.config)):
         config = config.updated(dataset=saved.data.dataset)
-    launched = start_ranks(config, argv)
+    launched = start_ranks(config.run.nproc, argv)
     if launched is not None:
         return launched
     from .. import progress
