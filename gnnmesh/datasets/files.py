@@ -152,19 +152,9 @@ def load_edge_list(path: Path, *, directed=None, num_nodes=None, index_base=0, w
 _BANNER = re.compile(rb"%%MatrixMarket[ \t]+(\S+)[ \t]+(\S+)[ \t]+(\S+)[ \t]+(\S+)", re.I)
 
 
-def load_mtx(path: Path, *, directed=None, weighted=True, remove_self_loops=False,
-             num_nodes=None):
-    """MatrixMarket. Coordinate files are parsed by the vectorised reader (line-numbered
-    errors, declared size and entry count enforced); dense 'array' files go through
-    scipy.io.mmread. A file without the banner (like the DIMACS10 luxembourg_osm copy) is
-    read as a 1-based ``row col [value]`` list."""
-    data = read_bytes(path)
-    if not data.lstrip().startswith(b"%%MatrixMarket"):
-        return load_edge_list(path, directed=directed, num_nodes=num_nodes, index_base=1,
-                              weighted=weighted, remove_self_loops=remove_self_loops,
-                              one_based_note="no MatrixMarket banner: read as a 1-based "
-                                             "'row col [value]' list")
-    first_line = data.split(b"\n", 1)[0]
+def mtx_banner(first_line: bytes, path) -> tuple[str, str, str]:
+    """(format, field, symmetry) of a MatrixMarket file's first line, lower case, once checked
+    to be a real or pattern matrix a graph can be made of."""
     match = _BANNER.match(first_line.strip())
     if not match:
         raise GraphError(f"{path} line 1: malformed MatrixMarket banner "
@@ -177,6 +167,37 @@ def load_mtx(path: Path, *, directed=None, weighted=True, remove_self_loops=Fals
                          f"(complex matrices are not graphs)")
     if symmetry not in ("general", "symmetric", "skew-symmetric"):
         raise GraphError(f"{path} line 1: unknown MatrixMarket symmetry '{symmetry}'")
+    return fmt, field, symmetry
+
+
+def mtx_size(stripped: bytes, lineno: int, path) -> tuple[int, int]:
+    """(nodes, entries) of a coordinate file's size line ``rows columns entries``."""
+    try:
+        nrows, ncols, nnz = (int(t) for t in stripped.split())
+    except ValueError:
+        raise GraphError(f"{path} line {lineno}: expected the size line 'rows columns entries', "
+                         f"got '{stripped.decode('utf-8', 'replace')}'") from None
+    if min(nrows, ncols, nnz) < 0:
+        raise GraphError(f"{path} line {lineno}: the size line 'rows columns entries' holds a negative number")
+    if nrows != ncols:
+        raise GraphError(f"{path} line {lineno}: matrix is {nrows} x {ncols}; a graph needs a "
+                         f"square matrix")
+    return nrows, nnz
+
+
+def load_mtx(path: Path, *, directed=None, weighted=True, remove_self_loops=False,
+             num_nodes=None):
+    """MatrixMarket. Coordinate files are parsed by the vectorised reader (line-numbered
+    errors, declared size and entry count enforced); dense 'array' files go through
+    scipy.io.mmread. A file without the banner (like the DIMACS10 luxembourg_osm copy) is
+    read as a 1-based ``row col [value]`` list."""
+    data = read_bytes(path)
+    if not data.lstrip().startswith(b"%%MatrixMarket"):
+        return load_edge_list(path, directed=directed, num_nodes=num_nodes, index_base=1,
+                              weighted=weighted, remove_self_loops=remove_self_loops,
+                              one_based_note="no MatrixMarket banner: read as a 1-based "
+                                             "'row col [value]' list")
+    fmt, field, symmetry = mtx_banner(data.split(b"\n", 1)[0], path)
     if fmt == "array":
         return _load_mtx_array(path, data, directed, weighted, remove_self_loops)
 
@@ -191,17 +212,7 @@ def load_mtx(path: Path, *, directed=None, weighted=True, remove_self_loops=Fals
         start += len(line) + 1
     else:
         raise GraphError(f"{path}: truncated: no size line after the MatrixMarket banner")
-    size_tokens = stripped.split()
-    try:
-        nrows, ncols, nnz = (int(t) for t in size_tokens)
-    except ValueError:
-        raise GraphError(f"{path} line {lineno}: expected the size line 'rows columns entries', "
-                         f"got '{stripped.decode('utf-8', 'replace')}'") from None
-    if min(nrows, ncols, nnz) < 0:
-        raise GraphError(f"{path} line {lineno}: the size line 'rows columns entries' holds a negative number")
-    if nrows != ncols:
-        raise GraphError(f"{path} line {lineno}: matrix is {nrows} x {ncols}; a graph needs a "
-                         f"square matrix")
+    nrows, nnz = mtx_size(stripped, lineno, path)
     end = data.find(b"\n", start)
     end = len(data) if end < 0 else end
     body = data[:start] + b" " * (end - start) + data[end:]

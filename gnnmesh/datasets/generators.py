@@ -9,12 +9,18 @@ graph with random features and labels, for scaling runs: 10M edges take about 6 
 Both sample endpoint pairs in vectorised batches, drop self-loops and duplicates, and top
 up with further batches until exactly the requested number of distinct edges exists
 (the last batch's surplus is dropped at random), so ``edges`` means distinct edges.
+
+``rmat_plan`` and ``sbm_plan`` stop before the Graph: a ``Synthetic`` holds the edge keys
+(8 bytes per edge) and draws the node rows block by block, so that a shard writer never
+holds more than a block of features; ``rmat`` and ``sbm`` are ``plan(...).graph()``, the
+same graph for the same options whatever the block size.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional
+from dataclasses import dataclass
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 import torch
@@ -111,8 +117,66 @@ def _keys_to_adjacency(keys: np.ndarray, n: int, undirected: bool):
     return adjacency_from_keys(np.concatenate([keys, lo * n + hi]), n, assume_unique=True)
 
 
+@dataclass
+class Synthetic:
+    """A generated graph before it is built. ``keys``: its distinct edges, sorted, as
+    ``dst * n + src`` (directed) or ``hi * n + lo`` (undirected: one key per pair, stored
+    both ways in the graph). ``draw_rows(block)`` yields ``(field, rows)`` pieces: each of
+    ``x`` (float32, ``block`` rows at a time, in node order), ``y`` and the three masks
+    (whole, O(nodes)), in the order the generator draws them; it may be called once, as it
+    consumes the feature generator's random stream."""
+    name: str
+    source: str
+    num_nodes: int
+    num_classes: int
+    num_features: int
+    undirected: bool
+    keys: np.ndarray
+    meta: dict
+    draw_rows: Callable[[int], Iterator[tuple]]
+
+    def edges(self, block: int = _CHUNK) -> Iterator[tuple]:
+        """``(src, dst)`` int64 arrays of at most ``block`` edges, in key order: every key
+        once (an undirected pair as ``lo -> hi``, mirrored when the adjacency is built)."""
+        n = self.num_nodes
+        for start in range(0, self.keys.size, block):
+            dst, src = np.divmod(self.keys[start:start + block], n)
+            yield src, dst
+
+    def graph(self) -> Graph:
+        """The Graph: what ``rmat``/``sbm`` return."""
+        n = self.num_nodes
+        with progress.phase(f"{self.source}: building the adjacency and features"):
+            adj = _keys_to_adjacency(self.keys, n, self.undirected)
+            self.keys = None  # the adjacency holds them now
+            fields = {}
+            for field, rows in self.draw_rows(max(n, 1)):
+                fields[field] = rows if field not in fields else np.concatenate([fields[field], rows])
+        tensors = {k: torch.from_numpy(v) for k, v in fields.items()}
+        return Graph.from_adjacency(adj, source=self.source, directed=not self.undirected,
+                                    name=self.name, num_classes=self.num_classes, meta=self.meta,
+                                    **tensors)
+
+
+def _once(draw):
+    used = []
+
+    def guarded(block):
+        if used:
+            raise RuntimeError("a generator's node rows can be drawn once")
+        used.append(True)
+        return draw(block)
+    return guarded
+
+
 def sbm(nodes, classes, features, avg_degree, p_in_ratio, feature_noise, seed,
-        split_seed, train_frac, val_frac):
+        split_seed, train_frac, val_frac) -> Graph:
+    return sbm_plan(nodes, classes, features, avg_degree, p_in_ratio, feature_noise, seed,
+                    split_seed, train_frac, val_frac).graph()
+
+
+def sbm_plan(nodes, classes, features, avg_degree, p_in_ratio, feature_noise, seed,
+             split_seed, train_frac, val_frac) -> Synthetic:
     n, k = nodes, classes
     if n < 1 or k < 1 or k > n:
         raise GraphError(f"sbm: need nodes >= classes >= 1, got nodes={n}, classes={k}")
@@ -146,21 +210,25 @@ def sbm(nodes, classes, features, avg_degree, p_in_ratio, feature_noise, seed,
 
     target = int(round(n * avg_degree / 2))
     keys = _distinct_keys(sample, target, n, True, pick_rng, "sbm")
-    with progress.phase("sbm: building the adjacency and features"):
-        adj = _keys_to_adjacency(keys, n, True)
-        x = None
+    masks, split = random_split(n, y, train_frac, val_frac, split_seed)
+
+    def draw_rows(block):
         if features:
             means = feat_rng.standard_normal((k, features), dtype=np.float32)
-            x = means[y]
-            x += np.float32(feature_noise) * feat_rng.standard_normal((n, features), dtype=np.float32)
-            x = torch.from_numpy(x)
-    masks, split = random_split(n, y, train_frac, val_frac, split_seed)
+            for start in range(0, n, block):
+                x = means[y[start:start + block]]
+                x += np.float32(feature_noise) * feat_rng.standard_normal((x.shape[0], features),
+                                                                          dtype=np.float32)
+                yield "x", x
+        yield "y", y
+        for name, mask in masks.items():
+            yield name, mask.numpy()
+
     params = dict(nodes=n, classes=k, features=features, avg_degree=avg_degree,
                   p_in_ratio=p_in_ratio, feature_noise=feature_noise, seed=seed)
     meta = {"generator": "sbm", "params": params, "split": split,
             "undirected_edges": int(keys.size), "intra_class_edge_fraction": frac_in}
-    return Graph.from_adjacency(adj, source="sbm", directed=False, x=x,
-                      y=torch.from_numpy(y), name=f"sbm-{n}", num_classes=k, meta=meta, **masks)
+    return Synthetic(f"sbm-{n}", "sbm", n, k, features, True, keys, meta, _once(draw_rows))
 
 
 def rmat_size(scale: Optional[int], nodes: Optional[int], edges: Optional[int],
@@ -188,7 +256,13 @@ def rmat_size(scale: Optional[int], nodes: Optional[int], edges: Optional[int],
 
 
 def rmat(scale, nodes, edges, edge_factor, a, b, c, features, classes, seed, undirected,
-         permute, split_seed, train_frac, val_frac):
+         permute, split_seed, train_frac, val_frac) -> Graph:
+    return rmat_plan(scale, nodes, edges, edge_factor, a, b, c, features, classes, seed,
+                     undirected, permute, split_seed, train_frac, val_frac).graph()
+
+
+def rmat_plan(scale, nodes, edges, edge_factor, a, b, c, features, classes, seed, undirected,
+              permute, split_seed, train_frac, val_frac) -> Synthetic:
     n, m = rmat_size(scale, nodes, edges, edge_factor)
     d = 1.0 - a - b - c
     if min(a, b, c) < 0 or d < -1e-9:
@@ -225,17 +299,19 @@ def rmat(scale, nodes, edges, edge_factor, a, b, c, features, classes, seed, und
         return src, dst
 
     keys = _distinct_keys(sample, m, n, undirected, pick_rng, "rmat")
-    with progress.phase("rmat: building the adjacency and features"):
-        adj = _keys_to_adjacency(keys, n, undirected)
-        del keys
-        x = None
-        if features:
-            x = torch.from_numpy(feat_rng.standard_normal((n, features), dtype=np.float32))
-    y = feat_rng.integers(0, classes, n)
     masks, split = random_split(n, None, train_frac, val_frac, split_seed)
+
+    def draw_rows(block):
+        if features:  # the labels come from the same stream, after every feature
+            for start in range(0, n, block):
+                yield "x", feat_rng.standard_normal((min(block, n - start), features), dtype=np.float32)
+        yield "y", feat_rng.integers(0, classes, n)
+        for name, mask in masks.items():
+            yield name, mask.numpy()
+
     params = dict(nodes=n, edges=m, scale=levels, edge_factor=edge_factor, a=a, b=b, c=c,
                   features=features, classes=classes, seed=seed, undirected=undirected,
                   permute=permute)
     meta = {"generator": "rmat", "params": params, "split": split}
-    return Graph.from_adjacency(adj, source="rmat", directed=not undirected, x=x, y=torch.from_numpy(y),
-                      name=f"rmat-{n}-{m}", num_classes=classes, meta=meta, **masks)
+    return Synthetic(f"rmat-{n}-{m}", "rmat", n, classes, features, undirected, keys, meta,
+                     _once(draw_rows))

@@ -15,7 +15,7 @@ import torch
 from .. import progress
 from ..errors import GraphError
 from ..graph import Graph
-from . import cache, ogb
+from . import cache, ogb, sharded
 from ._io import file_stat
 from ._build import random_split
 from .bundled import ROOT as BUNDLED_ROOT
@@ -223,9 +223,11 @@ def _resolve_target(text: str, root) -> tuple[Optional[Dataset], dict, Optional[
     candidates = [path] + ([base / path] if base is not None and not path.is_absolute() else [])
     for candidate in candidates:
         if candidate.exists():
-            if candidate.is_dir() and not ogb.is_ogb_dir(candidate):
-                raise GraphError(f"{candidate}: is a directory, expected a graph file or an "
-                                 f"OGB dataset directory ({ogb.LAYOUT})")
+            if candidate.is_dir() and not ogb.is_ogb_dir(candidate) and \
+                    not (candidate / sharded.META).is_file():
+                raise GraphError(f"{candidate}: is a directory, expected a graph file, an "
+                                 f"OGB dataset directory ({ogb.LAYOUT}) or a shard set "
+                                 f"(with its {sharded.META})")
             return None, spec, candidate
     looks_like_file = os.sep in text or "/" in text or path.suffix.lower() in \
         EDGE_LIST_SUFFIXES + (".mtx", ".npz", ".gz")
@@ -267,25 +269,34 @@ def _dataset_files(dataset: Dataset, root) -> tuple[dict, list]:
     return paths, stamps
 
 
-def load(name_or_path: Union[str, os.PathLike], root=None, **options) -> Graph:
-    """Load a dataset by name, spec string or file path.
+@dataclass
+class Target:
+    """A dataset spec resolved: what it names and its checked options (``opts``: those the
+    loader takes; the common ones apart)."""
+    kind: str                       # "dataset" (registered), "ogb", "shards" or "file"
+    dataset: Optional[Dataset]
+    path: Optional[Path]
+    opts: dict
+    use_cache: bool
+    cache_dir: Optional[str]
+    random_labels: int
 
-    ``name_or_path``: a registered name (case-insensitive, see ``names()``), optionally with
-    options as ``'name:key=value,...'``; or a graph file or OGB node-property dataset
-    directory (see ``ogb.py``), absolute, relative to the working directory, or relative to
-    ``root``. Keyword options override spec-string options.
-    ``root``: the data directory (default ``$GNNMESH_DATA``). Options common to all:
-    ``seed`` (generators' seed, default ``split_seed``), ``cache`` (default True) and
-    ``cache_dir``.
-    """
+
+def resolve_target(name_or_path: Union[str, os.PathLike], root=None, **options) -> Target:
+    """What ``load`` would load for these arguments, without loading it."""
     if not isinstance(name_or_path, (str, os.PathLike)):
         raise GraphError(f"load() expects a dataset name or a file path, got "
                          f"{type(name_or_path).__name__}")
     dataset, spec, path = _resolve_target(os.fspath(name_or_path), root)
+    if dataset is not None:
+        kind = "dataset"
+    elif not path.is_dir():
+        kind = "file"
+    else:
+        kind = "ogb" if ogb.is_ogb_dir(path) else "shards"
     where = dataset.name if dataset is not None else str(path)
-    is_ogb = dataset is None and path.is_dir()
-    declared = dataset.options if dataset is not None else \
-        ogb.OPTIONS if is_ogb else FILE_OPTIONS
+    declared = {"dataset": dataset.options if dataset is not None else None,
+                "ogb": ogb.OPTIONS, "shards": {}, "file": FILE_OPTIONS}[kind]
     opts = resolve({**COMMON, **declared}, {**spec, **options}, where)
     use_cache, cache_dir = opts.pop("cache"), opts.pop("cache_dir")
     random_labels = opts.pop("random_labels")
@@ -293,14 +304,34 @@ def load(name_or_path: Union[str, os.PathLike], root=None, **options) -> Graph:
         opts["split_seed"] = opts["seed"]
     if "seed" not in declared:  # unused here: keep it out of the call and the cache key
         del opts["seed"]
+    return Target(kind, dataset, path, opts, use_cache, cache_dir, random_labels)
 
-    if is_ogb:
+
+def load(name_or_path: Union[str, os.PathLike], root=None, **options) -> Graph:
+    """Load a dataset by name, spec string or file path.
+
+    ``name_or_path``: a registered name (case-insensitive, see ``names()``), optionally with
+    options as ``'name:key=value,...'``; or a graph file, an OGB node-property dataset
+    directory (see ``ogb.py``) or a shard set's directory (see ``sharded.py``; read whole,
+    never cached), absolute, relative to the working directory, or relative to ``root``.
+    Keyword options override spec-string options.
+    ``root``: the data directory (default ``$GNNMESH_DATA``). Options common to all:
+    ``seed`` (generators' seed, default ``split_seed``), ``cache`` (default True) and
+    ``cache_dir``.
+    """
+    target = resolve_target(name_or_path, root, **options)
+    dataset, path, opts = target.dataset, target.path, target.opts
+
+    if target.kind == "shards":
+        graph = sharded.open_shards(path).graph()
+        return with_random_labels(graph, target.random_labels) if target.random_labels else graph
+    if target.kind == "ogb":
         sources = ogb.source_files(path)
         key_name, version = ogb.dataset_name(path), ogb.LOADER_VERSION
 
         def build():
             return ogb.load_ogb(path, **opts)
-    elif dataset is None:
+    elif target.kind == "file":
         sources = [file_stat(path)]
         key_name, version = graph_name(path), FILE_LOADER_VERSION
 
@@ -313,24 +344,32 @@ def load(name_or_path: Union[str, os.PathLike], root=None, **options) -> Graph:
         def build():
             return dataset.build(paths, **opts)
 
-    if not use_cache:
+    if not target.use_cache:
         graph = build()
     else:
-        entry = cache.entry_dir(cache.default_dir(cache_dir), key_name, version, opts, sources)
+        entry = cache.entry_dir(cache.default_dir(target.cache_dir), key_name, version, opts, sources)
         graph = cache.load(entry)
         if graph is None:
             graph = build()
             with progress.phase(f"writing {key_name} to the dataset cache"):
                 cache.save(graph, entry)
-    return _with_random_labels(graph, random_labels) if random_labels else graph
+    return with_random_labels(graph, target.random_labels) if target.random_labels else graph
 
 
-def _with_random_labels(graph: Graph, classes: int) -> Graph:
+def random_labels(num_nodes: int, classes: int, name: str) -> tuple:
+    """(labels, masks, split info) that the option ``random_labels`` gives a graph of
+    ``num_nodes`` nodes without labels: seeded random classes and a random 60/20/20 split."""
     if classes < 1:
-        raise GraphError(f"{graph.name}: option 'random_labels' must be >= 1, got {classes}")
-    if graph.y is not None:
-        return graph
+        raise GraphError(f"{name}: option 'random_labels' must be >= 1, got {classes}")
     rng = np.random.default_rng(0)
-    y = rng.integers(0, classes, graph.num_nodes)
-    masks, _ = random_split(graph.num_nodes, y, 0.6, 0.2, seed=0)
+    y = rng.integers(0, classes, num_nodes)
+    masks, split = random_split(num_nodes, y, 0.6, 0.2, seed=0)
+    return y, masks, split
+
+
+def with_random_labels(graph: Graph, classes: int) -> Graph:
+    """``graph`` with the labels and split of the option ``random_labels`` when it has none."""
+    if graph.y is not None and classes >= 1:
+        return graph
+    y, masks, _ = random_labels(graph.num_nodes, classes, graph.name)
     return graph.replace(y=torch.from_numpy(y), num_classes=classes, **masks)
