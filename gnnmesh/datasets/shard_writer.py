@@ -35,6 +35,13 @@ STRUCTURE_BUDGET = 1 << 24   # adjacency entries the degree/symmetry passes hold
 _HEADER = 128                # bytes of every .npy header this writer makes (fixed: rewritten on close)
 
 
+def sync_file(fh) -> None:
+    """Flush ``fh`` to the disk: every file of a set is on the disk before its meta.json is
+    written, so that a meta.json marks a complete set even after a power loss."""
+    fh.flush()
+    os.fsync(fh.fileno())
+
+
 def _header(dtype: np.dtype, shape: tuple) -> bytes:
     text = repr({"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
                  "shape": tuple(shape)})
@@ -70,8 +77,7 @@ class NpyAppender:
         try:
             fh.seek(0)
             fh.write(_header(self.dtype, (self.rows,) + self.tail))
-            fh.flush()
-            os.fsync(fh.fileno())
+            sync_file(fh)
         finally:
             fh.close()
 
@@ -326,8 +332,7 @@ class ShardWriter:
                 "meta": json_meta(meta)}
         with open(self.directory / META, "w") as fh:
             fh.write(json.dumps(data, indent=1) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+            sync_file(fh)
         return data
 
     def abandon(self) -> None:

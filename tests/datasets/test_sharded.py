@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gnnmesh import ConfigError, GraphError
-from gnnmesh.datasets import load, sharded
+from gnnmesh.datasets import load, shard_writer, sharded
 from gnnmesh.datasets.shard_writer import write_shards
 from gnnmesh.datasets.sharded import ShardSet, is_shard_set, open_shards
 from tests.helpers import same_graph
@@ -19,6 +19,13 @@ from tests.helpers import same_graph
 @pytest.fixture(autouse=True)
 def tmp_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("GNNMESH_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture(autouse=True)
+def no_disk_flush(monkeypatch):
+    """Files reach the disk's cache only: what these tests check does not depend on the flush,
+    which takes most of their time on a busy disk."""
+    monkeypatch.setattr(shard_writer, "sync_file", lambda fh: fh.flush())
 
 
 RMAT = "rmat:nodes=500,edges=3000,features=4,classes=3"
@@ -205,6 +212,9 @@ def test_torn_shard_file(rmat_set):
     data = path.read_bytes()
     path.write_bytes(data[:-7])
     with pytest.raises(GraphError, match=r"nodes-00002.x.npy: truncated"):
+        open_shards(rmat_set.directory)
+    path.write_bytes(data + b"\0" * 16)  # a longer file is no more the one written
+    with pytest.raises(GraphError, match=r"nodes-00002.x.npy: \d+ bytes, 16 more than its header describes"):
         open_shards(rmat_set.directory)
     path.write_bytes(data[:60])  # not even a whole header
     with pytest.raises(GraphError, match=r"nodes-00002.x.npy: not a readable .npy file"):
