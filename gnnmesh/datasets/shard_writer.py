@@ -30,7 +30,7 @@ from .sharded import (FORMAT, META, NODE_FIELDS, VERSION, ShardSet, edge_shard_n
                       node_shard_name, open_shards)
 
 BLOCK_EDGES = 1 << 22        # edges per block read back or copied (64 MiB with weights)
-BLOCK_BYTES = 64 << 20       # node rows per block: about this many bytes of features
+BLOCK_BYTES = 16 << 20       # node rows per block: about this many bytes of features
 STRUCTURE_BUDGET = 1 << 24   # adjacency entries the degree/symmetry passes hold at once
 _HEADER = 128                # bytes of every .npy header this writer makes (fixed: rewritten on close)
 

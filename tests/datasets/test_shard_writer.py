@@ -264,6 +264,39 @@ def test_a_directory_that_is_not_a_set_is_refused(tmp_path):
         write_shards("rmat:nodes=100,edges=300", tmp_path / "new", 0)
 
 
+HOLDER = """
+import sys, time
+from pathlib import Path
+from gnnmesh import locks
+out, ready, go = map(Path, sys.argv[1:4])
+with locks.hold(out, "shard directory"):
+    ready.write_text("held")
+    deadline = time.monotonic() + 60
+    while not go.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+"""
+
+
+def test_a_second_writer_is_refused(tmp_path):
+    import subprocess
+    import sys
+    import time
+    out, ready, go = tmp_path / "set", tmp_path / "ready", tmp_path / "go"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out), str(ready), str(go)])
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert holder.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        with pytest.raises(ConfigError, match=rf"{out}: the shard directory is in use by another run \(pid {holder.pid} "):
+            write_shards("rmat:nodes=100,edges=300", out, 2)
+        assert not out.exists()
+    finally:
+        go.write_text("")
+        holder.wait(60)
+    assert write_shards("rmat:nodes=100,edges=300", out, 2).num_edges == 300
+
+
 # -- the command line ---------------------------------------------------------------------------
 
 def test_command_writes_a_set_and_prints_one_line(tmp_path, capsys, monkeypatch):
