@@ -225,9 +225,9 @@ def _resolve_target(text: str, root) -> tuple[Optional[Dataset], dict, Optional[
         if candidate.exists():
             if candidate.is_dir() and not ogb.is_ogb_dir(candidate) and \
                     not (candidate / sharded.META).is_file():
-                raise GraphError(f"{candidate}: is a directory, expected a graph file, an "
-                                 f"OGB dataset directory ({ogb.LAYOUT}) or a shard set "
-                                 f"(with its {sharded.META})")
+                raise GraphError(f"{candidate}: is a directory, expected a graph file or an "
+                                 f"OGB dataset directory ({ogb.LAYOUT}), or a shard set's "
+                                 f"directory (with its {sharded.META})")
             return None, spec, candidate
     looks_like_file = os.sep in text or "/" in text or path.suffix.lower() in \
         EDGE_LIST_SUFFIXES + (".mtx", ".npz", ".gz")

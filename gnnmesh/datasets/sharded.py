@@ -242,7 +242,8 @@ class ShardSet:
 
     Fields from meta.json: ``directory, name, num_nodes, num_edges, num_features, num_classes,
     task, directed, weighted, symmetrize, drop_self_loops, features, node_fields`` and
-    ``meta`` (the whole meta.json). Reads return fresh arrays (copies of just the slice)."""
+    ``meta`` (the whole meta.json); ``edge_ranges`` and ``node_ranges`` give each shard's
+    share. Reads return fresh arrays (copies of just the slice)."""
 
     def __init__(self, directory):
         self.directory = Path(directory)
@@ -283,6 +284,17 @@ class ShardSet:
         self._node_starts = np.array([s["start"] for s in self._node_shards] + [self.num_nodes])
         self._verified: set = set()
         self._maps: dict = {}
+
+    @property
+    def edge_ranges(self) -> list:
+        """``[(start, stop), ...]``: the edges each edge shard holds, in listing order (a
+        reader that takes whole shards reads each file once)."""
+        return [(int(a), int(b)) for a, b in zip(self._edge_starts[:-1], self._edge_starts[1:])]
+
+    @property
+    def node_ranges(self) -> list:
+        """``[(start, stop), ...]``: the node ids each node shard holds."""
+        return [(s["start"], s["stop"]) for s in self._node_shards]
 
     def __repr__(self) -> str:
         return (f"ShardSet({str(self.directory)!r}, nodes={self.num_nodes}, edges={self.num_edges}, "

@@ -79,6 +79,8 @@ def test_meta_and_shard_sizes(rmat_set):
     assert not rmat_set.weighted and not rmat_set.symmetrize and not rmat_set.drop_self_loops
     assert [s["edges"] for s in meta["edge_shards"]] == [1000, 1000, 1000]
     assert [(s["start"], s["stop"]) for s in meta["node_shards"]] == [(0, 166), (166, 333), (333, 500)]
+    assert rmat_set.node_ranges == [(0, 166), (166, 333), (333, 500)]
+    assert rmat_set.edge_ranges == [(0, 1000), (1000, 2000), (2000, 3000)]
     assert sorted(meta["edge_shards"][0]["files"]) == ["dst", "src"]
     assert sorted(meta["node_shards"][2]["files"]) == ["test_mask", "train_mask", "val_mask", "x", "y"]
 
