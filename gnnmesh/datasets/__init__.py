@@ -8,6 +8,7 @@ synthetic generators and graph files, all through one ``load`` with an on-disk c
     >>> g = load("sbm", nodes=5000, classes=5)
     >>> g = load("graphs/web.txt.gz", directed=False)         # edge list / .mtx / .npz
     >>> g = load("ogb/ogbn-arxiv")                            # an OGB node-property directory
+    >>> g = load("shards")                                    # a shard set's directory (sharded.py)
 
 Spec strings: ``name:key=value,key=value`` (also ``file.txt:key=value``). Values are
 converted to the option's type (``nodes=1e6`` is an int, ``undirected=true`` a bool,
@@ -18,6 +19,8 @@ Every dataset accepts ``seed`` (generator seed, default split seed), ``cache`` a
 ``cache_dir``. Processed graphs are cached in ``cache_dir``, else ``$GNNMESH_CACHE``,
 else ``$XDG_CACHE_HOME/gnnmesh``, else ``~/.cache/gnnmesh``; see ``cache.py``.
 ``gnnmesh datasets --fetch NAME`` downloads a dataset into a data root; see ``fetch.py``.
+``gnnmesh datasets --shard SOURCE --out DIR`` writes one as a shard set, read in slices by
+``sharded.open_shards``; see ``sharded.py`` and ``shard_writer.py``.
 
 Conventions: undirected graphs store both directions, without self-loops, duplicates
 merged; directed ones keep their file's edges (self-loops included). Datasets without
