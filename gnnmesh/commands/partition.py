@@ -136,6 +136,7 @@ def run_input(args, argv) -> int:
     from ..datasets.sharded import open_shards
     from ..errors import ConfigError
     from ..launch import world_from_env
+    from ..memory import peak_rss_mib
     from ..parts.from_shards import METHODS as INPUT_METHODS
     from ..parts.from_shards import write_parts_from_shards
     from ..validate import check_seed
@@ -146,6 +147,10 @@ def run_input(args, argv) -> int:
     if not args.write_parts:
         raise ConfigError("--input needs --write-parts DIR: the ranks write the parts there")
     args.method = args.method or "lp"
+    if args.method in GRID_METHODS + LAYOUT_METHODS:
+        raise ConfigError(f"--partitioner {args.method}: from --input only partition parts are written (for the "
+                          f"partition, offload and minibatch strategies); {args.method}'s parts need the whole "
+                          f"graph in one process (--dataset)")
     if args.method not in INPUT_METHODS:
         raise ConfigError(f"--partitioner {args.method} needs the whole graph in one process; with --input "
                           f"use one of {', '.join(INPUT_METHODS)}")
@@ -170,8 +175,11 @@ def run_input(args, argv) -> int:
         shards = comm.agreed(lambda: open_shards(args.input))
         path = write_parts_from_shards(shards, args.write_parts, method=args.method, epsilon=args.epsilon,
                                        seed=args.seed, dataset=str(args.input))
+        peaks = comm.setup_comm().all_gather_object(peak_rss_mib())
         if world is None or world[0] == 0:
-            print(written_line(path, time.perf_counter() - start))
+            print(f"parts:         {path}, written by {ranks} rank{'s' if ranks > 1 else ''} in "
+                  f"{time.perf_counter() - start:.1f} s; peak memory per rank "
+                  + ", ".join(_size(int(p * 2**20)) for p in peaks))
         clean = True
     finally:
         comm.shutdown(clean=clean)

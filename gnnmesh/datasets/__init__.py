@@ -28,7 +28,9 @@ an official split get a seeded stratified 60/20/20 split (``meta['split']``). Da
 without features have ``x=None``; see ``structural_features``.
 """
 
+from ._build import sorted_unique
 from .features import structural_features
 from .registry import DatasetInfo, available, dataset_options, load, names
 
-__all__ = ["load", "names", "available", "dataset_options", "structural_features", "DatasetInfo"]
+__all__ = ["load", "names", "available", "dataset_options", "structural_features", "DatasetInfo",
+           "sorted_unique"]

@@ -59,7 +59,7 @@ def convert(target, writer: ShardWriter, spec: str, load_whole: Callable) -> Non
             return _edge_list(target, writer, spec, target.path, index_base=o["index_base"])
         if kind == "mtx" and _mtx(target, writer, spec):
             return None
-    return _whole(load_whole(), writer, spec)
+    return write_graph(load_whole(), writer, spec)
 
 
 # -- what every source ends with ------------------------------------------------------------
@@ -330,7 +330,7 @@ def _ogb(target, writer: ShardWriter, spec: str) -> None:
 
 # -- anything else: the Graph, written entry by entry -----------------------------------------
 
-def _whole(graph, writer: ShardWriter, spec: str) -> None:
+def write_graph(graph, writer: ShardWriter, spec: str) -> None:
     """A loaded Graph: its adjacency's entries as edges (``src`` = column, ``dst`` = row), so
     that the set rebuilds exactly this adjacency (no symmetrising, no dropping)."""
     adj = graph.adj

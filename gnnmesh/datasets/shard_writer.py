@@ -479,12 +479,30 @@ def write_shards(source, directory, shards: int = 8, *, root=None, **options) ->
     directory = Path(directory)
     _check_target(directory)
     target = resolve_target(source, root, **options)
+    return _staged(directory, shards, lambda writer: convert(target, writer, str(source),
+                                                             lambda: load(source, root, **options)))
+
+
+def write_graph_shards(graph, directory, shards: int = 8, spec: Optional[str] = None) -> ShardSet:
+    """Write the Graph ``graph`` (in memory) as a shard set that rebuilds exactly its
+    adjacency, features, labels and masks; ``spec`` is recorded as its source (default:
+    the graph's name)."""
+    from .shard_sources import write_graph
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+        raise ConfigError(f"shards must be an integer >= 1, got {shards!r}")
+    directory = Path(directory)
+    _check_target(directory)
+    return _staged(directory, shards, lambda writer: write_graph(graph, writer, spec or graph.name))
+
+
+def _staged(directory: Path, shards: int, write) -> ShardSet:
+    """``write(writer)`` into a staged set that replaces ``directory`` once complete."""
     with locks.hold(directory, "shard directory"):
         _check_target(directory)
         with staged_directory(directory, META, "shard set") as tmp:
             writer = ShardWriter(tmp, shards)
             try:
-                convert(target, writer, str(source), lambda: load(source, root, **options))
+                write(writer)
             finally:
                 writer.abandon()
     return open_shards(directory)

@@ -38,7 +38,7 @@ import torch
 from .. import comm as comms
 from .. import locks
 from ..atomic import staged_directory
-from ..datasets._build import sorted_unique
+from ..datasets import sorted_unique
 from ..errors import ConfigError, GraphError
 from ..partition.base import add_sums, entry_sums, structure_key
 from ..partition.halo import local_halo
@@ -65,6 +65,9 @@ def write_parts_from_shards(shards, directory, *, method: str, epsilon: float, s
     if extra:
         raise ConfigError(f"graph operator {extra[0]!r} is registered: parts from --input hold the "
                           f"built-in operators ({', '.join(BUILT_IN)}) only")
+    if shards.task is None:
+        raise GraphError(f"{shards.directory}: the shard set has no labels (y and the split masks), which "
+                         f"parts hold for training; write it from a labelled source")
     parts, n = comm.world_size, shards.num_nodes
     if n < parts:
         raise GraphError(f"{shards.directory}: {n} nodes cannot be split among {parts} ranks")

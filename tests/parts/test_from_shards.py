@@ -1,0 +1,141 @@
+"""Parts written by P ranks from a sharded input (``gnnmesh.parts.from_shards``), none of
+which holds the whole graph, equal what the one-process writer makes from the whole graph,
+file for file, for the same partition (real gloo ranks)."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from gnnmesh.datasets.sharded import open_shards
+from gnnmesh.errors import ConfigError, GraphError
+from gnnmesh.partition import Partition, graph_key, partition
+from gnnmesh.parts import MANIFEST, open_parts, write_partition_parts
+
+from tests.dist import run_ranks
+from tests.helpers import random_graph
+
+GRAPHS = {  # directed with self-loops and isolated nodes, weighted or not; 41 nodes: no P divides it
+    "plain": dict(n=41, e=170, features=5, classes=3, directed=True, isolated=2),
+    "weighted": dict(n=41, e=170, features=5, classes=3, directed=True, isolated=2, weighted=True),
+    "undirected": dict(n=41, e=120, features=5, classes=3, directed=False, isolated=1),
+}
+
+
+def shard(graph, directory, shards=3):
+    from gnnmesh.datasets.shard_writer import write_graph_shards
+    write_graph_shards(graph, directory, shards)
+    return directory
+
+
+def write_on_ranks(rank, world, jobs):
+    """Every job (shard set, output, method, seed) on these ranks, in one start of them."""
+    from gnnmesh.parts.from_shards import write_parts_from_shards
+    for directory, out, method, seed in jobs:
+        write_parts_from_shards(open_shards(directory), out, method=method, epsilon=0.05, seed=seed, dataset="g")
+    return True
+
+
+def same_parts(ours, reference) -> None:
+    """The two parts directories hold the same files and the same manifest (but the time)."""
+    mine, theirs = (json.loads((d / MANIFEST).read_text()) for d in (ours, reference))
+    for m in (mine, theirs):
+        m.pop("partition_seconds")
+    assert mine == theirs
+    for r in range(mine["parts"]):
+        folder = f"rank-{r:05d}"
+        for name in mine["ranks"][r]["files"]:
+            a, b = (np.load(d / folder / f"{name}.npy") for d in (ours, reference))
+            assert a.dtype == b.dtype and np.array_equal(a, b), (folder, name)
+
+
+def one_host(graph, parts, assignment, method, seed, out):
+    """What ``gnnmesh partition --dataset`` writes for ``assignment``."""
+    part = Partition(np.asarray(assignment), parts, method, 0.05, seed, 0.0, graph_key(graph.adj))
+    return write_partition_parts(graph, part, out, "g")
+
+
+def assignment_of(parts_dir) -> np.ndarray:
+    parts = open_parts(parts_dir)
+    owned = [np.load(parts_dir / f"rank-{r:05d}" / "owned.npy") for r in range(parts.manifest["parts"])]
+    out = np.empty(sum(len(o) for o in owned), dtype=np.int64)
+    for r, ids in enumerate(owned):
+        out[ids] = r
+    return out
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_parts_from_shards_equal_the_one_process_writers(tmp_path, world):
+    """rp and contiguous assign as the one-process partitioner does, and every file of every
+    rank equals the one-process writer's: directed and undirected, weighted, self-loops."""
+    jobs = []
+    for name, spec in GRAPHS.items():
+        source = shard(random_graph(**spec, seed=world), tmp_path / name / "shards")
+        jobs += [(source, tmp_path / name / method, method, 3) for method in ("rp", "contiguous")]
+    run_ranks(write_on_ranks, world, jobs, timeout=90)
+    for source, out, method, seed in jobs:
+        graph = open_shards(source).graph()
+        expected = partition(graph, world, method, seed=seed, cache=False)
+        assert np.array_equal(assignment_of(out), expected.assignment), out
+        same_parts(out, one_host(graph, world, expected.assignment, method, seed, out.parent / f"{method}-one"))
+
+
+def test_the_reference_graph_is_the_graph_sharded(tmp_path):
+    graph = random_graph(**GRAPHS["weighted"], seed=5)
+    back = open_shards(shard(graph, tmp_path / "s")).graph()
+    for field in ("indptr", "indices", "values"):
+        assert np.array_equal(getattr(back.adj, field).numpy(), getattr(graph.adj, field).numpy())
+    assert np.array_equal(back.x.numpy(), graph.x.numpy()) and np.array_equal(back.y.numpy(), graph.y.numpy())
+
+
+def test_lp_parts_equal_the_one_process_writers_for_their_partition(tmp_path):
+    graph = random_graph(**GRAPHS["undirected"], seed=7)
+    source = shard(graph, tmp_path / "s")
+    run_ranks(write_on_ranks, 3, [(source, tmp_path / "lp", "lp", 0)], timeout=90)
+    assignment = assignment_of(tmp_path / "lp")
+    assert sorted(set(assignment.tolist())) == [0, 1, 2]
+    same_parts(tmp_path / "lp", one_host(open_shards(source).graph(), 3, assignment, "lp", 0, tmp_path / "one"))
+    assert open_parts(tmp_path / "lp").manifest["how"] == "lp, epsilon 0.05, seed 0"
+
+
+def refuse_on_ranks(rank, world, inputs, out, method):
+    from gnnmesh.parts.from_shards import write_parts_from_shards
+    try:
+        write_parts_from_shards(open_shards(inputs[rank]), out, method=method, epsilon=0.05, seed=0, dataset="g")
+    except (GraphError, ConfigError) as err:
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+def test_ranks_that_read_different_inputs_are_refused_and_write_nothing(tmp_path):
+    first = shard(random_graph(**GRAPHS["plain"], seed=1), tmp_path / "a")
+    second = shard(random_graph(**GRAPHS["plain"], seed=2), tmp_path / "b")
+    out = tmp_path / "parts"
+    errors = run_ranks(refuse_on_ranks, 2, [first, second], out, "rp", timeout=60)
+    assert errors[0] == errors[1] and errors[0].startswith("GraphError: ") and "rank 1 read another" in errors[0]
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
+
+
+def test_a_failing_rank_leaves_the_earlier_parts_intact(tmp_path):
+    """Rank 1's edge shard is torn: every rank stops with its error, and the parts written
+    before are as they were (nothing staged is left beside them)."""
+    source = shard(random_graph(**GRAPHS["plain"], seed=1), tmp_path / "s", shards=2)
+    out = tmp_path / "parts"
+    write_on_ranks(0, 1, [(source, out, "rp", 0)])  # one rank, in this process
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    broken = tmp_path / "broken"
+    shutil.copytree(source, broken)
+    last = sorted(broken.glob("edges-*.dst.npy"))[-1]
+    last.write_bytes(last.read_bytes()[:-16])
+    errors = run_ranks(refuse_on_ranks, 2, [broken, broken], out, "rp", timeout=60)
+    assert errors[0] == errors[1] and last.name in errors[0], errors
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken", "parts", "s"]
+
+
+def test_methods_that_need_the_whole_graph_are_refused(tmp_path):
+    from gnnmesh.parts.from_shards import write_parts_from_shards
+    source = open_shards(shard(random_graph(**GRAPHS["plain"], seed=1), tmp_path / "s"))
+    with pytest.raises(ConfigError, match="--partitioner gp needs the whole graph in one process"):
+        write_parts_from_shards(source, tmp_path / "p", method="gp", epsilon=0.05, seed=0, dataset="g")
