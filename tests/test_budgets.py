@@ -58,6 +58,7 @@ def smallest_budget_holds(dataset: str, engine: list, epochs: int, tmp_path) -> 
         assert r["fast_peak_bytes_max"] <= budget, f"{where}: measured {r['fast_peak_bytes_max']:,.0f} B"
 
 
+@pytest.mark.slow  # a search for the smallest budget
 @pytest.mark.timeout(120)
 def test_the_smallest_offload_budget_holds_on_one_rank(tmp_path):
     smallest_budget_holds(SMALL, ENGINES["offload"], 3, tmp_path)

@@ -90,7 +90,8 @@ def test_offload_equals_single_process(world):
             raise AssertionError(f"{model}, K={k}, dedup {dedup}, reorganize {reorganize}: {err}") from None
 
 
-@pytest.mark.parametrize("model", ["gcn", "sage", "gin"])
+@pytest.mark.parametrize("model", ["gcn", pytest.param("sage", marks=pytest.mark.slow),
+                                   pytest.param("gin", marks=pytest.mark.slow)])
 def test_recomputing_equals_caching(model):
     cases = [(model, 3, "both", True, how) for how in ("recompute", "cache")]
     for got in _rank_runs(0, 1, cases):

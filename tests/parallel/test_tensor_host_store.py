@@ -58,7 +58,7 @@ def _rank_runs(rank, world, runs):
 
 
 @pytest.mark.timeout(620)
-@pytest.mark.parametrize("world", [1, 2, pytest.param(3, marks=pytest.mark.slow), pytest.param(4, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("world", [1] + [pytest.param(w, marks=pytest.mark.slow) for w in (2, 3, 4)])
 def test_tensor_host_store_equals_single_process(world):
     runs = cases(world)
     results = _rank_runs(0, 1, runs) if world == 1 else run_ranks(_rank_runs, world, runs, timeout=600)[0]

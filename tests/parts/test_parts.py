@@ -136,6 +136,7 @@ def _tensor_rank(rank, world, hosts, runs):
             for model in runs}
 
 
+@pytest.mark.slow  # two tensor trainings
 @pytest.mark.timeout(300)
 def test_training_from_tensor_parts_equals_the_single_process_run(tmp_path):
     runs = ["gat", "gin", "decoupled-gcn"]

@@ -89,6 +89,7 @@ def test_a_bad_rates_file_names_the_field(tmp_path):
         plan(config, datasets.load(SBM), 2, lambda line: None)
 
 
+@pytest.mark.slow  # a planned run and its training
 @pytest.mark.timeout(300)
 def test_auto_trains_with_the_first_candidate_and_records_its_prediction(tmp_path, rates_file):
     metrics = tmp_path / "auto.jsonl"
