@@ -18,7 +18,7 @@ Rank r of P:
 The folders are those ``write_partition_parts`` writes from the whole graph, bit for bit,
 for the same graph and partition (``tests/parts/test_from_shards.py``). Besides its share
 of the graph a rank holds a few vectors over all nodes: the part, the row counts and the
-degree of every node, about 24 bytes a node.
+degree of every node, a few tens of bytes a node.
 
 The ranks write into one staged directory (on a file system they share) that rank 0 moves
 into place once every rank has written its folder: an error on any rank, or a rank killed,

@@ -139,3 +139,41 @@ def test_methods_that_need_the_whole_graph_are_refused(tmp_path):
     source = open_shards(shard(random_graph(**GRAPHS["plain"], seed=1), tmp_path / "s"))
     with pytest.raises(ConfigError, match="--partitioner gp needs the whole graph in one process"):
         write_parts_from_shards(source, tmp_path / "p", method="gp", epsilon=0.05, seed=0, dataset="g")
+
+
+@pytest.mark.slow  # a run large enough to be killed in the middle
+@pytest.mark.timeout(300)
+def test_a_rank_killed_mid_way_leaves_no_parts(tmp_path):
+    """SIGKILL to one rank while the ranks write into the staging directory: the job fails,
+    the output directory never appears, and the next run leaves no temporary behind."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from gnnmesh.atomic import is_temporary
+    from gnnmesh.datasets.shard_writer import write_shards
+
+    source = tmp_path / "g"
+    write_shards("rmat:nodes=100000,edges=1000000,features=64", source, 4)
+    out = tmp_path / "parts"
+    command = [sys.executable, "-m", "gnnmesh", "partition", "--nproc", "2", "--input", str(source),
+               "--partitioner", "rp", "--write-parts", str(out)]
+    job = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(is_temporary(p.name) for p in tmp_path.iterdir()):
+            assert job.poll() is None and time.monotonic() < deadline, job.stderr.read()
+            time.sleep(0.01)
+        ranks = [p for p in psutil.Process(job.pid).children(recursive=True) if "gnnmesh" in " ".join(p.cmdline())]
+        ranks[-1].kill()
+        assert job.wait(120) != 0
+    finally:
+        job.kill()
+        job.stderr.close()
+    assert not out.exists()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    assert out.is_dir() and not [p.name for p in tmp_path.iterdir() if is_temporary(p.name)]
