@@ -13,7 +13,7 @@ from ..graph import Adjacency
 from ..transforms import row_blocks
 from ..view import keyed_hash
 
-METHODS = ("rp", "contiguous", "gp", "hp")
+METHODS = ("rp", "contiguous", "gp", "hp", "lp")
 # The ones the planner ranks for a run (contiguous id ranges are a baseline, not a choice).
 RANKED_METHODS = ("rp", "gp", "hp")
 # Vertex partitioners that also need the sampling settings of mini-batch training
@@ -26,7 +26,7 @@ LAYOUT_METHODS = ("tensor",)
 # The ones that balance nonzeros alone, so that a part may hold far more than its share of vertices.
 NONZERO_BALANCED = ("hp", "shp", "contiguous")
 # Bumped when a method's output changes, so that stored partitions are recomputed.
-METHOD_VERSIONS = {"rp": 1, "contiguous": 1, "gp": 2, "hp": 3, "shp": 1}
+METHOD_VERSIONS = {"rp": 1, "contiguous": 1, "gp": 2, "hp": 3, "shp": 1, "lp": 1}
 EXTRA_HINT = "pip install 'gnnmesh[partitioners]'"
 
 

@@ -115,6 +115,16 @@ def metis(adj: Adjacency, parts: int, epsilon: float, seed: int) -> np.ndarray:
     return np.asarray(result[1], dtype=np.int64)
 
 
+def label_propagation(adj: Adjacency, parts: int, epsilon: float, seed: int) -> np.ndarray:
+    """``propagate`` (multilevel label propagation, ``propagate.py``) on one process: the
+    same code that P ranks run on their blocks, here with one block holding every row.
+    Balances vertex counts and nonzeros + 1 within ``epsilon``, as ``gp`` does."""
+    from .propagate import Solo, propagate
+    indptr, indices = csr_arrays(adj)
+    n = adj.shape[0]
+    return propagate(Solo(), 0, n, indptr, indices, n, parts, epsilon, seed)
+
+
 def hypergraph(adj: Adjacency, parts: int, epsilon: float, seed: int) -> np.ndarray:
     """Mt-KaHyPar on the column-net hypergraph (one net per column j with pins {j} and the
     rows that reference j), minimizing connectivity - 1: exactly the halo volume. Then
@@ -232,4 +242,4 @@ def _pattern(adj: Adjacency) -> sp.csr_matrix:
     return sp.csr_matrix((np.ones(indices.shape[0], dtype=np.int8), indices, indptr), shape=adj.shape)
 
 
-FUNCTIONS = {"rp": random, "contiguous": contiguous, "gp": metis, "hp": hypergraph}
+FUNCTIONS = {"rp": random, "contiguous": contiguous, "gp": metis, "hp": hypergraph, "lp": label_propagation}

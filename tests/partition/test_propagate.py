@@ -1,0 +1,187 @@
+"""``lp``: the distributed label propagation partitioner (gnnmesh.partition.propagate) on real
+gloo ranks, on one process, and in the single-process simulation of many ranks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gnnmesh import Adjacency
+from gnnmesh.comm import Comm
+from gnnmesh.partition import partition, quality
+from gnnmesh.partition.base import csr_arrays
+from gnnmesh.partition.propagate import Solo, propagate
+from gnnmesh.partition.simulate import simulate
+
+from tests.dist import run_ranks
+
+
+def sbm():
+    from gnnmesh.datasets import load
+    return load("sbm:nodes=2000,classes=4,features=4,p_in_ratio=40", cache=False).adj
+
+
+def directed():
+    """A directed graph (each edge one way only) of three groups of 150 vertices, most
+    edges inside a group, with self-loops on some rows; vertex ids interleave the groups."""
+    rng = np.random.default_rng(3)
+    n, edges = 450, 1800
+    group = np.arange(n) % 3
+    src = rng.integers(0, n, edges)
+    inside = rng.random(edges) < 0.9
+    dst = np.where(inside, rng.integers(0, n // 3, edges) * 3 + group[src], rng.integers(0, n, edges))
+    loops = np.arange(0, n, 7)
+    return Adjacency.from_coo(np.concatenate([dst, loops]), np.concatenate([src, loops]), (n, n))
+
+
+def with_isolated():
+    """Edges among the first and last 100 vertices only; 300 vertices in between have none,
+    so that with three ranks the middle rank's block holds no edge at all."""
+    rng = np.random.default_rng(4)
+    ends = np.concatenate([np.arange(100), np.arange(400, 500)])
+    src, dst = rng.choice(ends, 800), rng.choice(ends, 800)
+    return Adjacency.from_coo(np.concatenate([src, dst]), np.concatenate([dst, src]), (500, 500))
+
+
+def tiny():
+    """12 vertices, a ring with one chord: split into 12 parts, one vertex each."""
+    src = np.concatenate([np.arange(12), [0]])
+    dst = np.concatenate([(np.arange(12) + 1) % 12, [6]])
+    return Adjacency.from_coo(np.concatenate([src, dst]), np.concatenate([dst, src]), (12, 12))
+
+
+# name -> (graph, parts, epsilon)
+CASES = {
+    "sbm": (sbm, 4, 0.03),
+    "directed": (directed, 3, 0.05),
+    "isolated": (with_isolated, 4, 0.05),
+    "one-each": (tiny, 12, 0.0),
+}
+
+
+def block(n: int, world: int, rank: int) -> tuple:
+    return n * rank // world, n * (rank + 1) // world
+
+
+def rank_labels(comm, arrays: dict, seed: int = 0) -> dict:
+    """This rank's labels for every case (``arrays``: name -> (indptr, indices, parts, eps))."""
+    out = {}
+    for name, (indptr, indices, parts, eps) in arrays.items():
+        n = indptr.shape[0] - 1
+        lo, hi = block(n, comm.world_size, comm.rank)
+        rows = indptr[lo:hi + 1]
+        out[name] = propagate(comm, lo, hi, rows - rows[0], indices[rows[0]:rows[-1]], n, parts, eps, seed)
+    return out
+
+
+def on_gloo(rank, world, arrays):
+    from gnnmesh import comm
+    return rank_labels(comm.Comm(), arrays)
+
+
+def case_arrays() -> dict:
+    arrays = {}
+    for name, (make, parts, eps) in CASES.items():
+        indptr, indices = csr_arrays(make())
+        arrays[name] = (indptr, indices, parts, eps)
+    return arrays
+
+
+@pytest.fixture(scope="module")
+def arrays():
+    return case_arrays()
+
+
+@pytest.fixture(scope="module", params=[2, 3])
+def ranks(request, arrays):
+    """(world size, labels of every case from that many real gloo ranks)."""
+    world = request.param
+    results = run_ranks(on_gloo, world, arrays, timeout=100)
+    return world, {name: np.concatenate([r[name] for r in results]) for name in arrays}
+
+
+def joined(results: list, name: str) -> np.ndarray:
+    return np.concatenate([r[name] for r in results])
+
+
+def check_partition(adj, labels, parts, eps, name=""):
+    """Valid labels, every part non-empty, vertices and nonzeros + 1 within epsilon."""
+    assert labels.dtype == np.int64 and labels.shape == (adj.shape[0],), name
+    assert labels.min() >= 0 and labels.max() < parts, name
+    q = quality(adj, labels)
+    sizes = np.bincount(labels, minlength=parts)
+    assert (sizes > 0).all(), (name, sizes)
+    loads = np.bincount(labels, weights=np.diff(csr_arrays(adj)[0]) + 1, minlength=parts)
+    # at least the average rounded up is always allowed (a part holds whole vertices)
+    assert sizes.max() <= max(np.floor((1 + eps) * sizes.mean()), np.ceil(sizes.mean())), (name, sizes)
+    assert loads.max() <= max(np.floor((1 + eps) * loads.mean()), np.ceil(loads.mean())), (name, loads)
+    return q
+
+
+def test_ranks_give_valid_balanced_partitions(ranks, arrays):
+    world, labels = ranks
+    for name, (make, parts, eps) in CASES.items():
+        check_partition(make(), labels[name], parts, eps, f"{name} on {world} ranks")
+    assert sorted(labels["one-each"].tolist()) == list(range(12))
+
+
+def test_ranks_cut_far_less_than_random(ranks):
+    world, labels = ranks
+    adj = sbm()
+    lp = quality(adj, labels["sbm"])["volume_total"]
+    rp = quality(adj, partition(adj, 4, "rp", cache=False))["volume_total"]
+    print(f"{world} ranks: lp volume {lp}, rp {rp}")
+    assert lp < 0.4 * rp  # the four blocks: about 0.2
+    directed_adj = directed()
+    lp = quality(directed_adj, labels["directed"])["volume_total"]
+    rp = quality(directed_adj, partition(directed_adj, 3, "rp", cache=False))["volume_total"]
+    print(f"directed: lp volume {lp}, rp {rp}")
+    assert lp < 0.5 * rp
+
+
+def test_simulated_ranks_give_the_labels_of_real_ranks(ranks, arrays):
+    """benchmarks/lp_partition.py measures 16 and 64 ranks in one process: the same code
+    on simulated ranks must give what gloo ranks give."""
+    world, labels = ranks
+    simulated, _ = simulate(rank_labels, world, arrays)
+    for name in arrays:
+        assert np.array_equal(joined(simulated, name), labels[name]), name
+
+
+def test_deterministic_per_seed_and_world_size(arrays):
+    sbm_only = {"sbm": arrays["sbm"]}
+    first = joined(simulate(rank_labels, 3, sbm_only)[0], "sbm")
+    assert np.array_equal(first, joined(simulate(rank_labels, 3, sbm_only)[0], "sbm"))
+    assert not np.array_equal(first, joined(simulate(rank_labels, 3, sbm_only, 1)[0], "sbm"))
+
+
+def test_one_process_through_partition(arrays):
+    """World size 1: ``partition(..., method='lp')`` and ``propagate`` with a plain Comm()."""
+    adj = sbm()
+    part = partition(adj, 4, "lp", epsilon=0.03, seed=0, cache=False)
+    q = check_partition(adj, part.assignment, 4, 0.03)
+    assert q["volume_total"] < 0.5 * quality(adj, partition(adj, 4, "rp", cache=False))["volume_total"]
+    indptr, indices = csr_arrays(adj)
+    n = adj.shape[0]
+    assert np.array_equal(propagate(Comm(), 0, n, indptr, indices, n, 4, 0.03, 0), part.assignment)
+    for name, (make, parts, eps) in CASES.items():
+        labels = rank_labels(Solo(), {name: arrays[name]})[name]
+        check_partition(make(), labels, parts, eps, name)
+
+
+def test_simulated_memory_per_rank_falls_with_ranks(arrays):
+    """Each rank holds its block: its peak (traced) shrinks as the ranks grow."""
+    peaks = {}
+    for world in (2, 8):
+        _, peak = simulate(rank_labels, world, {"sbm": arrays["sbm"]}, trace_memory=True)
+        peaks[world] = max(peak)
+    print(peaks)
+    assert peaks[8] < 0.5 * peaks[2]
+
+
+def test_blocks_must_cover_the_vertices():
+    indptr = np.zeros(4, dtype=np.int64)
+    with pytest.raises(ValueError, match="consecutive"):
+        propagate(Solo(), 0, 3, indptr, np.zeros(0, dtype=np.int64), 5, 2, 0.1, 0)
+    with pytest.raises(ValueError, match="parts"):
+        propagate(Solo(), 0, 3, indptr, np.zeros(0, dtype=np.int64), 3, 4, 0.1, 0)
