@@ -123,12 +123,14 @@ class HaloSpMM(torch.autograd.Function):
                 if halo.shape[0]:
                     y = y + multiply(op.outer, v_out, halo)
         ctx.op = op
-        ctx.save_for_backward(x, halo, values)
+        # x and its halo rows serve only the values' gradient (attention): a fixed operator's
+        # layer frees the halo as soon as it has been multiplied
+        ctx.save_for_backward(values, *((x, halo) if ctx.needs_input_grad[1] else ()))
         return y
 
     @staticmethod
     def backward(ctx, grad_y):
-        x, halo, values = ctx.saved_tensors
+        values, *inputs = ctx.saved_tensors
         op = ctx.op
         v_in, v_out = op.split_values(values)
         grad_x = grad_values = None
@@ -141,6 +143,7 @@ class HaloSpMM(torch.autograd.Function):
                     grad_x = multiply(op.inner, v_in, grad_y, transpose=True)
                 grad_x = op.exchange.finish_backward(pending, grad_x)
         if ctx.needs_input_grad[1]:
+            x, halo = inputs
             with profile.phase("aggregate"):
                 grad_values = values.new_zeros(values.shape)
                 grad_values[op.inner_pos] = edge_dot(op.inner, grad_y, x)
