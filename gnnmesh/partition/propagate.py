@@ -53,6 +53,7 @@ CLUSTER_FRACTION = 1 / 16
 MIN_SHRINK = 0.9
 # Coarse levels' caps allow this fraction of their heaviest vertex above (1 + eps) x average.
 COARSE_SLACK = 0.5
+COARSE_LOWER = 1.0
 CLUSTER_ROUNDS, REFINE_ROUNDS, INITIAL_REFINE_ROUNDS, BATCHES = 5, 8, 30, 4
 INITIAL_TRIES = 4
 # Above these sizes the coarsest graph is not gathered (memory): the initial partition is
@@ -60,6 +61,7 @@ INITIAL_TRIES = 4
 GATHER_MAX_VERTICES, GATHER_MAX_EDGES = 200_000, 4_000_000
 CLASSES = 128  # load-per-vertex classes of the balancing plan (half octaves)
 PLAN_MARGIN = 0.2  # the plan aims this fraction of the slack below the caps (rounding)
+PLAN_STEPS = 4  # the planned moves are made in this many steps, the gains updated between
 REPAIR_OFFERS = 4  # vertices each rank offers per part and class to the final repair
 
 
@@ -258,11 +260,13 @@ def _first_level(comm, lo, hi, indptr, indices, num_nodes) -> _Level:
         back = np.stack([cols, rows], axis=1)
     src = np.concatenate([rows, back[:, 0]])
     dst = np.concatenate([cols, back[:, 1]])
+    # 1: src reads dst (dst's net holds src), 2: dst reads src (src's net holds dst)
+    way = np.concatenate([np.ones(rows.shape[0], dtype=INT), np.full(back.shape[0], 2, dtype=INT)])
     del rows, cols, back
-    a, b, w = _aggregate(src, dst, np.ones(src.shape[0], dtype=INT))
+    a, b, way = _aggregate(src, dst, way)
     del src, dst
     vw = np.stack([np.ones(n, dtype=INT), np.diff(indptr) + 1], axis=1)
-    return _Level(comm, starts, _csr(n, a - lo), b, w, vw)
+    return _Level(comm, starts, _csr(n, a - lo), b, ((way & 1) > 0).astype(INT) + ((way & 2) > 0), vw)
 
 
 # -- label propagation pieces ---------------------------------------------------------------
@@ -531,48 +535,61 @@ def _planned_moves(level: _Level, labels: np.ndarray, parts: int, caps, lower, s
     src, dst, kls, x = comm.broadcast_object(plan, src=0)
     if src.shape[0] == 0:
         return labels
-    # this rank's share of each planned amount
+    # this rank's share of each planned amount, moved in steps: each step's gains see the
+    # moves of the steps before, so that a part gives up layers of its border, not scattered
+    # vertices from behind it
     share = x * local[0][src, kls] / np.maximum(amount[0][src, kls], 1)
-    v, p, conn = _connections(level, labels_all)
-    key_conn = v * parts + p
     labels = labels.copy()
     free = np.ones(n, dtype=bool)
     tie = _hash(seed, salt, level.gid())
     order = np.lexsort((dst, kls, src))
     src, dst, kls, share = src[order], dst[order], kls[order], share[order]
     group_starts = np.flatnonzero(_run_starts(src * CLASSES + kls))
-    for a, b in zip(group_starts, np.append(group_starts[1:], src.shape[0])):
-        s, k = src[a], kls[a]
-        verts = np.flatnonzero((labels == s) & (cls == k) & free)
-        if verts.shape[0] == 0:
-            continue
-        targets, quota = dst[a:b], share[a:b].copy()
-
-        gain = (_lookup(key_conn, conn, verts[:, None] * parts + targets[None, :])
-                - _lookup(key_conn, conn, verts[:, None] * parts + s)).astype(np.float64)
-        w = level.vw[verts, 0].astype(np.float64)
-        chosen = np.full(verts.shape[0], -1)
-        for _ in range(targets.shape[0] + 2):
-            open_ = quota > 1e-9
-            if not open_.any():
-                break
-            g = np.where(open_[None, :] & (chosen < 0)[:, None], gain, -np.inf)
-            pick = np.argmax(g, axis=1)
-            cand = np.flatnonzero(np.isfinite(g[np.arange(verts.shape[0]), pick]))
-            if cand.shape[0] == 0:
-                break
-            order = np.lexsort((tie[verts[cand]], -g[cand, pick[cand]], pick[cand]))
-            cand = cand[order]
-            t = pick[cand]
-            fits = _run_cumsum(t, w[cand]) <= quota[t] + 0.5 * w[cand]
-            take = cand[fits]
-            chosen[take] = pick[take]
-            np.subtract.at(quota, pick[take], w[take])
-            quota[np.unique(t[~fits])] = 0
-        moved = chosen >= 0
-        labels[verts[moved]] = targets[chosen[moved]]
-        free[verts[moved]] = False
+    group_ends = np.append(group_starts[1:], src.shape[0])
+    for step in range(PLAN_STEPS):
+        if step:
+            labels_all = level.with_ghosts(labels)
+        v, p, conn = _connections(level, labels_all)
+        key_conn = v * parts + p
+        for a, b in zip(group_starts, group_ends):
+            s, k = src[a], kls[a]
+            verts = np.flatnonzero((labels == s) & (cls == k) & free)
+            if verts.shape[0] == 0:
+                continue
+            quota = share[a:b] / (PLAN_STEPS - step)
+            chosen = _choose(verts, dst[a:b], quota, s, parts, key_conn, conn, level.vw[verts, 0], tie[verts])
+            moved = chosen >= 0
+            np.subtract.at(share, a + chosen[moved], level.vw[verts[moved], 0])
+            labels[verts[moved]] = dst[a:b][chosen[moved]]
+            free[verts[moved]] = False
     return labels
+
+
+def _choose(verts, targets, quota, source, parts, key_conn, conn, weight, tie) -> np.ndarray:
+    """Which of ``targets`` (index, -1 for none) each of ``verts`` moves to, filling each
+    target's ``quota`` of vertex weight with the vertices that lose fewest edges by it."""
+    quota = quota.copy()
+    gain = (_lookup(key_conn, conn, verts[:, None] * parts + targets[None, :])
+            - _lookup(key_conn, conn, verts[:, None] * parts + source)).astype(np.float64)
+    w = weight.astype(np.float64)
+    chosen = np.full(verts.shape[0], -1)
+    for _ in range(targets.shape[0] + 2):
+        open_ = quota > 1e-9
+        if not open_.any():
+            break
+        g = np.where(open_[None, :] & (chosen < 0)[:, None], gain, -np.inf)
+        pick = np.argmax(g, axis=1)
+        cand = np.flatnonzero(np.isfinite(g[np.arange(verts.shape[0]), pick]))
+        if cand.shape[0] == 0:
+            break
+        cand = cand[np.lexsort((tie[cand], -g[cand, pick[cand]], pick[cand]))]
+        t = pick[cand]
+        fits = _run_cumsum(t, w[cand]) <= quota[t] + 0.5 * w[cand]
+        take = cand[fits]
+        chosen[take] = pick[take]
+        np.subtract.at(quota, pick[take], w[take])
+        quota[np.unique(t[~fits])] = 0
+    return chosen
 
 
 def _quota(demands: np.ndarray, room: np.ndarray, rank: int, turn: int) -> np.ndarray:
@@ -672,17 +689,26 @@ def _repair(level: _Level, labels: np.ndarray, parts: int, caps, seed: int, salt
         best_part[v[~own][pick]] = p[~own][pick]
         best_conn[v[~own][pick]] = conn[~own][pick]
         group = labels * CLASSES + _classes(level.vw)
-        order = np.lexsort((_hash(seed, salt, rnd, gid), own_conn - best_conn, group))
-        position = np.arange(n) - np.maximum.accumulate(np.where(_run_starts(group[order]), np.arange(n), 0))
-        offer = order[position < REPAIR_OFFERS]
+        tie = (_hash(seed, salt, rnd, gid) >> np.uint64(2)).astype(INT)
+        offer = _cheapest(group, own_conn - best_conn, tie, -(-REPAIR_OFFERS // comm.world_size))
         pool = _gather(comm, np.column_stack([gid[offer], labels[offer], level.vw[offer], own_conn[offer],
-                                              best_part[offer], best_conn[offer]]))
+                                              best_part[offer], best_conn[offer], tie[offer]]))
+        pool = pool[_cheapest(pool[:, 1] * CLASSES + _classes(pool[:, 2:4]), pool[:, 4] - pool[:, 6],
+                              pool[:, 7], REPAIR_OFFERS)]
         moves = _repair_moves(pool, loads, caps)
         mine = (moves[:, 0] >= level.lo) & (moves[:, 0] < level.hi)
         labels[moves[mine, 0] - level.lo] = moves[mine, 1]
         if moves.shape[0] == 0:
             break
     return labels
+
+
+def _cheapest(group: np.ndarray, cost: np.ndarray, tie: np.ndarray, keep: int) -> np.ndarray:
+    """Indices of the ``keep`` lowest (cost, tie) entries of each group, by group."""
+    order = np.lexsort((tie, cost, group))
+    count = order.shape[0]
+    position = np.arange(count) - np.maximum.accumulate(np.where(_run_starts(group[order]), np.arange(count), 0))
+    return order[position < keep]
 
 
 def _repair_moves(pool: np.ndarray, loads: np.ndarray, caps: np.ndarray) -> np.ndarray:
@@ -692,9 +718,14 @@ def _repair_moves(pool: np.ndarray, loads: np.ndarray, caps: np.ndarray) -> np.n
     loads = loads.astype(INT).copy()
     part, w = pool[:, 1].copy(), pool[:, 2:4]
     own, other, other_conn = pool[:, 4], pool[:, 5], pool[:, 6]
+    kind = pool[:, 1] * CLASSES + _classes(w)  # offers come sorted by it, cheapest first
     free = np.ones(pool.shape[0], dtype=bool)
     parts = loads.shape[0]
     moves = []
+
+    def cheapest(mask):  # the first free offer of each (part, class): the swaps' candidates
+        idx = np.flatnonzero(mask)
+        return idx[_run_starts(kind[idx])]
 
     def cost(idx, target):
         return own[idx] - np.where(other[idx] == target, other_conn[idx], 0)
@@ -719,10 +750,11 @@ def _repair_moves(pool: np.ndarray, loads: np.ndarray, caps: np.ndarray) -> np.n
             k = int(np.lexsort((cost(vi, ti), -gain))[0])
             if gain[k] > 1e-12:
                 best = (gain[k], cost(vi[k], ti[k]), [(vi[k], ti[k])])
-        # swaps: mine x offers of other parts
-        others = np.flatnonzero(free & (part != s))
+        # swaps: the cheapest of each class of mine x of each part and class of the others
+        others = cheapest(free & (part != s))
         if others.shape[0]:
-            vi, ui = np.repeat(mine, others.shape[0]), np.tile(others, mine.shape[0])
+            firsts = cheapest(free & (part == s))
+            vi, ui = np.repeat(firsts, others.shape[0]), np.tile(others, firsts.shape[0])
             ti = part[ui]
             delta = w[vi] - w[ui]
             gain = (excess[s] + excess[ti] - _violation(loads[s] - delta, caps[s])
@@ -754,17 +786,17 @@ def _balance(level: _Level, labels: np.ndarray, parts: int, caps, lower, seed: i
 
 # -- refinement ---------------------------------------------------------------------------
 def _refine(level: _Level, labels: np.ndarray, parts: int, caps, seed: int, salt: int,
-            rounds: int = REFINE_ROUNDS) -> np.ndarray:
+            rounds: Optional[int] = None) -> np.ndarray:
     """Label propagation: each vertex moves to the part it has the most edge weight to,
     when that beats its own part and the target keeps room in both weights (the ranks
     share a target's room, see ``_quota``). One all_gather per batch carries every rank's
     loads and demands, one exchange the new labels of the ghosts."""
-    comm, world, n = level.comm, level.comm.world_size, level.n
+    comm, n = level.comm, level.n
     gid = level.gid()
     labels = labels.copy()
     mine = _loads(level, labels, parts, local=True)
     ghost_labels = level.exchange(labels)
-    for it in range(rounds):
+    for it in range(REFINE_ROUNDS if rounds is None else rounds):
         moved = 0
         batch = (_hash(seed, salt, it, gid) % np.uint64(BATCHES)).astype(INT)
         for b in range(BATCHES):
@@ -779,8 +811,8 @@ def _refine(level: _Level, labels: np.ndarray, parts: int, caps, seed: int, salt
             w = level.vw[v]
             demand = np.zeros((parts, 2), dtype=INT)
             np.add.at(demand, t, w)
-            both = _gather_equal(comm, np.stack([mine, demand])).reshape(world, 2, parts, 2)
-            quota = _quota(both[:, 1], np.maximum(caps - both[:, 0].sum(0), 0), comm.rank, it * BATCHES + b)
+            every = _gather_equal(comm, np.stack([mine, demand]))
+            quota = _quota(every[:, 1], np.maximum(caps - every[:, 0].sum(0), 0), comm.rank, it * BATCHES + b)
             order = np.lexsort((_hash(seed, salt, it, gid[v]), -gain, t))
             v, t, w = v[order], t[order], w[order]
             take = _admit(t, w, quota)
@@ -800,15 +832,15 @@ def _bisect(level: _Level, fraction: float, seed: int):
     """A breadth-first order of a one-rank level from a far vertex (then the other
     components) and the position in it where about ``fraction`` of both weights is reached."""
     n = level.n
-    graph = sp.csr_matrix((np.ones(level.adj.shape[0]), level.adj, level.indptr), shape=(n, n))
+    graph = sp.csr_matrix((np.ones(level.adj.shape[0]), level.adj, level.indptr), shape=(n, n))  # symmetric
     start = int(_hash(seed, 1) % np.uint64(n))
     for _ in range(2):  # a pseudo-peripheral vertex
-        start = int(breadth_first_order(graph, start, directed=False, return_predecessors=False)[-1])
+        start = int(breadth_first_order(graph, start, return_predecessors=False)[-1])
     seen = np.zeros(n, dtype=bool)
     orders = []
     for root in [start] + list(range(n)):
         if not seen[root]:
-            found = breadth_first_order(graph, root, directed=False, return_predecessors=False)
+            found = breadth_first_order(graph, root, return_predecessors=False)
             seen[found] = True
             orders.append(found)
             if seen.all():
@@ -903,8 +935,8 @@ def _caps(level: _Level, parts: int, epsilon: float, slack: Optional[np.ndarray]
     caps = np.maximum(caps, np.ceil(average))
     if slack is None:
         return np.tile(caps, (parts, 1)), None
-    lower = np.floor((1 - epsilon) * average - slack)
-    return np.tile(caps + np.ceil(slack), (parts, 1)), np.tile(lower, (parts, 1))
+    lower = np.floor((1 - epsilon) * average - slack / COARSE_LOWER) if COARSE_LOWER else np.zeros(2)
+    return np.tile(caps + np.ceil(slack), (parts, 1)), (np.tile(lower, (parts, 1)) if COARSE_LOWER else None)
 
 
 def _heaviest(level: _Level) -> np.ndarray:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 import tracemalloc
 from typing import Callable, Optional
 
@@ -31,7 +32,8 @@ class _World:
 
     def __init__(self, size: int, trace: bool):
         self.size, self.trace = size, trace
-        self.cond = threading.Condition()
+        self.cond = threading.Lock()
+        self.wake = [threading.Condition(self.cond) for _ in range(size)]  # one per rank
         self.turn = 0
         self.done = [False] * size
         self.calls = [0] * size
@@ -40,14 +42,18 @@ class _World:
         self.live = [0] * size
         self.peak = [0] * size
         self.base = 0
+        self.started = 0.0
+        self.segments = [[] for _ in range(size)]  # seconds each rank ran between collectives
 
     # -- turns (called with the condition held) --------------------------------------------
     def _start(self, rank: int) -> None:
+        self.started = time.perf_counter()
         if self.trace:
             self.base = tracemalloc.get_traced_memory()[0]
             tracemalloc.reset_peak()
 
     def _stop(self, rank: int) -> None:
+        self.segments[rank].append(time.perf_counter() - self.started)
         if self.trace:
             current, peak = tracemalloc.get_traced_memory()
             self.peak[rank] = max(self.peak[rank], self.live[rank] + peak - self.base)
@@ -59,11 +65,14 @@ class _World:
             nxt = (rank + step) % self.size
             if not self.done[nxt]:
                 self.turn = nxt
+                self.wake[nxt].notify()
                 break
-        self.cond.notify_all()
+        if self.error is not None:
+            for wake in self.wake:
+                wake.notify()
 
     def _wait(self, rank: int, ready=lambda: True) -> None:
-        self.cond.wait_for(lambda: self.error is not None or (self.turn == rank and ready()))
+        self.wake[rank].wait_for(lambda: self.error is not None or (self.turn == rank and ready()))
         if self.error is not None:
             raise RuntimeError("another simulated rank failed") from self.error
 
@@ -80,9 +89,10 @@ class _World:
             self.done[rank] = True
             self._pass(rank)
 
-    def collective(self, rank: int, contribution, combine: Callable):
+    def collective(self, rank: int, contribution, combine: Callable, shared: bool = False):
         """Deposit this rank's ``contribution`` to its next collective, let the others run,
-        and return ``combine(contributions in rank order, rank)`` once all have deposited."""
+        and return ``combine(contributions in rank order, rank)`` once all have deposited
+        (computed once for all ranks when ``shared``: the same result for every rank)."""
         with self.cond:
             index = self.calls[rank]
             self.calls[rank] += 1
@@ -93,11 +103,17 @@ class _World:
             self._pass(rank)
             self._wait(rank, lambda: slot["in"] == self.size)
             self._start(rank)
-            result = combine(slot["data"], rank)
+            if not shared:
+                result = combine(slot["data"], rank)
+            else:
+                if "result" not in slot:
+                    slot["result"], slot["by"] = combine(slot["data"], rank), rank
+                result = copy.copy(slot["result"])
             slot["out"] += 1
             if slot["out"] == self.size:  # last reader: the contributions are freed now
                 if self.trace:
-                    for owner, data in enumerate(slot["data"]):
+                    held = list(enumerate(slot["data"])) + ([(slot["by"], slot["result"])] if "by" in slot else [])
+                    for owner, data in held:
                         freed = _nbytes(data)
                         self.live[owner] -= freed
                         self.live[rank] += freed
@@ -121,7 +137,7 @@ class SimulatedComm:
 
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         total = self._world.collective(self.rank, tensor.numpy().copy(),
-                                       lambda data, me: np.sum(np.stack(data), axis=0))
+                                       lambda data, me: np.sum(np.stack(data), axis=0), shared=True)
         tensor.copy_(torch.from_numpy(np.ascontiguousarray(total, dtype=tensor.numpy().dtype)))
         return tensor
 
@@ -139,7 +155,7 @@ class SimulatedComm:
 
     def all_gather(self, tensor: torch.Tensor, sizes: Optional[list] = None, dim: int = 0) -> torch.Tensor:
         out = self._world.collective(self.rank, tensor.numpy().copy(),
-                                     lambda data, me: np.concatenate(data, axis=dim))
+                                     lambda data, me: np.concatenate(data, axis=dim), shared=True)
         return torch.from_numpy(np.ascontiguousarray(out))
 
     def broadcast_object(self, obj, src: int = 0):
@@ -150,10 +166,14 @@ class SimulatedComm:
         return self._world.collective(self.rank, obj, lambda data, me: copy.deepcopy(list(data)))
 
 
-def simulate(fn: Callable, world_size: int, *args, trace_memory: bool = False):
+def simulate(fn: Callable, world_size: int, *args, trace_memory: bool = False, timing: Optional[dict] = None):
     """``fn(comm, *args)`` on ``world_size`` simulated ranks, taking turns. Returns the
     results in rank order and, with ``trace_memory``, each rank's peak bytes (numpy and
-    Python allocations while it ran, less what it held at its start), else None."""
+    Python allocations while it ran, less what it held at its start), else None.
+
+    ``timing`` (a dict) receives ``cpu``: the seconds all ranks computed, and ``parallel``:
+    the sum over the stretches between collectives of the slowest rank's stretch, what
+    ranks on as many cores would take if communication were free."""
     world = _World(world_size, trace_memory)
     results: list = [None] * world_size
 
@@ -183,4 +203,10 @@ def simulate(fn: Callable, world_size: int, *args, trace_memory: bool = False):
             tracemalloc.stop()
     if world.error is not None:
         raise world.error
+    if timing is not None:
+        longest = max(len(s) for s in world.segments)
+        stretches = np.zeros((world_size, longest))
+        for rank, segments in enumerate(world.segments):
+            stretches[rank, :len(segments)] = segments
+        timing.update(cpu=float(stretches.sum()), parallel=float(stretches.max(axis=0).sum()))
     return results, (list(world.peak) if trace_memory else None)
