@@ -3,6 +3,13 @@ mt-KaHyPar (hp): communication volume, both balances, time and peak memory, side
 
     python benchmarks/lp_partition.py [--data-root DIR] [--graphs NAME ... | all]
         [--parts 4,16,64] [--repeats 1] [--methods gp,hp,lp] [--epsilon 0.01] [--output FILE]
+    python benchmarks/lp_partition.py --candidates [--graphs ...] [--parts 16]
+
+``--candidates`` compares, on one process, the label propagation variants that were the
+candidates for ``lp`` (volume / gp's, both imbalances): single-level size-constrained label
+propagation from a balanced dealt start (as XtraPuLP and Spinner do), the same from a
+Fennel streaming start, and the multilevel scheme ``lp`` uses. The single-level ones use
+``lp``'s own balancing and refinement steps at the input level, 30 rounds.
 
 ``all`` is every real graph present under the data root plus R-MAT 100k/1M. Repeat r uses
 seed r for every method; each cell is the median over the repeats, with the spread
@@ -127,6 +134,64 @@ def run_lp(graph, parts, epsilon, seed, trace: bool = True) -> tuple:
     return labels, timing["parallel"], peak, timing["cpu"]
 
 
+def fennel(level, parts: int, caps: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Fennel's streaming assignment (gamma 1.5) of a one-rank level's vertices in
+    ``order``: each to the part with most neighbours already there less
+    alpha * gamma * size^(gamma - 1), among the parts with room for it in both weights
+    (else the one with most room)."""
+    n, gamma = level.n, 1.5
+    alpha = (level.adj.shape[0] / 2) * parts ** (gamma - 1) / n ** gamma
+    labels = np.full(n, -1, dtype=np.int64)
+    loads = np.zeros((parts, 2))
+    indptr = level.indptr.tolist()
+    for v in order.tolist():
+        near = labels[level.adj[indptr[v]:indptr[v + 1]]]
+        score = np.bincount(near[near >= 0], minlength=parts) - alpha * gamma * np.sqrt(loads[:, 0])
+        fits = np.all(loads + level.vw[v] <= caps, axis=1)
+        p = int(np.argmax(np.where(fits, score, -np.inf))) if fits.any() else \
+            int(np.argmin((loads / caps).max(axis=1)))
+        labels[v] = p
+        loads[p] += level.vw[v]
+    return labels
+
+
+def candidates(args) -> None:
+    """Volume against gp and both imbalances of the candidate schemes, one process."""
+    from gnnmesh.partition import propagate as pp
+
+    names = real_graphs(args.data_root) + [RMAT] if args.graphs == ["all"] else args.graphs
+    parts_list = [int(p) for p in args.parts.split(",")]
+    print(f"candidates, one process, epsilon {args.epsilon}, seed 0: volume / gp's "
+          f"(vertex, nonzeros+1 imbalance)")
+    print("| graph | P | dealt + LP | Fennel + LP | multilevel (lp) |")
+    print("|---|---|---|---|---|")
+    ratios = {k: [] for k in ("dealt", "fennel", "lp")}
+    for name in names:
+        graph = load_graph(name, args.data_root)
+        indptr, indices = csr_arrays(graph.adj)
+        n = graph.num_nodes
+        for parts in parts_list:
+            gp = quality(graph.adj, run_child("gp", name, args, parts, 0)[0])["volume_total"]
+            level = pp._first_level(pp.Solo(), 0, n, indptr, indices, n)
+            caps, _ = pp._caps(level, parts, args.epsilon, None)
+            cells = []
+            for key in ("dealt", "fennel", "lp"):
+                if key == "lp":
+                    labels = propagate(pp.Solo(), 0, n, indptr, indices, n, parts, args.epsilon, 0)
+                else:
+                    start = (pp._dealt(level, parts, 0) if key == "dealt"
+                             else fennel(level, parts, caps[0], np.arange(n)))
+                    labels = pp._balance(level, start, parts, caps, None, 0, 11)
+                    labels = pp._refine(level, labels, parts, caps, 0, 13, rounds=30)
+                q = quality(graph.adj, labels)
+                ratios[key].append(q["volume_total"] / max(gp, 1))
+                cells.append(f"{ratios[key][-1]:.3f} ({q['node_imbalance']:.3f}, {q['compute_imbalance']:.3f})")
+            print(f"| {graph.name} | {parts} | " + " | ".join(cells) + " |", flush=True)
+    for key, values in ratios.items():
+        geo = math.exp(sum(math.log(v) for v in values) / len(values))
+        print(f"{key}: geometric mean {geo:.3f}, range {min(values):.3f}-{max(values):.3f}")
+
+
 def median_spread(values, fmt="{:.3f}") -> str:
     values = [v for v in values if v is not None]
     if not values:
@@ -149,8 +214,13 @@ def main():
     parser.add_argument("--methods", default="gp,hp,lp")
     parser.add_argument("--epsilon", type=float, default=0.01)
     parser.add_argument("--output", help="also write the table and summary to this file")
+    parser.add_argument("--candidates", action="store_true",
+                        help="compare the candidate schemes instead (one process, seed 0)")
     parser.add_argument("--child", nargs=7, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.candidates:
+        candidates(args)
+        return
     if args.child:
         method, name, root, parts, epsilon, seed, out = args.child
         child(method, name, root, int(parts), float(epsilon), int(seed), out)

@@ -31,7 +31,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     cmd.add_argument("--partitioner", "--method", dest="method",
                      choices=METHODS + STOCHASTIC_METHODS + GRID_METHODS + LAYOUT_METHODS,
                      help="rp: random; contiguous: id ranges; gp: METIS graph partitioning; "
-                          "hp: hypergraph partitioning, exact volume (default); shp: stochastic "
+                          "hp: hypergraph partitioning, exact volume (default); lp: multilevel "
+                          "label propagation, balancing vertices and nonzeros as gp does, which "
+                          "also runs on --nproc ranks each holding its block (--input); shp: stochastic "
                           "hypergraph partitioning, the expected volume of sampled mini-batches "
                           "(--fanouts, --batch-size). gp, hp and shp need "
                           "pip install 'gnnmesh[partitioners]'. permute2: nonzero balance of the "

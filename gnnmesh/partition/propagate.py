@@ -36,6 +36,7 @@ and the world size, not on timing.
 
 from __future__ import annotations
 
+import heapq
 from typing import Optional
 
 import numpy as np
@@ -62,6 +63,7 @@ GATHER_MAX_VERTICES, GATHER_MAX_EDGES = 200_000, 4_000_000
 CLASSES = 128  # load-per-vertex classes of the balancing plan (half octaves)
 PLAN_MARGIN = 0.2  # the plan aims this fraction of the slack below the caps (rounding)
 PLAN_STEPS = 4  # the planned moves are made in this many steps, the gains updated between
+FM_PASSES, FM_PATIENCE = 4, 200  # the coarsest graph's bisections: passes, moves past the best
 REPAIR_OFFERS = 4  # vertices each rank offers per part and class to the final repair
 
 
@@ -464,7 +466,13 @@ def _plan(amount, load, movable, adjacent, caps, lower, margin: float = PLAN_MAR
     edge between them. Parts that cannot be brought within the caps pay a penalty instead,
     so the program is always feasible."""
     parts, classes = amount.shape
-    src, dst, cls = np.nonzero(movable[:, None, :] & ~np.eye(parts, dtype=bool)[:, :, None])
+    # a move can only help from a part above the average in some weight to one below it in
+    # some weight (an exchange is two such moves)
+    weights = np.stack([amount.sum(1), load.sum(1)], axis=1)
+    average = weights.sum(0) / parts
+    above, below = (weights > average).any(axis=1), (weights < average).any(axis=1)
+    pairs = above[:, None] & below[None, :] & ~np.eye(parts, dtype=bool)
+    src, dst, cls = np.nonzero(pairs[:, :, None] & movable[:, None, :])
     if src.shape[0] == 0:
         return src, dst, cls, np.zeros(0)
     ratio = load[src, cls] / amount[src, cls]
@@ -779,7 +787,10 @@ def _balance(level: _Level, labels: np.ndarray, parts: int, caps, lower, seed: i
         loads = _loads(level, labels, parts)
         if (loads <= caps).all() and (lower is None or (loads >= lower).all()):
             break
+        before = labels
         labels = _planned_moves(level, labels, parts, caps, lower, seed, salt + step)
+        if _sum(level.comm, np.array([np.count_nonzero(labels != before)]))[0] == 0:
+            break
     labels = _greedy(level, labels, parts, caps, seed, salt)
     return _repair(level, labels, parts, caps, seed, salt)
 
@@ -868,12 +879,59 @@ def _recursive_bisection(level: _Level, parts: int, seed: int) -> np.ndarray:
         total = sub.vw.sum(0)
         caps = np.stack([total * (k1 / k) * 1.03, total * ((k - k1) / k) * 1.03]) + sub.vw.max(0)
         refined = _refine(sub, side, 2, caps, seed, 7, rounds=10)
+        refined = _fm(sub, refined, caps, int(_hash(seed, base, k, 3) >> np.uint64(40)))
         sizes = np.bincount(refined, minlength=2)
         if sizes[0] >= k1 and sizes[1] >= k - k1:
             side = refined
         stack.append((ids[side == 1], k - k1, base + k1))
         stack.append((ids[side == 0], k1, base))
     return labels
+
+
+def _fm(level: _Level, side: np.ndarray, caps: np.ndarray, seed: int) -> np.ndarray:
+    """Fiduccia-Mattheyses passes on a two-way split of a one-rank level (the coarsest
+    graph's bisections): vertices move one at a time, highest gain first, each once per
+    pass, also through losses, within the caps ([2, 2]); the pass keeps its best prefix."""
+    side = side.copy()
+    n, indptr, adj, ew, vw = level.n, level.indptr, level.adj, level.ew, level.vw
+    loads = np.zeros((2, 2), dtype=np.float64)
+    np.add.at(loads, side, vw)
+    tie = _hash(seed, np.arange(n)).tolist()
+    starts = indptr.tolist()
+    for _ in range(FM_PASSES):
+        same = side[level.rows] == side[adj]
+        gain = (np.bincount(level.rows, weights=np.where(same, -ew, ew), minlength=n)).astype(INT).tolist()
+        heap = [(-gain[v], tie[v], v) for v in range(n)]
+        heapq.heapify(heap)
+        locked = [False] * n
+        order, total, best, best_at = [], 0, 0, 0
+        while heap and len(order) - best_at <= FM_PATIENCE:
+            g, _, v = heapq.heappop(heap)
+            if locked[v] or -g != gain[v]:
+                continue
+            to = 1 - side[v]
+            if np.any(loads[to] + vw[v] > caps[to]):
+                continue
+            locked[v] = True
+            loads[side[v]] -= vw[v]
+            loads[to] += vw[v]
+            side[v] = to
+            total += gain[v]
+            order.append(v)
+            if total > best:
+                best, best_at = total, len(order)
+            for i in range(starts[v], starts[v + 1]):
+                u = int(adj[i])
+                if not locked[u]:
+                    gain[u] += -2 * int(ew[i]) if side[u] == to else 2 * int(ew[i])
+                    heapq.heappush(heap, (-gain[u], tie[u], u))
+        for v in order[best_at:]:  # undo the moves after the best prefix
+            loads[side[v]] -= vw[v]
+            side[v] = 1 - side[v]
+            loads[side[v]] += vw[v]
+        if best <= 0:
+            break
+    return side
 
 
 def _induced(level: _Level, ids: np.ndarray) -> _Level:

@@ -111,14 +111,23 @@ class _World:
                 result = copy.copy(slot["result"])
             slot["out"] += 1
             if slot["out"] == self.size:  # last reader: the contributions are freed now
-                if self.trace:
-                    held = list(enumerate(slot["data"])) + ([(slot["by"], slot["result"])] if "by" in slot else [])
-                    for owner, data in held:
-                        freed = _nbytes(data)
-                        self.live[owner] -= freed
-                        self.live[rank] += freed
+                held = list(enumerate(slot["data"])) + ([(slot["by"], slot.pop("result"))] if "by" in slot else [])
+                self._stop(rank)  # what this rank held until now is its own; the freeing is not
                 del self.slots[index]
+                slot.clear()
+                for owner, data in held:
+                    self.live[owner] -= _nbytes(data)
+                held.clear()
+                self._start(rank)
             return result
+
+
+def _sum_of(data, me):
+    """The elementwise sum of the ranks' arrays, in rank order, one array at a time."""
+    total = data[0].copy()
+    for array in data[1:]:
+        total += array
+    return total
 
 
 def _nbytes(data) -> int:
@@ -137,7 +146,7 @@ class SimulatedComm:
 
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         total = self._world.collective(self.rank, tensor.numpy().copy(),
-                                       lambda data, me: np.sum(np.stack(data), axis=0), shared=True)
+                                       _sum_of, shared=True)
         tensor.copy_(torch.from_numpy(np.ascontiguousarray(total, dtype=tensor.numpy().dtype)))
         return tensor
 
