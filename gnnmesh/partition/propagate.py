@@ -16,11 +16,15 @@ process (``Comm()`` with no process group, or the single-rank stand-in ``Solo``)
    (a fraction of a part's share). Vertices without edges are packed into clusters of
    their own. Clusters become the vertices of the next, smaller level, stored on the rank
    that owns the cluster's id. Repeat until a few tens of vertices per part remain.
-3. **Initial partition.** The coarsest graph (a few thousand vertices) is gathered on every
-   rank; recursive bisection (breadth-first growing, then two-way label propagation) gives
-   ``INITIAL_TRIES`` candidates, spread over the ranks; the lowest cut wins.
+3. **Initial partition.** The coarsest graph (at most ``COARSEST_PER_PART`` vertices per
+   part, unless coarsening stalls) is gathered on every rank; recursive bisection
+   (breadth-first growing from a far vertex, two-way label propagation, then
+   Fiduccia-Mattheyses passes) gives ``INITIAL_TRIES`` candidates, spread over the ranks;
+   the one within the caps with the lowest cut wins.
 4. **Uncoarsen.** Labels are projected level by level; at each level a balancing step and
-   label propagation refinement run with caps that tighten to (1 + epsilon) at the input.
+   label propagation refinement run with caps that tighten to (1 + epsilon) at the input
+   (coarse levels allow half their heaviest vertex more, and keep parts above a lower
+   bound as far below the average, so that the input level has little left to move).
 
 Balance holds for two weights at once, as METIS's ``gp`` does: vertices (a rank's memory)
 and nonzeros + 1 (its compute). Moving single vertices cannot always fix both (a part over
@@ -28,10 +32,17 @@ in vertices but under in load must trade light vertices for heavy ones), so the 
 step plans the moves globally: vertices are grouped into classes by load per vertex, and a
 small linear program over (from part, to part, class) finds the cheapest amounts that bring
 both weights within the caps; each rank then moves its share, best-connected vertices
-first. A greedy pass of single moves into parts with room finishes what rounding left.
+first, in a few steps. Single moves into parts with room, then a search for single moves
+and swaps among the cheapest vertices every rank offers, finish what rounding left.
 
-Everything is integer arithmetic and seeded hashes, so the labels depend only on the seed
-and the world size, not on timing.
+Memory per rank: its block's rows, twice (A + A^T) with a few arrays of that size during
+symmetrizing and coarsening, the ghosts' labels, and small arrays over the parts: the
+coarsest graph (a few tens of vertices per part and their edges), [parts, classes] totals
+and, on rank 0, the plan's linear program (about parts^2 / 4 x the classes present).
+Nothing is of the size of the whole graph.
+
+Everything is integer arithmetic and seeded hashes, so the labels depend only on the graph,
+the seed and the world size, not on timing.
 """
 
 from __future__ import annotations
@@ -52,9 +63,9 @@ COARSEST_PER_PART = 30
 CLUSTER_FRACTION = 1 / 16
 # Coarsening stops when a level shrinks by less than this factor.
 MIN_SHRINK = 0.9
-# Coarse levels' caps allow this fraction of their heaviest vertex above (1 + eps) x average.
+# Coarse levels' caps allow this fraction of their heaviest vertex (at most a cluster's cap)
+# above (1 + eps) x average, and their lower bounds as much below (1 - eps) x average.
 COARSE_SLACK = 0.5
-COARSE_LOWER = 1.0
 CLUSTER_ROUNDS, REFINE_ROUNDS, INITIAL_REFINE_ROUNDS, BATCHES = 5, 8, 30, 4
 INITIAL_TRIES = 4
 # Above these sizes the coarsest graph is not gathered (memory): the initial partition is
@@ -993,8 +1004,8 @@ def _caps(level: _Level, parts: int, epsilon: float, slack: Optional[np.ndarray]
     caps = np.maximum(caps, np.ceil(average))
     if slack is None:
         return np.tile(caps, (parts, 1)), None
-    lower = np.floor((1 - epsilon) * average - slack / COARSE_LOWER) if COARSE_LOWER else np.zeros(2)
-    return np.tile(caps + np.ceil(slack), (parts, 1)), (np.tile(lower, (parts, 1)) if COARSE_LOWER else None)
+    lower = np.floor((1 - epsilon) * average - slack)
+    return np.tile(caps + np.ceil(slack), (parts, 1)), np.tile(lower, (parts, 1))
 
 
 def _heaviest(level: _Level) -> np.ndarray:

@@ -10,7 +10,7 @@ from gnnmesh import Adjacency
 from gnnmesh.comm import Comm
 from gnnmesh.partition import partition, quality
 from gnnmesh.partition.base import csr_arrays
-from gnnmesh.partition.propagate import Solo, propagate
+from gnnmesh.partition.propagate import Solo, _dealt, propagate
 from gnnmesh.partition.simulate import simulate
 
 from tests.dist import run_ranks
@@ -177,6 +177,20 @@ def test_simulated_memory_per_rank_falls_with_ranks(arrays):
         peaks[world] = max(peak)
     print(peaks)
     assert peaks[8] < 0.5 * peaks[2]
+
+
+def test_a_coarsest_graph_too_large_to_gather_is_dealt_and_refined(arrays, monkeypatch):
+    """Where coarsening stalls above the gathering limits, the ranks start from a dealt
+    partition of the coarsest level instead: still valid, balanced and far below random."""
+    from gnnmesh.partition import propagate as module
+    monkeypatch.setattr(module, "GATHER_MAX_VERTICES", 0)
+    dealt = []
+    monkeypatch.setattr(module, "_dealt", lambda *a: dealt.append(1) or _dealt(*a))
+    labels = joined(simulate(rank_labels, 2, {"sbm": arrays["sbm"]})[0], "sbm")
+    assert len(dealt) == 2  # once per rank
+    adj = sbm()
+    check_partition(adj, labels, 4, 0.03, "dealt")
+    assert quality(adj, labels)["volume_total"] < 0.6 * quality(adj, partition(adj, 4, "rp", cache=False))["volume_total"]
 
 
 def test_blocks_must_cover_the_vertices():
