@@ -73,7 +73,6 @@ INITIAL_TRIES = 4
 GATHER_MAX_VERTICES, GATHER_MAX_EDGES = 200_000, 4_000_000
 CLASSES = 128  # load-per-vertex classes of the balancing plan (half octaves)
 PLAN_MARGIN = 0.2  # the plan aims this fraction of the slack below the caps (rounding)
-PLAN_VARIABLES = 4096  # the most unknowns of the plan's linear program (it runs on rank 0)
 PLAN_STEPS = 4  # the planned moves are made in this many steps, the gains updated between
 FM_PASSES, FM_PATIENCE = 4, 200  # the coarsest graph's bisections: passes, moves past the best
 REPAIR_OFFERS = 4  # vertices each rank offers per part and class to the final repair
@@ -535,22 +534,6 @@ def _lookup(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> np.ndar
     return np.where(keys[at] == wanted, values[at], 0)
 
 
-def _class_groups(amount: np.ndarray, parts: int) -> np.ndarray:
-    """The group of each load class in the plan: the classes themselves, or, where the plan
-    would have more than PLAN_VARIABLES unknowns (from part, to part, class), runs of
-    neighbouring classes holding about equal numbers of vertices."""
-    weights = np.stack([amount[0].sum(1), amount[1].sum(1)], axis=1)
-    average = weights.sum(0) / parts
-    pairs = int((weights > average).any(axis=1).sum()) * int((weights < average).any(axis=1).sum())
-    present = amount[2].sum(0) > 0
-    groups = max(1, PLAN_VARIABLES // max(pairs, 1))
-    if groups >= present.sum():
-        return np.arange(CLASSES)
-    count = amount[2].sum(0).astype(np.float64)
-    before = (np.cumsum(count) - count) / count.sum()
-    return np.minimum((before * groups).astype(INT), groups - 1)
-
-
 def _planned_moves(level: _Level, labels: np.ndarray, parts: int, caps, lower, seed: int, salt: int):
     """One balancing step by a global plan (``_plan``), each rank moving its share."""
     comm, n = level.comm, level.n
@@ -565,14 +548,6 @@ def _planned_moves(level: _Level, labels: np.ndarray, parts: int, caps, lower, s
     totals = _sum(comm, np.concatenate([local.reshape(-1), between.reshape(-1)]))
     amount = totals[:3 * parts * CLASSES].reshape(3, parts, CLASSES)
     between = totals[3 * parts * CLASSES:].reshape(parts, parts)
-    # at most PLAN_VARIABLES unknowns: with many parts, neighbouring classes are merged
-    group = _class_groups(amount, parts)
-    merged = np.zeros((3, parts, group.max() + 1), dtype=INT)
-    np.add.at(merged, (slice(None), slice(None), group), amount)
-    amount, cls = merged, group[cls]
-    mine = np.zeros_like(merged)
-    np.add.at(mine, (slice(None), slice(None), group), local)
-    local = mine
     plan = None
     if comm.rank == 0:
         plan = _plan(amount[0], amount[1], amount[2] >= 4, between > 0, caps, lower)
@@ -588,7 +563,7 @@ def _planned_moves(level: _Level, labels: np.ndarray, parts: int, caps, lower, s
     tie = _hash(seed, salt, level.gid())
     order = np.lexsort((dst, kls, src))
     src, dst, kls, share = src[order], dst[order], kls[order], share[order]
-    group_starts = np.flatnonzero(_run_starts(src * CLASSES + kls))  # (part, class) runs
+    group_starts = np.flatnonzero(_run_starts(src * CLASSES + kls))
     group_ends = np.append(group_starts[1:], src.shape[0])
     for step in range(PLAN_STEPS):
         if step:
@@ -734,11 +709,7 @@ def _repair(level: _Level, labels: np.ndarray, parts: int, caps, seed: int, salt
         best_conn[v[~own][pick]] = conn[~own][pick]
         group = labels * CLASSES + _classes(level.vw)
         tie = (_hash(seed, salt, rnd, gid) >> np.uint64(2)).astype(INT)
-        # each (part, class) hears from about four ranks, so that the offers stay a few
-        # per part and class however many ranks there are
-        asked = (group + comm.rank) % max(1, comm.world_size // 4) == 0
-        offer = _cheapest(np.where(asked, group, -1), own_conn - best_conn, tie, REPAIR_OFFERS)
-        offer = offer[asked[offer]]
+        offer = _cheapest(group, own_conn - best_conn, tie, -(-REPAIR_OFFERS // comm.world_size))
         pool = _gather(comm, np.column_stack([gid[offer], labels[offer], level.vw[offer], own_conn[offer],
                                               best_part[offer], best_conn[offer], tie[offer]]))
         pool = pool[_cheapest(pool[:, 1] * CLASSES + _classes(pool[:, 2:4]), pool[:, 4] - pool[:, 6],
