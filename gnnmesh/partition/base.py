@@ -23,6 +23,8 @@ STOCHASTIC_METHODS = ("shp",)
 GRID_METHODS = ("permute2",)
 # Not partitioners either: the row blocks of the tensor strategies, for --write-parts only.
 LAYOUT_METHODS = ("tensor",)
+# The partitioners that run on ranks each holding a block of the graph (parts from --input)
+DISTRIBUTED_METHODS = ("rp", "contiguous", "lp")
 # The ones that balance nonzeros alone, so that a part may hold far more than its share of vertices.
 NONZERO_BALANCED = ("hp", "shp", "contiguous")
 # Bumped when a method's output changes, so that stored partitions are recomputed.

@@ -40,13 +40,13 @@ from .. import locks
 from ..atomic import staged_directory
 from ..datasets import sorted_unique
 from ..errors import ConfigError, GraphError
-from ..partition.base import add_sums, entry_sums, structure_key
+from ..partition.base import DISTRIBUTED_METHODS, add_sums, entry_sums, structure_key
 from ..partition.halo import local_halo
 from ..partition.methods import contiguous_parts, random_parts
 from ..view import OPERATORS
 from .store import FORMAT_VERSION, MANIFEST, rank_folder, save_array, write_manifest
 
-METHODS = ("rp", "contiguous", "lp")  # the partitioners that run on the ranks' blocks
+METHODS = DISTRIBUTED_METHODS  # the partitioners that run on the ranks' blocks
 ROUND_ITEMS = 1 << 21  # items (edges, rows) one rank sends in one all-to-all round
 BUILT_IN = ("gcn", "mean", "sum", "loop")  # the operators built here from rows alone
 NODE_DATA = ("x", "y", "train_mask", "val_mask", "test_mask")
