@@ -271,15 +271,17 @@ def _first_level(comm, lo, hi, indptr, indices, num_nodes) -> _Level:
         del sent
     else:
         back = np.stack([cols, rows], axis=1)
-    src = np.concatenate([rows, back[:, 0]])
-    dst = np.concatenate([cols, back[:, 1]])
-    # 1: src reads dst (dst's net holds src), 2: dst reads src (src's net holds dst)
-    way = np.concatenate([np.ones(rows.shape[0], dtype=INT), np.full(back.shape[0], 2, dtype=INT)])
-    del rows, cols, back
-    a, b, way = _aggregate(src, dst, way)
-    del src, dst
+    # one key per entry and direction, (row - lo) * num_nodes + neighbour, sorted in place:
+    # a pair's run has one key per direction present, its edge weight
+    keys = np.concatenate([(rows - lo) * num_nodes + cols, (back[:, 0] - lo) * num_nodes + back[:, 1]])
+    del rows, cols, back, other
+    keys.sort()
+    first = np.flatnonzero(_run_starts(keys))
+    weights = np.diff(np.append(first, keys.shape[0]))
+    keys = keys[first]
+    del first
     vw = np.stack([np.ones(n, dtype=INT), np.diff(indptr) + 1], axis=1)
-    return _Level(comm, starts, _csr(n, a - lo), b, ((way & 1) > 0).astype(INT) + ((way & 2) > 0), vw)
+    return _Level(comm, starts, _csr(n, keys // num_nodes), keys % num_nodes, weights, vw)
 
 
 # -- label propagation pieces ---------------------------------------------------------------
@@ -293,7 +295,7 @@ def _connections(level: _Level, labels_all: np.ndarray, mask: Optional[np.ndarra
     return _aggregate(rows, labels_all[adj], ew)
 
 
-def _best(v: np.ndarray, label: np.ndarray, score: np.ndarray, tie: np.ndarray) -> np.ndarray:
+def _best(v: np.ndarray, score: np.ndarray, tie: np.ndarray) -> np.ndarray:
     """Index (into the arrays) of the best (score, tie) entry of each distinct ``v``."""
     order = np.lexsort((-tie.astype(np.float64), -score, v))
     first = np.ones(order.shape[0], dtype=bool)
@@ -365,7 +367,7 @@ def _cluster(level: _Level, cap: np.ndarray, seed: int, salt: int) -> np.ndarray
             own_conn[v[own]] = conn[own]
             keep = ~own & ~np.isin(c, full)
             v, c, conn = v[keep], c[keep], conn[keep]
-            pick = _best(v, c, conn, _hash(seed, salt, it, gid[v], c))
+            pick = _best(v, conn, _hash(seed, salt, it, gid[v], c))
             pick = pick[conn[pick] > own_conn[v[pick]]]
             v, c, gain = v[pick], c[pick], conn[pick] - own_conn[v[pick]]
             tie = (_hash(seed, salt, it, gid[v]) >> np.uint64(2)).astype(INT)
@@ -646,7 +648,7 @@ def _greedy(level: _Level, labels: np.ndarray, parts: int, caps, seed: int, salt
         own_conn = np.zeros(level.n, dtype=INT)
         own_conn[v[own]] = conn[own]
         fits = ~own & ~over[p] & np.all(room[p] >= level.vw[v], axis=1)
-        pick = _best(v[fits], p[fits], conn[fits], _hash(seed, salt, rnd, gid[v[fits]], p[fits]))
+        pick = _best(v[fits], conn[fits], _hash(seed, salt, rnd, gid[v[fits]], p[fits]))
         spare = np.where(over, -1.0, (room / np.maximum(caps, 1)).min(axis=1))
         target = np.full(level.n, int(np.argmax(spare)))
         gain = -own_conn.astype(np.float64)
@@ -704,7 +706,7 @@ def _repair(level: _Level, labels: np.ndarray, parts: int, caps, seed: int, salt
         own_conn[v[own]] = conn[own]
         best_part = np.full(n, -1, dtype=INT)
         best_conn = np.zeros(n, dtype=INT)
-        pick = _best(v[~own], p[~own], conn[~own], _hash(seed, salt, rnd, gid[v[~own]], p[~own]))
+        pick = _best(v[~own], conn[~own], _hash(seed, salt, rnd, gid[v[~own]], p[~own]))
         best_part[v[~own][pick]] = p[~own][pick]
         best_conn[v[~own][pick]] = conn[~own][pick]
         group = labels * CLASSES + _classes(level.vw)
@@ -827,7 +829,7 @@ def _refine(level: _Level, labels: np.ndarray, parts: int, caps, seed: int, salt
             own_conn = np.zeros(n, dtype=INT)
             own_conn[v[own]] = conn[own]
             v, p, conn = v[~own], p[~own], conn[~own]
-            pick = _best(v, p, conn, _hash(seed, salt, it, gid[v], p))
+            pick = _best(v, conn, _hash(seed, salt, it, gid[v], p))
             pick = pick[conn[pick] > own_conn[v[pick]]]
             v, t, gain = v[pick], p[pick], conn[pick] - own_conn[v[pick]]
             w = level.vw[v]
