@@ -65,7 +65,7 @@ def assignment_of(parts_dir) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_parts_from_shards_equal_the_one_process_writers(tmp_path, world):
     """rp and contiguous assign as the one-process partitioner does, and every file of every
     rank equals the one-process writer's: directed and undirected, weighted, self-loops."""
