@@ -34,15 +34,25 @@ def copy_bandwidth_gbs(mib: int = 512) -> float:
     return 2 * src.numel() * 4 / timed(lambda: dst.copy_(src), 5).median / 1e9
 
 
-def timed(fn, repeats: int) -> Spread:
-    """Seconds of ``fn()`` over ``repeats`` calls after one warm-up call."""
+def timed(fn, repeats: int, sync=None) -> Spread:
+    """Seconds of ``fn()`` over ``repeats`` calls after one warm-up call; ``sync`` (a GPU's
+    synchronize) is called before each clock reading, so that the work is done, not queued."""
+    sync = sync or (lambda: None)
     fn()
     times = []
     for _ in range(repeats):
+        sync()
         start = time.perf_counter()
         fn()
+        sync()
         times.append(time.perf_counter() - start)
     return Spread.of(times)
+
+
+def spmm_bytes(nodes: int, entries: int, width: int, edge_values: int = 1) -> int:
+    """Bytes an ideal SpMM moves: per entry a gathered row, its column index and its values;
+    per row its output and its row pointer (float32, int32 indices)."""
+    return entries * (width * 4 + 4 + edge_values * 4) + nodes * (width * 4 + 4)
 
 
 def gather_spmm(adj, values, x):
@@ -85,18 +95,18 @@ def kernel_cases(graph, features: int, heads: int):
                 return fn()
         return {"compiled": fn, "torch": fallback}
 
-    def spmm_bytes(width, edge_values=1):  # per entry: a gathered row, its index and values
-        return e * (width * el + 4 + edge_values * el) + n * (width * el + 4)
+    def moved(width, edge_values=1):
+        return spmm_bytes(n, e, width, edge_values)
 
     return [
-        (f"SpMM fwd ({features} cols)", spmm_bytes(features),
+        (f"SpMM fwd ({features} cols)", moved(features),
          {**both(lambda: multiply(gcn, values, x)), "torch gather": lambda: gather_spmm(gcn, values, x)}),
-        (f"SpMM bwd (A^T, {features} cols)", spmm_bytes(features),
+        (f"SpMM bwd (A^T, {features} cols)", moved(features),
          both(lambda: multiply(gcn, values, x, transpose=True))),
-        (f"multi-head SpMM ({heads}x{features // heads})", spmm_bytes(features, heads),
+        (f"multi-head SpMM ({heads}x{features // heads})", moved(features, heads),
          {**both(lambda: multiply(loop, attention, multi)),
           "torch gather": lambda: gather_spmm(loop, attention, multi)}),
-        (f"SDDMM dot ({features} cols)", spmm_bytes(features),
+        (f"SDDMM dot ({features} cols)", moved(features),
          both(lambda: edge_dot(gcn, x, x))),
         (f"SDDMM add ({heads} heads)", e * (2 * heads * el + 4) + n * (heads * el + 4),
          both(lambda: sddmm(loop, dst, src, "add"))),
