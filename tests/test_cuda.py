@@ -47,6 +47,24 @@ def test_out_of_core_on_the_gpu_holds_its_budget_and_matches(store, tmp_path):
     assert torch.cuda.max_memory_allocated() <= budget
 
 
+def test_out_of_core_on_the_gpu_holds_its_smallest_budget_with_everything_counted():
+    """At the smallest budget the planner accepts, on a graph whose topology with the kernels'
+    index arrays (about 150 MB) is more than that budget, everything the run puts on the GPU
+    (setup included: labels, masks, the chunks' blocks and index arrays, cuBLAS's workspaces)
+    stays within it."""
+    from gnnmesh.parallel.offload.plan import BudgetTooSmall
+    graph = datasets.load("rmat:nodes=200000,edges=4000000,features=32,classes=8")
+    settings = dict(strategy="offload", host_store="ram", epochs=3, seed=1, device="cuda")
+    with pytest.raises(BudgetTooSmall) as refused:
+        Trainer(Config.of(**settings, device_memory="1MiB"), graph).fit()
+    budget = int(1.05 * refused.value.least)
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    gpu = losses(Config.of(**settings, device_memory=f"{budget}B"), graph)
+    assert torch.cuda.max_memory_allocated() <= budget, (torch.cuda.max_memory_allocated(), budget)
+    np.testing.assert_allclose(gpu, losses(Config.of(epochs=3, seed=1), graph), rtol=LOSS_RTOL)
+
+
 def test_mini_batch_on_one_gpu():
     graph = datasets.load("cora")
     config = Config.of(minibatch=True, epochs=2, seed=1, batch_size=512)

@@ -53,16 +53,31 @@ class ChunkView(GraphView):
         super().__init__(adj, seed=seed, device=device)
         self.chunk = chunk
         self._global_operators = operators  # shared by all chunks of a rank
-        self._blocks: dict = {}
+        self._blocks: dict = {}    # name -> (block, entries), in host memory
+        self._resident: dict = {}  # the blocks' copies on the device, while a batch runs
         self.wide = True
-        self._dst_pos = torch.from_numpy(np.searchsorted(chunk.neighbours, chunk.dst)).to(self.device)
+        self._dst_pos = _host(torch.from_numpy(np.searchsorted(chunk.neighbours, chunk.dst)), self.device)
 
     @property
     def num_nodes(self) -> int:
         return self.chunk.rows
 
     def block(self, name: str):
-        """(rows of ``name`` for the destinations, columns relabelled to loaded rows; global entry ids)."""
+        """(rows of ``name`` for the destinations, columns relabelled to loaded rows; global entry
+        ids), on the view's device: on a GPU a copy made for the batch running, until ``release``."""
+        host = self._host_block(name)
+        if self.device.type == "cpu":
+            return host
+        if name not in self._resident:
+            self._resident[name] = (_to_device(host[0], self.device), host[1])
+        return self._resident[name]
+
+    def release(self) -> None:
+        """Let go of the device's copies of the blocks (a batch is done with them): on a GPU
+        the fast tier holds one chunk's topology at a time, the rest waits in pinned memory."""
+        self._resident.clear()
+
+    def _host_block(self, name: str):
         if name not in self._blocks:
             if name not in OPERATORS:
                 raise ValueError(f"unknown graph operator {name!r}; choose from {sorted(OPERATORS)}")
@@ -74,7 +89,7 @@ class ChunkView(GraphView):
             counts = indptr[self.chunk.dst + 1] - indptr[self.chunk.dst]
             local_ptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
             columns = np.searchsorted(self.chunk.neighbours, op.indices.numpy()[entries])  # order kept
-            values = None if op.values is None else op.values[torch.from_numpy(entries)].to(self.device)
+            values = None if op.values is None else _host(op.values[torch.from_numpy(entries)], self.device)
             sub = Adjacency(torch.from_numpy(local_ptr), torch.from_numpy(columns.astype(np.int64)), values,
                             (len(self.chunk.dst), len(self.chunk.neighbours)))
             self._blocks[name] = (sub, entries)
@@ -82,12 +97,24 @@ class ChunkView(GraphView):
 
     def build(self, names) -> None:
         """Cut the blocks of operators ``names``, with the index arrays the kernels use
-        (the structure a training pass would otherwise build on first use)."""
+        (the structure a training pass would otherwise build on first use), in host memory;
+        pinned for a GPU, which copies them in batch by batch."""
         for name in sorted(names):
-            ops.index(self.block(name)[0], self.device)
+            block = self._host_block(name)[0]
+            ops.index(block, "cpu")
+            if self.device.type != "cpu":
+                cache = block._structure_cache()
+                for key, value in cache.items():
+                    if _on_cpu(key):
+                        cache[key] = tuple(_host(t, self.device) for t in value) if isinstance(value, tuple) \
+                            else _host(value, self.device)
 
     def destinations(self, x: torch.Tensor) -> torch.Tensor:
-        return x[self._dst_pos] if self.wide else x
+        if not self.wide:
+            return x
+        if "dst_pos" not in self._resident:
+            self._resident["dst_pos"] = self._dst_pos.to(x.device, non_blocking=True)
+        return x[self._resident["dst_pos"]]
 
     def spmm(self, x, op="gcn", values=None):
         return ops.spmm(self.block(op)[0], x, values)
@@ -102,12 +129,42 @@ class ChunkView(GraphView):
         return self.chunk.neighbours if self.wide else self.chunk.dst
 
     def entries(self, op):
-        return self.block(op)[1]
+        return self._host_block(op)[1]
+
+
+def _on_cpu(key) -> bool:
+    """Whether a structure-cache key names index arrays built for the CPU (``ops._index``'s keys)."""
+    return isinstance(key, tuple) and key[-1] == "cpu"
+
+
+def _host(t: torch.Tensor, device) -> torch.Tensor:
+    """``t`` where the host keeps what ``device`` copies in: pinned memory for a GPU."""
+    return t.pin_memory() if torch.device(device).type == "cuda" else t
+
+
+def _to_device(block: Adjacency, device) -> Adjacency:
+    """A copy of ``block`` for ``device``: its values and the kernels' index arrays copied
+    there (asynchronously, from pinned memory); the CSR itself stays in host memory, as the
+    structure the kernels' arrays were built from. Its cache is its own, freed with it."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:  # the kernels look their arrays up by x.device
+        device = torch.device("cuda", torch.cuda.current_device())
+    values = None if block.values is None else block.values.to(device, non_blocking=True)
+    out = Adjacency(block.indptr, block.indices, values, block.shape)
+    cache = out._structure_cache()
+    for key, value in block._structure_cache().items():
+        if _on_cpu(key):
+            key = key[:-1] + (str(device),)
+            value = tuple(t.to(device, non_blocking=True) for t in value) if isinstance(value, tuple) \
+                else value.to(device, non_blocking=True)
+        cache[key] = value
+    return out
 
 
 def chunk_views(adj: Adjacency, plan, stages: list, rank: int, seed: int, device) -> list:
     """One view per batch of ``plan`` for ``rank``, its operators' blocks cut now: the
-    topology is built before training, not inside the budget."""
+    topology is built before training (on a GPU it waits in pinned memory, and each batch
+    copies its chunk's in: the fast tier holds one chunk's topology, within the budget)."""
     operators: dict = {}  # the whole graph's, only while the chunks' blocks are cut from them
     views = [ChunkView(adj, plan.chunk(rank, b), operators, seed, device) for b in range(plan.batches)]
     for view in views:

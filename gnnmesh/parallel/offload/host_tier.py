@@ -101,6 +101,7 @@ class HostTier:
         self.pipeline: Optional[Pipeline] = None
         self._passes = {"train": 0, "eval": 0}
         self._baseline_rss = 0.0
+        self.resident_bytes = 0  # what setup leaves in the fast tier for the run (on a GPU)
         self._loads: dict = {}
         self.plan_figures: dict = {}  # what every epoch reports of the plan
 
@@ -114,8 +115,12 @@ class HostTier:
         self.comm.take()
         view = OffloadView(graph.adj, ids, seed, device)
         pick = (lambda t: t[rows].to(device))
-        return Shard(view, torch.empty((len(x), 0)), pick(graph.y), pick(graph.train_mask),
-                     pick(graph.val_mask), pick(graph.test_mask))
+        shard = Shard(view, torch.empty((len(x), 0)), pick(graph.y), pick(graph.train_mask),
+                      pick(graph.val_mask), pick(graph.test_mask))
+        if self.device.type == "cuda":  # labels and masks stay on the GPU, beside every chunk
+            self.resident_bytes = sum(t.numel() * t.element_size()
+                                      for t in (shard.y, shard.train_mask, shard.val_mask, shard.test_mask))
+        return shard
 
     def stages(self, model, in_dim: int) -> list:
         """``model`` as the stages the pipeline runs, with the tier's intermediates."""
@@ -125,8 +130,9 @@ class HostTier:
              reserved: int = 0, params: int = 0) -> Plan:
         """``build_plan`` with this tier's budget and settings, counted and cut down to this
         rank's steps now, before the budget's baseline. On CUDA the budget also holds cuBLAS's
-        workspaces, one for the thread that runs the forward pass and one for autograd's."""
-        reserved += 2 * memory.blas_workspace_bytes(self.device)
+        workspaces, one for the thread that runs the forward pass and one for autograd's, and
+        the shard's labels and masks."""
+        reserved += 2 * memory.blas_workspace_bytes(self.device) + self.resident_bytes
         plan = build_plan(adj=adj, owned=owned, rank=rank, in_dim=in_dim, stages=stages, classes=classes,
                           heads=heads, budget=self.budget, chunks=self.chunks, dedup=self.dedup,
                           reorganize=self.reorganize, reserved=reserved, params=params)

@@ -52,7 +52,7 @@ class Loader:
 
     def load(self, b: int) -> torch.Tensor:
         run, me = self.run, self.run.rank
-        step = self.steps[b][me]
+        step = run.on_device(self.steps[b][me])
         if step.read_whole:  # the buffer is one read, in order
             buffer = run.store.read(self.name, step.reads[0])
         else:
@@ -91,7 +91,7 @@ class Pusher:
 
     def push(self, b: int, grad: torch.Tensor) -> None:
         run, me = self.run, self.run.rank
-        step = self.steps[b][me]
+        step = run.on_device(self.steps[b][me])
         if self.carry_input is not None:
             grad = grad + self.carry_input
         arrived = run.exchange({p: grad.index_select(0, place) for p, place in enumerate(step.place) if p != me},
@@ -136,14 +136,18 @@ class Pipeline:
         self.kept_bytes = 0
         self.recompute_seconds = 0.0
         self._draws_end: dict = {}
-        if self.device.type != "cpu":  # index where the rows are
+        if self.device.type != "cpu":  # the steps wait in pinned memory; each batch copies its own in
             for steps in (plan.steps_forward, plan.steps_reverse):
                 for row in steps:
-                    row[self.rank] = row[self.rank].to(self.device)
+                    row[self.rank] = row[self.rank].pinned()
         for name, width in tables(stages, plan.in_dim, input_grad).items():
             store.create(name, plan.rows, width)
 
     # -- moving rows ----------------------------------------------------------------------------
+    def on_device(self, step):
+        """``step`` with its index arrays where the rows are (a copy for this batch on a GPU)."""
+        return step if self.device.type == "cpu" else step.to(self.device)
+
     def count_kept(self, rows: int, width: int) -> None:
         self.kept_bytes += rows * width * 4
 
@@ -199,6 +203,7 @@ class Pipeline:
                     else:
                         out = stage.run(view, *inputs)
                 del inputs
+                view.release()
                 self._draws_end[s] = view.draws
                 if s == last:
                     logits[chunk.lo:chunk.hi] = out
@@ -251,6 +256,7 @@ class Pipeline:
                     input_grads = [next(input_grads) if t.requires_grad else None for t in inputs]
                 else:
                     input_grads, found = self._cached_backward(stage, s, view, chunk, grad_out, params, needs[0])
+                view.release()
                 self.recompute_seconds += time.perf_counter() - t0
                 for acc, g in zip(grads, found[:len(params)]):
                     if g is not None:

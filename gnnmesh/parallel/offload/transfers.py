@@ -55,8 +55,15 @@ class Step:
     identity: bool = False    # the input is this rank's buffer as it is
 
     def to(self, device) -> "Step":
-        """The same step with its index tensors on ``device`` (the host-tier reads stay numpy)."""
-        move = (lambda t: t.to(device))
+        """The same step with its index tensors on ``device`` (the host-tier reads stay numpy),
+        copied asynchronously when they are pinned."""
+        return self._map(lambda t: t.to(device, non_blocking=True))
+
+    def pinned(self) -> "Step":
+        """The same step with its index tensors in pinned memory, for a GPU to copy in."""
+        return self._map(lambda t: t.pin_memory())
+
+    def _map(self, move) -> "Step":
         return replace(self, fresh_to=move(self.fresh_to), keep=tuple(map(move, self.keep)),
                        send=[move(t) for t in self.send], place=[move(t) for t in self.place],
                        input_keep=tuple(map(move, self.input_keep)))
