@@ -128,6 +128,12 @@ class HostStore:
         else:
             self.create(name, table.rows, table.width)
 
+    def working_bytes(self) -> int:
+        """What the store itself takes from the process's memory while it reads and writes: for
+        the file kind on the CPU, its reused window, a span gathered from it and the sum a
+        write adds into it (in a GPU's budget, nothing: that memory is the host's)."""
+        return 3 * self.window_bytes if self.kind == "file" and self.device.type == "cpu" else 0
+
     def nbytes(self) -> int:
         """Total bytes of all tables."""
         return sum(t.rows * t.width * 4 for t in self._tables.values())

@@ -30,8 +30,21 @@ class GATLayer(nn.Module):
     def out_features(self) -> int:
         return self.heads * self.out_dim if self.concat else self.out_dim
 
+    @property
+    def projected_features(self) -> int:
+        """The width of ``project``'s rows."""
+        return self.heads * self.out_dim
+
     def forward(self, view, h):
-        z = self.lin(h).view(-1, self.heads, self.out_dim)
+        return self.attend(view, self.project(h))
+
+    def project(self, h):
+        """The row-wise half of the layer: every head's projection of each row, side by side."""
+        return self.lin(h)
+
+    def attend(self, view, z):
+        """The rest, on the projected rows ``z`` (attention scores come from them too)."""
+        z = z.view(-1, self.heads, self.out_dim)
         scores = view.sddmm((z * self.att_dst).sum(-1), (z * self.att_src).sum(-1), "loop", "add")
         alpha = view.edge_softmax(F.leaky_relu(scores, self.negative_slope), "loop")
         alpha = view.edge_dropout(alpha, self.attn_dropout, self.training, "loop")

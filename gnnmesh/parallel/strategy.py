@@ -62,6 +62,16 @@ class Strategy:
         between a model's stages (tensor with a decoupled model, grid3d) override this."""
         return model(view, x)
 
+    def train_loss(self, model: torch.nn.Module, view: GraphView, x: torch.Tensor, loss_of) -> torch.Tensor:
+        """This rank's part of the training loss: ``loss_of(logits, rows)`` of the logits of
+        its rows ``rows`` (a slice of them). Out of core, the logits come chunk by chunk and the
+        chunks' terms are summed; here, all rows at once."""
+        return loss_of(self.forward(model, view, x), slice(None))
+
+    def evaluate_rows(self, model: torch.nn.Module, view: GraphView, x: torch.Tensor, add) -> None:
+        """``add(logits, rows)`` for this rank's rows, all at once or a slice at a time."""
+        add(self.forward(model, view, x), slice(None))
+
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         """Sum ``tensor`` over ranks (in place) and return it."""
         return tensor

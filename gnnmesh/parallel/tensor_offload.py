@@ -215,11 +215,14 @@ class TensorOffload(HostTierStrategy):
         self.columns = [replace(s, inputs=tuple(FEATURES if n == transform.output else n for n in s.inputs),
                                 width=cols) for s in propagation]
         columns, plan, plan_need = None, None, 0
+        # The propagation's output over every row (this rank's columns) and its gradient stay
+        # beside its chunks: its pipeline hands over the whole output, not a chunk at a time.
+        column_output = 2 * sw.num_nodes * cols * costs.FLOAT
         if self.columns and cols:
             everything = [np.arange(sw.num_nodes)]
             try:
-                plan = host.plan(self.adj, everything, 0, cols, self.columns, cols, 1, reserved=row_logits,
-                                 params=params)
+                plan = host.plan(self.adj, everything, 0, cols, self.columns, cols, 1,
+                                 reserved=row_logits + column_output, params=params)
             except BudgetTooSmall as err:  # the smallest budget both the plan and the rows accept
                 raise BudgetTooSmall(f"config field 'device_memory': {format_bytes(budget)} is too small for "
                                      f"the propagation's column chunks; give at least "
@@ -234,7 +237,7 @@ class TensorOffload(HostTierStrategy):
         if plan is not None:
             host.store.create(FEATURES, sw.num_nodes, cols)
             columns = host.run(self.adj, plan, self.columns, _Alone(), 0, self.mask_seed, input_grad=True)
-            plan_need = max(costs.footprint(plan, self.columns, cols))
+            plan_need = column_output + max(costs.footprint(plan, self.columns, cols))
         self.pipeline = host.pipeline
         self.passes = _TensorPasses(self, transform, bool(self.columns), columns, steps)
         rows_need = costs.fixed_bytes(params) + math.ceil(max(sw.row_counts) / steps) * per_row

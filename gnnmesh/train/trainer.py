@@ -218,9 +218,13 @@ class Trainer:
         s = self.shard
         self.model.train()
         s.view.set_epoch(self.epoch)
-        logits = self.strategy.forward(self.model, s.view, s.x)
-        # Sum over local train rows / global train count = the single-process mean loss.
-        loss = self.task.loss(logits[s.train_mask], self.targets[s.train_mask]) / self.loss_divisor
+
+        def loss_of(logits, rows):
+            # Sum over local train rows / global train count = the single-process mean loss.
+            train, targets = s.train_mask[rows], self.targets[rows]
+            return self.task.loss(logits[train], targets[train]) / self.loss_divisor
+
+        loss = self.strategy.train_loss(self.model, s.view, s.x, loss_of)
         return self.update(loss, f"epoch {self.epoch}")
 
     def update(self, loss: torch.Tensor, where: str, every_grad: bool = False) -> float:
@@ -253,10 +257,10 @@ class Trainer:
         each split goes to ``self.metrics``."""
         s = self.shard
         self.model.eval()
-        logits = self.strategy.forward(self.model, s.view, s.x)
         evaluation = self._evaluation()
-        evaluation.add(logits, self.targets, [s.train_mask, s.val_mask, s.test_mask],
-                       s.row_ids() if self.task.gathers else None)
+        masks, ids = [s.train_mask, s.val_mask, s.test_mask], s.row_ids() if self.task.gathers else None
+        self.strategy.evaluate_rows(self.model, s.view, s.x, lambda logits, rows: evaluation.add(
+            logits, self.targets[rows], [m[rows] for m in masks], None if ids is None else ids[rows]))
         self.metrics = evaluation.result(self.strategy.all_reduce, self.split_sizes)
         return self._selected(self.metrics)
 

@@ -25,6 +25,11 @@ def graph():
     return random_graph(n=61, e=260, features=7, classes=3, directed=True, isolated=3)
 
 
+def wide_graph():
+    """Features wider than every first layer's linear map: each first layer narrows."""
+    return random_graph(n=61, e=260, features=40, classes=3, directed=True, isolated=3)
+
+
 def runs(world: int) -> list:
     """(model, K, dedup, reorganize) for a world size. On 1 and 2 ranks every model at every
     K, the modes rotating so that each (mode, reorganize) pair meets several models and every
@@ -47,16 +52,16 @@ def offload_config(model, k, dedup, reorganize, world, intermediates="auto") -> 
                   intermediates=intermediates, **partition)
 
 
-def _rank_runs(rank, world, cases):
+def _rank_runs(rank, world, cases, make=graph):
     from gnnmesh.parallel.offload import costs
     from gnnmesh.train import Trainer
     out = []
     for model, k, dedup, reorganize, intermediates in cases:
-        trainer = Trainer(offload_config(model, k, dedup, reorganize, world, intermediates), graph())
+        trainer = Trainer(offload_config(model, k, dedup, reorganize, world, intermediates), make())
         result = trainer.fit()
         strategy = trainer.strategy
         per_pass = costs.epoch_traffic(strategy.pipeline.plan, strategy.stages, 1, 1)
-        out.append({"losses": [r.loss for r in result.history],
+        out.append({"losses": [r.loss for r in result.history], "tables": [s.output for s in strategy.stages],
                     "params": {n: v.detach().clone() for n, v in trainer.model.state_dict().items()},
                     "extra": [r.extra for r in result.history],
                     "predicted": {"load": per_pass.total("load"), "store": per_pass.total("store"),
@@ -64,8 +69,8 @@ def _rank_runs(rank, world, cases):
     return out
 
 
-def _check(got, model):
-    want = train(graph(), config(model))
+def _check(got, model, make=graph):
+    want = train(make(), config(model))
     assert_same_run(got, want)
     for extra in got["extra"]:  # every epoch trains and evaluates: one pass of each
         assert extra["offload_load_bytes"] == got["predicted"]["load"]
@@ -96,6 +101,18 @@ def test_recomputing_equals_caching(model):
     cases = [(model, 3, "both", True, how) for how in ("recompute", "cache")]
     for got in _rank_runs(0, 1, cases):
         _check(got, model)
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage", "gin", "gat"])
+def test_a_narrowing_layer_loads_its_projected_rows(model):
+    """A first layer whose linear map narrows the features runs as two stages: the map row by
+    row, then the rest on the projected rows, which chunks load: the same run as one process,
+    with recomputed and cached aggregates, and the counters as predicted."""
+    how = ["recompute", "cache"] if model != "gat" else ["recompute"]
+    cases = [(model, 3, "both", True, h) for h in how]
+    for got in _rank_runs(0, 1, cases, wide_graph):
+        assert got["tables"][0] == "h0.projected", got["tables"]
+        _check(got, model, wide_graph)
 
 
 def test_cache_is_refused_where_layers_recompute():

@@ -146,7 +146,6 @@ def test_methods_that_need_the_whole_graph_are_refused(tmp_path):
 def test_a_rank_killed_mid_way_leaves_no_parts(tmp_path):
     """SIGKILL to one rank while the ranks write into the staging directory: the job fails,
     the output directory never appears, and the next run leaves no temporary behind."""
-    import signal
     import subprocess
     import sys
     import time

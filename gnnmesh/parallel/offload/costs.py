@@ -23,6 +23,7 @@ EDGE_BYTES = 40  # per entry: block structure, attention scores, softmax and dro
 # growth and the record each epoch keeps: measured 10-12 MiB over 40 epochs, 1 and 2 ranks,
 # every model, cora and generated graphs (tests/test_budgets.py runs the smallest budgets).
 RESIDENT = 16 * 2**20
+LOSS_COPIES = 4
 # Per trained parameter: its gradient, Adam's two moments, the best epoch's copy, the
 # pipeline's gradient sums and the optimizer step's temporaries.
 PARAM_COPIES = 8
@@ -135,8 +136,8 @@ def fixed_bytes(params: int = 0) -> int:
 def footprint(plan, stages: list, classes: int, heads: int = 1) -> list:
     """Upper estimate of each rank's peak fast-tier bytes: the largest working set of any
     batch in any stage (its loaded rows, what owners read for it, the rows the next batch
-    reuses, the products of the chunk's computation) beside the logits, or the loss, and
-    beside what any plan holds (``fixed_bytes`` of the plan's model). From the chunks
+    reuses, the products of the chunk's computation) beside the loss over a chunk's logits,
+    and beside what any plan holds (``fixed_bytes`` of the plan's model). From the chunks
     alone, so that ``--chunks auto`` can try many K."""
     copies = 1 if plan.mode == "none" else 2  # rows the next batch reuses stay loaded
     shapes = _stage_shapes(plan.in_dim, stages)
@@ -148,10 +149,15 @@ def footprint(plan, stages: list, classes: int, heads: int = 1) -> list:
             loaded = len(chunk.neighbours)
             served = sum(int(np.count_nonzero(plan.owner[plan.chunk(q, b).neighbours] == r))
                          for q in range(plan.world)) if plan.world > 1 else loaded
-            for width_in, width, terms in shapes:
-                work = (copies * (loaded + served) * width_in + WORK_FACTOR * terms * loaded * width) * FLOAT
-                worst = max(worst, work + EDGE_BYTES * heads * chunk.entries)
-        peaks.append(fixed_bytes(plan.params) + _with_logits(worst, plan.chunks[r][-1].hi * classes * FLOAT))
+            for width_in, width, terms, wide in shapes:
+                if wide:
+                    work = (copies * (loaded + served) * width_in + WORK_FACTOR * terms * loaded * width) * FLOAT
+                    work += EDGE_BYTES * heads * chunk.entries
+                else:  # its destinations' rows alone, read from the host tier as they are
+                    work = (chunk.rows * width_in + WORK_FACTOR * chunk.rows * width) * FLOAT
+                worst = max(worst, work)
+        rows = max(chunk.rows for chunk in plan.chunks[r]) if plan.chunks[r] else 0
+        peaks.append(fixed_bytes(plan.params) + worst + _loss_bytes(rows, classes))
     return peaks
 
 
@@ -162,19 +168,22 @@ def row_footprint(in_dim: int, widest: int, out: int) -> int:
     return (2 * in_dim + WORK_FACTOR * widest + 2 * out) * FLOAT
 
 
-def _with_logits(work: int, logits: int) -> int:
-    """The logits and their gradient stay in the fast tier beside every chunk's working set;
-    the loss, between the passes, takes about four times the logits."""
-    return max(work + 2 * logits, 4 * logits)
+def _loss_bytes(rows: int, classes: int) -> int:
+    """The loss over a chunk's logits, beside its working set: the logits, their log-softmax,
+    the loss's gradient and the training rows' gather (training and evaluation take the logits
+    chunk by chunk; no tensor over all rows is made)."""
+    return LOSS_COPIES * rows * classes * FLOAT
 
 
 def _stage_shapes(in_dim: int, stages: list) -> list:
-    """(widest input, widest of input and output, aggregates) of every stage."""
+    """(widest input, widest of input and output, aggregates, whether it loads neighbours'
+    rows) of every stage."""
     widths = {FEATURES: in_dim, **{s.output: s.width for s in stages}}
     out = []
     for stage in stages:
         width_in = max(widths[name] for name in stage.inputs)
-        out.append((width_in, max(width_in, stage.width), len(stage.split.widths) if stage.split else 1))
+        out.append((width_in, max(width_in, stage.width), len(stage.split.widths) if stage.split else 1,
+                    any(stage.wide)))
     return out
 
 
@@ -189,7 +198,8 @@ def footprint_floor(adj, owned: list, stages: list, classes: int, heads: int, in
     floor = 0
     for ids in owned:
         rows = int(degrees[ids].max()) + 1 if len(ids) else 0  # a row's neighbourhood, itself included
-        work = max((copies * (1 + served) * width_in + WORK_FACTOR * terms * width) * rows * FLOAT
-                   for width_in, width, terms in _stage_shapes(in_dim, stages))
-        floor = max(floor, _with_logits(work + EDGE_BYTES * heads * rows, len(ids) * classes * FLOAT))
+        work = max((copies * (1 + served) * width_in + WORK_FACTOR * terms * width + EDGE_BYTES * heads) * rows
+                   * FLOAT if wide else (width_in + WORK_FACTOR * width) * FLOAT
+                   for width_in, width, terms, wide in _stage_shapes(in_dim, stages))
+        floor = max(floor, work + _loss_bytes(1, classes))
     return fixed_bytes(params) + floor

@@ -71,16 +71,43 @@ class _Offloaded(torch.autograd.Function):
         return (None, None, *grads)
 
 
+class _OffloadedLoss(torch.autograd.Function):
+    """A whole out-of-core training pass as one autograd node whose output is the loss: the
+    chunks' terms ``loss_of(logits, rows)`` summed as they come (in float64), so that no
+    tensor over all rows is made; backward differentiates each chunk's term in its turn."""
+
+    @staticmethod
+    def forward(ctx, passes, epoch, loss_of, *params):
+        ctx.passes, ctx.epoch, ctx.loss_of, ctx.params = passes, epoch, loss_of, params
+        total = []
+
+        def visit(logits, chunk):
+            term = loss_of(logits, slice(chunk.lo, chunk.hi)).detach().double()
+            total.append(term if not total else total.pop() + term)
+
+        passes.forward(epoch, training=True, visit=visit)
+        return total[0].float() if total else torch.zeros((), device=params[0].device)
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        def term(logits, chunk):
+            return ctx.loss_of(logits, slice(chunk.lo, chunk.hi)) * grad_loss
+
+        return (None, None, None, *ctx.passes.backward(ctx.epoch, term, list(ctx.params)))
+
+
 class PipelinePasses:
     """A pipeline's passes over the views of its plan's chunks (what ``HostTier.forward`` runs)."""
+
+    chunked = True  # its logits can come chunk by chunk (``forward``'s ``visit``)
 
     def __init__(self, pipeline: Pipeline, views: list):
         self.pipeline, self.views = pipeline, views
 
-    def forward(self, epoch: int, training: bool) -> torch.Tensor:
-        return self.pipeline.forward(self.views, epoch, training)
+    def forward(self, epoch: int, training: bool, visit=None) -> torch.Tensor:
+        return self.pipeline.forward(self.views, epoch, training, visit)
 
-    def backward(self, epoch: int, grad_logits: torch.Tensor, params: list) -> list:
+    def backward(self, epoch: int, grad_logits, params: list) -> list:
         return self.pipeline.backward(self.views, epoch, grad_logits, params)
 
 
@@ -131,8 +158,8 @@ class HostTier:
         """``build_plan`` with this tier's budget and settings, counted and cut down to this
         rank's steps now, before the budget's baseline. On CUDA the budget also holds cuBLAS's
         workspaces, one for the thread that runs the forward pass and one for autograd's, and
-        the shard's labels and masks."""
-        reserved += 2 * memory.blas_workspace_bytes(self.device) + self.resident_bytes
+        the shard's labels and masks; on the CPU the file store's own buffers."""
+        reserved += 2 * memory.blas_workspace_bytes(self.device) + self.resident_bytes + self.store.working_bytes()
         plan = build_plan(adj=adj, owned=owned, rank=rank, in_dim=in_dim, stages=stages, classes=classes,
                           heads=heads, budget=self.budget, chunks=self.chunks, dedup=self.dedup,
                           reorganize=self.reorganize, reserved=reserved, params=params)
@@ -165,6 +192,19 @@ class HostTier:
         self._passes["eval"] += 1
         with torch.no_grad():
             return passes.forward(epoch, training=model.training)
+
+    def train_loss(self, passes, model, epoch: int, loss_of) -> torch.Tensor:
+        """The training loss from the chunks' logits, one chunk at a time (``_OffloadedLoss``)."""
+        self._passes["train"] += 1
+        params = [p for p in model.parameters() if p.requires_grad]
+        return _OffloadedLoss.apply(passes, epoch, loss_of, *params)
+
+    def evaluate_rows(self, passes, model, epoch: int, add) -> None:
+        """``add(logits, rows)`` chunk by chunk, without gradients."""
+        self._passes["eval"] += 1
+        with torch.no_grad():
+            passes.forward(epoch, training=model.training,
+                           visit=lambda logits, chunk: add(logits, slice(chunk.lo, chunk.hi)))
 
     # -- reporting ------------------------------------------------------------------------------
     def reset_counters(self) -> None:
@@ -231,6 +271,20 @@ class HostTierStrategy(DistributedStrategy):
         if self.passes is None:
             self.prepare(model)
         return self.host.forward(self.passes, model, view.epoch)
+
+    def train_loss(self, model, view, x, loss_of):
+        if self.passes is None:
+            self.prepare(model)
+        if not getattr(self.passes, "chunked", False):
+            return super().train_loss(model, view, x, loss_of)
+        return self.host.train_loss(self.passes, model, view.epoch, loss_of)
+
+    def evaluate_rows(self, model, view, x, add):
+        if self.passes is None:
+            self.prepare(model)
+        if not getattr(self.passes, "chunked", False):
+            return super().evaluate_rows(model, view, x, add)
+        self.host.evaluate_rows(self.passes, model, view.epoch, add)
 
     def reset_counters(self) -> None:
         super().reset_counters()

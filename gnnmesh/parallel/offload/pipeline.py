@@ -10,6 +10,7 @@ owners' rows. Parameter gradients are summed over chunks in a fixed order.
 from __future__ import annotations
 
 import time
+from typing import Optional
 
 import torch
 
@@ -174,8 +175,10 @@ class Pipeline:
         return [loaded[name] if w else self.read_rows(name, chunk) for name, w in zip(names, wide)]
 
     # -- the passes -----------------------------------------------------------------------------
-    def forward(self, views: list, epoch: int, training: bool) -> torch.Tensor:
-        """Every stage over every batch; returns this rank's logits (the last stage's output)."""
+    def forward(self, views: list, epoch: int, training: bool, visit=None) -> Optional[torch.Tensor]:
+        """Every stage over every batch; returns this rank's logits (the last stage's output),
+        or with ``visit`` hands each chunk's logits to ``visit(logits, chunk)`` instead and
+        returns None: then no tensor over all of the rank's rows is ever made."""
         plan, last = self.plan, len(self.stages) - 1
         logits = None
         for s, stage in enumerate(self.stages):
@@ -187,7 +190,7 @@ class Pipeline:
             loaders = {name: Loader(self, name, self.width(name), plan.steps_forward)
                        for name, wide in zip(names, stage.wide) if wide}
             following = self.stages[s + 1] if s < last else None
-            if s == last:
+            if s == last and visit is None:
                 logits = torch.empty((plan.rows, stage.width), device=self.device)
             for b in range(plan.batches):
                 chunk, view = plan.chunk(self.rank, b), views[b]
@@ -206,15 +209,21 @@ class Pipeline:
                 view.release()
                 self._draws_end[s] = view.draws
                 if s == last:
-                    logits[chunk.lo:chunk.hi] = out
+                    if visit is None:
+                        logits[chunk.lo:chunk.hi] = out
+                    else:
+                        visit(out, chunk)
                     continue
                 if training and following.input_dropout > 0:  # the next stage's input, masked once
                     out = self._drop(view, epoch, view.draws, out, following.input_dropout)
                 self.store.write(stage.output, range(chunk.lo, chunk.hi), out)
         return logits
 
-    def backward(self, views: list, epoch: int, grad_logits: torch.Tensor, params: list) -> list:
-        """The parameters' gradients, given the logits' (the backward pass of ``forward``)."""
+    def backward(self, views: list, epoch: int, grad_logits, params: list) -> list:
+        """The parameters' gradients, given the logits' (the backward pass of ``forward``):
+        ``grad_logits`` is the gradient of all of the rank's rows, or a function
+        ``loss(logits, chunk)`` of a chunk's logits, a scalar whose gradient the chunk's is
+        (a loss that is a sum of the chunks' terms)."""
         plan, last = self.plan, len(self.stages) - 1
         grads = [torch.zeros_like(p) for p in params]
         for stage in self.stages[:-1]:
@@ -236,7 +245,7 @@ class Pipeline:
             for b in range(plan.batches - 1, -1, -1):
                 chunk, view = plan.chunk(self.rank, b), views[b]
                 if s == last:
-                    grad_out = grad_logits[chunk.lo:chunk.hi]
+                    grad_out = grad_logits if callable(grad_logits) else grad_logits[chunk.lo:chunk.hi]
                 else:  # the gradient of the masked rows the next stage read, through the mask
                     grad_out = self.read_rows(grad_table(stage.output), chunk)
                     if following.input_dropout > 0:
@@ -251,7 +260,7 @@ class Pipeline:
                     with torch.enable_grad():
                         out = stage.run(view, *inputs)
                         wanted = [t for t in inputs if t.requires_grad]
-                        found = torch.autograd.grad(out, params + wanted, grad_out, allow_unused=True)
+                        found = _grad(out, grad_out, chunk, params + wanted)
                     input_grads = iter(found[len(params):])
                     input_grads = [next(input_grads) if t.requires_grad else None for t in inputs]
                 else:
@@ -299,7 +308,7 @@ class Pipeline:
                       for t in range(len(stage.split.widths))]
         with torch.enable_grad():
             out = stage.split.update(aggregates)
-            found = torch.autograd.grad(out, params + aggregates, grad_out, allow_unused=True)
+            found = _grad(out, grad_out, chunk, params + aggregates)
         input_grad = None
         if needs_input:
             with torch.enable_grad():
@@ -318,6 +327,14 @@ class Pipeline:
 
     def _draws_start(self, stage: Stage) -> int:
         return 0 if stage.draws_after is None else self._draws_end.get(stage.draws_after, 0)
+
+
+def _grad(out: torch.Tensor, grad_out, chunk, inputs: list) -> tuple:
+    """The gradients of ``inputs`` given ``out``'s (``grad_out``), or, where ``grad_out`` is a
+    function of the chunk's logits, of the scalar it gives."""
+    if callable(grad_out):
+        return torch.autograd.grad(grad_out(out, chunk), inputs, allow_unused=True)
+    return torch.autograd.grad(out, inputs, grad_out, allow_unused=True)
 
 
 def _leaf(t: torch.Tensor, needs_grad: bool) -> torch.Tensor:

@@ -10,14 +10,16 @@ aggregates can be cached in the host tier so that the backward pass recomputes o
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
+from functools import reduce
 from typing import Callable, Optional
 
 import torch
 
 from ...errors import ConfigError
 from ...models import Decoupled
-from ...models.base import SELF, GraphLayer, LayerStack
+from ...models.base import SELF, GraphLayer, LayerStack, aggregate
 
 INTERMEDIATES = ("auto", "recompute", "cache")
 
@@ -72,30 +74,104 @@ def stages_of(model: torch.nn.Module, in_dim: int, intermediates: str = "auto") 
 
 
 def _layer_stack(model: LayerStack, in_dim: int, cache: bool) -> list:
-    out, width = [], in_dim
+    """A stage per layer; a layer whose linear map narrows its rows (``_narrowing``) is two:
+    the map applied row by row to the layer's input, then the rest on the narrow rows, so
+    that chunks load their neighbours' rows at the narrow width (in-memory training takes
+    the same order, ``models.base.propagate_linear``)."""
+    out, width, previous = [], in_dim, None
     last = len(model.layers) - 1
     for i, layer in enumerate(model.layers):
         finish = (lambda h: h) if i == last else model.activation
+        source, output = table(i), table(i + 1)
+        operators = _operators(layer)
+        narrowing = _narrowing(layer, width)
+        if narrowing is not None:
+            project, rest, split, projected = narrowing
+            narrow = f"{source}.projected"
+            out.append(Stage((source,), (False,), narrow, projected, lambda view, h, project=project: project(h),
+                             previous, input_dropout=model.dropout))
+            out.append(Stage((narrow,), (True,), output, layer.out_features,
+                             lambda view, z, rest=rest, finish=finish: finish(rest(view, z)), len(out) - 1,
+                             _finished(split, finish), cached=cache and split is not None, operators=operators))
+        else:
+            def run(view, h, layer=layer, finish=finish):
+                return finish(layer(view, h))
 
-        def run(view, h, layer=layer, finish=finish):
-            return finish(layer(view, h))
-
-        split = None
-        if isinstance(layer, GraphLayer):
-            maths = layer.maths()
-            split = Split(lambda view, h, layer=layer: layer.maths().aggregates(view, h),
-                          lambda aggs, layer=layer, finish=finish: finish(layer.maths().update(aggs)),
-                          (width,) * len(maths.terms))
-            width_out = maths.out_features
-            operators = tuple(dict.fromkeys(t.op for t in maths.terms if t.op != SELF))
-        else:  # another layer (GAT's): the width it declares, the operators it says it uses
-            width_out = layer.out_features
-            operators = tuple(getattr(layer, "operators", ("loop",)))
-        out.append(Stage((table(i),), (True,), table(i + 1), width_out, run, i - 1 if i else None,
-                         split, cached=cache and split is not None, operators=operators,
-                         input_dropout=model.dropout))
-        width = width_out
+            split = None
+            if isinstance(layer, GraphLayer):
+                split = Split(lambda view, h, layer=layer: layer.maths().aggregates(view, h),
+                              lambda aggs, layer=layer: layer.maths().update(aggs),
+                              (width,) * len(layer.maths().terms))
+            out.append(Stage((source,), (True,), output, layer.out_features, run, previous,
+                             _finished(split, finish), cached=cache and split is not None, operators=operators,
+                             input_dropout=model.dropout))
+        previous, width = len(out) - 1, layer.out_features
     return out
+
+
+def _operators(layer) -> tuple:
+    """The graph operators a layer multiplies with: a graph layer's terms', or those another
+    layer (GAT's) says it uses."""
+    if isinstance(layer, GraphLayer):
+        return tuple(dict.fromkeys(t.op for t in layer.maths().terms if t.op != SELF))
+    return tuple(getattr(layer, "operators", ("loop",)))
+
+
+def _finished(split: Optional[Split], finish: Callable) -> Optional[Split]:
+    """``split`` with the activation after the layer applied by its update."""
+    if split is None:
+        return None
+    return Split(split.aggregate, lambda aggs, update=split.update: finish(update(aggs)), split.widths)
+
+
+def _narrowing(layer, width_in: int):
+    """``(project, rest, split, width)`` for a layer that starts with row-wise linear maps to
+    narrower rows than its input's ``width_in``: ``project(h)`` applies them (``width`` wide),
+    ``rest(view, z)`` does the layer's remaining work on projected rows; ``split`` is the
+    rest as a fixed aggregation then an update, where it is one (None otherwise). None for
+    a layer that does not narrow, or does not start so."""
+    if isinstance(layer, GraphLayer):
+        widths = [w.shape[0] for w, _ in layer.maths().by_weight()]
+        if sum(widths) >= width_in:
+            return None
+
+        def project(h):
+            return torch.cat([h @ w.t() for w, _ in layer.maths().by_weight()], dim=1)
+
+        def aggregated(maths, view, z) -> list:
+            """Every term's aggregate of its linear map's projected columns, in term order."""
+            out, start = [None] * len(maths.terms), 0
+            for (_, terms), n in zip(maths.by_weight(), widths):
+                for t in terms:
+                    out[maths.terms.index(t)] = aggregate(view, t.op, z[:, start:start + n])
+                start += n
+            return out
+
+        def rest(view, z):
+            maths = layer.maths()
+            return maths.finish(_summed(maths, aggregated(maths, view, z)))
+
+        def update(aggs):
+            maths = layer.maths()
+            return maths.finish(_summed(maths, aggs))
+
+        maths = layer.maths()
+        term_widths = [0] * len(maths.terms)
+        for (_, terms), n in zip(maths.by_weight(), widths):
+            for t in terms:
+                term_widths[maths.terms.index(t)] = n
+        split = Split(lambda view, z: aggregated(layer.maths(), view, z), update, tuple(term_widths))
+        return project, rest, split, sum(widths)
+    if hasattr(layer, "project") and getattr(layer, "projected_features", width_in) < width_in:
+        return layer.project, layer.attend, None, layer.projected_features
+    return None
+
+
+def _summed(maths, aggregates: list) -> torch.Tensor:
+    """The layer's summed terms from the terms' aggregates of their projected rows (in term
+    order), summed as ``Maths.linear`` sums them: terms within a linear map, then the maps."""
+    return reduce(operator.add, (reduce(operator.add, (t.scaled(aggregates[maths.terms.index(t)]) for t in terms))
+                                 for _, terms in maths.by_weight()))
 
 
 def _decoupled(model: Decoupled, in_dim: int) -> list:
