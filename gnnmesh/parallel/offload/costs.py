@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import transfers
-from .pipeline import FEATURES
+from .pipeline import DROP_PIECE, FEATURES
 
 FLOAT = 4
 # Fast-tier bytes per element of a chunk's working set, beyond the loaded rows themselves:
@@ -24,6 +24,9 @@ EDGE_BYTES = 40  # per entry: block structure, attention scores, softmax and dro
 # every model, cora and generated graphs (tests/test_budgets.py runs the smallest budgets).
 RESIDENT = 16 * 2**20
 LOSS_COPIES = 4
+# Per value of the features' dropout pass (a piece of at most DROP_PIECE values at a time): the
+# rows read, the mask and its hashes, the scaled rows and the result.
+DROP_BYTES = 32
 # Per trained parameter: its gradient, Adam's two moments, the best epoch's copy, the
 # pipeline's gradient sums and the optimizer step's temporaries.
 PARAM_COPIES = 8
@@ -157,6 +160,7 @@ def footprint(plan, stages: list, classes: int, heads: int = 1) -> list:
                     work = (chunk.rows * width_in + WORK_FACTOR * chunk.rows * width) * FLOAT
                 worst = max(worst, work)
         rows = max(chunk.rows for chunk in plan.chunks[r]) if plan.chunks[r] else 0
+        worst = max(worst, _dropout_pass_bytes(stages, rows, plan.in_dim))
         peaks.append(fixed_bytes(plan.params) + worst + _loss_bytes(rows, classes))
     return peaks
 
@@ -166,6 +170,14 @@ def row_footprint(in_dim: int, widest: int, out: int) -> int:
     through in row chunks): its input, the working set of its widest layer, its output
     sent and the columns received."""
     return (2 * in_dim + WORK_FACTOR * widest + 2 * out) * FLOAT
+
+
+def _dropout_pass_bytes(stages: list, rows: int, in_dim: int) -> int:
+    """The features' dropout pass over a chunk of ``rows`` (when the first stage drops them)."""
+    first = stages[0]
+    if first.input_dropout == 0 or first.inputs[0] != FEATURES:
+        return 0
+    return DROP_BYTES * min(rows * in_dim, max(in_dim, DROP_PIECE))
 
 
 def _loss_bytes(rows: int, classes: int) -> int:
@@ -201,5 +213,5 @@ def footprint_floor(adj, owned: list, stages: list, classes: int, heads: int, in
         work = max((copies * (1 + served) * width_in + WORK_FACTOR * terms * width + EDGE_BYTES * heads) * rows
                    * FLOAT if wide else (width_in + WORK_FACTOR * width) * FLOAT
                    for width_in, width, terms, wide in _stage_shapes(in_dim, stages))
-        floor = max(floor, work + _loss_bytes(1, classes))
+        floor = max(floor, work + _loss_bytes(1, classes), _dropout_pass_bytes(stages, 1, in_dim))
     return fixed_bytes(params) + floor

@@ -18,6 +18,7 @@ from .stages import Stage
 
 FEATURES = "h0"
 DROPPED_FEATURES = "h0.dropped"  # the features with the first layer's dropout, rewritten every epoch
+DROP_PIECE = 1 << 18  # values masked at once by the features' dropout pass (``costs`` prices it)
 
 
 def grad_table(name: str) -> str:
@@ -295,11 +296,19 @@ class Pipeline:
         return view.dropout(rows, p, True)
 
     def _drop_features(self, views: list, epoch: int, draws: int, p: float) -> None:
-        """The features masked for this epoch's first layer, a pass over this rank's rows."""
+        """The features masked for this epoch's first layer, a pass over this rank's rows in
+        pieces of at most ``DROP_PIECE`` values (a mask depends only on the draw and the row's
+        global id, so the pieces mask as the whole would)."""
+        step = max(1, DROP_PIECE // self.plan.in_dim)
         for b in range(self.plan.batches):
-            chunk = self.plan.chunk(self.rank, b)
-            rows = self._drop(views[b], epoch, draws, self.read_rows(FEATURES, chunk), p)
-            self.store.write(DROPPED_FEATURES, range(chunk.lo, chunk.hi), rows)
+            chunk, view = self.plan.chunk(self.rank, b), views[b]
+            for lo in range(chunk.lo, chunk.hi, step):
+                hi = min(lo + step, chunk.hi)
+                ids = chunk.dst[lo - chunk.lo:hi - chunk.lo]
+                view.set_epoch(epoch, draws)
+                rows = view.dropout_block(self.store.read(FEATURES, range(lo, hi)), p, True, (self.plan.in_dim,),
+                                          rows=ids)
+                self.store.write(DROPPED_FEATURES, range(lo, hi), rows)
 
     def _cached_backward(self, stage, s, view, chunk, grad_out, params, needs_input):
         """Backward of a cached stage: the update from its aggregates; the aggregation's
