@@ -81,7 +81,7 @@ def _check(got, model, make=graph):
 
 
 @pytest.mark.timeout(920)
-@pytest.mark.parametrize("world", [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(3, marks=pytest.mark.slow), pytest.param(4, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("world", [pytest.param(w, marks=pytest.mark.slow) for w in (1, 2, 3, 4)])
 def test_offload_equals_single_process(world):
     cases = [(m, k, d, r, "auto") for m, k, d, r in runs(world)]
     if world == 1:
