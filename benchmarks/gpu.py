@@ -17,9 +17,11 @@ Three tables, measured side by side in one run on one device:
 * **out of core**: ``gnnmesh train`` (a fresh process each) in memory, then
   ``--strategy offload --host-store ram`` at a budget of ``1/--ratio`` of the in-memory run's
   peak device memory (raised to the smallest budget the planner accepts when that is more),
-  with the epoch time against in-memory, the fast tier's peak against the budget, and the
-  host -> device rate while loading (bytes loaded over the time spent in host-tier reads)
-  against a pinned host -> device copy.
+  with the transfers overlapping compute on copy streams (``--overlap``) and in line
+  (``--no-overlap``, at the same budget): the epoch time against in-memory and overlap on
+  against off, the fast tier's peak against the budget, and the host -> device rate while
+  loading (bytes loaded over the time spent in host-tier reads) against a pinned host ->
+  device copy.
 
 On the CPU the same code runs as a dry run (no peak device memory; pinned memory is not used).
 """
@@ -187,9 +189,9 @@ def run_train(flags: list, args) -> list:
                          *flags], timeout=args.timeout, data_root=args.data_root), first=1)
 
 
-def offload_run(budget: int, args) -> tuple:
+def offload_run(budget: int, args, overlap: bool) -> tuple:
     """Offload at ``budget`` bytes, raised once to the smallest budget the planner accepts."""
-    flags = ["--strategy", "offload", "--host-store", "ram"]
+    flags = ["--strategy", "offload", "--host-store", "ram", "--overlap" if overlap else "--no-overlap"]
     try:
         return budget, run_train(flags + ["--device-memory", f"{budget}B"], args)
     except TrainFailed as err:
@@ -204,19 +206,23 @@ def offload_table(device: Device, args) -> None:
     memory = run_train([], args)
     peak_key = "peak_device_mib_max" if device.cuda else "peak_rss_mib_max"
     in_memory_peak = max(r[peak_key] for r in memory) * MiB
-    budget, offload = offload_run(int(in_memory_peak / args.ratio), args)
-    mem_t, off_t = spread(memory, "epoch_time"), spread(offload, "epoch_time")
-    loaded = Spread.of(r["offload_load_bytes"] / r["host_io_time"] / 1e9 for r in offload)
+    budget, overlapped = offload_run(int(in_memory_peak / args.ratio), args, True)
+    _, in_line = offload_run(budget, args, False)  # needs no more: nothing is in flight
+    mem_t = spread(memory, "epoch_time")
     pinned = pinned_gbs(device, args.copy_mib, args.repeats)
-    peak = max(r["fast_peak_bytes_max"] for r in offload)
+    on_t = spread(overlapped, "epoch_time")
     print(f"\n| gcn, {args.train_epochs} epochs (first left out) | epoch s | peak MiB | budget "
-          f"| K | vs in-memory | load GB/s (pinned copy {pinned:,.1f}) |")
-    print("|---|---|---|---|---|---|---|")
-    print(f"| in memory | {mem_t.format(3)} | {in_memory_peak / MiB:,.0f} | - | - | 1.00x | - |")
-    print(f"| offload, ram store | {off_t.format(3)} | {peak / MiB:,.0f} | {format_bytes(budget)} "
-          f"({budget / in_memory_peak:.2f} of in-memory) | {offload[-1]['chunks']} "
-          f"| **{off_t.median / mem_t.median:.2f}x** | {loaded.format(1)} ({loaded.median / pinned:.0%}) |",
-          flush=True)
+          f"| K | vs in-memory | vs overlap off | load GB/s (pinned copy {pinned:,.1f}) |")
+    print("|---|---|---|---|---|---|---|---|")
+    print(f"| in memory | {mem_t.format(3)} | {in_memory_peak / MiB:,.0f} | - | - | 1.00x | - | - |")
+    for name, runs in (("offload, ram store, overlap on", overlapped), ("offload, ram store, overlap off", in_line)):
+        t = spread(runs, "epoch_time")
+        loaded = Spread.of(r["offload_load_bytes"] / r["host_io_time"] / 1e9 for r in runs)
+        peak = max(r["fast_peak_bytes_max"] for r in runs)
+        print(f"| {name} | {t.format(3)} | {peak / MiB:,.0f} | {format_bytes(budget)} "
+              f"({budget / in_memory_peak:.2f} of in-memory) | {runs[-1]['chunks']} "
+              f"| **{t.median / mem_t.median:.2f}x** | {on_t.median / t.median:.2f}x "
+              f"| {loaded.format(1)} ({loaded.median / pinned:.0%}) |", flush=True)
 
 
 def main() -> None:

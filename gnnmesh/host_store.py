@@ -30,6 +30,7 @@ class _Table:
     rows: int
     width: int
     data: Optional[torch.Tensor] = None  # kind "ram"
+    reading: Optional[object] = None      # CUDA: the event after the last copy straight out of ``data``
     fd: int = -1                          # kind "file"
     path: str = ""
 
@@ -124,6 +125,7 @@ class HostStore:
         """Set the whole table to 0."""
         table, _ = self._lookup(name, range(0))
         if table.data is not None:
+            self._await_reads(table)
             table.data.zero_()
         else:
             self.create(name, table.rows, table.width)
@@ -156,6 +158,9 @@ class HostStore:
                 torch.index_select(table.data, 0, torch.from_numpy(rows), out=src)
             if src is not out:
                 out.copy_(src, non_blocking=self.pin)  # only pinned memory copies asynchronously
+                if self.pin and isinstance(rows, range):  # from the table itself, on this stream
+                    table.reading = torch.cuda.Event()
+                    table.reading.record()
         else:
             host = out.numpy() if out.device.type == "cpu" else None
             for lo, hi, pick, k, n in self._pieces(table, rows):
@@ -188,8 +193,7 @@ class HostStore:
                              f"{len(rows)} rows of width {table.width}")
         values = values.detach().to(torch.float32)
         if table.data is not None:
-            if self.pin and values.device.type == "cpu":  # an asynchronous read may still be
-                torch.cuda.current_stream(self.device).synchronize()  # copying these rows out
+            self._await_reads(table)
             if isinstance(rows, range):
                 dst = table.data[rows.start:rows.stop]
                 (dst.add_ if add else dst.copy_)(values.cpu())
@@ -207,6 +211,13 @@ class HostStore:
                 _io(os.pwritev, table, src, lo * table.width * 4)
         self._counts["store_bytes"] += len(rows) * table.width * 4
         self._counts["accumulate_seconds" if add else "store_seconds"] += time.perf_counter() - start
+
+    @staticmethod
+    def _await_reads(table: _Table) -> None:
+        """Before the host changes a RAM table: an asynchronous read may still be copying rows out."""
+        if table.reading is not None:
+            table.reading.synchronize()
+            table.reading = None
 
     def _lookup(self, name: str, rows) -> tuple[_Table, range | np.ndarray]:
         """The table, and ``rows`` as a step-1 ``range`` or an ascending unique int64 array."""

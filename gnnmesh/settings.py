@@ -353,6 +353,10 @@ class HostTierSection(Section):
                                    resolves_to="both")
     reorganize: Optional[bool] = setting(help="regroup and reorder chunks to share more rows (default: on)",
                                          resolves_to=True)
+    overlap: Optional[bool] = setting(help="load the next batch's rows and write the last batch's results back "
+                                      "while a batch computes, on CUDA copy streams (on CPU the same order runs "
+                                      "in line); the budget holds those transfers too (default: on with --device "
+                                      "cuda, off on CPU)")
 
     def __post_init__(self):
         super().__post_init__()

@@ -25,7 +25,7 @@ from .errors import ConfigError
 _MINIBATCH_PARALLEL = ("minibatch.cache_memory", "minibatch.bandwidths", "host_tier.host_store",
                        "host_tier.store_dir")
 _HOST_TIER = ("host_tier.device_memory", "host_tier.host_store", "host_tier.store_dir", "host_tier.chunks",
-              "host_tier.dedup", "host_tier.reorganize")
+              "host_tier.dedup", "host_tier.reorganize", "host_tier.overlap")
 
 
 @dataclass(frozen=True)

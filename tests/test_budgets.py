@@ -60,8 +60,10 @@ def smallest_budget_holds(dataset: str, engine: list, epochs: int, tmp_path) -> 
 
 @pytest.mark.slow  # a search for the smallest budget
 @pytest.mark.timeout(120)
-def test_the_smallest_offload_budget_holds_on_one_rank(tmp_path):
-    smallest_budget_holds(SMALL, ENGINES["offload"], 3, tmp_path)
+@pytest.mark.parametrize("overlap", ["--no-overlap", "--overlap"])
+def test_the_smallest_offload_budget_holds_on_one_rank(tmp_path, overlap):
+    """Also with the transfers of the batches either side in flight (``--overlap``)."""
+    smallest_budget_holds(SMALL, [*ENGINES["offload"], overlap], 3, tmp_path)
 
 
 @pytest.mark.slow  # whole training runs at the floor, several ranks, cora's 1,433 features

@@ -34,12 +34,14 @@ def test_every_model_trains_on_the_gpu_as_on_the_cpu(model):
     np.testing.assert_allclose(gpu, cpu, rtol=LOSS_RTOL)
 
 
+@pytest.mark.parametrize("overlap", [True, False])
 @pytest.mark.parametrize("store", ["ram", "file"])
-def test_out_of_core_on_the_gpu_holds_its_budget_and_matches(store, tmp_path):
+def test_out_of_core_on_the_gpu_holds_its_budget_and_matches(store, overlap, tmp_path):
+    """With the transfers on copy streams (overlap) and in line."""
     graph = datasets.load("cora")
     budget = 128 * 2**20  # above the floor on CUDA, which counts cuBLAS's workspaces (64 MiB on an H200)
     settings = dict(strategy="offload", device_memory="128MiB", host_store=store, epochs=EPOCHS, seed=1,
-                    **({"store_dir": str(tmp_path)} if store == "file" else {}))
+                    chunks="4", overlap=overlap, **({"store_dir": str(tmp_path)} if store == "file" else {}))
     cpu = losses(Config.of(**settings), graph)
     torch.cuda.reset_peak_memory_stats()
     gpu = losses(Config.of(**settings, device="cuda"), graph)

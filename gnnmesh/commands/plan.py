@@ -73,6 +73,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_config_flags(every, only=("device_memory",), helps={"device_memory": "each rank's memory: candidates "
                      "predicted to need more are left out; --strategy offload: the fast tier's budget (required)"})
     add_config_flags(every, only=("chunks", "dedup", "intermediates", "reorganize"), defaults=True)
+    add_config_flags(every, only=("overlap",), helps={"overlap": "--strategy offload: plan for transfers that "
+                     "overlap compute, as training with --device cuda runs them (default: off, as on CPU)"})
     sampled = cmd.add_argument_group("mini-batch strategies (--allow-sampling, ranked apart)")
     sampled.add_argument("--allow-sampling", dest="allow_sampling", action="store_true",
                          help="also rank the mini-batch strategies, apart: a sampled epoch does other work than "

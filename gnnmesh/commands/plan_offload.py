@@ -29,6 +29,7 @@ def run(args) -> int:
                     hidden=args.hidden, layers=args.layers,
                     strategy="offload", nproc=nproc, device_memory=args.device_memory, chunks=args.chunks,
                     dedup=args.dedup, intermediates=args.intermediates, reorganize=args.reorganize,
+                    overlap=args.overlap,
                     partitioner=args.partitioner).resolved()
     from .. import datasets
     graph = datasets.load(config.data.dataset, root=config.data.data_root)
@@ -43,7 +44,8 @@ def run(args) -> int:
     heads = getattr(model, "heads", 1)
     plan = build_plan(adj=graph.adj, owned=owned, rank=0, in_dim=in_dim, stages=stages, classes=stages[-1].width,
                       heads=heads, budget=budget, chunks=chunks, dedup=config.host_tier.dedup,
-                      reorganize=config.host_tier.reorganize, params=costs.trained_params(model))
+                      reorganize=config.host_tier.reorganize, params=costs.trained_params(model),
+                      overlap=bool(config.host_tier.overlap))
     if args.json:
         write_plan(args.json, "offload", [candidate(plan, stages, stages[-1].width, heads)])
     for line in describe(graph, config, plan, stages, stages[-1].width, heads, budget, chunks is None):
@@ -90,7 +92,8 @@ def describe(graph, config, plan, stages, classes, heads, budget, auto) -> list:
         f"offload plan: {graph.name}, {graph.num_nodes:,} nodes, {graph.adj.nnz:,} adjacency entries; "
         f"{model} on {plan.world} rank{'s' if plan.world > 1 else ''}",
         f"budget {budget / MiB:.1f} MiB: {plan.k} chunks per rank ({'auto' if auto else 'given'}), dedup "
-        f"{plan.mode}{', reorganized' if plan.reorganized else ''}; alpha {plan.replication():.2f}",
+        f"{plan.mode}{', reorganized' if plan.reorganized else ''}{', overlapped' if plan.overlap else ''}; "
+        f"alpha {plan.replication():.2f}",
         f"fast tier (estimate): {max(peaks) / MiB:.1f} MiB per rank at most",
         f"host tier: {max(host) / MiB:.1f} MiB per rank of vertex data, gradients and cached aggregates "
         f"({sum(host) / max(budget, 1):.1f}x the budget in all)",

@@ -55,4 +55,4 @@ def host_tier(config) -> dict:
     tier = config.host_tier
     return dict(device_memory=parse_bytes(tier.device_memory, "device_memory"), host_store=tier.host_store,
                 store_dir=tier.store_dir, chunks=None if tier.chunks == "auto" else int(tier.chunks),
-                dedup=tier.dedup, reorganize=tier.reorganize)
+                dedup=tier.dedup, reorganize=tier.reorganize, overlap=tier.overlap)

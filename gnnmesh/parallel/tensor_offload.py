@@ -168,12 +168,12 @@ class TensorOffload(HostTierStrategy):
 
     def __init__(self, layout: ParallelLayout, device, device_memory: int, host_store: str = "ram",
                  store_dir: Optional[str] = None, chunks: Optional[int] = None, intermediates: str = "auto",
-                 dedup: str = "both", reorganize: bool = True):
+                 dedup: str = "both", reorganize: bool = True, overlap: Optional[bool] = None):
         """``chunks``: column chunks, or None to take the fewest whose estimated footprint fits
         ``device_memory`` (bytes)."""
         super().__init__(layout, device, "cols")
         self.host = HostTier(self.comm, self.device, device_memory, host_store, store_dir, chunks, intermediates,
-                             dedup, reorganize)
+                             dedup, reorganize, overlap)
         self.pipeline = self.passes = None
 
     def describe(self) -> str:

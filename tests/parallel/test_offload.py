@@ -46,20 +46,21 @@ def config(model, **fields) -> Config:
                   **fields)
 
 
-def offload_config(model, k, dedup, reorganize, world, intermediates="auto") -> Config:
+def offload_config(model, k, dedup, reorganize, world, intermediates="auto", overlap=None) -> Config:
     partition = {"partitioner": "rp"} if world > 1 else {}
     return config(model, strategy="offload", nproc=world, chunks=str(k), dedup=dedup, reorganize=reorganize,
-                  intermediates=intermediates, **partition)
+                  intermediates=intermediates, overlap=overlap, **partition)
 
 
-def _rank_runs(rank, world, cases, make=graph):
+def _rank_runs(rank, world, cases, make=graph, overlap=None):
     from gnnmesh.parallel.offload import costs
     from gnnmesh.train import Trainer
     out = []
     for model, k, dedup, reorganize, intermediates in cases:
-        trainer = Trainer(offload_config(model, k, dedup, reorganize, world, intermediates), make())
+        trainer = Trainer(offload_config(model, k, dedup, reorganize, world, intermediates, overlap), make())
         result = trainer.fit()
         strategy = trainer.strategy
+        assert strategy.pipeline.overlap.ahead is bool(overlap)
         per_pass = costs.epoch_traffic(strategy.pipeline.plan, strategy.stages, 1, 1)
         out.append({"losses": [r.loss for r in result.history], "tables": [s.output for s in strategy.stages],
                     "params": {n: v.detach().clone() for n, v in trainer.model.state_dict().items()},
@@ -93,6 +94,26 @@ def test_offload_equals_single_process(world):
             _check(got, model)
         except AssertionError as err:
             raise AssertionError(f"{model}, K={k}, dedup {dedup}, reorganize {reorganize}: {err}") from None
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("world", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_overlapped_transfers_equal_the_single_process(world):
+    """With --overlap, every batch fetches its loads a batch ahead and its results go back a
+    batch behind (on the CPU in line, in the order CUDA's copy streams run them): the same run
+    as one process, every model, and the bytes the plan predicts (overlap moves none more)."""
+    cases = [(model, CHUNKS[1 + i % 2], *MODES[(i + world) % len(MODES)], how)
+             for i, model in enumerate(MODELS)
+             for how in (("auto", "recompute") if model in ("gcn", "sage", "gin") else ("auto",))]
+    if world == 1:
+        results = _rank_runs(0, 1, cases, graph, True)
+    else:
+        results = run_ranks(_rank_runs, world, cases, graph, True, timeout=270)[0]
+    for (model, k, dedup, reorganize, how), got in zip(cases, results):
+        try:
+            _check(got, model)
+        except AssertionError as err:
+            raise AssertionError(f"{model} ({how}), K={k}, dedup {dedup}, reorganize {reorganize}: {err}") from None
 
 
 @pytest.mark.parametrize("model", ["gcn", pytest.param("sage", marks=pytest.mark.slow),

@@ -81,6 +81,26 @@ def test_auto_takes_the_smallest_fitting_k():
     assert smaller.k > chosen.k
 
 
+@pytest.mark.parametrize("world", [1, 2])
+def test_overlap_holds_the_neighbouring_batches_transfers(world):
+    """With overlap, a batch's working set sits beside the next batch's loads and the batch
+    before's results: the estimate grows with K > 1 (not with one chunk: nothing is in
+    flight), the same bytes move, and the budget picks K with them counted."""
+    g, s = graph(), stages()
+    owned = owned_by(g, world)
+    for k in (1, 4):
+        plain, ahead = (Plan(g.adj, owned, k, "both", False, 0, 16, overlap=o) for o in (False, True))
+        low, high = (costs.footprint(p, s, 4) for p in (plain, ahead))
+        assert (high == low) if k == 1 else all(h > lo for h, lo in zip(high, low)), (k, low, high)
+        assert costs.epoch_traffic(plain, s) == costs.epoch_traffic(ahead, s)
+    settings = dict(adj=g.adj, owned=owned, rank=0, in_dim=16, stages=s, classes=4, heads=1, chunks=None,
+                    dedup="both", reorganize=False)
+    budget = max(costs.footprint(Plan(g.adj, owned, 4, "both", False, 0, 16), s, 4))
+    plain, ahead = (build_plan(budget=budget, overlap=o, **settings) for o in (False, True))
+    assert ahead.overlap and max(costs.footprint(ahead, s, 4)) <= budget
+    assert ahead.k > plain.k
+
+
 def test_too_small_a_budget_names_one_that_works():
     g, s = graph(), stages()
     owned = owned_by(g, 1)
@@ -134,6 +154,11 @@ def test_plan_command_prints_what_training_counts(tmp_path):
     assert out.returncode == 0, out.stderr
     for line in metrics.read_text().splitlines():
         assert round(json.loads(line)["offload_load_bytes"] / 2**20, 2) == planned
+    out = _gnnmesh("plan", "--strategy", "offload", "--dataset", spec, "--device-memory", "18MiB",
+                   "--chunks", "4", "--overlap")  # the same bytes, with the batches either side in flight
+    assert out.returncode == 0, out.stderr
+    assert ", overlapped;" in out.stdout
+    assert float(re.search(r"host -> fast\s+([\d.]+) MiB", out.stdout).group(1)) == planned
 
 
 # A uniform R-MAT (no hubs) of 90k nodes: all layers' vertex data, gradients and cached

@@ -72,6 +72,16 @@ class ChunkView(GraphView):
             self._resident[name] = (_to_device(host[0], self.device), host[1])
         return self._resident[name]
 
+    def load(self, names) -> dict:
+        """Copy the blocks of operators ``names`` and the destinations' positions in now (on
+        the stream a batch's loads run on); returns the copies made (none on the CPU)."""
+        if self.device.type != "cpu":
+            for name in sorted(names):
+                self.block(name)
+            if "dst_pos" not in self._resident:
+                self._resident["dst_pos"] = self._dst_pos.to(_indexed(self.device), non_blocking=True)
+        return self._resident
+
     def release(self) -> None:
         """Let go of the device's copies of the blocks (a batch is done with them): on a GPU
         the fast tier holds one chunk's topology at a time, the rest waits in pinned memory."""
@@ -142,13 +152,19 @@ def _host(t: torch.Tensor, device) -> torch.Tensor:
     return t.pin_memory() if torch.device(device).type == "cuda" else t
 
 
+def _indexed(device) -> torch.device:
+    """``device`` with its index: the kernels look their arrays up by ``x.device``, which has one."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def _to_device(block: Adjacency, device) -> Adjacency:
     """A copy of ``block`` for ``device``: its values and the kernels' index arrays copied
     there (asynchronously, from pinned memory); the CSR itself stays in host memory, as the
     structure the kernels' arrays were built from. Its cache is its own, freed with it."""
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:  # the kernels look their arrays up by x.device
-        device = torch.device("cuda", torch.cuda.current_device())
+    device = _indexed(device)
     values = None if block.values is None else block.values.to(device, non_blocking=True)
     out = Adjacency(block.indptr, block.indices, values, block.shape)
     cache = out._structure_cache()

@@ -139,30 +139,47 @@ def fixed_bytes(params: int = 0) -> int:
 def footprint(plan, stages: list, classes: int, heads: int = 1) -> list:
     """Upper estimate of each rank's peak fast-tier bytes: the largest working set of any
     batch in any stage (its loaded rows, what owners read for it, the rows the next batch
-    reuses, the products of the chunk's computation) beside the loss over a chunk's logits,
-    and beside what any plan holds (``fixed_bytes`` of the plan's model). From the chunks
-    alone, so that ``--chunks auto`` can try many K."""
+    reuses, the products of the chunk's computation), with the plan's ``overlap`` beside the
+    transfers in flight (the next batch's loads, the batch before's results), beside the loss
+    over a chunk's logits, and beside what any plan holds (``fixed_bytes`` of the plan's
+    model). From the chunks alone, so that ``--chunks auto`` can try many K."""
     copies = 1 if plan.mode == "none" else 2  # rows the next batch reuses stay loaded
     shapes = _stage_shapes(plan.in_dim, stages)
+    overlap = getattr(plan, "overlap", False)
     peaks = []
     for r in range(plan.world):
         worst = 0
+        works = [[0] * plan.batches for _ in shapes]
+        moves = [[0] * (plan.batches + 2) for _ in shapes]  # padded: no batch before the first, after the last
         for b in range(plan.batches):
             chunk = plan.chunk(r, b)
             loaded = len(chunk.neighbours)
             served = sum(int(np.count_nonzero(plan.owner[plan.chunk(q, b).neighbours] == r))
                          for q in range(plan.world)) if plan.world > 1 else loaded
-            for width_in, width, terms, wide in shapes:
+            for i, (width_in, width, terms, wide) in enumerate(shapes):
                 if wide:
                     work = (copies * (loaded + served) * width_in + WORK_FACTOR * terms * loaded * width) * FLOAT
                     work += EDGE_BYTES * heads * chunk.entries
                 else:  # its destinations' rows alone, read from the host tier as they are
                     work = (chunk.rows * width_in + WORK_FACTOR * chunk.rows * width) * FLOAT
-                worst = max(worst, work)
+                works[i][b] = work
+                moves[i][b + 1] = _moved_bytes(chunk, served if wide else 0, width, terms, wide)
+        for work, moved in zip(works, moves):
+            for b in range(plan.batches):
+                worst = max(worst, work[b] + (moved[b] + moved[b + 2] if overlap else 0))
         rows = max(chunk.rows for chunk in plan.chunks[r]) if plan.chunks[r] else 0
         worst = max(worst, _dropout_pass_bytes(stages, rows, plan.in_dim))
         peaks.append(fixed_bytes(plan.params) + worst + _loss_bytes(rows, classes))
     return peaks
+
+
+def _moved_bytes(chunk, served: int, width: int, terms: int, wide: bool) -> int:
+    """An upper bound of what one batch of a stage moves either way while a neighbouring batch
+    computes, when transfers overlap: coming in, the rows read for it (``served``), its
+    destinations' rows, output gradients and cached aggregates, and its chunk's topology;
+    going out, its output and cached aggregates, or its inputs' gradients."""
+    rows = (served + (1 + terms) * chunk.rows) * width * FLOAT
+    return rows + (EDGE_BYTES * chunk.entries if wide else 0)
 
 
 def row_footprint(in_dim: int, widest: int, out: int) -> int:

@@ -114,14 +114,16 @@ class PipelinePasses:
 class HostTier:
     """One rank's host tier, talking over ``comm``, with a fast tier of ``device_memory``
     bytes on ``device``. ``chunks``: K, or None to take the smallest K whose estimated
-    footprint fits."""
+    footprint fits. ``overlap``: transfers overlap compute (``overlap.Overlap``); None: on
+    with CUDA, where copy streams hide them, off on the CPU, where nothing would."""
 
     def __init__(self, comm, device, device_memory: int, host_store: str = "ram", store_dir: Optional[str] = None,
                  chunks: Optional[int] = None, intermediates: str = "auto", dedup: str = "both",
-                 reorganize: bool = True):
+                 reorganize: bool = True, overlap: Optional[bool] = None):
         self.comm, self.device = comm, torch.device(device)
         self.budget, self.chunks, self.intermediates = int(device_memory), chunks, intermediates
         self.dedup, self.reorganize = dedup, reorganize
+        self.overlap = self.device.type == "cuda" if overlap is None else bool(overlap)
         where = None if store_dir is None else str(Path(store_dir) / f"rank{comm.rank}")
         self.store = agreed(lambda: HostStore(host_store, self.device, where))  # refused before training
         weakref.finalize(self, self.store.close)  # its files go when the run ends, however it ends
@@ -162,7 +164,7 @@ class HostTier:
         reserved += 2 * memory.blas_workspace_bytes(self.device) + self.resident_bytes + self.store.working_bytes()
         plan = build_plan(adj=adj, owned=owned, rank=rank, in_dim=in_dim, stages=stages, classes=classes,
                           heads=heads, budget=self.budget, chunks=self.chunks, dedup=self.dedup,
-                          reorganize=self.reorganize, reserved=reserved, params=params)
+                          reorganize=self.reorganize, reserved=reserved, params=params, overlap=self.overlap)
         plan.keep_own_steps()
         return plan
 

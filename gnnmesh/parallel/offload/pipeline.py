@@ -14,6 +14,7 @@ from typing import Optional
 
 import torch
 
+from .overlap import Overlap
 from .stages import Stage
 
 FEATURES = "h0"
@@ -46,21 +47,28 @@ def tables(stages: list, in_dim: int, input_grad: bool = False) -> dict:
 
 class Loader:
     """Loads one table's rows for a sequence of batches (one pass over them), keeping what
-    the next batch reuses."""
+    the next batch reuses: ``fetch(b)`` reads batch b's rows from the host tier (what may run
+    a batch ahead), ``load(b, fetched)`` adds the rows kept in place and other ranks' rows."""
 
     def __init__(self, run, name: str, width: int, steps: list):
         self.run, self.name, self.width, self.steps = run, name, width, steps
         self.buffer = self.input = None
 
-    def load(self, b: int) -> torch.Tensor:
-        run, me = self.run, self.run.rank
-        step = run.on_device(self.steps[b][me])
+    def fetch(self, b: int) -> tuple:
+        """(batch b's step, its buffer with the rows read from the host tier in place)."""
+        run = self.run
+        step = run.on_device(self.steps[b][run.rank])
         if step.read_whole:  # the buffer is one read, in order
-            buffer = run.store.read(self.name, step.reads[0])
-        else:
-            buffer = torch.empty((step.buffer_rows, self.width), device=run.device)
-            for rows, where in step.segments():
-                buffer.index_copy_(0, where, run.store.read(self.name, rows))
+            return step, run.store.read(self.name, step.reads[0])
+        buffer = torch.empty((step.buffer_rows, self.width), device=run.device)
+        for rows, where in step.segments():
+            buffer.index_copy_(0, where, run.store.read(self.name, rows))
+        return step, buffer
+
+    def load(self, b: int, fetched: tuple) -> torch.Tensor:
+        run, me = self.run, self.run.rank
+        step, buffer = fetched
+        if not step.read_whole:
             if len(step.keep[0]):
                 buffer.index_copy_(0, step.keep[1], self.buffer.index_select(0, step.keep[0]))
                 run.count_kept(len(step.keep[0]), self.width)
@@ -107,10 +115,10 @@ class Pusher:
         for q, piece in arrived.items():  # rank order: the sum is deterministic
             buffer.index_add_(0, step.send[q], piece)
         if step.read_whole:
-            run.store.accumulate(self.name, step.reads[0], buffer)
+            run.overlap.put(self.name, step.reads[0], buffer, add=True)
         else:
             for rows, where in step.segments():
-                run.store.accumulate(self.name, rows, buffer.index_select(0, where))
+                run.overlap.put(self.name, rows, buffer.index_select(0, where), add=True)
         self.carry_buffer = self.carry_input = None
         if len(step.keep[0]):
             self.carry_buffer = grad.new_zeros((self.steps[b - 1][me].buffer_rows, self.width))
@@ -129,12 +137,15 @@ def _keeps(step, field: str) -> bool:
 class Pipeline:
     """One rank's out-of-core passes over ``stages`` for a plan (chunks, batch order, steps).
     ``input_grad``: the backward pass also sums the gradient of the input table ``h0`` (when
-    it is another computation's output, as H_0 is for tensor parallelism's propagation)."""
+    it is another computation's output, as H_0 is for tensor parallelism's propagation).
+    With the plan's ``overlap``, batches fetch their loads one batch ahead and their results
+    go back one batch behind (``overlap.Overlap``; on CUDA, on copy streams)."""
 
     def __init__(self, plan, stages: list, store, comm, device, input_grad: bool = False):
         self.plan, self.stages, self.store, self.comm = plan, stages, store, comm
         self.input_grad = input_grad
         self.rank, self.device = comm.rank, torch.device(device)
+        self.overlap = Overlap(store, self.device, getattr(plan, "overlap", False))
         self.kept_bytes = 0
         self.recompute_seconds = 0.0
         self._draws_end: dict = {}
@@ -169,11 +180,22 @@ class Pipeline:
     def read_rows(self, name: str, chunk) -> torch.Tensor:
         return self.store.read(name, range(chunk.lo, chunk.hi))
 
-    def inputs(self, names: list, wide: tuple, loaders: dict, position: int, chunk) -> list:
-        """A stage's inputs (tables ``names``) for ``chunk``, the ``position``-th batch of its
-        loaders' pass (a table read twice, wide and at the destinations, is loaded once)."""
-        loaded = {name: loader.load(position) for name, loader in loaders.items()}
-        return [loaded[name] if w else self.read_rows(name, chunk) for name, w in zip(names, wide)]
+    def fetch(self, loaders: dict, position: int, tables: list, chunk, view, operators) -> object:
+        """What a batch, the ``position``-th of its loaders' pass, reads from the host tier:
+        its loaders' rows, the rows of ``chunk``'s destinations in ``tables``, and the chunk's
+        topology (``operators``' blocks); issued through the overlap (maybe a batch ahead)."""
+        def load():
+            return {"loaded": {name: loader.fetch(position) for name, loader in loaders.items()},
+                    "rows": {name: self.read_rows(name, chunk) for name in tables},
+                    "blocks": view.load(operators)}
+        return self.overlap.fetch(load)
+
+    def inputs(self, names: list, wide: tuple, loaders: dict, position: int, fetched: dict) -> list:
+        """A stage's inputs (tables ``names``), the ``position``-th batch of its loaders' pass,
+        from what was ``fetched`` for it (a table read twice, wide and at the destinations, is
+        loaded once)."""
+        loaded = {name: loader.load(position, fetched["loaded"][name]) for name, loader in loaders.items()}
+        return [loaded[name] if w else fetched["rows"][name] for name, w in zip(names, wide)]
 
     # -- the passes -----------------------------------------------------------------------------
     def forward(self, views: list, epoch: int, training: bool, visit=None) -> Optional[torch.Tensor]:
@@ -193,20 +215,29 @@ class Pipeline:
             following = self.stages[s + 1] if s < last else None
             if s == last and visit is None:
                 logits = torch.empty((plan.rows, stage.width), device=self.device)
+            direct = [name for name, wide in zip(names, stage.wide) if not wide]
+
+            def fetch(b):
+                return self.fetch(loaders, b, direct, plan.chunk(self.rank, b), views[b], stage.operators)
+
+            ahead = None
             for b in range(plan.batches):
                 chunk, view = plan.chunk(self.rank, b), views[b]
+                fetched = self.overlap.take(ahead if ahead is not None else fetch(b))
                 view.set_epoch(epoch, start + dropping)  # the input's dropout drew first
                 view.wide = any(stage.wide)
-                inputs = self.inputs(names, stage.wide, loaders, b, chunk)
+                inputs = self.inputs(names, stage.wide, loaders, b, fetched)
+                del fetched
                 with torch.no_grad():
                     if stage.cached and training:
                         aggregates = stage.split.aggregate(view, *inputs)
                         for t, agg in enumerate(aggregates):
-                            self.store.write(cache_table(s, t), range(chunk.lo, chunk.hi), agg)
+                            self.overlap.put(cache_table(s, t), range(chunk.lo, chunk.hi), agg)
                         out = stage.split.update(aggregates)
                     else:
                         out = stage.run(view, *inputs)
                 del inputs
+                ahead = fetch(b + 1) if self.overlap.ahead and b + 1 < plan.batches else None
                 view.release()
                 self._draws_end[s] = view.draws
                 if s == last:
@@ -214,10 +245,13 @@ class Pipeline:
                         logits[chunk.lo:chunk.hi] = out
                     else:
                         visit(out, chunk)
-                    continue
-                if training and following.input_dropout > 0:  # the next stage's input, masked once
+                elif training and following.input_dropout > 0:  # the next stage's input, masked once
                     out = self._drop(view, epoch, view.draws, out, following.input_dropout)
-                self.store.write(stage.output, range(chunk.lo, chunk.hi), out)
+                if s != last:
+                    self.overlap.put(stage.output, range(chunk.lo, chunk.hi), out)
+                del out
+                self.overlap.batch_done()
+            self.overlap.settle()
         return logits
 
     def backward(self, views: list, epoch: int, grad_logits, params: list) -> list:
@@ -243,12 +277,22 @@ class Pipeline:
             start = self._draws_start(stage)
             dropping = stage.input_dropout > 0
             following = self.stages[s + 1] if s < last else None
+            tables = [name for name, wide in zip(names, stage.wide) if not wide and recomputed]
+            tables += [] if s == last else [grad_table(stage.output)]
+            tables += [cache_table(s, t) for t in range(len(stage.split.widths))] if not recomputed else []
+
+            def fetch(b):
+                return self.fetch(loaders, plan.batches - 1 - b, tables, plan.chunk(self.rank, b), views[b],
+                                  stage.operators)
+
+            ahead = None
             for b in range(plan.batches - 1, -1, -1):
                 chunk, view = plan.chunk(self.rank, b), views[b]
+                fetched = self.overlap.take(ahead if ahead is not None else fetch(b))
                 if s == last:
                     grad_out = grad_logits if callable(grad_logits) else grad_logits[chunk.lo:chunk.hi]
                 else:  # the gradient of the masked rows the next stage read, through the mask
-                    grad_out = self.read_rows(grad_table(stage.output), chunk)
+                    grad_out = fetched["rows"][grad_table(stage.output)]
                     if following.input_dropout > 0:
                         grad_out = self._drop(view, epoch, self._draws_start(following), grad_out,
                                               following.input_dropout)
@@ -257,7 +301,7 @@ class Pipeline:
                 t0 = time.perf_counter()
                 if recomputed:
                     inputs = [_leaf(t, need) for t, need in
-                              zip(self.inputs(names, stage.wide, loaders, plan.batches - 1 - b, chunk), needs)]
+                              zip(self.inputs(names, stage.wide, loaders, plan.batches - 1 - b, fetched), needs)]
                     with torch.enable_grad():
                         out = stage.run(view, *inputs)
                         wanted = [t for t in inputs if t.requires_grad]
@@ -265,9 +309,13 @@ class Pipeline:
                     input_grads = iter(found[len(params):])
                     input_grads = [next(input_grads) if t.requires_grad else None for t in inputs]
                 else:
-                    input_grads, found = self._cached_backward(stage, s, view, chunk, grad_out, params, needs[0])
-                view.release()
+                    aggregates = [fetched["rows"][cache_table(s, t)] for t in range(len(stage.split.widths))]
+                    input_grads, found = self._cached_backward(stage, view, chunk, aggregates, grad_out, params,
+                                                               needs[0])
+                del fetched
                 self.recompute_seconds += time.perf_counter() - t0
+                ahead = fetch(b - 1) if self.overlap.ahead and b > 0 else None
+                view.release()
                 for acc, g in zip(grads, found[:len(params)]):
                     if g is not None:
                         acc += g
@@ -278,9 +326,12 @@ class Pipeline:
                     if wide:  # a table loaded once for two inputs gets their gradients' sum
                         pushed[name] = g if name not in pushed else pushed[name] + g
                     else:
-                        self.store.accumulate(grad_table(name), range(chunk.lo, chunk.hi), g)
+                        self.overlap.put(grad_table(name), range(chunk.lo, chunk.hi), g, add=True)
                 for name, g in pushed.items():
                     pushers[name].push(b, g)
+                del input_grads, pushed, found
+                self.overlap.batch_done()
+            self.overlap.settle()
         return grads
 
     def _loaded(self, stage: Stage, training: bool) -> list:
@@ -310,11 +361,11 @@ class Pipeline:
                                           rows=ids)
                 self.store.write(DROPPED_FEATURES, range(lo, hi), rows)
 
-    def _cached_backward(self, stage, s, view, chunk, grad_out, params, needs_input):
-        """Backward of a cached stage: the update from its aggregates; the aggregation's
-        adjoint (linear, parameter-free) gives the loaded rows' gradients without loading them."""
-        aggregates = [self.read_rows(cache_table(s, t), chunk).requires_grad_()
-                      for t in range(len(stage.split.widths))]
+    def _cached_backward(self, stage, view, chunk, aggregates, grad_out, params, needs_input):
+        """Backward of a cached stage: the update from its ``aggregates`` (read back from the
+        host tier); the aggregation's adjoint (linear, parameter-free) gives the loaded rows'
+        gradients without loading them."""
+        aggregates = [agg.requires_grad_() for agg in aggregates]
         with torch.enable_grad():
             out = stage.split.update(aggregates)
             found = _grad(out, grad_out, chunk, params + aggregates)

@@ -22,12 +22,13 @@ class Plan:
     """``chunks[r][c]``; ``order[r][b]``: the chunk rank r runs in batch b; ``steps_forward``
     and ``steps_reverse``: the transfer steps over the batches in order and reversed.
     ``params``: the trained model's parameters, whose training state the fast tier holds
-    beside every chunk (``costs.footprint`` counts it)."""
+    beside every chunk; ``overlap``: batches load a batch ahead and write back a batch behind,
+    so the fast tier holds those transfers too (``costs.footprint`` counts both)."""
 
     def __init__(self, adj: Adjacency, owned: list, k: int, mode: str, reorganized: bool, rank: int,
-                 in_dim: int, params: int = 0):
+                 in_dim: int, params: int = 0, overlap: bool = False):
         self.world, self.k, self.mode, self.rank, self.in_dim = len(owned), k, mode, rank, in_dim
-        self.params = params
+        self.params, self.overlap = params, overlap
         self.owner = np.zeros(adj.shape[0], dtype=np.int64)
         self.local = np.zeros(adj.shape[0], dtype=np.int64)
         for r, ids in enumerate(owned):
@@ -126,14 +127,16 @@ class BudgetTooSmall(ConfigError):
 
 
 def build_plan(*, adj, owned: list, rank: int, in_dim: int, stages: list, classes: int, heads: int, budget: int,
-               chunks: Optional[int], dedup: str, reorganize: bool, reserved: int = 0, params: int = 0) -> Plan:
+               chunks: Optional[int], dedup: str, reorganize: bool, reserved: int = 0, params: int = 0,
+               overlap: bool = False) -> Plan:
     """The plan of every rank (owning the ids ``owned[r]``) for ``stages`` of a model of
-    ``params`` trained parameters: ``chunks`` per rank, refused if its estimated footprint,
+    ``params`` trained parameters, its transfers overlapped with compute or not (``overlap``):
+    ``chunks`` per rank, refused if its estimated footprint,
     plus ``reserved`` bytes the fast tier holds beside it, exceeds ``budget`` bytes, or (None)
     the smallest K whose estimate fits. A refusal (``BudgetTooSmall``) names the smallest
     budget this same search accepts."""
     def plan(k, reorganized=reorganize):
-        return Plan(adj, owned, k, dedup, reorganized, rank, in_dim, params)
+        return Plan(adj, owned, k, dedup, reorganized, rank, in_dim, params, overlap)
 
     def need(candidate):
         return reserved + max(costs.footprint(candidate, stages, classes, heads))

@@ -25,13 +25,13 @@ class Offload(HostTierStrategy):
     def __init__(self, layout: ParallelLayout, device, device_memory: int, host_store: str = "ram",
                  store_dir: Optional[str] = None, chunks: Optional[int] = None, intermediates: str = "auto",
                  dedup: str = "both", reorganize: bool = True, method: str = "hp", epsilon: float = 0.01,
-                 seed: int = 0, partition_file: Optional[str] = None):
+                 seed: int = 0, partition_file: Optional[str] = None, overlap: Optional[bool] = None):
         """``chunks``: K, or None to take the smallest K whose estimated footprint fits
-        ``device_memory`` (bytes)."""
+        ``device_memory`` (bytes); ``overlap``: None for on with CUDA (``HostTier``)."""
         super().__init__(layout, device, "rows")
         self.method, self.epsilon, self.seed, self.partition_file = method, epsilon, seed, partition_file
         self.host = HostTier(self.comm, self.device, device_memory, host_store, store_dir, chunks, intermediates,
-                             dedup, reorganize)
+                             dedup, reorganize, overlap)
         self.pipeline = self.passes = None
 
     def describe(self) -> str:
@@ -39,7 +39,8 @@ class Offload(HostTierStrategy):
             return f"offload ({self.world_size} ranks)"
         plan = self.pipeline.plan
         return (f"offload ({self.world_size} ranks, {plan.k} chunks each, dedup {plan.mode}"
-                f"{', reorganized' if plan.reorganized else ''}, {self.host.store.kind} host store, "
+                f"{', reorganized' if plan.reorganized else ''}{', overlapped' if plan.overlap else ''}, "
+                f"{self.host.store.kind} host store, "
                 f"budget {self.host.budget / 2**20:.0f} MiB)")
 
     # -- setup ----------------------------------------------------------------------------------
