@@ -10,7 +10,7 @@ import os
 import tempfile
 import time
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
 import numpy as np
@@ -30,7 +30,7 @@ class _Table:
     rows: int
     width: int
     data: Optional[torch.Tensor] = None  # kind "ram"
-    reading: Optional[object] = None      # CUDA: the event after the last copy straight out of ``data``
+    reading: dict = field(default_factory=dict)  # CUDA: per stream, the event after its last copy out of ``data``
     fd: int = -1                          # kind "file"
     path: str = ""
 
@@ -159,8 +159,8 @@ class HostStore:
             if src is not out:
                 out.copy_(src, non_blocking=self.pin)  # only pinned memory copies asynchronously
                 if self.pin and isinstance(rows, range):  # from the table itself, on this stream
-                    table.reading = torch.cuda.Event()
-                    table.reading.record()
+                    stream = torch.cuda.current_stream(self.device)
+                    table.reading[stream.stream_id] = stream.record_event()
         else:
             host = out.numpy() if out.device.type == "cpu" else None
             for lo, hi, pick, k, n in self._pieces(table, rows):
@@ -215,9 +215,9 @@ class HostStore:
     @staticmethod
     def _await_reads(table: _Table) -> None:
         """Before the host changes a RAM table: an asynchronous read may still be copying rows out."""
-        if table.reading is not None:
-            table.reading.synchronize()
-            table.reading = None
+        for event in table.reading.values():
+            event.synchronize()
+        table.reading.clear()
 
     def _lookup(self, name: str, rows) -> tuple[_Table, range | np.ndarray]:
         """The table, and ``rows`` as a step-1 ``range`` or an ascending unique int64 array."""
