@@ -92,6 +92,19 @@ def test_kernels_on_the_gpu_equal_the_cpu(op):
                                rtol=1e-5, atol=1e-6)
 
 
+def test_edge_softmax_on_the_gpu_is_the_same_every_run():
+    """Its row sums are segmented reductions, not atomics: two runs agree bit for bit."""
+    from gnnmesh.ops import edge_softmax
+    from gnnmesh.ops.softmax import _softmax, _softmax_backward
+    adj = datasets.load("rmat:nodes=20000,edges=400000,features=8").adj  # its index arrays go where the scores are
+    scores = torch.randn(adj.nnz, 4, device="cuda")
+    out = _softmax(adj, scores)
+    assert torch.equal(out, _softmax(adj, scores))
+    grad = torch.randn_like(out)
+    assert torch.equal(_softmax_backward(adj, out, grad), _softmax_backward(adj, out, grad))
+    torch.testing.assert_close(edge_softmax(adj, scores.cpu()), out.cpu(), rtol=1e-5, atol=1e-6)
+
+
 def test_predict_on_the_gpu_equals_the_cpu(tmp_path):
     graph = datasets.load("cora")
     path = str(tmp_path / "c.pt")

@@ -6,13 +6,15 @@ import torch
 
 from ..graph import Adjacency
 from . import compiled
-from ._index import rows
+from ._index import csr, rows
 from .profile import phase
 
 
 def _row_sum(adj: Adjacency, edge_values: torch.Tensor) -> torch.Tensor:
-    out = edge_values.new_zeros((adj.shape[0],) + tuple(edge_values.shape[1:]))
-    return out.index_add_(0, rows(adj, edge_values.device), edge_values)
+    """Each row's sum of its entries' values, added in entry order: a segmented reduction over
+    the CSR rows, the same sums on every run (``index_add_`` adds with atomics on CUDA, in
+    whatever order they land), and bit for bit the CPU's ``index_add_``."""
+    return torch.segment_reduce(edge_values, "sum", offsets=csr(adj, False, edge_values.device)[0], axis=0)
 
 
 def _softmax(adj: Adjacency, scores: torch.Tensor) -> torch.Tensor:
