@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ..comm import Comm
 from ..graph import Adjacency
-from ..ops import profile
+from ..ops import buffers, compiled, profile
 from ..ops.spmm import edge_dot, multiply
 from ..partition import rank_halo
 
@@ -48,10 +49,13 @@ class Exchange:
 
     def start_forward(self, x: torch.Tensor):
         """Send owned rows to the peers that need them; post receives for the halo, straight
-        into its rows (ordered by owner rank), so the halo is never copied once more."""
+        into its rows (ordered by owner rank), so the halo is never copied once more. On the
+        CPU the halo takes pooled memory (``ops.buffers``): the buffer of the same size that
+        the backward pass's halo gradients used, rather than one more of its own."""
         tail = tuple(x.shape[1:])
         sends = [self.comm.isend(x[idx], peer) for peer, idx in self.routes.send_index.items()]
-        halo = x.new_empty((self.routes.num_halo,) + tail)
+        shape = (self.routes.num_halo,) + tail
+        halo = buffers.empty(shape, x.dtype) if x.device.type == "cpu" else x.new_empty(shape)
         recvs, start = [], 0
         for peer in sorted(self.routes.recv_counts):
             n = self.routes.recv_counts[peer]
@@ -62,6 +66,7 @@ class Exchange:
     def finish_forward(self, pending) -> torch.Tensor:
         handles, halo = pending
         self.comm.wait(handles)
+        handles.clear()  # the copies of the rows sent go now, not when the caller returns
         return halo
 
     def start_backward(self, grad_halo: torch.Tensor):
@@ -79,22 +84,92 @@ class Exchange:
     def finish_backward(self, pending, grad_owned: torch.Tensor) -> torch.Tensor:
         handles, bufs = pending
         self.comm.wait(handles)
+        handles.clear()
         for peer in sorted(bufs):  # fixed order: the sum is deterministic
-            grad_owned.index_add_(0, self.routes.send_index[peer], bufs[peer])
+            grad_owned.index_add_(0, self.routes.send_index[peer], bufs.pop(peer))
         return grad_owned
 
 
-@dataclass
-class LocalOperator:
-    """One rank's rows of a graph operator, split by column into owned and halo parts."""
+HALO_PIECES = 8  # at most this many row ranges of the halo part, multiplied one at a time
 
-    block: Adjacency      # owned rows x [owned, halo] columns
-    inner: Adjacency      # owned x owned
-    outer: Adjacency      # owned x halo
-    inner_pos: torch.Tensor  # positions of inner / outer entries among block's entries
-    outer_pos: torch.Tensor
-    entry_ids: object        # global entry id of each block entry, or a function reading them
-    exchange: Exchange
+
+class LocalOperator:
+    """One rank's rows of a graph operator, split by column into owned and halo parts.
+
+    Only the two parts are kept. The whole block (owned rows x [owned, halo] columns) and
+    where its entries lie in the parts are rebuilt from them on first use, by the
+    primitives that need them (attention's); an operator that is only multiplied (GCN,
+    SAGE, GIN) holds each entry once."""
+
+    def __init__(self, inner: Adjacency, outer: Adjacency, entry_ids, exchange: "Exchange"):
+        self.inner = inner          # owned x owned
+        self.outer = outer          # owned x halo
+        self.entry_ids = entry_ids  # global entry id of each block entry, or a function reading them
+        self.exchange = exchange
+        self._assembled = None
+        self._pieces = None
+
+    @property
+    def block(self) -> Adjacency:
+        """owned rows x [owned, halo] columns, with the operator's values (if it has any)."""
+        return self._assemble()[0]
+
+    @property
+    def inner_pos(self) -> torch.Tensor:
+        """Positions of the inner entries among the block's entries."""
+        return self._assemble()[1]
+
+    @property
+    def outer_pos(self) -> torch.Tensor:
+        return self._assemble()[2]
+
+    def _assemble(self) -> tuple:
+        if self._assembled is None:
+            self._assembled = self._build_block()
+        return self._assembled
+
+    def _build_block(self) -> tuple:
+        # Block indices are sorted within each row and halo columns follow the owned ones, so
+        # a row of the block is its inner entries, then its outer ones.
+        inner, outer = self.inner, self.outer
+        n = inner.shape[0]
+        indptr = inner.indptr + outer.indptr
+        inner_pos = torch.arange(inner.nnz) + torch.repeat_interleave(outer.indptr[:-1], inner.degrees())
+        outer_pos = torch.arange(outer.nnz) + torch.repeat_interleave(inner.indptr[1:], outer.degrees())
+        indices = torch.empty(inner.nnz + outer.nnz, dtype=torch.int64)
+        indices[inner_pos] = inner.indices
+        indices[outer_pos] = outer.indices + n
+        values = None
+        if inner.values is not None:
+            device = inner.values.device
+            inner_pos, outer_pos = inner_pos.to(device), outer_pos.to(device)
+            values = inner.values.new_empty(inner.nnz + outer.nnz)
+            values[inner_pos] = inner.values
+            values[outer_pos] = outer.values
+        return Adjacency(indptr, indices, values, (n, n + outer.shape[1])), inner_pos, outer_pos
+
+    def outer_pieces(self) -> list:
+        """``(rows, entries, part)``: the halo part cut into ranges of rows of about equal
+        entries, each its own CSR matrix (structure only; ``entries``: the range of its values).
+        A piece holds at least the entries the compiled kernels take (``compiled.MIN_ENTRIES``)
+        where the whole part does, so the pieces run on the kernel the whole would."""
+        if self._pieces is None:
+            outer = self.outer
+            n, nnz = outer.shape[0], outer.nnz
+            count = max(1, min(HALO_PIECES, nnz // compiled.MIN_ENTRIES))
+            if count == 1:
+                self._pieces = [(slice(0, n), slice(0, nnz), outer)]
+            else:
+                indptr = outer.indptr.numpy()
+                cuts = np.searchsorted(indptr, np.arange(1, count) * (nnz / count))
+                bounds = np.unique(np.concatenate(([0], np.minimum(cuts, n), [n])))
+                self._pieces = []
+                for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+                    first, last = int(indptr[lo]), int(indptr[hi])
+                    part = Adjacency(outer.indptr[lo:hi + 1] - first, outer.indices[first:last], None,
+                                     (hi - lo, outer.shape[1]))
+                    self._pieces.append((slice(lo, hi), slice(first, last), part))
+        return self._pieces
 
     @property
     def edge_ids(self) -> torch.Tensor:
@@ -103,8 +178,14 @@ class LocalOperator:
             self.entry_ids = self.entry_ids()
         return torch.as_tensor(self.entry_ids, dtype=torch.int64)
 
-    def split_values(self, values):
-        return values[self.inner_pos], values[self.outer_pos]
+    def split_values(self, values, like: torch.Tensor):
+        """Per-entry ``values`` of the block as (inner, outer); None: the operator's own
+        values (ones of ``like``'s type where it has none)."""
+        if values is not None:
+            return values[self.inner_pos], values[self.outer_pos]
+        if self.inner.values is None:
+            return like.new_ones(self.inner.nnz), like.new_ones(self.outer.nnz)
+        return self.inner.values, self.outer.values
 
 
 class HaloSpMM(torch.autograd.Function):
@@ -115,13 +196,17 @@ class HaloSpMM(torch.autograd.Function):
         ex = op.exchange
         with ex.comm.phase("halo"):
             pending = ex.start_forward(x)
-            v_in, v_out = op.split_values(values)
+            v_in, v_out = op.split_values(values, x)
             with profile.phase("aggregate"):
                 y = multiply(op.inner, v_in, x)
             halo = ex.finish_forward(pending)
             with profile.phase("aggregate"):
                 if halo.shape[0]:
-                    y = y + multiply(op.outer, v_out, halo)
+                    # added into the owned part's product in place, a piece of rows at a time:
+                    # the halo part's product never takes a whole [rows, F] beside it (this is
+                    # the layer's peak, and the pool keeps what it peaks at for the run)
+                    for rows, entries, piece in op.outer_pieces():
+                        y[rows].add_(multiply(piece, v_out[entries], halo))
         ctx.op = op
         # x and its halo rows serve only the values' gradient (attention): a fixed operator's
         # layer frees the halo as soon as it has been multiplied
@@ -132,7 +217,7 @@ class HaloSpMM(torch.autograd.Function):
     def backward(ctx, grad_y):
         values, *inputs = ctx.saved_tensors
         op = ctx.op
-        v_in, v_out = op.split_values(values)
+        v_in, v_out = op.split_values(values, grad_y)
         grad_x = grad_values = None
         with op.exchange.comm.phase("halo"):
             if ctx.needs_input_grad[0]:
@@ -183,17 +268,16 @@ def local_operator(block: Adjacency, entry_ids, send_index: list, recv_counts, c
     rows from it, grouped by owner)."""
     num_owned = block.shape[0]
     num_halo = block.shape[1] - num_owned
-    if block.values is not None:
-        block = block.with_values(block.values.to(device))
-    rows, cols = block.row(), block.indices
+    values = None if block.values is None else block.values.to(device)
+    # the row of every entry, made here rather than kept in the block's cache: the block goes
+    # once it is split
+    rows, cols = torch.repeat_interleave(torch.arange(num_owned), block.degrees()), block.indices
     inner_mask = cols < num_owned
     exchange = HaloRoutes({n: torch.as_tensor(idx, dtype=torch.int64) for n, idx in enumerate(send_index) if len(idx)},
                         {n: int(c) for n, c in enumerate(recv_counts) if c}, num_owned)
     return LocalOperator(
-        block,
-        _sub_block(rows, cols, block.values, inner_mask, (num_owned, num_owned), 0),
-        _sub_block(rows, cols, block.values, ~inner_mask, (num_owned, num_halo), num_owned),
-        torch.nonzero(inner_mask).flatten().to(device), torch.nonzero(~inner_mask).flatten().to(device),
+        _sub_block(rows, cols, values, inner_mask, (num_owned, num_owned), 0),
+        _sub_block(rows, cols, values, ~inner_mask, (num_owned, num_halo), num_owned),
         entry_ids, Exchange(exchange.to(device), comm))
 
 

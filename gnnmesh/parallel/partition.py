@@ -52,10 +52,7 @@ class PartitionView(GraphView):
 
     # -- primitives ------------------------------------------------------------------------
     def spmm(self, x, op="gcn", values=None):
-        local = self.local(op)
-        if values is None:
-            values = local.block.values if local.block.values is not None else x.new_ones(local.block.nnz)
-        return HaloSpMM.apply(x, values, local)
+        return HaloSpMM.apply(x, values, self.local(op))  # values None: the operator's own
 
     def sddmm(self, dst, src, op="loop", kind="add"):
         local = self.local(op)
