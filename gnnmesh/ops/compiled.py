@@ -139,10 +139,13 @@ def _columns(t: torch.Tensor) -> torch.Tensor:
     return t.unsqueeze(1) if t.dim() == 1 else t.flatten(1)
 
 
-def spmm(adj: Adjacency, values: torch.Tensor, x: torch.Tensor, transpose: bool) -> torch.Tensor:
-    """``op(A) @ x`` for values ``[E]`` and x ``[N, F]``, or ``[E, H]`` and ``[N, H, F]``."""
+def spmm(adj: Adjacency, values: torch.Tensor, x: torch.Tensor, transpose: bool, pooled: bool = True) -> torch.Tensor:
+    """``op(A) @ x`` for values ``[E]`` and x ``[N, F]``, or ``[E, H]`` and ``[N, H, F]``.
+    ``pooled`` False: the output is memory of its own, given back when freed, for an output
+    whose size recurs too seldom to be worth keeping idle between uses."""
     indptr, indices, parts, rows = _arrays(adj, transpose)
-    out = buffers.empty((rows,) + tuple(x.shape[1:]), x.dtype)
+    shape = (rows,) + tuple(x.shape[1:])
+    out = buffers.empty(shape, x.dtype) if pooled else x.new_empty(shape)
     _run(_kernels().spmm, indptr, indices, _columns(values.to(x.dtype)), _order(adj, transpose), _heads(x),
          _heads(out), parts)
     return out

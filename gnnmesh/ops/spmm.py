@@ -35,10 +35,11 @@ def _multiply(adj: Adjacency, values: torch.Tensor, x: torch.Tensor, transpose: 
     return mat @ x
 
 
-def multiply(adj, values, x, transpose: bool = False):
-    """Heads-aware multiply: ``x`` is [N, F] with values [E], or [N, H, F] with values [E, H]."""
+def multiply(adj, values, x, transpose: bool = False, pooled: bool = True):
+    """Heads-aware multiply: ``x`` is [N, F] with values [E], or [N, H, F] with values [E, H].
+    ``pooled``: whether the compiled kernels' output takes pooled memory (``compiled.spmm``)."""
     if x.dim() in (2, 3) and compiled.available(adj, x):
-        return compiled.spmm(adj, values, x, transpose)
+        return compiled.spmm(adj, values, x, transpose, pooled)
     if x.dim() == 2:
         return _multiply(adj, values, x.contiguous(), transpose)
     heads = [_multiply(adj, values[:, h].contiguous(), x[:, h].contiguous(), transpose)

@@ -17,7 +17,7 @@ import torch
 
 from ..comm import Comm
 from ..graph import Adjacency
-from ..ops import buffers, compiled, profile
+from ..ops import compiled, profile
 from ..ops.spmm import edge_dot, multiply
 from ..partition import rank_halo
 
@@ -49,13 +49,10 @@ class Exchange:
 
     def start_forward(self, x: torch.Tensor):
         """Send owned rows to the peers that need them; post receives for the halo, straight
-        into its rows (ordered by owner rank), so the halo is never copied once more. On the
-        CPU the halo takes pooled memory (``ops.buffers``): the buffer of the same size that
-        the backward pass's halo gradients used, rather than one more of its own."""
+        into its rows (ordered by owner rank), so the halo is never copied once more."""
         tail = tuple(x.shape[1:])
         sends = [self.comm.isend(x[idx], peer) for peer, idx in self.routes.send_index.items()]
-        shape = (self.routes.num_halo,) + tail
-        halo = buffers.empty(shape, x.dtype) if x.device.type == "cpu" else x.new_empty(shape)
+        halo = x.new_empty((self.routes.num_halo,) + tail)
         recvs, start = [], 0
         for peer in sorted(self.routes.recv_counts):
             n = self.routes.recv_counts[peer]
@@ -222,7 +219,10 @@ class HaloSpMM(torch.autograd.Function):
         with op.exchange.comm.phase("halo"):
             if ctx.needs_input_grad[0]:
                 with profile.phase("aggregate"):
-                    grad_halo = multiply(op.outer, v_out, grad_y, transpose=True)
+                    # not pooled: a buffer the size of the halo, kept idle between backward
+                    # passes, would sit in every peak of the epoch (the halo rows of the
+                    # forward pass are not pooled either)
+                    grad_halo = multiply(op.outer, v_out, grad_y, transpose=True, pooled=False)
                 pending = op.exchange.start_backward(grad_halo)
                 with profile.phase("aggregate"):
                     grad_x = multiply(op.inner, v_in, grad_y, transpose=True)

@@ -183,6 +183,21 @@ def test_kernel_outputs_reuse_memory_only_once_free(pooled):
     buffers.clear()
 
 
+def test_an_unpooled_product_leaves_the_pool_alone(pooled):
+    buffers = pooled
+    buffers.clear()
+    adj, x = graph(n_rows=1 << 12, n_cols=64, nnz=1 << 14), torch.randn(64, 128)  # a 2 MiB output
+    values = adj.values
+    own = compiled.spmm(adj, values, x, transpose=False, pooled=False)
+    del own
+    assert buffers.idle_bytes() == 0
+    kept = compiled.spmm(adj, values, x, transpose=False)
+    assert torch.equal(kept, compiled.spmm(adj, values, x, transpose=False, pooled=False))
+    del kept
+    assert buffers.idle_bytes() > 0
+    buffers.clear()
+
+
 def test_varying_outputs_reuse_a_bounded_pool(pooled):
     """Sampled mini-batches give a slightly different size every step: they reuse buffers of
     their size class, and the idle pool never outgrows the most pooled memory in use at once."""
