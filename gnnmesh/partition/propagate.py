@@ -37,10 +37,13 @@ and swaps among the cheapest vertices every rank offers, finish what rounding le
 
 Memory per rank: its block's rows, twice (A + A^T) with a few arrays of that size during
 symmetrizing and coarsening, the ghosts' labels, and small arrays over the parts: the
-coarsest graph (a few tens of vertices per part and their edges), [parts, classes] totals
-and, on rank 0, the plan's linear program (about parts^2 / 4 x the classes present).
-Nothing else is of the size of the whole graph, but the coarsest graph grows with the parts:
-on R-MAT 100k/1M at 64 parts it keeps about 5,000 vertices and as many entries as the input.
+coarsest graph (a few tens of vertices per part, each with at most ``COARSEST_DEGREE`` of its
+heaviest edges and those its neighbours kept), [parts, classes] totals and, on rank 0 (and on
+each rank trying an initial partition), the plan's linear program (about parts^2 / 4 x the
+classes present). Nothing else is of the size of the whole graph; the coarsest graph and the
+plan grow with the parts (on R-MAT 100k/1M at 64 parts coarsening stalls at about 5,000
+vertices, whose edges are as many as the input's: gathered whole, they took a rank to 105 MiB,
+cut down 60 MiB).
 
 Everything is integer arithmetic and seeded hashes, so the labels depend only on the graph,
 the seed and the world size, not on timing.
@@ -69,6 +72,11 @@ MIN_SHRINK = 0.9
 COARSE_SLACK = 0.5
 CLUSTER_ROUNDS, REFINE_ROUNDS, INITIAL_REFINE_ROUNDS, BATCHES = 5, 8, 30, 4
 INITIAL_TRIES = 4
+# The coarsest graph gathered on every rank keeps at most this many of each vertex's heaviest
+# edges: enough for the initial partition, which refinement on the whole level then improves,
+# in memory that grows with the parts rather than with the edges (on R-MAT 100k/1M at 64 parts
+# the coarsest level still had as many entries as the input).
+COARSEST_DEGREE = 32
 # Above these sizes the coarsest graph is not gathered (memory): the initial partition is
 # then a dealt one, refined in place.
 GATHER_MAX_VERTICES, GATHER_MAX_EDGES = 200_000, 4_000_000
@@ -449,13 +457,27 @@ def _project(comm, cstarts: np.ndarray, cid: np.ndarray, coarse_labels: np.ndarr
 
 
 def _gathered(level: _Level) -> _Level:
-    """The whole level on this rank, as a one-rank level."""
+    """The whole level on this rank, as a one-rank level: every edge, or, where a vertex has
+    more than ``COARSEST_DEGREE``, each vertex's heaviest ones (an edge kept by either end)."""
     comm = level.comm
-    nodes = _gather(comm, np.column_stack([level.vw, np.diff(level.indptr)]))
-    vw, degrees = nodes[:, :2], nodes[:, 2]
-    edges = _gather(comm, np.column_stack([level.global_cols(), level.ew]))
-    return _Level(Solo(), np.array([0, vw.shape[0]], dtype=INT), _csr(vw.shape[0], np.repeat(
-        np.arange(vw.shape[0], dtype=INT), degrees)), edges[:, 0], edges[:, 1], vw)
+    vw = _gather(comm, level.vw)
+    degrees = np.diff(level.indptr)
+    if _sum(comm, np.array([int((degrees > COARSEST_DEGREE).any())]))[0] == 0:
+        degrees = _gather(comm, degrees[:, None])[:, 0]
+        edges = _gather(comm, np.column_stack([level.global_cols(), level.ew]))
+        return _Level(Solo(), np.array([0, vw.shape[0]], dtype=INT), _csr(vw.shape[0], np.repeat(
+            np.arange(vw.shape[0], dtype=INT), degrees)), edges[:, 0], edges[:, 1], vw)
+    cols = level.global_cols()
+    order = np.lexsort((cols, -level.ew, level.rows))  # by row, heaviest first, then by column
+    rank_in_row = np.arange(order.shape[0], dtype=INT) - np.repeat(level.indptr[:-1], degrees)
+    kept = order[rank_in_row < COARSEST_DEGREE]
+    edges = _gather(comm, np.column_stack([level.rows[kept] + level.lo, cols[kept], level.ew[kept]]))
+    n = vw.shape[0]
+    half = sp.csr_matrix((edges[:, 2], (edges[:, 0], edges[:, 1])), shape=(n, n))
+    whole = half.maximum(half.T).tocsr()  # symmetric weights: the union keeps each edge's own
+    whole.sort_indices()
+    return _Level(Solo(), np.array([0, n], dtype=INT), whole.indptr.astype(INT), whole.indices.astype(INT),
+                  whole.data.astype(INT), vw)
 
 
 # -- balance ------------------------------------------------------------------------------------

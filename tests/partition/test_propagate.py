@@ -193,6 +193,60 @@ def test_a_coarsest_graph_too_large_to_gather_is_dealt_and_refined(arrays, monke
     assert quality(adj, labels)["volume_total"] < 0.6 * quality(adj, partition(adj, 4, "rp", cache=False))["volume_total"]
 
 
+def _gathered_on(comm, indptr, indices, keep):
+    """The first level of ``lp`` over the blocks of the ranks, gathered as the coarsest level
+    is, keeping ``keep`` edges a vertex: (CSR of the whole, the first level's own CSR rows)."""
+    from gnnmesh.partition import propagate as module
+    n = indptr.shape[0] - 1
+    lo, hi = block(n, comm.world_size, comm.rank)
+    level = module._first_level(comm, lo, hi, indptr[lo:hi + 1] - indptr[lo], indices[indptr[lo]:indptr[hi]], n)
+    own = (level.indptr, level.global_cols(), level.ew, lo)
+    saved, module.COARSEST_DEGREE = module.COARSEST_DEGREE, keep
+    try:
+        whole = module._gathered(level)
+    finally:
+        module.COARSEST_DEGREE = saved
+    return (whole.indptr, whole.adj, whole.ew, whole.vw), own
+
+
+@pytest.mark.parametrize("keep", [3, 10**9])
+def test_the_gathered_coarsest_graph_keeps_each_vertexs_heaviest_edges(keep):
+    """Every rank gets the same symmetric graph: with a cap, each vertex keeps its ``keep``
+    heaviest edges (ties: the lower column) and the edges its neighbours kept; without one,
+    every edge, as the ranks hold them."""
+    indptr, indices = csr_arrays(directed())
+    results = simulate(_gathered_on, 3, indptr, indices, keep)[0]
+    (wptr, wcols, wts, _), _ = results[0]
+    for (ptr, cols, ew, _), _ in results[1:]:
+        assert np.array_equal(ptr, wptr) and np.array_equal(cols, wcols) and np.array_equal(ew, wts)
+    n = wptr.shape[0] - 1
+    got = {(int(r), int(c)): int(w) for r, c, w in zip(np.repeat(np.arange(n), np.diff(wptr)), wcols, wts)}
+    assert all(got[(c, r)] == w for (r, c), w in got.items())  # symmetric
+    full = {}
+    for _, (ptr, cols, ew, lo) in results:
+        for i in range(ptr.shape[0] - 1):
+            row = {int(c): int(w) for c, w in zip(cols[ptr[i]:ptr[i + 1]], ew[ptr[i]:ptr[i + 1]])}
+            full[lo + i] = row
+            mine = sorted(row, key=lambda c: (-row[c], c))[:keep]
+            assert all(got.get((lo + i, c)) == row[c] for c in mine), lo + i
+    assert all(full[r][c] == w for (r, c), w in got.items())  # only the graph's own edges
+    if keep >= n:
+        assert len(got) == sum(len(row) for row in full.values())
+    else:
+        assert len(got) < sum(len(row) for row in full.values())
+
+
+def test_a_sparse_coarsest_graph_still_partitions_well(arrays, monkeypatch):
+    """With the gathered coarsest graph cut down to 2 edges a vertex, the initial partition is
+    rougher, and refinement on the whole levels still makes it valid, balanced, far below random."""
+    from gnnmesh.partition import propagate as module
+    monkeypatch.setattr(module, "COARSEST_DEGREE", 2)
+    labels = joined(simulate(rank_labels, 2, {"sbm": arrays["sbm"]})[0], "sbm")
+    adj = sbm()
+    check_partition(adj, labels, 4, 0.03, "sparse coarsest")
+    assert quality(adj, labels)["volume_total"] < 0.6 * quality(adj, partition(adj, 4, "rp", cache=False))["volume_total"]
+
+
 def test_blocks_must_cover_the_vertices():
     indptr = np.zeros(4, dtype=np.int64)
     with pytest.raises(ValueError, match="consecutive"):
