@@ -145,7 +145,6 @@ def footprint(plan, stages: list, classes: int, heads: int = 1) -> list:
     model). From the chunks alone, so that ``--chunks auto`` can try many K."""
     copies = 1 if plan.mode == "none" else 2  # rows the next batch reuses stay loaded
     shapes = _stage_shapes(plan.in_dim, stages)
-    overlap = getattr(plan, "overlap", False)
     peaks = []
     for r in range(plan.world):
         worst = 0
@@ -166,7 +165,7 @@ def footprint(plan, stages: list, classes: int, heads: int = 1) -> list:
                 moves[i][b + 1] = _moved_bytes(chunk, served if wide else 0, width, terms, wide)
         for work, moved in zip(works, moves):
             for b in range(plan.batches):
-                worst = max(worst, work[b] + (moved[b] + moved[b + 2] if overlap else 0))
+                worst = max(worst, work[b] + (moved[b] + moved[b + 2] if plan.overlap else 0))
         rows = max(chunk.rows for chunk in plan.chunks[r]) if plan.chunks[r] else 0
         worst = max(worst, _dropout_pass_bytes(stages, rows, plan.in_dim))
         peaks.append(fixed_bytes(plan.params) + worst + _loss_bytes(rows, classes))

@@ -145,7 +145,7 @@ class Pipeline:
         self.plan, self.stages, self.store, self.comm = plan, stages, store, comm
         self.input_grad = input_grad
         self.rank, self.device = comm.rank, torch.device(device)
-        self.overlap = Overlap(store, self.device, getattr(plan, "overlap", False))
+        self.overlap = Overlap(store, self.device, plan.overlap)
         self.kept_bytes = 0
         self.recompute_seconds = 0.0
         self._draws_end: dict = {}
@@ -245,9 +245,9 @@ class Pipeline:
                         logits[chunk.lo:chunk.hi] = out
                     else:
                         visit(out, chunk)
-                elif training and following.input_dropout > 0:  # the next stage's input, masked once
-                    out = self._drop(view, epoch, view.draws, out, following.input_dropout)
-                if s != last:
+                else:
+                    if training and following.input_dropout > 0:  # the next stage's input, masked once
+                        out = self._drop(view, epoch, view.draws, out, following.input_dropout)
                     self.overlap.put(stage.output, range(chunk.lo, chunk.hi), out)
                 del out
                 self.overlap.batch_done()
