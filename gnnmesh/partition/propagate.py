@@ -460,13 +460,13 @@ def _gathered(level: _Level) -> _Level:
     """The whole level on this rank, as a one-rank level: every edge, or, where a vertex has
     more than ``COARSEST_DEGREE``, each vertex's heaviest ones (an edge kept by either end)."""
     comm = level.comm
-    vw = _gather(comm, level.vw)
     degrees = np.diff(level.indptr)
-    if _sum(comm, np.array([int((degrees > COARSEST_DEGREE).any())]))[0] == 0:
-        degrees = _gather(comm, degrees[:, None])[:, 0]
+    nodes = _gather(comm, np.column_stack([level.vw, degrees]))
+    vw = nodes[:, :2]
+    if nodes[:, 2].max(initial=0) <= COARSEST_DEGREE:
         edges = _gather(comm, np.column_stack([level.global_cols(), level.ew]))
         return _Level(Solo(), np.array([0, vw.shape[0]], dtype=INT), _csr(vw.shape[0], np.repeat(
-            np.arange(vw.shape[0], dtype=INT), degrees)), edges[:, 0], edges[:, 1], vw)
+            np.arange(vw.shape[0], dtype=INT), nodes[:, 2])), edges[:, 0], edges[:, 1], vw)
     cols = level.global_cols()
     order = np.lexsort((cols, -level.ew, level.rows))  # by row, heaviest first, then by column
     rank_in_row = np.arange(order.shape[0], dtype=INT) - np.repeat(level.indptr[:-1], degrees)
