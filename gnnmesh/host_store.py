@@ -11,7 +11,7 @@ import tempfile
 import time
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -58,15 +58,28 @@ def _missing_dirs(directory: str) -> list:
     return missing
 
 
+def made_together(directory: str) -> list:
+    """The folders that making ``directory`` will create, as every rank sees them before any
+    rank creates one: a collective (all ranks call it). Only one rank will create each, yet
+    with this list as ``HostStore(shared=...)`` every rank's store knows this run made them,
+    and whichever closes last removes them."""
+    from .comm import setup_comm
+    missing = _missing_dirs(directory)
+    setup_comm().barrier()
+    return missing
+
+
 class HostStore:
     """A set of named 2-D float32 tables (rows x width), each this rank's rows of one array."""
 
     def __init__(self, kind: str, device="cpu", directory: Optional[str] = None,
-                 window_bytes: int = WINDOW_BYTES, gap_bytes: int = GAP_BYTES):
+                 window_bytes: int = WINDOW_BYTES, gap_bytes: int = GAP_BYTES, shared: Sequence[str] = ()):
         """``kind`` "ram" (host tensors, pinned for CUDA) or "file" (one file per table in
         ``directory``, created if missing; checked writable here so training refuses early).
         Files are named as ``gnnmesh.atomic``'s temporaries are (host and pid): those a process
-        killed outright left in ``directory`` are swept here, once it is gone."""
+        killed outright left in ``directory`` are swept here, once it is gone. ``shared``: the
+        folders on ``directory``'s path this run made for the stores of all its ranks
+        (``made_together``), removed by whichever store closes last."""
         if kind not in ("ram", "file"):
             raise ConfigError(f"host store kind must be 'ram' or 'file', not {kind!r}")
         self.kind, self.device = kind, torch.device(device)
@@ -82,7 +95,9 @@ class HostStore:
             if not directory:
                 raise ConfigError("host store kind 'file' needs a directory")
             try:
-                self._made_dirs = _missing_dirs(directory)
+                # deepest first; where several ranks' stores meet, one rank made the folder
+                made = set(_missing_dirs(directory)) | {os.path.abspath(f) for f in shared}
+                self._made_dirs = sorted(made, key=len, reverse=True)
                 # the ranks of one run may share it (--minibatch's feature files); not two runs
                 self._lock = locks.hold(directory, "host store directory", peers=True)
                 os.makedirs(directory, exist_ok=True)

@@ -276,6 +276,23 @@ def test_store_removes_the_folders_it_made_when_empty(tmp_path):
     assert given.is_dir()
 
 
+@pytest.mark.parametrize("first", ["maker", "other"])
+def test_folders_two_ranks_made_together_go_with_the_last_store(tmp_path, first):
+    """Rank 0 makes the shared folder, so rank 1 finds it there; whichever closes last removes
+    it, as each knows the run made it (before, it stayed when the maker closed first)."""
+    root = tmp_path / "a" / "store"
+    shared = host_store.made_together(str(root))  # [store, a]: what both ranks saw missing
+    maker = HostStore("file", "cpu", str(root / "rank0"), shared=shared)
+    other = HostStore("file", "cpu", str(root / "rank1"), shared=shared)
+    assert host_store._missing_dirs(str(root / "rank2")) == [str(root / "rank2")]  # found, not made
+    for store in ((maker, other) if first == "maker" else (other, maker)):
+        store.create("t", 2, 2)
+    (maker if first == "maker" else other).close()
+    assert root.is_dir()  # the other rank's files are still in it
+    (other if first == "maker" else maker).close()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_store_sweeps_files_of_dead_processes(tmp_path):
     folder = tmp_path / "store" / "rank0"
     folder.mkdir(parents=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 import weakref
 from contextlib import contextmanager
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
@@ -53,17 +53,18 @@ def _span(columns: slice, width: int) -> slice:
 class RowStore:
     """Columns ``columns`` of the rows of ``x`` (a host tensor), kept in host memory or in a
     file of this rank's own. ``read`` takes positions in ``x``. The file's one owner is this
-    store: it is deleted by ``close`` or, whatever ends the run, when the store goes."""
+    store: it is deleted by ``close`` or, whatever ends the run, when the store goes.
+    ``shared``: as ``HostStore`` takes it."""
 
     def __init__(self, x: torch.Tensor, columns: slice = slice(None), store: str = "ram",
-                 store_dir: Optional[str] = None):
+                 store_dir: Optional[str] = None, shared: Sequence[str] = ()):
         self.num_rows = x.shape[0]
         self.columns = _span(columns, x.shape[1])
         self.width = self.columns.stop - self.columns.start
         self.file = None
         self._closer = None
         if store == "file":
-            self.file = HostStore("file", "cpu", store_dir)
+            self.file = HostStore("file", "cpu", store_dir, shared=shared)
             self._closer = weakref.finalize(self, self.file.close)  # its file goes however the run ends
             self.file.create("features", self.num_rows, self.width)
             for lo in range(0, self.num_rows, WRITE_ROWS):

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
+from ..host_store import made_together
 from ..partition.stochastic import draw_batches
 from ..sampling import DEFAULT_BATCH, BlockView, FeatureTier, NeighborSampler, parse_fanouts, sampled_operator
 from ..sampling.features import LocalSource, RowStore
@@ -80,7 +81,8 @@ class MiniBatchTrainer(Trainer):
         for name in names:
             routes[name] = ROUTES[name](world, strategy.owner)
             routes[name].bind(self.sampler, self.model, self.op, cfg.training.seed, self.device)
-        store = dict(store=cfg.host_tier.host_store or "ram", store_dir=cfg.host_tier.store_dir)
+        kind, folder = cfg.host_tier.host_store or "ram", cfg.host_tier.store_dir
+        store = dict(store=kind, store_dir=folder, shared=made_together(folder) if kind == "file" and folder else ())
         homes = FeatureHomes(x.shape[0], world, strategy.hosts, strategy.owner) if strategy.hosts > 1 else None
         host_rows = RowStore(x[homes.rows(homes.host(rank))], **store) if homes else None
         widths = {n: [r.feature_columns(x.shape[1], q).stop - r.feature_columns(x.shape[1], q).start

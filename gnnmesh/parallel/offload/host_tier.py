@@ -27,7 +27,7 @@ import torch
 
 from ... import memory
 from ...comm import agreed
-from ...host_store import HostStore
+from ...host_store import HostStore, made_together
 from ...view import GraphView
 from ..strategy import Shard
 from ..distributed import DistributedStrategy
@@ -125,7 +125,8 @@ class HostTier:
         self.dedup, self.reorganize = dedup, reorganize
         self.overlap = self.device.type == "cuda" if overlap is None else bool(overlap)
         where = None if store_dir is None else str(Path(store_dir) / f"rank{comm.rank}")
-        self.store = agreed(lambda: HostStore(host_store, self.device, where))  # refused before training
+        shared = made_together(store_dir) if host_store == "file" and store_dir else ()
+        self.store = agreed(lambda: HostStore(host_store, self.device, where, shared=shared))  # refused early
         weakref.finalize(self, self.store.close)  # its files go when the run ends, however it ends
         self.pipeline: Optional[Pipeline] = None
         self._passes = {"train": 0, "eval": 0}
