@@ -120,12 +120,16 @@ RUNS = [(m, s, f) for s, f in STRATEGIES.items() for m in MODELS if m != "gat" o
 
 
 def runs_for(world: int) -> list:
-    """One process runs everything; more ranks run gcn and sage with every strategy, gat with
-    the two that take it, and gin with one strategy, a different one for each world size."""
+    """One process runs everything; 2 ranks run gcn and sage with every strategy, gat with
+    the two that take it, and gin with one strategy, a different one for each world size;
+    3 and 4 ranks (slower to run) gcn with every strategy, the other models with one each."""
     if world == 1:
         return RUNS
     gin = list(STRATEGIES)[world % len(STRATEGIES)]
-    return [r for r in RUNS if r[0] in ("gcn", "sage", "gat") or r[1] == gin]
+    if world == 2:
+        return [r for r in RUNS if r[0] in ("gcn", "sage", "gat") or r[1] == gin]
+    others = [[r for r in RUNS if r[0] == model] for model in ("sage", "gat", "gin")]
+    return [r for r in RUNS if r[0] == "gcn"] + [runs[world % len(runs)] for runs in others]
 
 
 def _check_against_single(runs, got, want, world):

@@ -28,9 +28,14 @@ def config(model, decoupled=False, **extra):
 
 
 def _rank_run(rank, world):
+    """On 1 and 2 ranks every model under every schedule; on more (slower to run) each model
+    under one schedule, the schedules alternating."""
     graph = make_graph()
     cases = [(mode, model, schedule) for schedule in SCHEDULES
              for mode, models in (("naive", NAIVE), ("decoupled", DECOUPLED)) for model in models]
+    if world > 2:
+        cases = [(mode, model, SCHEDULES[(i + world) % len(SCHEDULES)])
+                 for i, (mode, model, _) in enumerate(cases[:len(NAIVE) + len(DECOUPLED)])]
     cases += [("naive", "gcn", SERIAL), ("decoupled", "gat", SERIAL)]
     runs = {}
     for mode, model, (chunk, pipeline) in cases:
