@@ -58,14 +58,13 @@ def _missing_dirs(directory: str) -> list:
     return missing
 
 
-def made_together(directory: str) -> list:
+def made_together(directory: str, comm) -> list:
     """The folders that making ``directory`` will create, as every rank sees them before any
-    rank creates one: a collective (all ranks call it). Only one rank will create each, yet
-    with this list as ``HostStore(shared=...)`` every rank's store knows this run made them,
-    and whichever closes last removes them."""
-    from .comm import setup_comm
+    rank creates one: a collective over ``comm`` (a ``gnnmesh.comm.Comm``). Only one rank will
+    create each, yet with this list as ``HostStore(shared=...)`` every rank's store knows this
+    run made them, and whichever closes last removes them."""
     missing = _missing_dirs(directory)
-    setup_comm().barrier()
+    comm.barrier()
     return missing
 
 

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from gnnmesh import host_store
+from gnnmesh.comm import Comm
 from gnnmesh.atomic import is_temporary, temporary_prefix
 from gnnmesh.errors import ConfigError
 from gnnmesh.host_store import HostStore
@@ -281,7 +282,7 @@ def test_folders_two_ranks_made_together_go_with_the_last_store(tmp_path, first)
     """Rank 0 makes the shared folder, so rank 1 finds it there; whichever closes last removes
     it, as each knows the run made it (before, it stayed when the maker closed first)."""
     root = tmp_path / "a" / "store"
-    shared = host_store.made_together(str(root))  # [store, a]: what both ranks saw missing
+    shared = host_store.made_together(str(root), Comm(None))  # [store, a]: what both ranks saw missing
     maker = HostStore("file", "cpu", str(root / "rank0"), shared=shared)
     other = HostStore("file", "cpu", str(root / "rank1"), shared=shared)
     assert host_store._missing_dirs(str(root / "rank2")) == [str(root / "rank2")]  # found, not made

@@ -82,7 +82,8 @@ class MiniBatchTrainer(Trainer):
             routes[name] = ROUTES[name](world, strategy.owner)
             routes[name].bind(self.sampler, self.model, self.op, cfg.training.seed, self.device)
         kind, folder = cfg.host_tier.host_store or "ram", cfg.host_tier.store_dir
-        store = dict(store=kind, store_dir=folder, shared=made_together(folder) if kind == "file" and folder else ())
+        shared = made_together(folder, strategy.comm) if kind == "file" and folder else ()
+        store = dict(store=kind, store_dir=folder, shared=shared)
         homes = FeatureHomes(x.shape[0], world, strategy.hosts, strategy.owner) if strategy.hosts > 1 else None
         host_rows = RowStore(x[homes.rows(homes.host(rank))], **store) if homes else None
         widths = {n: [r.feature_columns(x.shape[1], q).stop - r.feature_columns(x.shape[1], q).start

@@ -125,7 +125,7 @@ class HostTier:
         self.dedup, self.reorganize = dedup, reorganize
         self.overlap = self.device.type == "cuda" if overlap is None else bool(overlap)
         where = None if store_dir is None else str(Path(store_dir) / f"rank{comm.rank}")
-        shared = made_together(store_dir) if host_store == "file" and store_dir else ()
+        shared = made_together(store_dir, comm) if host_store == "file" and store_dir else ()
         self.store = agreed(lambda: HostStore(host_store, self.device, where, shared=shared))  # refused early
         weakref.finalize(self, self.store.close)  # its files go when the run ends, however it ends
         self.pipeline: Optional[Pipeline] = None
