@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tests.helpers import gnnmesh, one_error_line
+from tests.helpers import gnnmesh, gnnmesh_in_process, one_error_line
 
 
 def test_train_cora_reaches_accuracy(data_root, tmp_path):
@@ -46,19 +46,20 @@ def test_a_flat_config_file_still_trains_with_one_note(tmp_path):
 
 
 def test_bad_flag_values_exit_2():
-    one_error_line(gnnmesh("train", "--epochs", "ten"), "--epochs")
-    one_error_line(gnnmesh("train", "--model", "gcnn"), "config field 'model': 'gcnn' is not one of gcn")
-    one_error_line(gnnmesh("train", "--dropout", "2", "--print-config"), "dropout")
+    one_error_line(gnnmesh_in_process("train", "--epochs", "ten"), "--epochs")
+    one_error_line(gnnmesh_in_process("train", "--model", "gcnn"), "config field 'model': 'gcnn' is not one of gcn")
+    one_error_line(gnnmesh_in_process("train", "--dropout", "2", "--print-config"), "dropout")
 
 
 def test_bad_config_file_exits_2(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text("epochs = 'many'\n")
-    one_error_line(gnnmesh("train", "--config", str(path)), "bad.toml", "epochs")
+    one_error_line(gnnmesh_in_process("train", "--config", str(path)), "bad.toml", "epochs")
 
 
 def test_unknown_dataset_lists_known_ones(data_root):
-    one_error_line(gnnmesh("train", "--dataset", "coraa", data_root=data_root), "coraa", "cora", "citeseer")
+    one_error_line(gnnmesh_in_process("train", "--dataset", "coraa", env={"GNNMESH_DATA": str(data_root)}),
+                   "coraa", "cora", "citeseer")
 
 
 def test_malformed_graph_file_names_line(tmp_path):
@@ -154,8 +155,8 @@ def test_diverging_training_stops_every_rank_alike(tmp_path):
     (["--strategy", "tensor", "--partition-file", "p.npy"], "'partition_file' (--partition-file) applies only"),
 ])
 def test_a_flag_that_does_not_apply_is_one_line(flags, fragment):
-    one_error_line(gnnmesh("train", "--dataset", "sbm:nodes=100,classes=2,features=4", "--epochs", "1", *flags),
-                   fragment)
+    one_error_line(gnnmesh_in_process("train", "--dataset", "sbm:nodes=100,classes=2,features=4", "--epochs", "1",
+                                      *flags), fragment)
 
 
 def test_a_flag_that_does_not_apply_to_the_parts_strategy_is_one_line(tmp_path):

@@ -25,6 +25,8 @@ from gnnmesh.datasets import load
 from gnnmesh.graph import Adjacency
 from gnnmesh.train import Trainer
 
+from tests.helpers import gnnmesh_in_process
+
 SBM = "sbm:nodes=300,classes=3,features=8"
 RANK_RUN = ["train", "--dataset", SBM, "--nproc", "2", "--strategy", "partition", "--partitioner", "rp"]
 
@@ -218,7 +220,7 @@ def test_npz_with_a_bad_csr_is_one_line(tmp_path, indptr, indices, message):
     path = write_npz(tmp_path / "g.npz", indptr, indices)
     with pytest.raises(GraphError, match=message):
         load(str(path))
-    one_error_line(gnnmesh("train", "--dataset", str(path)), "g.npz", message)
+    one_error_line(gnnmesh_in_process("train", "--dataset", str(path)), "g.npz", message)
 
 
 # -- checkpoint paths refused before training ---------------------
@@ -227,14 +229,15 @@ def test_npz_with_a_bad_csr_is_one_line(tmp_path, indptr, indices, message):
 def test_checkpoint_that_is_a_directory_is_refused_before_training(tmp_path, nproc):
     (tmp_path / "ckdir").mkdir()
     args = RANK_RUN if nproc == 2 else ["train", "--dataset", SBM]
-    result = gnnmesh(*args, "--epochs", "300", "--checkpoint", str(tmp_path / "ckdir"))
+    result = (gnnmesh if nproc == 2 else gnnmesh_in_process)(*args, "--epochs", "300", "--checkpoint",
+                                                              str(tmp_path / "ckdir"))
     one_error_line(result, "ckdir", "is a directory")
     assert "epoch" not in result.stdout and "done" not in result.stdout
 
 
 def test_checkpoint_below_a_file_names_it(tmp_path):
     (tmp_path / "somefile").write_text("")
-    result = gnnmesh("train", "--dataset", SBM, "--checkpoint", str(tmp_path / "somefile" / "c.pt"))
+    result = gnnmesh_in_process("train", "--dataset", SBM, "--checkpoint", str(tmp_path / "somefile" / "c.pt"))
     one_error_line(result, "somefile is not a directory")
 
 
@@ -296,7 +299,7 @@ def test_a_live_process_temporaries_are_kept(tmp_path):
     ["train", "--dataset", "rmat:nodes=100,edges=300,split_seed=4294967296"],
 ])
 def test_seeds_out_of_range_are_one_line(args):
-    one_error_line(gnnmesh(*args), "seed", "4294967295")
+    one_error_line(gnnmesh_in_process(*args), "seed", "4294967295")
 
 
 # -- a torn metrics line on resume ----------------------------------------------------------
@@ -396,13 +399,13 @@ def test_pyg_weights(graph):
 ])
 def test_numeric_fields_are_checked(flag, value, message):
     flags = [flag] if value is None else [flag, value]
-    one_error_line(gnnmesh("train", "--model", "gcn", "--decoupled", *flags), message)
+    one_error_line(gnnmesh_in_process("train", "--model", "gcn", "--decoupled", *flags), message)
 
 
 def test_non_utf8_config_is_one_line(tmp_path):
     path = tmp_path / "c.toml"
     path.write_bytes(b"epochs = 3\n\xff\xfe\n")
-    one_error_line(gnnmesh("train", "--config", str(path)), "c.toml", "UTF-8")
+    one_error_line(gnnmesh_in_process("train", "--config", str(path)), "c.toml", "UTF-8")
 
 
 # -- Ctrl-C during hypergraph partitioning -------------------------------------------------
@@ -666,7 +669,7 @@ def test_damaged_parts_with_their_checksums_rewritten_are_one_line(tmp_path, wri
     where = tmp_path / "parts"
     shutil.copytree(written_parts[kind], where)
     _rewrite(where, name, change)
-    result = gnnmesh("train", "--parts", str(where), "--epochs", "1")
+    result = gnnmesh_in_process("train", "--parts", str(where), "--epochs", "1")
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("gnnmesh: error:"), result.stderr
     assert fragment in lines[0], lines[0]

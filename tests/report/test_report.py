@@ -14,6 +14,8 @@ import pytest
 from gnnmesh.report import figures
 from gnnmesh.report.plan_file import read_plan
 
+from tests.helpers import gnnmesh_in_process
+
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PICTURES = figures.FILES
 TRAIN = ("train", "--dataset", "cora", "--epochs", "3", "--threads", "1", "--quiet")
@@ -239,7 +241,7 @@ def _bad_input_leaves_out_alone(tmp_path, earlier_report, args, *fragments):
     shutil.copytree(earlier_report, earlier)
     for out in (tmp_path / "fresh", earlier):
         before, parent = snapshot(out), sorted(os.listdir(tmp_path))
-        one_error_line(gnnmesh("report", *args, "--out", out), *fragments)
+        one_error_line(gnnmesh_in_process("report", *args, "--out", out), *fragments)
         assert snapshot(out) == before and sorted(os.listdir(tmp_path)) == parent
 
 
