@@ -24,14 +24,14 @@ def test_train_cora_reaches_accuracy(data_root, tmp_path):
 
 
 def test_print_config_resolves_model_defaults(tmp_path):
-    result = gnnmesh("train", "--model", "gat", "--epochs", "5", "--print-config")
+    result = gnnmesh_in_process("train", "--model", "gat", "--epochs", "5", "--print-config")
     assert result.returncode == 0
     assert '[model]\nname = "gat"' in result.stdout and "hidden = 8" in result.stdout
     assert "lr = 0.005" in result.stdout and "epochs = 5" in result.stdout
     # what --print-config prints loads back as a config, and flags override it
     path = tmp_path / "run.toml"
     path.write_text(result.stdout)
-    again = gnnmesh("train", "--config", str(path), "--lr", "0.1", "--print-config")
+    again = gnnmesh_in_process("train", "--config", str(path), "--lr", "0.1", "--print-config")
     assert "lr = 0.1" in again.stdout and "hidden = 8" in again.stdout
     assert again.stderr == ""  # one table per section: no note about the older flat form
 
@@ -65,7 +65,7 @@ def test_unknown_dataset_lists_known_ones(data_root):
 def test_malformed_graph_file_names_line(tmp_path):
     path = tmp_path / "edges.txt"
     path.write_text("# a comment\n0 1\n1 2\n2 x\n")
-    one_error_line(gnnmesh("train", "--dataset", str(path)), "edges.txt", "line 4")
+    one_error_line(gnnmesh_in_process("train", "--dataset", str(path)), "edges.txt", "line 4")
 
 
 def test_datasets_lists_sizes(data_root):
@@ -98,16 +98,16 @@ def test_version():
 def test_unwritable_metrics_path_exits_2(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    result = gnnmesh("train", "--dataset", "sbm:nodes=100,classes=2,features=4", "--epochs", "1",
-                     "--metrics", str(blocker / "m.jsonl"))
+    result = gnnmesh_in_process("train", "--dataset", "sbm:nodes=100,classes=2,features=4", "--epochs", "1",
+                                "--metrics", str(blocker / "m.jsonl"))
     one_error_line(result, "m.jsonl")
 
 
 def test_unwritable_checkpoint_fails_before_training(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    result = gnnmesh("train", "--dataset", "sbm:nodes=100,classes=2,features=4", "--epochs", "1",
-                     "--checkpoint", str(blocker / "c.pt"))
+    result = gnnmesh_in_process("train", "--dataset", "sbm:nodes=100,classes=2,features=4", "--epochs", "1",
+                                "--checkpoint", str(blocker / "c.pt"))
     one_error_line(result, "c.pt", "checkpoint")
     assert "epoch" not in result.stdout
 
@@ -115,7 +115,7 @@ def test_unwritable_checkpoint_fails_before_training(tmp_path):
 def test_unlabeled_edge_list_says_how_to_train_on_it(tmp_path):
     edges = tmp_path / "edges.txt"
     edges.write_text("".join(f"{i} {(i * 7 + 3) % 40}\n" for i in range(40)))
-    one_error_line(gnnmesh("train", "--dataset", str(edges), "--epochs", "1"),
+    one_error_line(gnnmesh_in_process("train", "--dataset", str(edges), "--epochs", "1"),
                    "has no labels", ":random_labels=K", "field 'labels'")
     result = gnnmesh("train", "--dataset", f"{edges}:random_labels=3", "--epochs", "2", "--threads", "1")
     assert result.returncode == 0 and "done:" in result.stdout, result.stderr

@@ -475,11 +475,11 @@ def test_file_path_with_a_colon_takes_options(tmp_path):
 
 
 def test_plan_refuses_absurd_rank_counts():
-    one_error_line(gnnmesh("plan", "--nproc", "100000000", "--nodes", "10", "--edges", "10"), "--nproc")
+    one_error_line(gnnmesh_in_process("plan", "--nproc", "100000000", "--nodes", "10", "--edges", "10"), "--nproc")
 
 
 def test_missing_data_root_is_named(tmp_path):
-    one_error_line(gnnmesh("datasets", "--data-root", str(tmp_path / "none")), "no such directory")
+    one_error_line(gnnmesh_in_process("datasets", "--data-root", str(tmp_path / "none")), "no such directory")
 
 
 def test_in_process_commands_leave_signal_handling_as_it_was():

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.helpers import random_graph
+from tests.helpers import gnnmesh_in_process, random_graph
 
 from gnnmesh.errors import ConfigError
 from gnnmesh.validate import parse_bytes
@@ -134,11 +134,11 @@ def test_unwritable_store_dir_is_one_line_before_training(tmp_path):
 
 
 def test_flags_refused_elsewhere_and_file_store_needs_a_directory():
-    out = _gnnmesh("train", "--dataset", "sbm:nodes=200", "--device-memory", "1GiB", "--epochs", "1")
+    out = gnnmesh_in_process("train", "--dataset", "sbm:nodes=200", "--device-memory", "1GiB", "--epochs", "1")
     assert out.returncode == 2 and "applies only to --strategy offload" in out.stderr
-    out = _gnnmesh("train", "--dataset", "sbm:nodes=200", "--strategy", "offload", "--host-store", "file")
+    out = gnnmesh_in_process("train", "--dataset", "sbm:nodes=200", "--strategy", "offload", "--host-store", "file")
     assert out.returncode == 2 and "store_dir" in out.stderr
-    out = _gnnmesh("train", "--dataset", "sbm:nodes=200", "--strategy", "offload", "--device-memory", "lots")
+    out = gnnmesh_in_process("train", "--dataset", "sbm:nodes=200", "--strategy", "offload", "--device-memory", "lots")
     assert out.returncode == 2 and "'lots' is not a size" in out.stderr
 
 
