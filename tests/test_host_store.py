@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from gnnmesh import host_store
-from gnnmesh.comm import Comm
 from gnnmesh.atomic import is_temporary, temporary_prefix
+from gnnmesh.comm import Comm
 from gnnmesh.errors import ConfigError
 from gnnmesh.host_store import HostStore
 
@@ -286,11 +286,12 @@ def test_folders_two_ranks_made_together_go_with_the_last_store(tmp_path, first)
     maker = HostStore("file", "cpu", str(root / "rank0"), shared=shared)
     other = HostStore("file", "cpu", str(root / "rank1"), shared=shared)
     assert host_store._missing_dirs(str(root / "rank2")) == [str(root / "rank2")]  # found, not made
-    for store in ((maker, other) if first == "maker" else (other, maker)):
-        store.create("t", 2, 2)
-    (maker if first == "maker" else other).close()
+    maker.create("t", 2, 2)
+    other.create("t", 2, 2)
+    earlier, last = (maker, other) if first == "maker" else (other, maker)
+    earlier.close()
     assert root.is_dir()  # the other rank's files are still in it
-    (other if first == "maker" else maker).close()
+    last.close()
     assert list(tmp_path.iterdir()) == []
 
 

@@ -129,7 +129,7 @@ def runs_for(world: int) -> list:
     if world == 2:
         return [r for r in RUNS if r[0] in ("gcn", "sage", "gat") or r[1] == gin]
     others = [[r for r in RUNS if r[0] == model] for model in ("sage", "gat", "gin")]
-    return [r for r in RUNS if r[0] == "gcn"] + [runs[world % len(runs)] for runs in others]
+    return [r for r in RUNS if r[0] == "gcn"] + [pool[world % len(pool)] for pool in others]
 
 
 def _check_against_single(runs, got, want, world):

@@ -31,11 +31,12 @@ def _rank_run(rank, world):
     """On 1 and 2 ranks every model under every schedule; on more (slower to run) each model
     under one schedule, the schedules alternating."""
     graph = make_graph()
-    cases = [(mode, model, schedule) for schedule in SCHEDULES
-             for mode, models in (("naive", NAIVE), ("decoupled", DECOUPLED)) for model in models]
+    models = [(mode, model) for mode, names in (("naive", NAIVE), ("decoupled", DECOUPLED)) for model in names]
     if world > 2:
         cases = [(mode, model, SCHEDULES[(i + world) % len(SCHEDULES)])
-                 for i, (mode, model, _) in enumerate(cases[:len(NAIVE) + len(DECOUPLED)])]
+                 for i, (mode, model) in enumerate(models)]
+    else:
+        cases = [(mode, model, schedule) for schedule in SCHEDULES for mode, model in models]
     cases += [("naive", "gcn", SERIAL), ("decoupled", "gat", SERIAL)]
     runs = {}
     for mode, model, (chunk, pipeline) in cases:
