@@ -16,7 +16,7 @@ from .. import ops
 from ..comm import agreed, setup_comm
 from ..errors import ConfigError, GraphError
 from ..layout import ParallelLayout
-from ..parts.agreement import check_halos, check_owned
+from ..parts.agreement import check_halos, check_held_once
 from ..view import GraphView
 from .strategy import Shard
 from .distributed import DistributedStrategy
@@ -96,7 +96,7 @@ class PartitionParallel(DistributedStrategy):
 
     def shard_parts(self, parts, seed, device):
         part, owned, data = agreed(lambda: _read_rank(parts, self.rank))
-        check_owned(part, owned.numpy())  # what one folder cannot tell: the ranks agree
+        check_held_once(part, owned.numpy())  # what one folder cannot tell: the ranks agree
         check_halos(part, owned.numpy())
         self.method = parts.manifest["method"]
         view = PartitionView(None, owned, self.comm, seed, device, part=part)

@@ -33,40 +33,51 @@ def _digest(*arrays: np.ndarray) -> str:
     return h.hexdigest()
 
 
-def check_owned(part, owned: np.ndarray) -> None:
-    """Every node owned by exactly one rank. Ids travel to the rank whose equal slice of
-    ``0..N-1`` holds them (one all-to-all, no rank holding every id); each rank then finds a
-    node claimed twice, or none, in its slice."""
-    claims = _owned_slice(owned, part.parts.num_nodes)
-    agreed(lambda: _owned_slice_error(part, *claims))
+def check_held_once(part, owned: np.ndarray) -> None:
+    """Every node owned by exactly one rank, and every entry of each operator structure held
+    by one rank (entry ids name edges in dropout masks, as the single process does)."""
+    check_split(part, "owned", owned, part.parts.num_nodes, "node")
+    for structure, info in part.parts.manifest["structures"].items():
+        entries = agreed(lambda: part.ids(f"{structure}.entries", int(sum(info["nnz"]))))
+        check_split(part, f"{structure}.entries", entries, int(sum(info["nnz"])), "entry")
 
 
-def _owned_slice(owned: np.ndarray, num_nodes: int) -> tuple:
-    """(the ids of this rank's slice of the nodes, the rank owning each, the slice's bounds)."""
+def check_split(part, name: str, ids: np.ndarray, total: int, noun: str) -> None:
+    """The ids of the ranks' files ``name`` together are ``0..total-1``, each once. Ids travel
+    to the rank whose equal slice of ``0..total-1`` holds them (one all-to-all, no rank
+    holding every id); each rank then finds an id claimed twice, or by none, in its slice."""
+    claims = _slice(ids, total)
+    agreed(lambda: _slice_error(part, name, noun, *claims))
+
+
+def _slice(ids: np.ndarray, total: int) -> tuple:
+    """(the ids of this rank's slice of ``0..total-1``, the rank holding each, the slice's bounds)."""
     comm = setup_comm()
     world = comm.world_size
-    width = -(-num_nodes // world)
-    counts = np.bincount(owned // width, minlength=world).astype(np.int64)  # owned is ascending: grouped
+    width = max(1, -(-total // world))
+    ids = np.sort(np.asarray(ids, dtype=np.int64))  # grouped by the slice they go to
+    counts = np.bincount(ids // width, minlength=world).astype(np.int64)
     arriving = comm.all_to_all(torch.from_numpy(counts), [1] * world, [1] * world).numpy()
-    ids = comm.all_to_all(torch.from_numpy(np.ascontiguousarray(owned, dtype=np.int64)), counts.tolist(),
-                          arriving.tolist()).numpy()
-    owners = np.repeat(np.arange(world), arriving)
-    start = comm.rank * width
-    return ids, owners, (start, min(num_nodes, start + width))
+    mine = comm.all_to_all(torch.from_numpy(ids), counts.tolist(), arriving.tolist()).numpy()
+    holders = np.repeat(np.arange(world), arriving)
+    start = min(total, comm.rank * width)
+    return mine, holders, (start, min(total, start + width))
 
 
-def _owned_slice_error(part, ids: np.ndarray, owners: np.ndarray, bounds: tuple) -> None:
+def _slice_error(part, name: str, noun: str, ids: np.ndarray, holders: np.ndarray, bounds: tuple) -> None:
     order = np.argsort(ids, kind="stable")
-    ids, owners = ids[order], owners[order]
+    ids, holders = ids[order], holders[order]
     twice = np.flatnonzero(ids[1:] == ids[:-1])
     if len(twice):
         i = int(twice[0])
-        raise GraphError(f"rank {owners[i + 1]}: {_file(part, owners[i + 1], 'owned')}: node {ids[i]} is "
-                         f"owned by rank {owners[i]} too; ranks must own disjoint nodes")
+        first, second = int(holders[i]), int(holders[i + 1])
+        also = "too" if first != second else "twice"
+        raise GraphError(f"rank {second}: {_file(part, second, name)}: {noun} {ids[i]} is rank {first}'s {also}; "
+                         f"every {noun} belongs to one rank")
     missing = np.setdiff1d(np.arange(*bounds), ids)
     if len(missing):
-        raise GraphError(f"{part.parts.directory / MANIFEST}: node {missing[0]} is owned by no rank; "
-                         "the ranks' owned.npy must cover every node")
+        raise GraphError(f"{part.parts.directory / MANIFEST}: {noun} {missing[0]} belongs to no rank; the ranks' "
+                         f"{name}.npy together must hold each {noun} once")
 
 
 def check_halos(part, owned: np.ndarray) -> None:

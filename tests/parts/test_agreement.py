@@ -37,9 +37,10 @@ def rewrite(directory, rank: int, name: str, change) -> None:
     (directory / MANIFEST).write_text(json.dumps(manifest))
 
 
-def take_a_peers_node(directory):
-    theirs = np.load(directory / "rank-00000" / "owned.npy")
-    rewrite(directory, 1, "owned", lambda mine: np.sort(np.concatenate([mine[1:], theirs[:1]])))
+def take_a_peers(name, directory):
+    """Rank 1's first id of the array ``name`` replaced by rank 0's first; returns that id."""
+    theirs = np.load(directory / "rank-00000" / f"{name}.npy")
+    rewrite(directory, 1, name, lambda mine: np.sort(np.concatenate([mine[1:], theirs[:1]])))
     return int(theirs[0])
 
 
@@ -57,8 +58,8 @@ def other_value(values):
 
 # kind, tampering (returns the detail the error names), the fragments of the error
 CASES = {
-    "owned taken from a peer": ("partition", take_a_peers_node,
-                                ["rank 1:", "rank-00001/owned.npy", "is owned by rank 0 too"]),
+    "owned taken from a peer": ("partition", lambda d: take_a_peers("owned", d),
+                                ["rank 1:", "rank-00001/owned.npy", "is rank 0's too"]),
     "send reversed": ("partition", lambda d: rewrite(d, 0, "gcn.send", lambda a: a[::-1].copy()),
                       ["rank 1:", "rank-00001/gcn.halo.npy", "halo ids from rank 0", "rank-00000/gcn.send.npy"]),
     "send repeating a row": ("partition", lambda d: rewrite(d, 1, "gcn.send", lambda a: np.r_[a[:1], a[:-1]]),
@@ -67,6 +68,10 @@ CASES = {
                    ["rank-00001/gcn.halo.npy", "id -1 at position 0 is outside [0, 40)"]),
     "halo of 10^9": ("partition", lambda d: rewrite(d, 0, "mean.halo", lambda a: np.r_[a[:-1], 10**9]),
                      ["rank-00000/mean.halo.npy", "id 1000000000", "is outside [0, 40)"]),
+    "entries taken from a peer": ("partition", lambda d: take_a_peers("gcn.entries", d),
+                                  ["rank 1:", "rank-00001/gcn.entries.npy", "is rank 0's too"]),
+    "entry held twice": ("partition", lambda d: rewrite(d, 0, "mean.entries", lambda a: np.r_[a[:1], a[:-1]]),
+                         ["rank 0:", "rank-00000/mean.entries.npy", "is rank 0's twice"]),
     "grid orders differing": ("grid3d", lambda d: rewrite(d, 1, "orders", swapped_order),
                               ["rank 1:", "rank-00001/orders.npy", "node orders differ from rank 0's"]),
     "tensor topology differing": ("tensor", lambda d: rewrite(d, 1, "adj.values", other_value),
@@ -134,7 +139,7 @@ def test_every_rank_refuses_parts_that_disagree_with_the_same_line(tampered):
 @pytest.mark.timeout(200)
 def test_the_command_stops_every_rank_with_one_line(tmp_path):
     directory = write_parts("partition", tmp_path / "p")
-    node = take_a_peers_node(directory)
+    node = take_a_peers("owned", directory)
     result = run_cli("train", "--parts", directory, "--nproc", "2", "--strategy", "partition", "--epochs", "1",
                      "--threads", "1", timeout=180)
-    one_error_line(result, "rank 1:", "rank-00001/owned.npy", f"node {node} is owned by rank 0 too")
+    one_error_line(result, "rank 1:", "rank-00001/owned.npy", f"node {node} is rank 0's too")
