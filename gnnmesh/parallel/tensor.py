@@ -25,7 +25,7 @@ from ..models import Decoupled
 from ..comm import agreed
 from ..errors import ConfigError
 from ..layout import ParallelLayout
-from ..parts.agreement import check_same
+from ..parts.agreement import check_manifest, check_same
 from ..transforms import row_range
 from ..view import GraphView
 from .strategy import Shard
@@ -156,6 +156,7 @@ class TensorParallel(DistributedStrategy):
                      pick(graph.test_mask))
 
     def shard_parts(self, parts, seed, device):
+        check_manifest(parts, self.rank)
         n = parts.num_nodes
         self.switch = LayoutSwitch(self.comm, n)
         rows = self.switch.stop - self.switch.start

@@ -11,6 +11,7 @@ with one GraphError naming a rank, its file and what disagrees.
 from __future__ import annotations
 
 import hashlib
+import json
 
 import numpy as np
 import torch
@@ -31,6 +32,20 @@ def _digest(*arrays: np.ndarray) -> str:
         array = np.asarray(array)
         h.update(np.ascontiguousarray(array, dtype=np.int64 if array.dtype.kind in "biu" else array.dtype).tobytes())
     return h.hexdigest()
+
+
+def check_manifest(parts, rank: int) -> None:
+    """The same manifest on every rank (each host may hold its own copy): the counts the halo
+    exchange sizes its messages by and the checksums each rank verifies its folder against
+    come from it."""
+    text = json.dumps(parts.manifest, sort_keys=True)
+    digests = setup_comm().all_gather_object(hashlib.blake2b(text.encode(), digest_size=16).hexdigest())
+
+    def compare():
+        if digests[rank] != digests[0]:
+            raise GraphError(f"rank {rank}: {parts.directory / MANIFEST}: differs from rank 0's manifest; "
+                             "every rank must open a copy of the same parts")
+    agreed(compare)
 
 
 def check_held_once(part, owned: np.ndarray) -> None:

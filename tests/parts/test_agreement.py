@@ -19,6 +19,7 @@ from gnnmesh.parts.tensor import write_tensor_parts
 from gnnmesh.partition import partition
 
 from tests.dist import run_ranks
+from tests.parts.test_parts import one_host_per_rank
 from tests.helpers import gnnmesh as run_cli, layout, one_error_line, random_graph
 
 
@@ -78,6 +79,8 @@ CASES = {
                                   ["rank 1:", "rank-00001/adj.indices.npy", "topology", "differ from rank 0's"]),
 }
 
+MANIFESTS = {"manifests differing": (None, None, ["rank 1:", "host1/manifest.json", "differs from rank 0's manifest"])}
+
 
 def write_parts(kind: str, directory):
     graph = make_graph()
@@ -100,8 +103,9 @@ def _open_each(rank, world, cases):
     """Per case, the error opening its parts raised on this rank (None: opened)."""
     errors = {}
     for name, (kind, directory) in cases.items():
+        mine = directory if isinstance(directory, str) else directory[rank]  # a host per rank
         try:
-            strategy(kind).shard_parts(open_parts(directory), 0, torch.device("cpu"))
+            strategy(kind).shard_parts(open_parts(mine), 0, torch.device("cpu"))
             errors[name] = None
         except GraphError as err:
             errors[name] = str(err)
@@ -118,7 +122,18 @@ def tampered(tmp_path_factory):
         if tamper is not None:
             tamper(directory)
         dirs[name] = (kind, str(directory))
+    dirs["manifests differing"] = ("partition", hosts_with_another_manifest(root / "case-0", root))
     return dirs
+
+
+def hosts_with_another_manifest(directory, root) -> list:
+    """A copy of ``directory`` per rank (the manifest and that rank's folder), rank 1's
+    manifest saying another seed: each host's folder passes its own manifest's checks."""
+    hosts = one_host_per_rank(directory, root, 2)
+    manifest = json.loads((root / "host1" / MANIFEST).read_text())
+    manifest["seed"] += 1
+    (root / "host1" / MANIFEST).write_text(json.dumps(manifest))
+    return hosts
 
 
 @pytest.mark.slow
@@ -127,7 +142,7 @@ def test_every_rank_refuses_parts_that_disagree_with_the_same_line(tampered):
     by_rank = run_ranks(_open_each, 2, tampered, timeout=240)
     for name in ("sound partition", "sound grid3d", "sound tensor"):
         assert by_rank[0][name] is None and by_rank[1][name] is None, (name, by_rank[0][name], by_rank[1][name])
-    for name, (_, _, fragments) in CASES.items():
+    for name, (_, _, fragments) in {**CASES, **MANIFESTS}.items():
         message = by_rank[0][name]
         assert message is not None and message == by_rank[1][name], (name, by_rank[0][name], by_rank[1][name])
         assert len(message.splitlines()) == 1
