@@ -62,6 +62,7 @@ from ..layout.grid import AXES, roles
 from ..models.base import SELF, GraphLayer, LayerStack
 from ..partition.blocks import block_bounds
 from ..partition.grid_blocks import GridBlocks, cut, sizes
+from ..parts.agreement import check_manifest, check_same
 from ..view import GraphView
 from .strategy import Shard
 from .distributed import DistributedStrategy
@@ -199,7 +200,9 @@ class Grid3D(DistributedStrategy):
                      pick(graph.test_mask), ids=mine)
 
     def shard_parts(self, parts, seed, device):
+        check_manifest(parts, self.rank)
         part, data = agreed(lambda: self._read_part(parts))
+        check_same(part, "orders", self.grid_blocks.orders, "its node orders")  # peers' blocks follow them
         mine = self.grid_blocks.loss_rows(self.rank, self.world_size)
         view = GridView(None, self.grid_blocks, self.coords, self.blocks, len(mine), seed, device, part=part)
         return Shard(view, *(t.to(device) for t in data), ids=torch.from_numpy(mine))

@@ -16,6 +16,7 @@ from .. import ops
 from ..comm import agreed, setup_comm
 from ..errors import ConfigError, GraphError
 from ..layout import ParallelLayout
+from ..parts.agreement import check_manifest, check_halos, check_held_once
 from ..view import GraphView
 from .strategy import Shard
 from .distributed import DistributedStrategy
@@ -94,7 +95,10 @@ class PartitionParallel(DistributedStrategy):
                      pick(graph.test_mask))
 
     def shard_parts(self, parts, seed, device):
+        check_manifest(parts, self.rank)
         part, owned, data = agreed(lambda: _read_rank(parts, self.rank))
+        check_held_once(part, owned.numpy())  # what one folder cannot tell: the ranks agree
+        check_halos(part, owned.numpy())
         self.method = parts.manifest["method"]
         view = PartitionView(None, owned, self.comm, seed, device, part=part)
         x, *rest = (t.to(device) for t in data)

@@ -25,6 +25,7 @@ from ..models import Decoupled
 from ..comm import agreed
 from ..errors import ConfigError
 from ..layout import ParallelLayout
+from ..parts.agreement import check_manifest, check_same
 from ..transforms import row_range
 from ..view import GraphView
 from .strategy import Shard
@@ -155,6 +156,7 @@ class TensorParallel(DistributedStrategy):
                      pick(graph.test_mask))
 
     def shard_parts(self, parts, seed, device):
+        check_manifest(parts, self.rank)
         n = parts.num_nodes
         self.switch = LayoutSwitch(self.comm, n)
         rows = self.switch.stop - self.switch.start
@@ -162,9 +164,10 @@ class TensorParallel(DistributedStrategy):
         def read():  # every array checked, on every rank alike
             part = parts.rank(self.rank)
             values = "adj.values" if part.has("adj.values") else None
-            return part.adjacency("adj", (n, n), values), part.vertex_data(rows, parts.num_features)
+            return part, part.adjacency("adj", (n, n), values), part.vertex_data(rows, parts.num_features)
 
-        adj, data = agreed(read)
+        part, adj, data = agreed(read)
+        check_same(part, "adj.indices", _topology(adj), "its copy of the topology (adj.*)")  # every rank holds it
         self.engine = ChunkedAggregation(self.switch, self.pipeline)
         view = TensorView(adj, self.switch, self.engine, self.chunk_size, seed, device)
         return Shard(view, *(t.to(device) for t in data))
@@ -208,3 +211,9 @@ class TensorParallel(DistributedStrategy):
         if self.engine:
             self.engine.rounds = 0
         return out
+
+
+def _topology(adj) -> tuple:
+    """The arrays of ``adj`` that every rank of tensor parts holds alike."""
+    arrays = (adj.indptr.numpy(), adj.indices.numpy())
+    return arrays if adj.values is None else arrays + (adj.values.numpy(),)

@@ -115,9 +115,7 @@ def _predict(config, request, state, saved, parts, quiet, rank, world_size) -> O
         f"(epoch {trainer.epoch}, {request.weights} weights) loaded in {time.perf_counter() - t0:.2f}s; "
         f"strategy {trainer.strategy.describe()}")
     t0 = time.perf_counter()
-    ids, values = trainer.predict(request.output, request.layer, request.nodes)
-    if order is not None:  # the graph was renumbered for locality: give the original ids
-        ids = order[ids]
+    ids, values = trainer.predict(request.output, request.layer, request.nodes, original=order)
     out = Output(request.output, request.layer)
     info = {"output": request.output, "layer": out.layer_of(trainer.model), "nodes": request.nodes,
             "weights": request.weights, "strategy": trainer.strategy.describe(), "ranks": world_size,

@@ -331,13 +331,15 @@ class Trainer:
         trained.load_state(trainer.model, values, str(path))
         return trainer
 
-    def predict(self, output: str = "logits", layer: Optional[int] = None, nodes="all") -> tuple:
+    def predict(self, output: str = "logits", layer: Optional[int] = None, nodes="all",
+                original=None) -> tuple:
         """``(ids, values)``: this rank's rows of the model's ``output`` (``logits``, ``probs``,
         ``labels``, or ``embeddings``: layer ``layer``'s output, 1-based, by default the last
         hidden layer's) for ``nodes`` (``all``, ``train``, ``val``, ``test``, a file of node
         ids or an array of them), as NumPy arrays with global node ids. Full-graph and exact,
         in eval mode, under every strategy: the ranks' rows together are the single
-        process's."""
+        process's. ``original``: where the graph was renumbered (``--reorder``), the original
+        id of each of its nodes; the ids listed and the ids returned are then original ids."""
         from ..predict import Output, rank_output, read_node_file, selected
         out = Output(output, layer)
         listed = None
@@ -349,6 +351,8 @@ class Trainer:
         elif nodes not in ("all", "train", "val", "test"):
             listed = read_node_file(nodes, self.num_nodes)
         ids = self.shard.row_ids().cpu().numpy()
+        if original is not None:  # rows are named, and chosen, by the ids the user knows
+            ids = np.asarray(original, dtype=np.int64)[ids]
         values = rank_output(self.strategy, self.model, self.shard, out, self.task)
         keep = selected(nodes, self.shard, ids, listed)
         return ids[keep], values.cpu().numpy()[keep]
