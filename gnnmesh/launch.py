@@ -263,7 +263,7 @@ def restart_cause() -> "str | None":
 def job_id() -> "str | None":
     """The id every run of one elastic job shares, restarts included (torch's run id:
     ``torchrun --rdzv-id``, or the one ``launch`` draws); None outside a job."""
-    return os.environ.get("TORCHELASTIC_RUN_ID") if world_from_env() is not None else None
+    return (os.environ.get("TORCHELASTIC_RUN_ID") or None) if world_from_env() is not None else None
 
 
 def _stdout_closed() -> bool:
