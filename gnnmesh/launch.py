@@ -253,6 +253,13 @@ def restart_count() -> int:
     return 0
 
 
+def restarts_left() -> bool:
+    """Whether torch's elastic agent restarts this job should a rank fail now (``torchrun
+    --max-restarts``): a peer's loss is then the restart's to report, not this rank's."""
+    text = os.environ.get("TORCHELASTIC_MAX_RESTARTS", "").strip()
+    return world_from_env() is not None and text.isdigit() and int(text) > restart_count()
+
+
 def restart_cause() -> "str | None":
     """Which ranks failed before this restart, as ``launch`` saw them (torchrun does not say)."""
     if not restart_count():

@@ -139,6 +139,7 @@ def test_a_torchrun_restart_resumes_from_the_jobs_checkpoint(tmp_path, single):
     assert status == 0, err[-3000:]
     restart = check_the_job(tmp_path, err, killed_at, 2, single)
     assert restart["failed"] is None  # torchrun does not say which rank failed
+    assert "Traceback" not in err  # the rank that lost its peer leaves the report to the restart
 
 
 @pytest.mark.parametrize("flags, fragment", [
