@@ -24,8 +24,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from . import strategies
-from .layout import ParallelLayout
 from .errors import ConfigError
+from .layout import ParallelLayout
 from .settings import (DECOUPLED_DEFAULTS, MODEL_DEFAULTS, SECTIONS, STRATEGY_SECTIONS, DataSection, Grid3DSection,
                        HostTierSection, MiniBatchSection, ModelSection, OffloadSection, PartitionSection, PlanSection,
                        RunSection, TensorSection, TrainingSection, field_index, flag_name)

@@ -56,6 +56,20 @@ def single(tmp_path_factory):
     return records(folder / "single.jsonl"), torch.load(folder / "single.pt", weights_only=True)["model"]
 
 
+def descendants(pid: int) -> dict:
+    try:
+        return {p.pid: p for p in psutil.Process(pid).children(recursive=True)}
+    except psutil.NoSuchProcess:
+        return {}
+
+
+def is_rank(process, rank: int) -> bool:
+    try:
+        return process.environ().get("RANK") == str(rank) and "gnnmesh" in " ".join(process.cmdline())
+    except psutil.Error:  # ended meanwhile
+        return False
+
+
 def kill_a_rank(command: list, metrics, rank: int, after_epoch: int) -> tuple:
     """Run ``command``; SIGKILL its rank ``rank`` once ``metrics`` holds ``after_epoch``
     epochs; return (the finished process's status, its stderr, the epochs written before the
@@ -65,17 +79,17 @@ def kill_a_rank(command: list, metrics, rank: int, after_epoch: int) -> tuple:
     try:
         deadline = time.monotonic() + 180
         while epochs_written(metrics) < after_epoch and proc.poll() is None and time.monotonic() < deadline:
-            family.update({p.pid: p for p in psutil.Process(proc.pid).children(recursive=True)})
+            family.update(descendants(proc.pid))
             time.sleep(0.01)
+        assert proc.poll() is None, f"the job ended before the kill: {proc.communicate()[1][-3000:]}"
         killed_at = epochs_written(metrics)
-        victim = next(p for p in psutil.Process(proc.pid).children(recursive=True)
-                      if p.environ().get("RANK") == str(rank) and "gnnmesh" in " ".join(p.cmdline()))
+        victim = next(p for p in descendants(proc.pid).values() if is_rank(p, rank))
         victim.send_signal(signal.SIGKILL)
         _, err = proc.communicate(timeout=300)
-        family.update({p.pid: p for p in psutil.Process().children(recursive=True) if p.pid in family})
         return proc.returncode, err, killed_at
     finally:
         if proc.poll() is None:
+            family.update(descendants(proc.pid))
             proc.kill()
             proc.wait(10)
         _, alive = psutil.wait_procs(list(family.values()), timeout=30)
@@ -157,6 +171,16 @@ def test_restarts_that_cannot_work_are_refused_before_training(tmp_path, flags, 
         args += ["--strategy", "partition"]
     result = gnnmesh_in_process(*args)
     one_error_line(result, fragment)
+
+
+def test_max_restarts_under_torchrun_is_refused_not_ignored(tmp_path):
+    """Under torchrun the agent restarts the ranks, and only if torchrun is told to."""
+    args = ["train", "--dataset", "sbm:nodes=60,classes=3,features=4", "--strategy", "partition", "--checkpoint",
+            tmp_path / "c.pt", "--checkpoint-every", "1", "--max-restarts", "1"]
+    result = gnnmesh_in_process(*args, env={"RANK": "0", "WORLD_SIZE": "2"})
+    # (torch's error recorder, which a rank runs under, warns first when stderr is not a file)
+    assert result.returncode == 2 and result.stderr.splitlines()[-1].startswith("gnnmesh: error:"), result.stderr
+    assert "give --max-restarts to torchrun" in result.stderr
 
 
 def test_a_job_on_parts_restarts_on_as_many_ranks(tmp_path):

@@ -78,9 +78,9 @@ def start_ranks(nproc: int, argv, max_restarts: int = 0, min_nproc: "int | None"
     whose size ``--nproc`` must then match). ``max_restarts``, ``min_nproc``: how often and
     on how few ranks the launcher starts the job again after a rank fails (``gnnmesh.launch``)."""
     from ..errors import ConfigError
-    from ..launch import world_from_env
+    from ..launch import launched_rank, world_from_env
     world = world_from_env()
-    if world is None and max_restarts and nproc < 2:
+    if max_restarts and (nproc < 2 if world is None else not launched_rank()):
         raise ConfigError("config field 'max_restarts' needs 'nproc' of 2 or more: gnnmesh restarts the ranks it "
                           "starts (under torchrun, give --max-restarts to torchrun)")
     if world is None and nproc > 1:
