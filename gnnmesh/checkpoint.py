@@ -100,6 +100,9 @@ def structure_problem(state) -> str:
     if widths is not None and not (isinstance(widths, dict) and _count(widths.get("features"))
                                    and _count(widths.get("classes")) and widths["features"] and widths["classes"]):
         return "'widths' is not the model's input width and number of classes"
+    job = state.get("job")  # absent from checkpoints written before it was recorded
+    if job is not None and not isinstance(job, str):
+        return "'job' is not the id of the job that wrote it"
     return ""
 
 

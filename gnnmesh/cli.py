@@ -17,8 +17,8 @@ from typing import Optional
 from . import __version__, progress
 from .commands import COMMANDS
 from .errors import ConfigError, GraphError
-from .launch import (PIPE_CLOSED, die_with_launcher, ignore_stop_signals, launched_rank, restore_signals,
-                     say_interrupted, stop_on_signals, stop_signal, world_from_env)
+from .launch import (PIPE_CLOSED, die_with_launcher, ignore_stop_signals, launched_rank, restarts_left,
+                     restore_signals, say_interrupted, stop_on_signals, stop_signal, world_from_env)
 
 
 # Failures of the storage under a file, not of the input: the rank that meets one names it.
@@ -104,7 +104,8 @@ def _main(argv: list) -> int:
     except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM/SIGHUP (see gnnmesh.launch)
         return _interrupted(getattr(err, "exit_status", 130))
     except Exception as err:
-        if launched_rank() and _peer_lost(err):  # the launcher names the rank that failed first
+        # the launcher names the rank that failed first; torchrun's agent restarts the job
+        if (launched_rank() or restarts_left()) and _peer_lost(err):
             return 1
         raise
 

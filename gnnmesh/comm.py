@@ -22,6 +22,8 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
+from .launch import restart_count
+
 # How long a collective may wait for a peer before failing: a dead rank then surfaces as an
 # error on the others instead of a hang.
 DEFAULT_TIMEOUT_S = 60
@@ -47,7 +49,25 @@ def init(device: torch.device, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         # NCCL refuses two ranks on one GPU; ranks sharing one talk through gloo instead
         local = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
         backend = "nccl" if local <= torch.cuda.device_count() else "gloo"
-    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    store = _restart_store(timedelta(seconds=timeout_s))
+    if store is None:
+        dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    else:
+        dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s), store=store,
+                                rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+
+
+def _restart_store(timeout: timedelta):
+    """In a restart of a torchrun job, the agent's store under a prefix of this restart's own;
+    else None (the environment's store). torch's elastic agent keeps one store across
+    restarts, where the ranks of the run before left their addresses under the keys the new
+    ranks meet on: a rank could read a dead peer's address and fail to connect, or hang."""
+    restart = restart_count()
+    if not restart or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != str(True):
+        return None
+    agent = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                          timeout=timeout)
+    return dist.PrefixStore(f"gnnmesh/restart_{restart}", agent)
 
 
 def local_gpu() -> int:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from . import strategies
 from .errors import ConfigError
+from .layout import ParallelLayout
 from .settings import (DECOUPLED_DEFAULTS, MODEL_DEFAULTS, SECTIONS, STRATEGY_SECTIONS, DataSection, Grid3DSection,
                        HostTierSection, MiniBatchSection, ModelSection, OffloadSection, PartitionSection, PlanSection,
                        RunSection, TensorSection, TrainingSection, field_index, flag_name)
@@ -126,6 +127,7 @@ class Config:
             raise ConfigError("config field 'nproc': the 'single' strategy runs one process; "
                               "choose a parallel --strategy (e.g. partition)")
         self._check_training_mode(engine)
+        self._check_restart_counts()
         if not engine.runs_model(model.name, model.decoupled):
             got = f"decoupled {model.name}" if model.decoupled else model.name
             raise ConfigError(f"config field 'model': {engine.refusal or f'--strategy {run.strategy} does not run it'}"
@@ -141,6 +143,27 @@ class Config:
             raise ConfigError("config field 'parts': --strategy auto plans from the whole dataset; parts were "
                               "written for one strategy (leave --strategy out to train with it)")
         self._refuse_inapplicable(engine)
+
+    def _check_restart_counts(self) -> None:
+        """A job restarted after losing ranks goes on with as few as ``min_nproc``: refused now,
+        not at the first restart, where that count cannot run the job (parts are written for
+        one rank count; a --grid places one)."""
+        run = self.run
+        fewest = run.min_nproc or 1
+        if not run.max_restarts or fewest >= run.nproc:
+            return
+        if self.data.parts:
+            raise ConfigError(f"config field 'min_nproc': parts are written for {run.nproc} ranks, so a job that "
+                              f"trains from them restarts on as many; give --min-nproc {run.nproc}")
+        if self.planned:
+            return
+        for ranks in range(fewest, run.nproc):
+            try:
+                ParallelLayout.for_strategy(run.strategy, ranks, self.grid3d.grid)
+            except ConfigError as err:
+                raise ConfigError(f"config field 'min_nproc': a restart on {ranks} ranks would fail ({err}); give "
+                                  f"--min-nproc {run.nproc}, or a --min-nproc whose counts all run this layout") \
+                    from None
 
     def _check_training_mode(self, engine) -> None:
         mini, strategy = self.minibatch, self.run.strategy

@@ -32,6 +32,8 @@ import time
 import uuid
 
 LAUNCHER_ENV = "GNNMESH_LAUNCHER_PID"
+RESTART_ENV = "GNNMESH_RESTART_COUNT"   # set by launch for the ranks of a restarted job
+CAUSE_ENV = "GNNMESH_RESTART_CAUSE"     # and which ranks failed before it
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 PIPE_CLOSED = 128 + signal.SIGPIPE  # stdout was closed (e.g. piped into 'head'): end quietly
 _PR_SET_PDEATHSIG = 1
@@ -161,20 +163,73 @@ def ranks_share_cores(local_world_size: int) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, local_world_size))
 
 
-def launch(argv: list, nproc: int) -> int:
+def launch(argv: list, nproc: int, max_restarts: int = 0, min_nproc: int = 1) -> int:
     """Run ``python -m gnnmesh <argv>`` as ``nproc`` ranks; return the exit status.
 
-    When a rank fails the launcher stops the others and reports which rank failed. Ranks
-    that stop on bad input (exit status 2) have already printed the one-line error. A stop
-    signal is passed on to the ranks and raised here as ``Interrupted``."""
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
+    When a rank fails the launcher stops the others. With ``max_restarts`` left, it starts the
+    job again on the ranks that remain (``nproc`` less those that failed, at least
+    ``min_nproc``) under the same job id, telling them the restart's count and cause
+    (``restart_count``, ``restart_cause``): they resume from the job's checkpoint. Otherwise
+    it reports which rank failed. Ranks that stop on bad input (exit status 2) have already
+    printed the one-line error, and are not restarted. A stop signal is passed on to the ranks
+    and raised here as ``Interrupted``."""
     _silence_elastic_logs()
     os.environ.setdefault("OMP_NUM_THREADS", str(ranks_share_cores(nproc)))
     os.environ[LAUNCHER_ENV] = str(os.getpid())
-    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=uuid.uuid4().hex,
+    try:
+        return _run_job(argv, nproc, max_restarts, min_nproc)
+    finally:  # what the ranks of a restart were told is not this process's own
+        os.environ.pop(RESTART_ENV, None)
+        os.environ.pop(CAUSE_ENV, None)
+
+
+def _run_job(argv: list, nproc: int, max_restarts: int, min_nproc: int) -> int:
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    job, ranks = uuid.uuid4().hex, nproc
+    for restart in range(max_restarts + 1):
+        try:
+            _run_ranks(argv if restart == 0 else [*argv, "--nproc", str(ranks)], ranks, job)
+            return 0
+        except ChildFailedError as err:
+            if any(f.exitcode == 2 for f in err.failures.values()):
+                return 2  # bad input: rank 0 has printed the one-line error
+            if _stdout_closed():  # rank 0 stopped on it; a peer may have failed first, on rank 0's exit
+                return PIPE_CLOSED
+            if restart == max_restarts:
+                rank, first = err.get_first_failure()
+                detail = _failure_text(first)
+                print(f"gnnmesh: error: rank {rank} failed (exit code {first.exitcode})"
+                      f"{': ' + detail if detail else ''}", file=sys.stderr)
+                return 1
+            lost = _lost_ranks(err.failures)
+            ranks = max(ranks - len(lost), min_nproc)
+            os.environ[RESTART_ENV] = str(restart + 1)
+            os.environ[CAUSE_ENV] = _restart_cause(lost, err)
+    return 1  # not reached: the last try returns
+
+
+def _lost_ranks(failures: dict) -> list:
+    """The ranks whose process died of a signal (killed, out of memory): the ranks lost. The
+    others exited on their own, on the loss (a collective that lost its peer, the agent's
+    SIGTERM), or on an error of their own, and start again with the job."""
+    return sorted(rank for rank, failure in failures.items() if failure.exitcode < 0)
+
+
+def _restart_cause(lost: list, err) -> str:
+    """What the ranks of a restart are told went wrong: the ranks lost, or the first failure."""
+    if lost:
+        return ", ".join(f"rank {rank} died of {err.failures[rank].signal_name()}" for rank in lost)
+    rank, first = err.get_first_failure()
+    return f"rank {rank} failed (exit code {first.exitcode})"
+
+
+def _run_ranks(argv: list, nproc: int, job: str) -> None:
+    """One run of the job's ranks under torch's elastic agent (ChildFailedError when one fails)."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=job,
                           rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0,
                           monitor_interval=0.1)
     try:
@@ -183,17 +238,39 @@ def launch(argv: list, nproc: int) -> int:
         ignore_stop_signals()
         stopping(err.sigval)
         raise Interrupted(err.sigval) from None
-    except ChildFailedError as err:
-        if any(f.exitcode == 2 for f in err.failures.values()):
-            return 2  # bad input: rank 0 has printed the one-line error
-        if _stdout_closed():  # rank 0 stopped on it; a peer may have failed first, on rank 0's exit
-            return PIPE_CLOSED
-        rank, first = err.get_first_failure()
-        detail = _failure_text(first)
-        print(f"gnnmesh: error: rank {rank} failed (exit code {first.exitcode}){': ' + detail if detail else ''}",
-              file=sys.stderr)
-        return 1
+
+
+def restart_count() -> int:
+    """How many times this job has been restarted after a rank failed: 0 in its first run.
+    Set by ``launch`` (``--nproc --max-restarts``) or by torch's elastic agent (``torchrun
+    --max-restarts``), whose count holds where ``launch`` did not start the ranks."""
+    if world_from_env() is None:
+        return 0
+    for name in (RESTART_ENV, "TORCHELASTIC_RESTART_COUNT"):
+        text = os.environ.get(name, "").strip()
+        if text.isdigit():
+            return int(text)
     return 0
+
+
+def restarts_left() -> bool:
+    """Whether torch's elastic agent restarts this job should a rank fail now (``torchrun
+    --max-restarts``): a peer's loss is then the restart's to report, not this rank's."""
+    text = os.environ.get("TORCHELASTIC_MAX_RESTARTS", "").strip()
+    return world_from_env() is not None and text.isdigit() and int(text) > restart_count()
+
+
+def restart_cause() -> "str | None":
+    """Which ranks failed before this restart, as ``launch`` saw them (torchrun does not say)."""
+    if not restart_count():
+        return None
+    return os.environ.get(CAUSE_ENV) or None
+
+
+def job_id() -> "str | None":
+    """The id every run of one elastic job shares, restarts included (torch's run id:
+    ``torchrun --rdzv-id``, or the one ``launch`` draws); None outside a job."""
+    return (os.environ.get("TORCHELASTIC_RUN_ID") or None) if world_from_env() is not None else None
 
 
 def _stdout_closed() -> bool:

@@ -281,6 +281,11 @@ class RunSection(Section):
     resume: bool = setting(False, help="continue from --checkpoint")
     metrics: Optional[str] = setting(help="write one JSON object per epoch to this file")
     log_every: int = setting(10, help="print progress every N epochs", check=COUNT)
+    max_restarts: int = setting(0, help="with --nproc: after a rank fails, restart the job up to R times on the "
+                                        "ranks that remain, resuming from the last checkpoint (needs "
+                                        "--checkpoint-every)", check=NON_NEGATIVE)
+    min_nproc: Optional[int] = setting(help="with --max-restarts: the fewest ranks a restarted job goes on with "
+                                            "(default 1)", check=COUNT)
 
     def __post_init__(self):
         super().__post_init__()
@@ -288,6 +293,18 @@ class RunSection(Section):
             raise ConfigError("config field 'checkpoint_every' needs 'checkpoint' (a file path)")
         if self.resume and not self.checkpoint:
             raise ConfigError("config field 'resume' needs 'checkpoint' (a file path)")
+        self._check_restarts()
+
+    def _check_restarts(self) -> None:
+        """A restarted job resumes from the checkpoint, so that at most --checkpoint-every
+        epochs are lost: without one, restarting would repeat the whole run."""
+        if self.max_restarts and not self.checkpoint_every:
+            raise ConfigError("config field 'max_restarts' needs 'checkpoint_every' (and 'checkpoint'): a restarted "
+                              "job resumes from the last checkpoint")
+        if self.min_nproc is not None and not self.max_restarts:
+            raise ConfigError("config field 'min_nproc' needs 'max_restarts'")
+        if self.min_nproc is not None and self.min_nproc > self.nproc:
+            raise ConfigError(f"config field 'min_nproc': {self.min_nproc} is more than 'nproc' ({self.nproc})")
 
 
 # -- the strategies' sections (which strategy reads which: gnnmesh.strategies) -------------------

@@ -320,7 +320,7 @@ def _checkpoint_state(path):
     return torch.load(path, weights_only=True)
 
 
-CHECKED_KEYS = ("epoch", "model", "optimizer", "best", "history", "config", "widths")
+CHECKED_KEYS = ("epoch", "model", "optimizer", "best", "history", "config", "widths", "job")
 
 
 @fuzz(50, 800, data=st.data())
@@ -353,7 +353,7 @@ def checkpoint_legal(path, value) -> bool:
     (other numbers, another history): the loader's contract, written out independently."""
     key, rest = path[0], path[1:]
     if value is DELETE:
-        return key in ("widths", "config", "history") and len(path) <= 2 or \
+        return key in ("widths", "config", "history", "job") and len(path) <= 2 or \
             key == "history" and rest[1:] not in [("epoch",), ("loss",)] or path == ("best", "state")
     if key == "epoch" or rest in [("epoch",)] or key == "history" and rest[1:] == ("epoch",):
         return _count(value)
@@ -361,6 +361,8 @@ def checkpoint_legal(path, value) -> bool:
         return _a_number(value)
     if key == "widths":
         return value is None if not rest else _count(value, 1)
+    if key == "job":  # the id of the elastic job that wrote it, None outside one
+        return value is None or isinstance(value, str)
     if path == ("best", "state"):
         return value is None
     return key == "config" and len(path) > 1 or key == "history" and len(path) > 2

@@ -72,18 +72,21 @@ def config_from_args(args) -> Config:
     return config.updated(**flags)
 
 
-def start_ranks(nproc: int, argv) -> "int | None":
+def start_ranks(nproc: int, argv, max_restarts: int = 0, min_nproc: "int | None" = None) -> "int | None":
     """Start ``--nproc`` local ranks running this command line and return the launcher's
     status; None where this process runs the command itself (one rank, or a rank of a job,
-    whose size ``--nproc`` must then match)."""
+    whose size ``--nproc`` must then match). ``max_restarts``, ``min_nproc``: how often and
+    on how few ranks the launcher starts the job again after a rank fails (``gnnmesh.launch``)."""
     from ..errors import ConfigError
-    from ..launch import world_from_env
+    from ..launch import launched_rank, world_from_env
     world = world_from_env()
+    if max_restarts and (nproc < 2 if world is None else not launched_rank()):
+        raise ConfigError("config field 'max_restarts' needs 'nproc' of 2 or more: gnnmesh restarts the ranks it "
+                          "starts (under torchrun, give --max-restarts to torchrun)")
     if world is None and nproc > 1:
         from ..launch import launch
-        return launch(argv, nproc)
+        return launch(argv, nproc, max_restarts, min_nproc or 1)
     if world is not None and nproc > 1 and nproc != world[1]:
         raise ConfigError(f"--nproc {nproc} but the job has {world[1]} ranks (leave --nproc out "
                           "under torchrun)")
     return None
-

@@ -13,7 +13,7 @@ from .flags import add_config_flags, config_from_args, start_ranks
 # What a prediction takes of the settings: the graph, the run, the strategies' settings (the
 # model and its training are the checkpoint's).
 SECTIONS_READ = ("data", "run") + STRATEGY_SECTIONS
-NOT_READ = ("checkpoint", "checkpoint_every", "resume", "metrics", "log_every")
+NOT_READ = ("checkpoint", "checkpoint_every", "resume", "metrics", "log_every", "max_restarts", "min_nproc")
 HELPS = {"dataset": "the graph to predict on (default: the checkpoint's dataset); another graph of the same "
                     "input width is inductive inference",
          "parts": "predict from a partitioned dataset written by 'gnnmesh partition --write-parts DIR': every "

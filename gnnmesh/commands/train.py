@@ -23,7 +23,7 @@ def run(args, argv) -> int:
     if args.print_config:
         print(config.resolved().to_toml(defaults=config.model_defaults_used()), end="")
         return 0
-    launched = start_ranks(config.run.nproc, argv)
+    launched = start_ranks(config.run.nproc, argv, config.run.max_restarts, config.run.min_nproc)
     if launched is not None:
         return launched
     from ..train.run import run_training  # heavy imports only when training

@@ -7,6 +7,7 @@ nothing of the training stack."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -32,6 +33,7 @@ class Run:
     label: str          # the file's stem, or its path where stems collide
     path: str
     records: list       # one dict per epoch, epochs increasing
+    restarts: list = dataclasses.field(default_factory=list)  # the job's restarts after losing ranks, in order
 
     @property
     def epochs(self) -> list:
@@ -126,7 +128,7 @@ def read_run(path) -> Run:
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not a metrics file (not UTF-8 text)") from None
     lines = text.split("\n")
-    records = []
+    records, restarts = [], []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -139,13 +141,24 @@ def read_run(path) -> Run:
                 warnings.warn(f"{path} line {number}: dropping a torn last line (an interrupted write)")
                 continue
             raise ConfigError(f"{path} line {number}: not a JSON metrics record") from None
+        if isinstance(record, dict) and "restart" in record:  # not an epoch: the job restarted here
+            _check_restart(record, f"{path} line {number}")
+            restarts.append(record)
+            continue
         _check(record, f"{path} line {number}")
         if records and record["epoch"] <= records[-1]["epoch"]:
             raise ConfigError(f"{path} line {number}: epoch {record['epoch']} after epoch {records[-1]['epoch']}")
         records.append(record)
     if not records:
         raise ConfigError(f"{path}: no metrics records (written by 'gnnmesh train --metrics FILE')")
-    return Run(Path(path).stem, str(path), records)
+    return Run(Path(path).stem, str(path), records, restarts)
+
+
+def _check_restart(record: dict, where: str) -> None:
+    if not (_integer(record["restart"]) and record["restart"] >= 1 and _integer(record.get("epoch"))
+            and record["epoch"] >= 0):
+        raise ConfigError(f"{where}: not a restart record (a JSON object with a 'restart' >= 1 and an "
+                          f"'epoch' >= 0)")
 
 
 def _check(record, where: str) -> None:

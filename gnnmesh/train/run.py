@@ -7,6 +7,7 @@ set (by ``gnnmesh train --nproc N``, by ``torchrun`` or by Slurm). Only rank 0 p
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import torch
@@ -123,13 +124,25 @@ def _train(config, parts, quiet, rank, world_size, device) -> Summary:
             for line in strategy.report_lines(r.extra) + [memory.describe(r.extra)]:
                 say("           " + line)
 
-    summary = trainer.fit(progress)
+    def restarted(record: dict):
+        if rank == 0:  # on stderr, like a warning, and under --quiet too: the job lost ranks
+            print(restart_line(record), file=sys.stderr, flush=True)
+
+    summary = trainer.fit(progress, restarted)
     if rank == 0:  # --quiet keeps the summary
         print(f"done: {summary.epochs} epochs in {summary.total_time:.2f}s ({1e3 * summary.mean_epoch_time:.1f} ms/epoch); "
         f"best val {'' if metric == 'acc' else metric + ' '}{summary.val_acc:.4f} at epoch {summary.best_epoch}, "
         f"test {summary.test_acc:.4f}, "
         f"final loss {summary.final_loss:.4f}{_peak(summary, world_size)}")
     return summary
+
+
+def restart_line(record: dict) -> str:
+    """The one line a restart of an elastic job prints (its metrics record: ``Trainer._restart``)."""
+    failed = f" ({record['failed']})" if record.get("failed") else ""
+    where = (f"resumed from epoch {record['epoch']} of {record['checkpoint']}" if record["checkpoint"]
+             else "started over (no checkpoint of this job yet)")
+    return f"gnnmesh: restart {record['restart']}{failed}: {record['ranks']} ranks {where}"
 
 
 def _peak(summary: Summary, world_size: int) -> str:

@@ -12,13 +12,14 @@ import math
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: F401  (the losses are gnnmesh.tasks'; tests time them through F)
 
-from .. import checkpoint, comm, locks, memory, tasks, trained
+from .. import checkpoint, comm, launch, locks, memory, tasks, trained
 from ..atomic import check_writable
 from ..config import Config
 from ..datasets import structural_features
@@ -362,7 +363,8 @@ class Trainer:
         return {"epoch": self.epoch, "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "best": self.best,
                 "history": [asdict(r) for r in self.history], "config": self.config.to_dict(),
-                "widths": {"features": self.num_features, "classes": self.num_classes}}
+                "widths": {"features": self.num_features, "classes": self.num_classes},
+                "job": launch.job_id()}  # a restart of this job resumes from it (``_restart``)
 
     def restore(self, state: dict) -> None:
         unset = Config().to_dict()  # a field newer than the checkpoint: it was written with the default
@@ -379,9 +381,10 @@ class Trainer:
         self.history = [EpochResult(**r) for r in state["history"]]
         self.epoch = state["epoch"]
 
-    def _resume(self, path) -> None:
-        """``restore`` from the checkpoint at ``path``; any mismatch is a ConfigError naming it."""
-        state = checkpoint.load(path)
+    def _resume(self, path, state: Optional[dict] = None) -> None:
+        """``restore`` from the checkpoint at ``path`` (``state``: its content, already read);
+        any mismatch is a ConfigError naming it."""
+        state = checkpoint.load(path) if state is None else state
         try:
             self.restore(state)
         except ConfigError as err:
@@ -391,8 +394,29 @@ class Trainer:
             raise ConfigError(f"{path}: not a checkpoint of this model ({type(err).__name__}: "
                               f"{detail[:200]})") from None
 
+    def _restart(self) -> Optional[dict]:
+        """In a job restarted after a rank failed (``launch.restart_count``; a first run, or a
+        process outside an elastic job, returns None): resume from the checkpoint if this job
+        wrote it, and return the restart's metrics record. A checkpoint of another job (a
+        run before this one, at the same path) is not this job's progress: the job starts over."""
+        restart = launch.restart_count()
+        if not restart:
+            return None
+        path, resumed = self.config.run.checkpoint, self.config.run.resume  # --resume: resumed already
+        if path and not resumed and Path(path).is_file():
+            state = checkpoint.load(path)
+            if state.get("job") is not None and state.get("job") == launch.job_id():
+                self._resume(path, state)
+                resumed = True
+        return {"restart": restart, "epoch": self.epoch, "ranks": self.strategy.world_size,
+                "failed": launch.restart_cause(), "checkpoint": path if resumed else None}
+
     # -- the loop --------------------------------------------------------------------------------
-    def fit(self, on_epoch: Optional[Callable[[EpochResult], None]] = None) -> Summary:
+    def fit(self, on_epoch: Optional[Callable[[EpochResult], None]] = None,
+            on_restart: Optional[Callable[[dict], None]] = None) -> Summary:
+        """Train to ``--epochs``, resuming first where ``--resume`` says, or where this is the
+        restart of an elastic job. ``on_epoch``: called with each epoch's result; ``on_restart``:
+        with a restart's record (``_restart``), which the metrics file gets too."""
         cfg = self.config
         if self._optimizer is None:  # made now, and its setup (imports, memory) kept out of every epoch
             self.optimizer.zero_grad(set_to_none=True)
@@ -404,8 +428,13 @@ class Trainer:
             if self.epoch > cfg.training.epochs:
                 warnings.warn(f"{cfg.run.checkpoint}: the checkpoint is at epoch {self.epoch}, past --epochs "
                               f"{cfg.training.epochs}; nothing to train")
+        restarted = self._restart()
         metrics = self._agreed_on_rank0(self._open_outputs)
         try:
+            if restarted and metrics:
+                metrics.write(to_json(restarted))
+            if restarted and on_restart:
+                on_restart(restarted)
             while self.epoch < cfg.training.epochs:
                 result = self.run_epoch()
                 if metrics:

@@ -211,6 +211,7 @@ BAD_RUNS = {
     "not an object": ("[1, 2, 3]\n", "line 1"),
     "empty": ("", "no metrics records"),
     "binary": (None, "not UTF-8"),
+    "restart without an epoch": (GOOD + json.dumps({"restart": 1}) + "\n", "line 2: not a restart record"),
 }
 BAD_PLANS = {
     "foreign (a rates file)": ({"compute": {}, "network": {}}, "not a plan file"),
@@ -348,3 +349,15 @@ def test_the_png_check_can_fail(tmp_path):
     header = PNG_SIGNATURE + struct.pack(">I4sII", 13, b"IHDR", 640, 480) + bytes(9)
     fake.write_bytes(header)
     assert png_size(fake) == (640, 480) != figures.SIZE
+
+
+def test_a_restart_record_is_read_apart_from_the_epochs(tmp_path):
+    """A job that lost a rank writes a restart record between the checkpoint's epoch and the
+    next (the same epoch number): the epochs read on around it, and the run keeps it."""
+    from gnnmesh.report.runs import read_run
+    second = GOOD.replace('"epoch": 1', '"epoch": 2')
+    restart = {"restart": 1, "epoch": 1, "ranks": 2, "failed": "rank 2 died of SIGKILL", "checkpoint": "c.pt"}
+    path = tmp_path / "job.jsonl"
+    path.write_text(GOOD + json.dumps(restart) + "\n" + second)
+    run = read_run(path)
+    assert run.epochs == [1, 2] and run.restarts == [restart]

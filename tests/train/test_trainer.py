@@ -180,3 +180,57 @@ def test_non_finite_gradient_stops_before_the_update(graph):
     with pytest.raises(TrainingDiverged, match=r"^epoch 2: training diverged \(loss \d\S*, a gradient not finite\)"):
         trainer.fit()
     assert torch.equal(params(trainer), before)  # the update was not applied
+
+
+def in_elastic_job(monkeypatch, job: str, restart: int, cause=None):
+    """This process as rank 0 of a one-rank elastic job ``job``, in run ``restart`` of it."""
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", job)
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", str(restart))
+    if cause:
+        monkeypatch.setenv("GNNMESH_RESTART_CAUSE", cause)
+
+
+def test_a_restart_of_the_job_resumes_from_its_checkpoint(graph, tmp_path, monkeypatch):
+    """The restart of an elastic job (torch's restart count above 0) resumes from the
+    checkpoint the job wrote, with no --resume, and ends as an uninterrupted run; the restart
+    is one record in the metrics file, between the checkpoint's epoch and the next."""
+    ckpt, metrics = str(tmp_path / "c.pt"), tmp_path / "m.jsonl"
+    cfg = Config.of(epochs=10, seed=2, checkpoint=ckpt, checkpoint_every=3, metrics=str(metrics))
+    full = Trainer(cfg.updated(checkpoint=str(tmp_path / "full.pt"), metrics=None), graph)
+    full.fit()
+    in_elastic_job(monkeypatch, "job-a", 0)
+    Trainer(cfg.updated(epochs=7), graph).fit()  # the first run: a checkpoint at epoch 6, then epoch 7
+    in_elastic_job(monkeypatch, "job-a", 1, "rank 1 died of SIGKILL")
+    seen = []
+    restarted = Trainer(cfg, graph)
+    restarted.fit(on_restart=seen.append)
+    assert torch.equal(params(restarted), params(full))
+    assert [r.loss for r in restarted.history] == [r.loss for r in full.history]
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    record = {"restart": 1, "epoch": 7, "ranks": 1, "failed": "rank 1 died of SIGKILL", "checkpoint": ckpt}
+    assert seen == [record]
+    assert [r.get("epoch") for r in records] == [1, 2, 3, 4, 5, 6, 7, 7, 8, 9, 10] and records[7] == record
+
+
+def test_a_first_run_or_another_jobs_checkpoint_does_not_resume(graph, tmp_path, monkeypatch):
+    """A checkpoint at the path is resumed only by a restart of the job that wrote it: a fresh
+    run of the same command (restart count 0) trains from the start, and so does the restart
+    of another job (which died before it wrote a checkpoint of its own)."""
+    ckpt = str(tmp_path / "c.pt")
+    cfg = Config.of(epochs=4, seed=2, checkpoint=ckpt, checkpoint_every=2)
+    in_elastic_job(monkeypatch, "job-a", 0)
+    Trainer(cfg, graph).fit()
+    fresh = Trainer(cfg, graph)
+    assert fresh.fit().history[0].epoch == 1 and fresh._restart() is None
+    in_elastic_job(monkeypatch, "job-b", 1)
+    other = Trainer(cfg, graph)
+    seen = []
+    assert other.fit(on_restart=seen.append).history[0].epoch == 1
+    assert seen == [{"restart": 1, "epoch": 0, "ranks": 1, "failed": None, "checkpoint": None}]
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID")  # a single process writes no job: nothing resumes it
+    monkeypatch.delenv("RANK")
+    Trainer(cfg, graph).fit()
+    in_elastic_job(monkeypatch, "", 1)
+    assert Trainer(cfg, graph).fit().history[0].epoch == 1
