@@ -25,7 +25,7 @@ from . import locks
 from .errors import ConfigError
 
 _HOST = re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:32] or "host"
-_TEMPORARY = re.compile(r"^\..+\.tmp-(?P<host>[A-Za-z0-9]+)-(?P<pid>\d+)-[^.]*$")
+_TEMPORARY = re.compile(r"^\..*\.tmp-(?P<host>[A-Za-z0-9]+)-(?P<pid>\d+)-[^.]*$")
 
 
 def _umask() -> int:
@@ -203,10 +203,26 @@ def check_replaceable(directory, kind: OutputKind, name=None) -> None:
     files or folders is never replaced. A command checks this before its work;
     ``staged_directory`` checks it again just before it replaces. The error names
     ``directory`` as ``name`` (default: as given)."""
+    if _holds_the_current_directory(directory):
+        raise ConfigError(f"{directory if name is None else name}: is the current directory or holds it, and a "
+                          f"{kind.what} replaces its directory whole; choose another path")
     problem = _not_replaceable(Path(os.path.abspath(directory)), kind)
     if problem:
         raise ConfigError(f"{directory if name is None else name}: exists and is not a {kind.what} "
                           f"({problem}); refusing to overwrite it")
+
+
+def _holds_the_current_directory(directory) -> bool:
+    """Whether ``directory`` exists and is the current directory or one above it: replacing it
+    would leave this process, and the shell it was started from, in a removed directory."""
+    try:
+        here = os.path.realpath(os.getcwd())
+    except OSError:  # already removed: nothing to protect
+        return False
+    if not os.path.isdir(directory):
+        return False
+    target = os.path.realpath(directory)
+    return os.path.commonpath([here, target]) == target
 
 
 def _not_replaceable(directory: Path, kind: OutputKind) -> str:
@@ -272,9 +288,8 @@ def staged_directory(directory, kind: OutputKind, name=None):
     Only what ``check_replaceable`` allows is replaced, checked on entry and again just before
     the replacement; anything else is a ConfigError naming ``directory``. ``directory`` is
     locked for the while (``gnnmesh.locks``; a command that writes it holds the lock from its
-    start). The temporary is made beside ``directory``'s absolute path (so ``--out .`` stages
-    beside the current directory, not inside it). On an error the temporary is removed and
-    nothing changes. An OSError of the staging (a full disk, a read-only directory) names
+    start). The temporary is made beside ``directory``'s absolute path, never inside it. On an
+    error the temporary is removed and nothing changes. An OSError of the staging (a full disk, a read-only directory) names
     ``directory`` as ``name`` (default: as given), or a file written into the temporary at its
     place there."""
     named = Path(directory if name is None else name)

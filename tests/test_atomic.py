@@ -8,6 +8,7 @@ user's added, are refused and left as they were; a clean earlier output is repla
 from __future__ import annotations
 
 import errno
+import re
 import os
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 
 from gnnmesh import cli
-from gnnmesh.atomic import check_replaceable, is_temporary, staged_directory
+from gnnmesh.atomic import check_replaceable, staged_directory
 from gnnmesh.config import Config
 from gnnmesh.datasets import load
 from gnnmesh.datasets.shard_writer import write_graph_shards
@@ -92,7 +93,7 @@ def tree(directory: Path) -> dict:
 def nothing_left_beside(directory: Path) -> None:
     """No temporary and no lock file beside ``directory`` (nor inside it)."""
     for folder in (directory.parent, directory):
-        left = [n for n in os.listdir(folder) if is_temporary(n) or n.endswith(".lock")] if folder.is_dir() else []
+        left = [n for n in os.listdir(folder) if ".tmp-" in n or n.endswith(".lock")] if folder.is_dir() else []
         assert not left, left
 
 
@@ -250,3 +251,17 @@ def test_every_command_refuses_a_web_project_before_its_work(inputs, tmp_path, c
     assert result.stdout == ""  # refused before any work
     assert tree(web) == before
     nothing_left_beside(web)
+
+
+@pytest.mark.parametrize("given", [".", "..", "{here}"])
+def test_the_current_directory_or_one_above_it_is_never_replaced(tmp_path, monkeypatch, given):
+    """Replacing it would leave this process and its shell in a removed directory (and ``--out .``
+    was staged inside it, leaving a ``..tmp-*`` folder behind when the rename failed)."""
+    here = tmp_path / "empty" / "here"
+    here.mkdir(parents=True)
+    monkeypatch.chdir(here)
+    given = given.format(here=here)
+    with pytest.raises(ConfigError, match=rf"^{re.escape(given)}: is the current directory or holds it, and a "
+                                          r"prediction directory replaces its directory whole; choose another path$"):
+        check_replaceable(given, store.OUTPUT)
+    assert os.listdir(here) == [] and os.listdir(here.parent) == ["here"]
