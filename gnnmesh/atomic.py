@@ -289,9 +289,9 @@ def staged_directory(directory, kind: OutputKind, name=None):
     the replacement; anything else is a ConfigError naming ``directory``. ``directory`` is
     locked for the while (``gnnmesh.locks``; a command that writes it holds the lock from its
     start). The temporary is made beside ``directory``'s absolute path, never inside it. On an
-    error the temporary is removed and nothing changes. An OSError of the staging (a full disk, a read-only directory) names
-    ``directory`` as ``name`` (default: as given), or a file written into the temporary at its
-    place there."""
+    error the temporary is removed and nothing changes. An OSError of the staging (a full
+    disk, a read-only directory) names ``directory`` as ``name`` (default: as given), or a
+    file written into the temporary at its place there."""
     named = Path(directory if name is None else name)
     directory = Path(os.path.abspath(directory))
     with locks.hold(directory, kind.what):

@@ -145,10 +145,10 @@ def run_input(args, argv) -> int:
     import torch
 
     from .. import comm
+    from ..atomic import check_replaceable
     from ..datasets.sharded import open_shards
     from ..errors import ConfigError
     from ..launch import world_from_env
-    from ..atomic import check_replaceable
     from ..memory import peak_rss_mib
     from ..parts.from_shards import METHODS as INPUT_METHODS
     from ..parts.from_shards import write_parts_from_shards

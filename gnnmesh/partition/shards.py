@@ -124,9 +124,9 @@ def _write_vertex_fields(graph: Graph, out: Path, row_bounds, order) -> dict:
 # -- reading -----------------------------------------------------------------------------
 
 def written_files(directory) -> list:
-    """The files the shard set in ``directory`` consists of: the manifest, every block and every
-    vertex field's row blocks it describes (a GraphError when the manifest is not a shard
-    directory's)."""
+    """The files the shard directory ``directory`` consists of: the manifest, and every block and
+    every vertex field's row blocks it describes (a GraphError when the manifest is not a
+    shard directory's)."""
     m = open_shards(directory).manifest
     (rows, cols), names = m["grid"], [MANIFEST]
     parts = ("indptr", "indices") + (("values",) if m["weighted"] else ())
