@@ -16,13 +16,16 @@ import re
 import shutil
 import socket
 import tempfile
-from contextlib import contextmanager
-from pathlib import Path
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Callable, Iterable
 
+from . import locks
 from .errors import ConfigError
 
 _HOST = re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:32] or "host"
-_TEMPORARY = re.compile(r"^\..+\.tmp-(?P<host>[A-Za-z0-9]+)-(?P<pid>\d+)-[^.]*$")
+_TEMPORARY = re.compile(r"^\..*\.tmp-(?P<host>[A-Za-z0-9]+)-(?P<pid>\d+)-[^.]*$")
 
 
 def _umask() -> int:
@@ -112,7 +115,7 @@ def _fsync_directory(directory: Path) -> None:
 def temporary_directory(target) -> Path:
     """A fresh temporary directory beside ``target`` (stale ones there swept first), with
     the umask's permissions. The caller renames it into place or removes it."""
-    target = Path(target)
+    target = Path(os.path.abspath(target))  # "." has no name to put a temporary beside
     target.parent.mkdir(parents=True, exist_ok=True)
     sweep_stale(target.parent)
     tmp = Path(tempfile.mkdtemp(prefix=_prefix(target.name), dir=target.parent))
@@ -176,48 +179,145 @@ def write_file(path, data) -> None:
         fh.write(data.encode() if isinstance(data, str) else data)
 
 
-def check_replaceable(directory, marker: str, what: str) -> None:
-    """ConfigError unless ``directory`` is absent, empty, or an earlier set (holding ``marker``):
-    what ``staged_directory`` may replace; a command checks it before its work too."""
-    directory = Path(directory)
-    if directory.exists() and not (directory / marker).is_file() and \
-            (not directory.is_dir() or any(directory.iterdir())):
-        raise ConfigError(f"{directory}: exists and is not a {what}; refusing to overwrite it")
+@dataclass(frozen=True)
+class OutputKind:
+    """A kind of directory gnnmesh writes whole, and may later replace whole.
+
+    ``what`` names it in refusals and in its lock ("prediction directory"); ``marker`` is the
+    file its writer writes last (its manifest). ``files(directory)`` reads the marker (checked
+    as its reader checks it) and returns the paths, relative to ``directory`` with ``/``
+    between folders, of every file that output's writer wrote; it raises a ValueError
+    (ConfigError and GraphError are ValueErrors) or an OSError saying why the marker is not
+    one of this kind."""
+
+    what: str
+    marker: str
+    files: Callable[[Path], Iterable[str]]
+
+
+def check_replaceable(directory, kind: OutputKind, name=None) -> None:
+    """ConfigError, one line naming ``directory``, unless a new output of ``kind`` may replace
+    it: it is absent, an empty directory, or an earlier output of ``kind`` that holds nothing
+    its writer did not write. Replacing deletes the whole directory, so a directory that only
+    looks like one (a ``manifest.json`` of another program) or that also holds the user's own
+    files or folders is never replaced. A command checks this before its work;
+    ``staged_directory`` checks it again just before it replaces. The error names
+    ``directory`` as ``name`` (default: as given)."""
+    if _holds_the_current_directory(directory):
+        raise ConfigError(f"{directory if name is None else name}: is the current directory or holds it, and a "
+                          f"{kind.what} replaces its directory whole; choose another path")
+    problem = _not_replaceable(Path(os.path.abspath(directory)), kind)
+    if problem:
+        raise ConfigError(f"{directory if name is None else name}: exists and is not a {kind.what} "
+                          f"({problem}); refusing to overwrite it")
+
+
+def _holds_the_current_directory(directory) -> bool:
+    """Whether ``directory`` exists and is the current directory or one above it: replacing it
+    would leave this process, and the shell it was started from, in a removed directory."""
+    try:
+        here = os.path.realpath(os.getcwd())
+    except OSError:  # already removed: nothing to protect
+        return False
+    if not os.path.isdir(directory):
+        return False
+    target = os.path.realpath(directory)
+    return os.path.commonpath([here, target]) == target
+
+
+def _not_replaceable(directory: Path, kind: OutputKind) -> str:
+    """Why ``directory`` may not be replaced by an output of ``kind`` ("" when it may)."""
+    if not os.path.lexists(directory):
+        return ""
+    if not directory.is_dir():
+        return "not a directory"
+    try:
+        found = _entries(directory)
+    except OSError as err:
+        return f"cannot list it: {err.strerror or err}"
+    if not found:
+        return ""
+    if found.get(PurePosixPath(kind.marker)) != "file":
+        return f"it holds {_shown(_foreign(found, set()))} and no {kind.marker}"
+    try:
+        written = {PurePosixPath(name) for name in kind.files(directory)}
+    except (ValueError, OSError, RecursionError) as err:
+        reason = " ".join(str(err).split()) or type(err).__name__
+        return reason[len(str(directory)) + 1:] if reason.startswith(f"{directory}/") else reason
+    foreign = _foreign(found, written)
+    if foreign:
+        return f"it also holds {_shown(foreign)}, which gnnmesh did not write there"
+    return ""
+
+
+def _shown(names: list) -> str:
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+
+
+def _entries(directory: Path) -> dict:
+    """Every entry below ``directory``, by path relative to it: "dir" (a real folder, walked
+    into), "file" (a regular file) or "other" (a symbolic link, a socket, ...)."""
+    found, pending = {}, [PurePosixPath()]
+    while pending:
+        folder = pending.pop()
+        with os.scandir(directory / folder) as entries:
+            for entry in entries:
+                path = folder / entry.name
+                if entry.is_dir(follow_symlinks=False):
+                    found[path] = "dir"
+                    pending.append(path)
+                else:
+                    found[path] = "file" if entry.is_file(follow_symlinks=False) else "other"
+    return found
+
+
+def _foreign(found: dict, written: set) -> list:
+    """The entries of ``found`` that are not the ``written`` files or their folders, each shown
+    once (a foreign folder, not everything in it), folders with a trailing ``/``."""
+    folders = {parent for path in written for parent in path.parents} - {PurePosixPath()}
+    foreign = {path for path, what in found.items() if not (
+        (what == "file" and path in written) or (what == "dir" and path in folders))}
+    top = [path for path in foreign if not any(parent in foreign for parent in path.parents)]
+    return sorted(f"{path}/" if found[path] == "dir" else str(path) for path in top)
 
 
 @contextmanager
-def staged_directory(directory, marker: str, what: str, name=None):
+def staged_directory(directory, kind: OutputKind, name=None):
     """Yield a fresh temporary directory; on normal exit it replaces ``directory``.
 
-    Only an absent or empty directory, or an earlier set (one holding ``marker``), may be
-    replaced; anything else is a ConfigError naming ``directory`` (``what`` says what kind
-    of set it is). On an error the temporary directory is removed and nothing changes.
-    An OSError of the staging (a full disk, a read-only directory) names ``directory`` as
-    ``name`` (default: as given), or a file written into the temporary at its place there."""
-    directory = Path(directory)
+    Only what ``check_replaceable`` allows is replaced, checked on entry and again just before
+    the replacement; anything else is a ConfigError naming ``directory``. ``directory`` is
+    locked for the while (``gnnmesh.locks``; a command that writes it holds the lock from its
+    start). The temporary is made beside ``directory``'s absolute path, never inside it. On an
+    error the temporary is removed and nothing changes. An OSError of the staging (a full
+    disk, a read-only directory) names ``directory`` as ``name`` (default: as given), or a
+    file written into the temporary at its place there."""
     named = Path(directory if name is None else name)
-    check_replaceable(directory, marker, what)
-    try:
-        tmp = temporary_directory(directory)
-    except OSError as err:
-        raise _about(err, named) from None
-    try:
-        yield tmp
-    except OSError as err:
-        shutil.rmtree(tmp, ignore_errors=True)
-        where = _placed(err.filename, tmp, named)
-        if where is None:  # another file the caller's code was reading
+    directory = Path(os.path.abspath(directory))
+    with locks.hold(directory, kind.what):
+        check_replaceable(directory, kind, named)
+        try:
+            tmp = temporary_directory(directory)
+        except OSError as err:
+            raise _about(err, named) from None
+        try:
+            yield tmp
+        except OSError as err:
+            shutil.rmtree(tmp, ignore_errors=True)
+            where = _placed(err.filename, tmp, named)
+            if where is None:  # another file the caller's code was reading
+                raise
+            raise _about(err, where) from None
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
             raise
-        raise _about(err, where) from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    try:
-        _move_into_place(tmp, directory)
-    except OSError as err:
-        raise _about(err, named) from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            check_replaceable(directory, kind, named)  # nothing of the user's has appeared there meanwhile
+            _move_into_place(tmp, directory)
+        except OSError as err:
+            raise _about(err, named) from None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _placed(filename, tmp: Path, named: Path):
@@ -233,11 +333,24 @@ def _placed(filename, tmp: Path, named: Path):
 
 
 def _move_into_place(tmp: Path, directory: Path) -> None:
-    old = None
-    if directory.exists():
-        old = Path(tempfile.mkdtemp(prefix=_prefix(directory.name), dir=directory.parent))
-        os.rename(directory, old / "set")
-    os.rename(tmp, directory)
+    """Rename ``tmp`` to ``directory``. An existing ``directory`` is first moved into a
+    temporary of its own, removed once the new one is in place, and put back if it cannot be:
+    a failure leaves the earlier directory as it was and no temporary behind."""
+    if not os.path.lexists(directory):
+        os.rename(tmp, directory)
+        _fsync_directory(directory.parent)
+        return
+    aside = Path(tempfile.mkdtemp(prefix=_prefix(directory.name), dir=directory.parent))
+    try:
+        os.rename(directory, aside / "set")
+        try:
+            os.rename(tmp, directory)
+        except BaseException:
+            os.rename(aside / "set", directory)
+            raise
+    except BaseException:
+        with suppress(OSError):
+            os.rmdir(aside)  # empty unless the earlier directory could not be put back
+        raise
     _fsync_directory(directory.parent)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(aside, ignore_errors=True)

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .atomic import staged_directory
+from .atomic import OutputKind, check_replaceable, staged_directory
 from .errors import ConfigError
 
 FORMAT = "gnnmesh-pyg"
@@ -56,33 +56,21 @@ def export_pyg(checkpoint, out_dir, weights: str = "best") -> dict:
     """Write the model of the gnnmesh ``checkpoint`` into ``out_dir`` as ``model.json`` and
     ``weights.pt`` (``weights``: ``best``, the best-validation epoch's, or ``last``). The
     directory is written whole or not at all; an existing one is replaced only if it holds an
-    earlier export (or nothing). Returns the description written to ``model.json``. A
-    damaged, foreign or hostile checkpoint, or a model with no PyG form, is a ConfigError."""
+    earlier export and nothing else (or nothing). Returns the description written to
+    ``model.json``. A damaged, foreign or hostile checkpoint, or a model with no PyG form, is a
+    ConfigError."""
     from .trained import load
     out = Path(out_dir)
     if not Path(checkpoint).is_file():
         raise ConfigError(f"{Path(checkpoint)}: no such checkpoint")
+    check_replaceable(out, OUTPUT)  # before the checkpoint is read, and again when replacing
     model, config = load(checkpoint, weights)  # read weights-only; ConfigError naming the file
     spec, tensors = describe(model, config.model.name)
     spec["trained"] = {"checkpoint": Path(checkpoint).name, "weights": weights}
-    _check_target(out)
-    with staged_directory(out, MODEL_FILE, "PyG export") as tmp:
+    with staged_directory(out, OUTPUT) as tmp:
         torch.save(tensors, tmp / WEIGHTS_FILE)
         (tmp / MODEL_FILE).write_text(json.dumps(spec, indent=2) + "\n")
     return spec
-
-
-def _check_target(out: Path) -> None:
-    """An existing ``model.json`` in ``out`` must be an earlier export's (staged_directory
-    checks only that the file is there)."""
-    existing = out / MODEL_FILE
-    if out.is_dir() and existing.is_file():
-        try:
-            ours = json.loads(existing.read_text()).get("format") == FORMAT
-        except (OSError, ValueError, AttributeError):
-            ours = False
-        if not ours:
-            raise ConfigError(f"{out}: exists and is not a PyG export; refusing to overwrite it")
 
 
 def describe(model: nn.Module, name: str = "") -> tuple:
@@ -236,6 +224,16 @@ def read_spec(out_dir) -> dict:
     if spec.get("version") != VERSION:
         raise ConfigError(f"{path}: export version {spec.get('version')!r}; this gnnmesh reads version {VERSION}")
     return spec
+
+
+def written_files(out_dir) -> list:
+    """The files the export in ``out_dir`` consists of (a ConfigError when its model.json is not
+    an export's)."""
+    read_spec(out_dir)
+    return [MODEL_FILE, WEIGHTS_FILE]
+
+
+OUTPUT = OutputKind("PyG export", MODEL_FILE, written_files)  # what ``export_pyg`` may replace
 
 
 def _checked(kind: str, args, allowed: dict, where: str) -> dict:

@@ -40,8 +40,9 @@ _READ_WAIT = 1.0  # seconds to wait for a holder that has just locked to write w
 
 
 def sidecar(path) -> Path:
-    """The lock file of the output ``path``: ``.<name>.lock`` in its (real) directory."""
-    path = Path(path)
+    """The lock file of the output ``path``: ``.<name>.lock`` in its (real) directory; ``.`` and
+    ``..`` are the directories they name (``--out .`` is locked beside the current directory)."""
+    path = Path(os.path.abspath(path))
     return Path(os.path.realpath(path.parent)) / f".{path.name}.lock"
 
 

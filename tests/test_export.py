@@ -226,15 +226,17 @@ def test_the_program_refuses_a_hostile_checkpoint(trained, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["hostile.pt"]
 
 
-@pytest.mark.parametrize("existing", [{"notes.txt": "mine"}, {MODEL_FILE: '{"name": "another model"}'}])
-def test_a_directory_holding_something_else_is_refused(trained, tmp_path, capsys, existing):
+@pytest.mark.parametrize("existing, why", [
+    ({"notes.txt": "mine"}, "it holds notes.txt and no model.json"),
+    ({MODEL_FILE: '{"name": "another model"}'}, 'model.json: not a gnnmesh PyG export (no "format": "gnnmesh-pyg")')])
+def test_a_directory_holding_something_else_is_refused(trained, tmp_path, capsys, existing, why):
     out = tmp_path / "out"
     out.mkdir()
     for name, text in existing.items():
         (out / name).write_text(text)
     status, lines, errors = export(capsys, "--checkpoint", trained["sage"], "--to", "pyg", "--out", out)
     assert status == 2 and not lines and len(errors) == 1
-    assert errors[0] == f"gnnmesh: error: {out}: exists and is not a PyG export; refusing to overwrite it"
+    assert errors[0] == f"gnnmesh: error: {out}: exists and is not a PyG export ({why}); refusing to overwrite it"
     assert {p.name: p.read_text() for p in out.iterdir()} == existing
     assert sorted(os.listdir(tmp_path)) == ["out"]
 

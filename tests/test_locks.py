@@ -1,5 +1,5 @@
 """Outputs a run owns are locked (``gnnmesh.locks``): two real processes given the same metrics
-file, checkpoint, store directory or parts directory. Before, both ran and exited 0, and one
+file, checkpoint, store directory, parts directory or prediction directory. Before, both ran and exited 0, and one
 run's output was lost (the metrics file: one run appended to a file the other had replaced).
 The second is refused in one line naming the output and the first process; the first goes
 on and its output is intact; once it ends (normally or killed outright) a new run takes it.
@@ -236,6 +236,46 @@ def test_a_second_run_is_refused_the_parts_directory(tmp_path, stopped):
     again = gnnmesh(*command)
     assert again.returncode == 0, again.stderr
     assert open_parts(parts).parts == 2 and not lock_file(parts).exists()
+
+
+SLOW_PREDICTION = """
+import sys, time
+from pathlib import Path
+import gnnmesh.predict.store as store
+from gnnmesh.cli import main
+
+ready, go = Path(sys.argv[1]), Path(sys.argv[2])
+write = store._write_shard
+
+def slow_write(*args, **kwargs):  # the shard about to be written: wait, a long prediction stopped midway
+    ready.write_text("writing")
+    while not go.exists():
+        time.sleep(0.02)
+    return write(*args, **kwargs)
+
+store._write_shard = slow_write
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+@pytest.mark.slow  # a training run and three predictions
+def test_a_second_run_is_refused_the_prediction_directory(tmp_path, stopped):
+    """Two predictions into one --out both succeeded, and one was lost."""
+    checkpoint, out, ready, go = tmp_path / "c.pt", tmp_path / "preds", tmp_path / "ready", tmp_path / "go"
+    assert gnnmesh(*SHORT, "--checkpoint", checkpoint).returncode == 0
+    command = ["predict", "--checkpoint", checkpoint, "--out", out, "--quiet"]
+    first = start(ready, go, *command, "--output", "labels", code=SLOW_PREDICTION)
+    stopped.append(first)
+    wait_for(ready, first)
+    refused(gnnmesh(*command), out, first.pid)
+    go.write_text("")
+    assert first.wait(120) == 0, first.stderr.read()
+    first.stderr.close()
+    from gnnmesh.predict import read
+    assert read(out).manifest["output"] == "labels" and not lock_file(out).exists()  # the first's, whole
+    again = gnnmesh(*command)
+    assert again.returncode == 0, again.stderr
+    assert read(out).manifest["output"] == "logits" and not lock_file(out).exists()
 
 
 @pytest.mark.slow  # a two-rank run and two more

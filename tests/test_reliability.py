@@ -23,6 +23,7 @@ from gnnmesh.atomic import is_temporary, staged_directory, sweep_stale
 from gnnmesh.config import Config
 from gnnmesh.datasets import load
 from gnnmesh.graph import Adjacency
+from gnnmesh.predict.store import OUTPUT as PREDICTION
 from gnnmesh.train import Trainer
 
 from tests.helpers import gnnmesh_in_process
@@ -757,7 +758,7 @@ def test_a_staged_directory_names_the_output_not_its_temporary(tmp_path):
     out = tmp_path / "out"
     for inside, expected in ((lambda tmp: tmp / "ids-0.npy", out / "ids-0.npy"), (lambda tmp: None, out)):
         with pytest.raises(OSError) as err:
-            with staged_directory(out, "manifest.json", "prediction directory") as tmp:
+            with staged_directory(out, PREDICTION) as tmp:
                 raise OSError(errno.ENOSPC, NO_SPACE, None if inside(tmp) is None else str(inside(tmp)))
         assert (err.value.errno, err.value.filename) == (errno.ENOSPC, str(expected))
         assert not out.exists() and not temporaries(tmp_path)

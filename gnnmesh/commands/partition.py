@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from pathlib import Path
 
@@ -76,6 +77,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args, argv=None) -> int:
     from .. import locks
+    from ..atomic import check_replaceable
     from ..errors import ConfigError
 
     if args.input is not None:
@@ -85,10 +87,18 @@ def run(args, argv=None) -> int:
     if args.nproc not in (None, 1):
         raise ConfigError("--nproc applies with --input only: partitioning a --dataset runs in one process")
     args.method = args.method or "hp"
-    if not args.write_parts:
+    with contextlib.ExitStack() as held:
+        for path, kind in _outputs(args):  # refused before any work: another run's, or not ours to replace
+            check_replaceable(path, kind)
+            held.enter_context(locks.hold(path, kind.what))
         return _run(args)
-    with locks.hold(args.write_parts, "parts directory"):  # another run writing it: refused before any work
-        return _run(args)
+
+
+def _outputs(args) -> list:
+    """(directory, its kind) of every directory this command is asked to write."""
+    from ..partition.shards import OUTPUT as SHARDS
+    from ..parts.store import OUTPUT as PARTS
+    return [(path, kind) for path, kind in ((args.write_parts, PARTS), (args.write_shards, SHARDS)) if path]
 
 
 def _run(args) -> int:
@@ -135,12 +145,14 @@ def run_input(args, argv) -> int:
     import torch
 
     from .. import comm
+    from ..atomic import check_replaceable
     from ..datasets.sharded import open_shards
     from ..errors import ConfigError
     from ..launch import world_from_env
     from ..memory import peak_rss_mib
     from ..parts.from_shards import METHODS as INPUT_METHODS
     from ..parts.from_shards import write_parts_from_shards
+    from ..parts.store import OUTPUT as PARTS
     from ..validate import check_seed
     from .flags import start_ranks
 
@@ -162,6 +174,7 @@ def run_input(args, argv) -> int:
         if value is not None:
             raise ConfigError(f"{flag} does not apply with --input")
     check_seed(args.seed, "--seed")
+    check_replaceable(args.write_parts, PARTS)  # before the ranks start; each rank locks it
     launched = start_ranks(args.nproc or 1, argv)
     if launched is not None:
         return launched

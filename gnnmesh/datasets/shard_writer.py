@@ -21,13 +21,13 @@ from typing import Iterator, Optional
 import numpy as np
 import torch
 
-from .. import locks, progress
+from .. import progress
 from ..atomic import check_replaceable, checksum, staged_directory
 from ..errors import ConfigError, GraphError
 from ..tasks import infer
 from ._build import sorted_unique
-from .sharded import (FORMAT, META, NODE_FIELDS, VERSION, ShardSet, edge_shard_name, is_shard_set,
-                      node_shard_name, open_shards)
+from .sharded import (FORMAT, META, NODE_FIELDS, OUTPUT, VERSION, ShardSet, edge_shard_name, node_shard_name,
+                      open_shards)
 
 BLOCK_EDGES = 1 << 22        # edges per block read back or copied (64 MiB with weights)
 BLOCK_BYTES = 16 << 20       # node rows per block: about this many bytes of features
@@ -477,7 +477,7 @@ def write_shards(source, directory, shards: int = 8, *, root=None, **options) ->
     if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
         raise ConfigError(f"--shards must be an integer >= 1, got {shards!r}")
     directory = Path(directory)
-    _check_target(directory)
+    check_replaceable(directory, OUTPUT)
     target = resolve_target(source, root, **options)
     return _staged(directory, shards, lambda writer: convert(target, writer, str(source),
                                                              lambda: load(source, root, **options)))
@@ -491,24 +491,16 @@ def write_graph_shards(graph, directory, shards: int = 8, spec: Optional[str] = 
     if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
         raise ConfigError(f"shards must be an integer >= 1, got {shards!r}")
     directory = Path(directory)
-    _check_target(directory)
+    check_replaceable(directory, OUTPUT)
     return _staged(directory, shards, lambda writer: write_graph(graph, writer, spec or graph.name))
 
 
 def _staged(directory: Path, shards: int, write) -> ShardSet:
     """``write(writer)`` into a staged set that replaces ``directory`` once complete."""
-    with locks.hold(directory, "shard directory"):
-        _check_target(directory)
-        with staged_directory(directory, META, "shard set") as tmp:
-            writer = ShardWriter(tmp, shards)
-            try:
-                write(writer)
-            finally:
-                writer.abandon()
+    with staged_directory(directory, OUTPUT) as tmp:
+        writer = ShardWriter(tmp, shards)
+        try:
+            write(writer)
+        finally:
+            writer.abandon()
     return open_shards(directory)
-
-
-def _check_target(directory: Path) -> None:
-    check_replaceable(directory, META, "shard set")
-    if directory.is_dir() and any(directory.iterdir()) and not is_shard_set(directory):
-        raise ConfigError(f"{directory}: exists and is not a shard set; refusing to overwrite it")

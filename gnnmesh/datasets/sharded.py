@@ -67,7 +67,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..atomic import checksum
+from ..atomic import OutputKind, checksum
 from ..errors import ConfigError, GraphError
 from ..graph import Graph
 from ..tasks import TASKS
@@ -102,6 +102,15 @@ def is_shard_set(path) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(data, dict) and data.get("format") == FORMAT
+
+
+def written_files(directory) -> list:
+    """The files the shard set in ``directory`` consists of: meta.json and every shard file it
+    lists (a GraphError naming meta.json and the field when it is not a shard set's)."""
+    return [META] + ShardSet(directory).file_names()
+
+
+OUTPUT = OutputKind("shard set", META, written_files)  # what ``shard_writer`` may replace
 
 
 def open_shards(directory) -> "ShardSet":
@@ -284,6 +293,11 @@ class ShardSet:
         self._node_starts = np.array([s["start"] for s in self._node_shards] + [self.num_nodes])
         self._verified: set = set()
         self._maps: dict = {}
+
+    def file_names(self) -> list:
+        """The name of every shard file of the set (meta.json aside)."""
+        return [path.name for shard in self._edge_shards + self._node_shards
+                for path, *_ in shard["arrays"].values()]
 
     @property
     def edge_ranges(self) -> list:

@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from ..atomic import staged_directory
+from ..atomic import OutputKind, staged_directory
 from ..errors import ConfigError, GraphError
 from ..graph import Adjacency, Graph, check_csr, check_vertex_data, sparse_csr
 from ..memory import peak_rss_mib
@@ -60,7 +60,7 @@ def write_shards(graph: Graph, directory, grid, seed: Optional[int] = None, *,
         if swap:
             row_perm, col_perm = col_perm, row_perm
     row_bounds, col_bounds = block_bounds(adj.shape[0], rows), block_bounds(adj.shape[1], cols)
-    with staged_directory(directory, MANIFEST, "shard directory") as tmp:
+    with staged_directory(directory, OUTPUT) as tmp:
         mat = permute_adjacency(adj, row_perm, col_perm).to_scipy()
         nnz = _write_blocks(mat, tmp, row_bounds, col_bounds, adj.values is not None)
         del mat
@@ -122,6 +122,24 @@ def _write_vertex_fields(graph: Graph, out: Path, row_bounds, order) -> dict:
 
 
 # -- reading -----------------------------------------------------------------------------
+
+def written_files(directory) -> list:
+    """The files the shard directory ``directory`` consists of: the manifest, and every block and
+    every vertex field's row blocks it describes (a GraphError when the manifest is not a
+    shard directory's)."""
+    m = open_shards(directory).manifest
+    (rows, cols), names = m["grid"], [MANIFEST]
+    parts = ("indptr", "indices") + (("values",) if m["weighted"] else ())
+    names += [f"adj-{i}-{j}.{part}.npy" for i in range(rows) for j in range(cols) for part in parts]
+    for field, info in m["fields"].items():
+        pieces = ("indptr", "indices", "values") if info["layout"] == "sparse" else None
+        names += [f"{field}-{i}.{piece}.npy" for i in range(rows) for piece in pieces] if pieces else \
+            [f"{field}-{i}.npy" for i in range(rows)]
+    return names
+
+
+OUTPUT = OutputKind("shard directory", MANIFEST, written_files)  # what ``write_shards`` may replace
+
 
 def open_shards(directory, *, fingerprint=None, grid=None, seed=_ANY) -> "Shards":
     """The shard set in ``directory``. Given ``fingerprint`` (``partition.graph_key`` of the

@@ -44,7 +44,7 @@ from ..partition.base import DISTRIBUTED_METHODS, add_sums, entry_sums, structur
 from ..partition.halo import local_halo
 from ..partition.methods import contiguous_parts, random_parts
 from ..view import OPERATORS
-from .store import FORMAT_VERSION, MANIFEST, rank_folder, save_array, write_manifest
+from .store import FORMAT_VERSION, MANIFEST, OUTPUT, rank_folder, save_array, write_manifest
 
 METHODS = DISTRIBUTED_METHODS  # the partitioners that run on the ranks' blocks
 ROUND_ITEMS = 1 << 21  # items (edges, rows) one rank sends in one all-to-all round
@@ -415,7 +415,7 @@ class _Stage:
 
     def __enter__(self) -> Path:
         if self.comm.rank == 0:
-            self._context = staged_directory(self.directory, MANIFEST, "parts directory")
+            self._context = staged_directory(self.directory, OUTPUT)
             path = comms.agreed(lambda: str(self._context.__enter__()))
         else:
             path = comms.agreed(lambda: None)

@@ -22,14 +22,14 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import locks, progress
+from .. import progress
 from ..atomic import staged_directory
 from ..graph import Graph
 from ..layout import ParallelLayout
 from ..layout.grid import AXES, roles
 from ..partition.grid_blocks import GridBlocks
 from ..view import OPERATORS
-from .store import MANIFEST, graph_facts, rank_folder, save_array, write_manifest
+from .store import OUTPUT, graph_facts, rank_folder, save_array, write_manifest
 from .vertex import VertexData
 
 PERIOD = 6  # three planes x two permutations
@@ -47,8 +47,7 @@ def write_grid_parts(graph: Graph, dims: dict, directory, dataset: str, *, layer
     op = OPERATORS["gcn"](graph.adj).to_scipy()
     blocks = min(int(layers), PERIOD)
     orders = np.stack(grid_blocks.orders)
-    with locks.hold(directory, "parts directory"), \
-            staged_directory(directory, MANIFEST, "parts directory") as tmp, \
+    with staged_directory(directory, OUTPUT) as tmp, \
             progress.phase(f"writing {world} grid3d parts", total=world) as shown:
         files = []
         for rank in range(world):

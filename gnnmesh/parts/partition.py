@@ -22,12 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import locks, progress
+from .. import progress
 from ..atomic import staged_directory
 from ..graph import Graph
 from ..partition import Partition, graph_key, rank_halos
 from ..view import OPERATORS
-from .store import MANIFEST, graph_facts, rank_folder, save_array, write_manifest
+from .store import OUTPUT, graph_facts, rank_folder, save_array, write_manifest
 from .vertex import VertexData
 
 
@@ -37,8 +37,7 @@ def write_partition_parts(graph: Graph, partition: Partition, directory, dataset
     parts, assignment = partition.parts, np.asarray(partition.assignment, dtype=np.int64)
     vertex = VertexData(graph)
     steps = parts + len(OPERATORS)  # every rank's vertex data, then every operator
-    with locks.hold(directory, "parts directory"), \
-            staged_directory(directory, MANIFEST, "parts directory") as tmp, \
+    with staged_directory(directory, OUTPUT) as tmp, \
             progress.phase(f"writing {parts} partition parts", total=steps) as shown:
         folders = [tmp / rank_folder(r) for r in range(parts)]
         files = [{} for _ in range(parts)]

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from .. import strategies
-from ..atomic import checksum
+from ..atomic import OutputKind, checksum
 from ..errors import ConfigError, GraphError
 from ..graph import Adjacency, check_vertex_data
 from ..tasks import TASKS, infer
@@ -80,6 +80,16 @@ def open_parts(directory) -> "Parts":
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise GraphError(f"{path}: unreadable parts manifest: {' '.join(str(exc).split())}") from None
 
+
+def written_files(directory) -> list:
+    """The files the parts in ``directory`` consist of: the manifest and every rank's arrays it
+    lists (a GraphError or ConfigError when the manifest is not a parts manifest)."""
+    parts = open_parts(directory)
+    return [MANIFEST] + [f"{rank_folder(r)}/{name}.npy" for r, rank in enumerate(parts.manifest["ranks"])
+                         for name in rank["files"]]
+
+
+OUTPUT = OutputKind("parts directory", MANIFEST, written_files)  # what every parts writer may replace
 
 KINDS = tuple(s.name for s in strategies.REGISTRY.values() if s.parts)  # the strategies that write parts
 COUNT_LIMIT = 2**48  # no graph, width or part count reaches it; past it a count is damage

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import locks, progress
+from .. import progress
 from ..atomic import staged_directory
 from ..graph import Graph
 from ..partition.blocks import block_bounds
-from .store import MANIFEST, graph_facts, rank_folder, save_array, write_manifest
+from .store import OUTPUT, graph_facts, rank_folder, save_array, write_manifest
 from .vertex import VertexData
 
 
@@ -30,8 +30,7 @@ def write_tensor_parts(graph: Graph, parts: int, directory, dataset: str) -> Pat
     vertex = VertexData(graph)
     adj = graph.adj
     bounds = block_bounds(graph.num_nodes, parts)
-    with locks.hold(directory, "parts directory"), \
-            staged_directory(directory, MANIFEST, "parts directory") as tmp, \
+    with staged_directory(directory, OUTPUT) as tmp, \
             progress.phase(f"writing {parts} tensor parts", total=parts) as shown:
         ranks = []
         for r in range(parts):

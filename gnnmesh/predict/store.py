@@ -4,7 +4,8 @@ Each rank writes its own rows with their global node ids (no rank holds more tha
 share); rank 0 writes ``manifest.json``, which lists the shards, their shapes and dtypes,
 the checkpoint the model came from and the graph's content key. The directory is staged and
 moved into place whole (``gnnmesh.atomic.staged_directory``): a failure on any rank leaves
-nothing, and only an absent or empty directory or an earlier prediction is replaced.
+nothing, and only an absent or empty directory or an earlier prediction holding nothing but
+its own files (``OUTPUT``) is replaced.
 
 Shards are NumPy ``.npy`` files (``ids-RRRRR.npy`` and ``values-RRRRR.npy``) or, with
 ``format="parquet"`` (pyarrow), one ``part-RRRRR.parquet`` per rank with an ``id`` column and
@@ -21,7 +22,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..atomic import staged_directory
+from ..atomic import OutputKind, staged_directory
 from ..errors import ConfigError
 
 MANIFEST = "manifest.json"
@@ -53,7 +54,7 @@ def write(directory, ids: np.ndarray, values: np.ndarray, info: dict, fmt: str =
     rank = comm.rank if comm is not None else 0
     together = _together(comm)
     with contextlib.ExitStack() as stack:
-        staged = together(lambda: stack.enter_context(staged_directory(directory, MANIFEST, "prediction directory"))
+        staged = together(lambda: stack.enter_context(staged_directory(directory, OUTPUT))
                           if rank == 0 else None)
         if comm is not None:
             staged = comm.broadcast_object(staged)
@@ -135,6 +136,17 @@ def read(directory) -> Prediction:
     if len(ids) > 1 and (ids[1:] == ids[:-1]).any():
         raise ConfigError(f"{directory}: node {int(ids[1:][ids[1:] == ids[:-1]][0])} is written by two shards")
     return Prediction(ids, values, manifest)
+
+
+def written_files(directory) -> list:
+    """The files the prediction in ``directory`` consists of: its manifest and the shards it
+    lists (ConfigError when the manifest is not a prediction's)."""
+    manifest = _manifest(Path(directory))
+    names = ("ids", "values") if manifest["format"] == "npy" else ("file",)
+    return [MANIFEST] + [shard[name] for shard in manifest["shards"] for name in names]
+
+
+OUTPUT = OutputKind("prediction directory", MANIFEST, written_files)  # what ``write`` may replace
 
 
 def _manifest(directory: Path) -> dict:

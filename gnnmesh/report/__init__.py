@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..atomic import staged_directory
+from ..atomic import OutputKind, check_replaceable, staged_directory
 from ..errors import ConfigError
 from . import figures, markdown
 from .plan_file import read_plan
@@ -27,29 +27,33 @@ class Report:
     pictures: list      # figures.Picture, drawn or skipped
 
 
+def written_files(directory) -> list:
+    """The files the report in ``directory`` consists of: its report.md (a ConfigError when that
+    is not one ``write_report`` wrote) and the pictures it shows."""
+    path = Path(directory) / SUMMARY
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: unreadable ({type(err).__name__})") from None
+    if text.split("\n", 1)[0] != markdown.TITLE:
+        raise ConfigError(f"{path}: not a gnnmesh report")
+    return [SUMMARY] + markdown.linked(text, figures.FILES)
+
+
+OUTPUT = OutputKind("report directory", SUMMARY, written_files)  # what ``write_report`` may replace
+
+
 def write_report(run_paths: list, out, plan_path: Optional[str] = None) -> Report:
     """Read and check every input, then draw into a fresh directory that replaces ``out``
-    only once everything is written: on any error ``out`` is as it was."""
+    only once everything is written: on any error ``out`` is as it was. Only an earlier report
+    holding nothing else is replaced: anything else there (the metrics files themselves, say)
+    would be lost."""
     figures.require_matplotlib()
     out = Path(out)
-    _check_out(out)
+    check_replaceable(out, OUTPUT)
     runs = read_runs(run_paths)
     plan = read_plan(plan_path) if plan_path else None
-    # "--out ." has no name: staged beside its resolved path, errors naming it as given
-    with staged_directory(out.resolve(), SUMMARY, "report directory", name=out) as tmp:
+    with staged_directory(out, OUTPUT) as tmp:
         pictures = figures.draw(runs, plan, tmp)
         (tmp / SUMMARY).write_text(markdown.summary(runs, pictures, plan), encoding="utf-8")
     return Report(out, runs, pictures)
-
-
-def _check_out(out: Path) -> None:
-    """A directory is replaced whole, so only one holding nothing but a report's own files may
-    be: anything else there (the metrics files themselves, say) would be lost."""
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out}: not a directory")
-    if out.is_dir():
-        ours = {SUMMARY, *figures.FILES}
-        foreign = sorted(p.name for p in out.iterdir() if p.name not in ours)
-        if foreign:
-            raise ConfigError(f"--out {out}: holds files that are not a report's ({', '.join(foreign[:3])}"
-                              f"{', ...' if len(foreign) > 3 else ''}); refusing to replace it")

@@ -7,9 +7,11 @@ from typing import Optional
 
 from .compare import compare
 
+TITLE = "# Training report"  # the first line: what tells a report.md of gnnmesh's from another
+
 
 def summary(runs: list, pictures: list, plan=None) -> str:
-    lines = ["# Training report", "",
+    lines = [TITLE, "",
              "| run | file | epochs | final loss | best validation accuracy (epoch) | test accuracy there "
              "| median epoch time | bytes between ranks (all epochs) |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
@@ -29,6 +31,11 @@ def summary(runs: list, pictures: list, plan=None) -> str:
     if plan is not None:
         lines += _plan(plan, runs)
     return "\n".join(lines)
+
+
+def linked(text: str, files) -> list:
+    """The pictures among ``files`` that the report ``text`` shows (a ``summary``'s links)."""
+    return [name for name in files if f"]({name})" in text]
 
 
 def _plan(plan, runs: list) -> list:

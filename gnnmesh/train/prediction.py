@@ -17,14 +17,14 @@ from typing import Optional
 
 import numpy as np
 
-from .. import checkpoint, comm, tasks, trained
+from .. import checkpoint, comm, locks, tasks, trained
 from ..atomic import check_replaceable
 from ..config import Config
 from ..errors import ConfigError
 from ..launch import world_from_env
 from ..predict import FORMATS, Output, write
 from ..predict.nodes import CHOICES
-from ..predict.store import MANIFEST
+from ..predict.store import OUTPUT
 from .run import DEFAULT_DATASET, adopt_parts, load_once_per_host
 from .trainer import Trainer, rank_device
 
@@ -51,13 +51,19 @@ class Request:
             raise ConfigError(f"--weights {self.weights!r}: choose from {', '.join(trained.WEIGHTS)}")
         if self.nodes not in CHOICES and not Path(self.nodes).is_file():
             raise ConfigError(f"--nodes {self.nodes}: neither {', '.join(CHOICES)} nor a file of node ids")
-        check_replaceable(self.out, MANIFEST, "prediction directory")
+        check_replaceable(self.out, OUTPUT)
 
 
 def run_prediction(config: Config, request: Request, quiet: bool = False) -> Optional[dict]:
     """Write ``request``'s prediction under ``config``'s data and strategy settings; rank 0
-    returns the manifest."""
+    returns the manifest. ``--out`` is locked from the start: a second run given it is refused
+    before it loads anything (the ranks of one job share it)."""
     request.check()
+    with locks.hold(request.out, OUTPUT.what, peers=True):
+        return _run(config, request, quiet)
+
+
+def _run(config: Config, request: Request, quiet: bool) -> Optional[dict]:
     world = world_from_env()
     rank, world_size = world or (0, 1)
     state = checkpoint.load(request.checkpoint)

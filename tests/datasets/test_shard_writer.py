@@ -288,7 +288,7 @@ def test_a_second_writer_is_refused(tmp_path):
         while not ready.exists():
             assert holder.poll() is None and time.monotonic() < deadline
             time.sleep(0.02)
-        with pytest.raises(ConfigError, match=rf"{out}: the shard directory is in use by another run \(pid {holder.pid} "):
+        with pytest.raises(ConfigError, match=rf"{out}: the shard set is in use by another run \(pid {holder.pid} "):
             write_shards("rmat:nodes=100,edges=300", out, 2)
         assert not out.exists()
     finally:

@@ -1,7 +1,11 @@
 """``gnnmesh predict`` on the command line: what it writes, how it reads back, and bad input
 as one line with exit status 2 and nothing written."""
 
+import errno
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -13,11 +17,12 @@ from gnnmesh.cli import main
 from gnnmesh.config import Config
 from gnnmesh.errors import ConfigError
 from gnnmesh.predict import read, through_layer
+from gnnmesh.predict import store as prediction_store
 from gnnmesh.train import Trainer
 from gnnmesh.train.trainer import input_features
 from gnnmesh.view import GraphView
 
-from tests.helpers import gnnmesh as run_cli, one_error_line
+from tests.helpers import gnnmesh as run_cli, gnnmesh_in_process, one_error_line
 from tests.test_untrusted_files import hostile_checkpoint
 
 SBM = "sbm:nodes=300,classes=4,features=12,seed={}"
@@ -164,6 +169,76 @@ def test_an_output_directory_holding_something_else_is_kept(checkpoint, tmp_path
     status, _, err = predict(capsys, "--checkpoint", checkpoint, "--out", tmp_path / "p")
     assert status == 2 and "exists and is not a prediction directory" in err
     assert [p.name for p in (tmp_path / "p").iterdir()] == ["notes.txt"]
+
+
+def test_an_earlier_prediction_holding_the_users_files_is_kept(checkpoint, tmp_path, capsys):
+    out = tmp_path / "p"
+    assert predict(capsys, "--checkpoint", checkpoint, "--out", out)[0] == 0
+    (out / "notes.txt").write_text("mine")
+    status, _, err = predict(capsys, "--checkpoint", checkpoint, "--out", out, "--output", "labels")
+    assert status == 2 and len(err.strip().splitlines()) == 1
+    assert f"{out}: exists and is not a prediction directory (it also holds notes.txt, " in err
+    assert (out / "notes.txt").read_text() == "mine" and read(out).manifest["output"] == "logits"
+
+
+def no_temporaries(*folders) -> None:
+    for folder in folders:
+        left = [n for n in os.listdir(folder) if ".tmp-" in n or n.endswith(".lock")]  # "..tmp-*" too
+        assert not left, (folder, left)
+
+
+@pytest.mark.parametrize("earlier", [False, True])
+def test_out_dot_is_refused_and_leaves_no_temporary(checkpoint, tmp_path, capsys, monkeypatch, earlier):
+    """``--out .`` was staged inside the directory it replaces, whose rename then failed
+    (EBUSY) and left a ``..tmp-*`` directory behind. Replacing the current directory would
+    leave the shell in a removed one, so it is refused before any work."""
+    here = tmp_path / "here"
+    here.mkdir()
+    if earlier:  # an earlier prediction, written by its path
+        assert predict(capsys, "--checkpoint", checkpoint, "--out", here, "--quiet")[0] == 0
+    before = {name: (here / name).read_bytes() for name in os.listdir(here)}
+    monkeypatch.chdir(here)
+    status, out, err = predict(capsys, "--checkpoint", checkpoint, "--out", ".")
+    assert status == 2
+    no_temporaries(here, tmp_path)
+    assert {name: (here / name).read_bytes() for name in os.listdir(here)} == before
+    assert out == "" and err.strip() == "gnnmesh: error: .: is the current directory or holds it, and a " \
+                                        "prediction directory replaces its directory whole; choose another path"
+
+
+def test_a_failed_prediction_leaves_no_temporary(checkpoint, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "p"
+    assert predict(capsys, "--checkpoint", checkpoint, "--out", out, "--output", "labels", "--quiet")[0] == 0
+    before = {name: (out / name).read_bytes() for name in os.listdir(out)}
+
+    def full_disk(staged, *args):
+        (staged / "ids-00000.npy").write_bytes(b"part")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(staged / "ids-00000.npy"))
+
+    monkeypatch.setattr(prediction_store, "_write_shard", full_disk)
+    status, _, err = predict(capsys, "--checkpoint", checkpoint, "--out", out)
+    assert status == 2 and err.strip() == f"gnnmesh: error: {out}: cannot write the prediction " \
+                                          f"({os.strerror(errno.ENOSPC)})"
+    assert {name: (out / name).read_bytes() for name in os.listdir(out)} == before
+    no_temporaries(out, tmp_path)
+
+
+def test_a_prediction_directory_in_use_by_another_run_is_refused_before_loading(checkpoint, tmp_path):
+    """Two runs given one --out both succeeded, and one's prediction was lost; now the second
+    is refused, naming the first (a process holding the lock as a predict run does)."""
+    out = tmp_path / "p"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from gnnmesh import locks; "
+                               "locks.hold(sys.argv[1], 'prediction directory'); print('held', flush=True); "
+                               "time.sleep(600)", str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        result = gnnmesh_in_process("predict", "--checkpoint", checkpoint, "--out", out)
+        one_error_line(result, f"{out}: the prediction directory is in use by another run (pid {holder.pid} on host ")
+        assert result.stdout == "" and not out.exists()
+    finally:
+        holder.kill()
+        holder.wait(10)
+        holder.stdout.close()
 
 
 def test_a_model_the_strategy_cannot_run_is_refused_naming_the_checkpoint(tmp_path, capsys):
