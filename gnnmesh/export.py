@@ -22,6 +22,7 @@ none, so their modules refuse ``edge_weight`` rather than return other numbers.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import torch
@@ -30,6 +31,7 @@ from torch import nn
 
 from .atomic import staged_directory
 from .errors import ConfigError
+from .structured import loads_json
 
 FORMAT = "gnnmesh-pyg"
 VERSION = 1
@@ -46,6 +48,13 @@ _LAYER_ARGS = {
     "GINConv": {"eps", "train_eps"},
 }
 _MLP_PIECES = {"Linear": {"in_features", "out_features", "bias"}, "ReLU": set()}
+# What each argument an export writes may be: checked before any layer is built, so that a
+# damaged model.json is one line rather than an error (or an allocation) inside torch.
+_COUNTS = {"in_channels", "out_channels", "in_features", "out_features", "heads", "channels"}
+_STEPS = {"K"}                      # propagation steps: 0 is none
+_FRACTIONS = {"dropout", "alpha"}
+_NUMBERS = {"negative_slope", "eps"}
+_CHOICES = {"aggr": ("mean",)}
 _ACTIVATIONS = {"relu": torch.relu, "elu": F.elu}
 _NORMALISATIONS = ("gcn", "mean", "attention")
 
@@ -78,7 +87,7 @@ def _check_target(out: Path) -> None:
     existing = out / MODEL_FILE
     if out.is_dir() and existing.is_file():
         try:
-            ours = json.loads(existing.read_text()).get("format") == FORMAT
+            ours = loads_json(existing.read_text()).get("format") == FORMAT
         except (OSError, ValueError, AttributeError):
             ours = False
         if not ours:
@@ -203,7 +212,11 @@ def load_pyg(out_dir) -> nn.Module:
     ``model(x, edge_index, edge_weight=None)``. A missing or damaged export is a ConfigError."""
     out = Path(out_dir)
     spec = read_spec(out)
-    model = PyGModel(spec)
+    try:
+        with torch.device("meta"):  # shapes alone: sizes from model.json allocate nothing until checked
+            model = PyGModel(spec)
+    except ConfigError as err:
+        raise ConfigError(f"{out}: {err}") from None
     path = out / WEIGHTS_FILE
     try:
         weights = torch.load(path, map_location="cpu", weights_only=True)
@@ -215,10 +228,15 @@ def load_pyg(out_dir) -> nn.Module:
     if not (isinstance(weights, dict) and all(isinstance(k, str) and isinstance(v, torch.Tensor)
                                               for k, v in weights.items())):
         raise ConfigError(f"{path}: not a dict of tensors")
-    try:
-        model.load_state_dict(weights)
-    except RuntimeError as err:
-        raise ConfigError(f"{path}: does not fit {out / MODEL_FILE} ({' '.join(str(err).split())[:200]})") from None
+    shapes = {name: tuple(v.shape) for name, v in model.state_dict().items()}
+    given = {name: tuple(v.shape) for name, v in weights.items()}
+    if shapes != given:
+        wrong = sorted(set(shapes) ^ set(given)) or [k for k in sorted(shapes) if shapes[k] != given[k]]
+        raise ConfigError(f"{path}: does not fit {out / MODEL_FILE} (first difference: {wrong[0]!r}, "
+                          f"{given.get(wrong[0], 'missing')} in the weights, {shapes.get(wrong[0], 'none')} "
+                          f"described)")
+    model.to_empty(device="cpu")  # now as large as the weights read, no larger
+    model.load_state_dict(weights)
     return model.eval()
 
 
@@ -226,7 +244,7 @@ def read_spec(out_dir) -> dict:
     """The description in ``out_dir/model.json``, checked to be one ``export_pyg`` writes."""
     path = Path(out_dir) / MODEL_FILE
     try:
-        spec = json.loads(path.read_text())
+        spec = loads_json(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file; not a PyG export") from None
     except (OSError, ValueError) as err:
@@ -238,13 +256,37 @@ def read_spec(out_dir) -> dict:
     return spec
 
 
-def _checked(kind: str, args, allowed: dict, where: str) -> dict:
-    if kind not in allowed:
-        raise ConfigError(f"{where}: layer type {kind!r} is not one an export writes ({', '.join(allowed)})")
-    if not isinstance(args, dict) or set(args) - allowed[kind] or not all(
-            isinstance(v, (bool, int, float, str)) for v in args.values()):
+def _checked(kind, args, allowed: dict, where: str) -> dict:
+    if not isinstance(kind, str) or kind not in allowed:
+        raise ConfigError(f"{where}: layer type {_show(kind)} is not one an export writes ({', '.join(allowed)})")
+    if not isinstance(args, dict) or set(args) - allowed[kind]:
         raise ConfigError(f"{where}: the arguments of {kind} are not ones an export writes")
+    for name, value in args.items():
+        _check_arg(f"{where}: {kind} argument {name!r}", name, value)
     return args
+
+
+def _check_arg(where: str, name: str, value) -> None:
+    """ConfigError naming ``where`` unless ``value`` is one an export writes for argument ``name``."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if name in _COUNTS or name in _STEPS:
+        low = 0 if name in _STEPS else 1
+        if not (number and isinstance(value, int) and value >= low):
+            raise ConfigError(f"{where} must be an integer >= {low}, got {_show(value)}")
+    elif name in _FRACTIONS or name in _NUMBERS:
+        if not (number and math.isfinite(value) and (name in _NUMBERS or 0 <= value <= 1)):
+            kind = "a number in [0, 1]" if name in _FRACTIONS else "a finite number"
+            raise ConfigError(f"{where} must be {kind}, got {_show(value)}")
+    elif name in _CHOICES:
+        if value not in _CHOICES[name]:
+            raise ConfigError(f"{where} must be one of {', '.join(_CHOICES[name])}, got {_show(value)}")
+    elif not isinstance(value, bool):
+        raise ConfigError(f"{where} must be true or false, got {_show(value)}")
+
+
+def _show(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 class PyGModel(nn.Module):
@@ -264,7 +306,9 @@ class PyGModel(nn.Module):
             activation = spec["activation"]
             if activation not in _ACTIVATIONS:
                 raise ConfigError(f"{where}: activation {activation!r} is not one an export writes")
-            self.activation, self.dropout = activation, float(spec.get("dropout", 0.0))
+            self.dropout = spec.get("dropout", 0.0)
+            _check_arg(f"{where}: field 'dropout'", "dropout", self.dropout)
+            self.activation = activation
             self.weights_use = spec.get("edge_weight", "used")
             if self.decoupled:
                 self.mlp = nn.ModuleList(nn.Linear(**_checked(kind, args, {"Linear": _MLP_PIECES["Linear"]}, where))
@@ -278,10 +322,14 @@ class PyGModel(nn.Module):
                                                         where))
                 if self.normalization == "attention":
                     att = spec["attention"]
-                    self.attention = EdgeAttention(int(att["heads"]), int(att["channels"]),
-                                                   float(att["negative_slope"]), float(att.get("dropout", 0.0)))
+                    for name in ("heads", "channels", "negative_slope", "dropout"):
+                        _check_arg(f"{where}: field 'attention.{name}'", name, att.get(name, 0.0))
+                    self.attention = EdgeAttention(att["heads"], att["channels"], att["negative_slope"],
+                                                   att.get("dropout", 0.0))
             else:
                 self.convs = nn.ModuleList(self._layer(pyg, entry, where) for entry in spec["layers"])
+        except ConfigError:
+            raise
         except (KeyError, TypeError, ValueError) as err:
             raise ConfigError(f"{where}: not a description an export writes ({type(err).__name__}: {err})") from None
 

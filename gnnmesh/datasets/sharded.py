@@ -70,6 +70,7 @@ import torch
 from ..atomic import checksum
 from ..errors import ConfigError, GraphError
 from ..graph import Graph
+from ..structured import loads_json
 from ..tasks import TASKS
 from ._build import MASKS, adjacency_from_edges
 
@@ -98,7 +99,7 @@ def is_shard_set(path) -> bool:
     try:
         if not meta.is_file():
             return False
-        data = json.loads(meta.read_text())
+        data = loads_json(meta.read_text())
     except (OSError, ValueError):
         return False
     return isinstance(data, dict) and data.get("format") == FORMAT
@@ -225,7 +226,7 @@ def _read_meta(directory: Path) -> tuple[Path, dict]:
         raise GraphError(f"{path}: file not found: not a shard set, or one whose writing did not "
                          f"finish (meta.json is written last)")
     try:
-        data = json.loads(path.read_text())
+        data = loads_json(path.read_text())
     except OSError as exc:
         raise GraphError(f"{path}: cannot read file ({exc.strerror or exc})") from None
     except (ValueError, UnicodeDecodeError) as exc:

@@ -27,6 +27,7 @@ from .. import strategies
 from ..atomic import checksum
 from ..errors import ConfigError, GraphError
 from ..graph import Adjacency, check_vertex_data
+from ..structured import load_json
 from ..tasks import TASKS, infer
 
 FORMAT_VERSION = 1
@@ -66,7 +67,7 @@ def open_parts(directory) -> "Parts":
     path = Path(directory) / MANIFEST
     try:
         with open(path) as fh:
-            manifest = json.load(fh)
+            manifest = load_json(fh)
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_VERSION:
             found = manifest.get("format") if isinstance(manifest, dict) else manifest
             raise ValueError(f"format {_show(found)}, expected {FORMAT_VERSION}")
@@ -75,8 +76,6 @@ def open_parts(directory) -> "Parts":
         if not Path(directory).is_dir():
             raise ConfigError(f"{directory}: no such parts directory ({WRITE_HINT})") from None
         raise GraphError(f"{path}: missing; not a parts directory ({WRITE_HINT})") from None
-    except RecursionError:  # nested deeper than the parser goes
-        raise GraphError(f"{path}: unreadable parts manifest: nested too deeply") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise GraphError(f"{path}: unreadable parts manifest: {' '.join(str(exc).split())}") from None
 

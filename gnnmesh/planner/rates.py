@@ -19,6 +19,7 @@ from typing import Callable
 from ..atomic import write_file
 from ..datasets.cache import default_dir
 from ..errors import ConfigError
+from ..structured import TooDeep, load_json
 from ..validate import Range
 from .machine import ComputeRates, Network
 
@@ -38,11 +39,11 @@ def read(path, what: str = "--rates", complete: bool = False) -> tuple:
     missing, which a file written before it was added lacks)."""
     try:
         with open(path) as f:
-            data = json.load(f)
+            data = load_json(f)
     except OSError as err:
         raise ConfigError(f"{what} {path}: {err.strerror or err}") from None
-    except (ValueError, RecursionError) as err:  # RecursionError: nested deeper than the parser goes
-        reason = "nested too deeply" if isinstance(err, RecursionError) else f"{type(err).__name__}: {err}"
+    except ValueError as err:
+        reason = str(err) if isinstance(err, TooDeep) else f"{type(err).__name__}: {err}"
         raise ConfigError(f"{what} {path}: not a rates file written by 'gnnmesh plan --save-rates' "
                           f"({' '.join(reason.split())[:200]})") from None
     if not (isinstance(data, dict) and isinstance(data.get("compute"), dict) and isinstance(data.get("network"), dict)):
