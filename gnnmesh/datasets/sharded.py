@@ -69,7 +69,7 @@ import torch
 
 from ..atomic import checksum
 from ..errors import ConfigError, GraphError
-from ..graph import Graph
+from ..graph import MAX_CLASSES, Graph
 from ..structured import loads_json
 from ..tasks import TASKS
 from ._build import MASKS, adjacency_from_edges
@@ -167,12 +167,13 @@ class _Meta:
             raise self.error(where or field, "is missing")
         return source[field]
 
-    def integer(self, field: str, low: int = 0, source=None, where=None, null=False):
+    def integer(self, field: str, low: int = 0, source=None, where=None, null=False, high=None):
         value = self.get(field, source, where)
         if value is None and null:
             return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise self.error(where or field, f"must be an integer >= {low}"
+        if isinstance(value, bool) or not isinstance(value, int) or value < low or (high and value > high):
+            bounds = f">= {low}" if high is None else f"in [{low}, {high:,}]"
+            raise self.error(where or field, f"must be an integer {bounds}"
                              f"{' or null' if null else ''}, got {value!r}")
         return value
 
@@ -261,7 +262,7 @@ class ShardSet:
         self.num_edges = m.integer("num_edges", 0)
         self.num_features = m.integer("num_features", 1)
         self.features = m.string("features", FEATURES)
-        self.num_classes = m.integer("num_classes", 1, null=True)
+        self.num_classes = m.integer("num_classes", 1, null=True, high=MAX_CLASSES)
         self.task = m.string("task", TASKS, null=True)
         self.directed = m.boolean("directed")
         self.weighted = m.boolean("weighted")

@@ -26,7 +26,7 @@ import torch
 from .. import strategies
 from ..atomic import checksum
 from ..errors import ConfigError, GraphError
-from ..graph import Adjacency, check_vertex_data
+from ..graph import MAX_CLASSES, Adjacency, check_vertex_data
 from ..structured import load_json
 from ..tasks import TASKS, infer
 
@@ -110,8 +110,8 @@ def _check_manifest(m: dict) -> None:
     for field in ("name", "dataset", "how", "fingerprint"):
         need(field, isinstance(m.get(field), str), "a string")
     need("num_nodes", _count(m.get("num_nodes"), 1), "a node count >= 1")
-    for field in ("num_features", "num_classes"):
-        need(field, _count(m.get(field), 1, 2**31), "a width >= 1")
+    need("num_features", _count(m.get("num_features"), 1, 2**31), "a width >= 1")
+    need("num_classes", _count(m.get("num_classes"), 1, MAX_CLASSES), f"a width in [1, {MAX_CLASSES:,}]")
     parts, ranks = m["parts"], m.get("ranks")
     need("ranks", isinstance(ranks, list) and len(ranks) == parts, f"a list of {parts} rank entries")
     for r, rank in enumerate(ranks):

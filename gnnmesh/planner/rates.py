@@ -24,12 +24,18 @@ from ..validate import Range
 from .machine import ComputeRates, Network
 
 
-# What each rate may be: costs and latencies >= 0 (a probe's fit may give 0), what is divided
-# by (flop/s, bandwidths) > 0, and the crowding factor >= 1 (``sharing_cores`` records only more).
-_POSITIVE = Range(0, None, open="low")
-RANGES = {"gemm_flops": _POSITIVE, "intra_bw": _POSITIVE, "inter_bw": _POSITIVE, "host_bw": _POSITIVE,
-          "gather_bw": _POSITIVE, "crowding": Range(1)}
-_AT_LEAST_0 = Range(0)
+# What each rate may be: what is divided by (flop/s, bytes/s) at least 1 a second, costs and
+# latencies (seconds) >= 0 (a probe's fit may give 0) and at most MAX_SECONDS, the crowding
+# factor >= 1 (``sharing_cores`` records only more) and at most MAX_CROWDING. Within these, every
+# price of any graph the planner takes (counts up to 2^48) is a finite number of seconds; a
+# bandwidth of 1e-300 or an overhead of 1e308 would price an epoch at infinity.
+MIN_PER_SECOND = 1.0
+MAX_SECONDS = 1e6
+MAX_CROWDING = 1e6
+_PER_SECOND = Range(MIN_PER_SECOND)
+RANGES = {"gemm_flops": _PER_SECOND, "intra_bw": _PER_SECOND, "inter_bw": _PER_SECOND, "host_bw": _PER_SECOND,
+          "gather_bw": _PER_SECOND, "crowding": Range(1, MAX_CROWDING)}
+_SECONDS = Range(0, MAX_SECONDS)
 
 
 def read(path, what: str = "--rates", complete: bool = False) -> tuple:
@@ -61,7 +67,7 @@ def read(path, what: str = "--rates", complete: bool = False) -> tuple:
                     raise ConfigError(f"{what} {path}: field '{table}.source' must be a string, got {value!r:.40}")
                 values[name] = value
                 continue
-            problem = RANGES.get(name, _AT_LEAST_0).number_problem(value)
+            problem = RANGES.get(name, _SECONDS).number_problem(value)
             if problem:
                 raise ConfigError(f"{what} {path}: field '{table}.{name}' {problem}")
             values[name] = float(value)
