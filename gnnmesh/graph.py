@@ -394,6 +394,9 @@ def _check_targets(where: str, y: torch.Tensor, num_classes: Optional[int], mask
     """Targets (``y`` [n] floats or [n, T]): T = ``num_classes`` (1 for [n]), finite in every
     row of a split."""
     width = 1 if y.dim() == 1 else int(y.shape[1])
+    if width == 0:  # no target to learn: the loss of nothing is no number, which reads as a diverged run
+        raise GraphError(where + f"field 'y' has shape {list(y.shape)}: no targets per node (expected [N] class "
+                         "ids, or [N, T] targets with T >= 1)")
     if num_classes is not None and num_classes != width:
         raise GraphError(where + f"field 'y' has {width} target{'s' if width != 1 else ''} per node, but "
                          f"num_classes (the output width) is {num_classes}")
