@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .atomic import staged_directory
+from .atomic import checksum, staged_directory
 from .errors import ConfigError
 from .structured import loads_json
 
@@ -77,6 +77,7 @@ def export_pyg(checkpoint, out_dir, weights: str = "best") -> dict:
     _check_target(out)
     with staged_directory(out, MODEL_FILE, "PyG export") as tmp:
         torch.save(tensors, tmp / WEIGHTS_FILE)
+        spec["weights_checksum"] = checksum(tmp / WEIGHTS_FILE)  # a damaged weights.pt is refused, not read
         (tmp / MODEL_FILE).write_text(json.dumps(spec, indent=2) + "\n")
     return spec
 
@@ -218,6 +219,7 @@ def load_pyg(out_dir) -> nn.Module:
     except ConfigError as err:
         raise ConfigError(f"{out}: {err}") from None
     path = out / WEIGHTS_FILE
+    _check_weights_file(path, spec.get("weights_checksum"))
     try:
         weights = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
@@ -238,6 +240,24 @@ def load_pyg(out_dir) -> nn.Module:
     model.to_empty(device="cpu")  # now as large as the weights read, no larger
     model.load_state_dict(weights)
     return model.eval()
+
+
+def _check_weights_file(path: Path, recorded) -> None:
+    """The weights file is the one written beside model.json, by its checksum (exports written
+    before the checksum was recorded have none, and are read as they are)."""
+    if recorded is None:
+        return
+    if not (isinstance(recorded, str) and len(recorded) == 32 and all(c in "0123456789abcdef" for c in recorded)):
+        raise ConfigError(f"{path.parent / MODEL_FILE}: field 'weights_checksum' must be 32 hex digits")
+    try:
+        found = checksum(path)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file; not a complete PyG export") from None
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read file ({err.strerror or err})") from None
+    if found != recorded:
+        raise ConfigError(f"{path}: its checksum is not the one {MODEL_FILE} records (damaged, or another "
+                          "export's weights)")
 
 
 def read_spec(out_dir) -> dict:
