@@ -22,7 +22,6 @@ none, so their modules refuse ``edge_weight`` rather than return other numbers.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import torch
@@ -32,6 +31,7 @@ from torch import nn
 from .atomic import checksum, staged_directory
 from .errors import ConfigError
 from .structured import loads_json
+from .validate import Range
 
 FORMAT = "gnnmesh-pyg"
 VERSION = 1
@@ -294,9 +294,9 @@ def _check_arg(where: str, name: str, value) -> None:
         if not (number and isinstance(value, int) and value >= low):
             raise ConfigError(f"{where} must be an integer >= {low}, got {_show(value)}")
     elif name in _FRACTIONS or name in _NUMBERS:
-        if not (number and math.isfinite(value) and (name in _NUMBERS or 0 <= value <= 1)):
-            kind = "a number in [0, 1]" if name in _FRACTIONS else "a finite number"
-            raise ConfigError(f"{where} must be {kind}, got {_show(value)}")
+        problem = (Range(0, 1) if name in _FRACTIONS else Range()).number_problem(value)
+        if problem:
+            raise ConfigError(f"{where} {problem}")
     elif name in _CHOICES:
         if value not in _CHOICES[name]:
             raise ConfigError(f"{where} must be one of {', '.join(_CHOICES[name])}, got {_show(value)}")
@@ -350,7 +350,7 @@ class PyGModel(nn.Module):
                 self.convs = nn.ModuleList(self._layer(pyg, entry, where) for entry in spec["layers"])
         except ConfigError:
             raise
-        except (KeyError, TypeError, ValueError) as err:
+        except (KeyError, TypeError, ValueError, AttributeError) as err:  # a field of another type or shape
             raise ConfigError(f"{where}: not a description an export writes ({type(err).__name__}: {err})") from None
 
     @staticmethod
