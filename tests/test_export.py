@@ -154,6 +154,10 @@ def test_load_pyg_refuses_damaged_or_foreign_exports(trained, tmp_path):
     (out / MODEL_FILE).write_text(json.dumps(spec))
     marker = tmp_path / "ran"
     torch.save({"convs.0.bias": Hostile(marker)}, out / WEIGHTS_FILE)
+    with pytest.raises(ConfigError, match="its checksum is not the one model.json records"):
+        load_pyg(out)
+    # an export written before the checksum was recorded: read weights-only, running nothing
+    (out / MODEL_FILE).write_text(json.dumps({k: v for k, v in spec.items() if k != "weights_checksum"}))
     with pytest.raises(ConfigError, match="unreadable weights"):
         load_pyg(out)
     assert not marker.exists()
