@@ -10,6 +10,7 @@ import argparse
 import errno
 import importlib
 import os
+import re
 import sys
 import warnings
 from typing import Optional
@@ -26,6 +27,13 @@ RANK_OWN_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EIO)
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # A value that starts with a minus and a digit is a value, as Python 3.13's argparse has it:
+        # before it only a lone number was, and '--fanouts -1,10' or '--class-weights -1,2' (lists
+        # of every list-valued flag) failed as "expected one argument". No gnnmesh flag looks so.
+        self._negative_number_matcher = re.compile(r"^-\.?\d")
+
     def error(self, message):  # one line, status 2
         self.exit(2, f"gnnmesh: error: {message}\n")
 

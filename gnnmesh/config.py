@@ -18,7 +18,6 @@ left unset take their defaults only when the run's strategy reads them (which on
 from __future__ import annotations
 
 import dataclasses
-import sys
 import warnings
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -29,11 +28,7 @@ from .layout import ParallelLayout
 from .settings import (DECOUPLED_DEFAULTS, MODEL_DEFAULTS, SECTIONS, STRATEGY_SECTIONS, DataSection, Grid3DSection,
                        HostTierSection, MiniBatchSection, ModelSection, OffloadSection, PartitionSection, PlanSection,
                        RunSection, TensorSection, TrainingSection, field_index, flag_name)
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from .structured import load_toml
 
 # Every setting's flat name (its flag without dashes) -> (section, field).
 FIELDS = field_index()
@@ -290,12 +285,12 @@ class Config:
         path = Path(path)
         try:
             with open(path, "rb") as fh:
-                raw = tomllib.load(fh)
+                raw = load_toml(fh)
         except FileNotFoundError:
             raise ConfigError(f"{path}: config file not found") from None
         except UnicodeDecodeError:
             raise ConfigError(f"{path}: not a TOML file (not UTF-8 text)") from None
-        except tomllib.TOMLDecodeError as err:
+        except ValueError as err:  # TOMLDecodeError, or nested too deeply
             raise ConfigError(f"{path}: {err}") from None
         except OSError as err:
             raise ConfigError(f"{path}: cannot read config file ({err.strerror})") from None

@@ -28,8 +28,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .atomic import OutputKind, check_replaceable, staged_directory
+from .atomic import OutputKind, check_replaceable, checksum, staged_directory
 from .errors import ConfigError
+from .structured import loads_json
+from .validate import Range
 
 FORMAT = "gnnmesh-pyg"
 VERSION = 1
@@ -46,6 +48,13 @@ _LAYER_ARGS = {
     "GINConv": {"eps", "train_eps"},
 }
 _MLP_PIECES = {"Linear": {"in_features", "out_features", "bias"}, "ReLU": set()}
+# What each argument an export writes may be: checked before any layer is built, so that a
+# damaged model.json is one line rather than an error (or an allocation) inside torch.
+_COUNTS = {"in_channels", "out_channels", "in_features", "out_features", "heads", "channels"}
+_STEPS = {"K"}                      # propagation steps: 0 is none
+_FRACTIONS = {"dropout", "alpha"}
+_NUMBERS = {"negative_slope", "eps"}
+_CHOICES = {"aggr": ("mean",)}
 _ACTIVATIONS = {"relu": torch.relu, "elu": F.elu}
 _NORMALISATIONS = ("gcn", "mean", "attention")
 
@@ -69,6 +78,7 @@ def export_pyg(checkpoint, out_dir, weights: str = "best") -> dict:
     spec["trained"] = {"checkpoint": Path(checkpoint).name, "weights": weights}
     with staged_directory(out, OUTPUT) as tmp:
         torch.save(tensors, tmp / WEIGHTS_FILE)
+        spec["weights_checksum"] = checksum(tmp / WEIGHTS_FILE)  # a damaged weights.pt is refused, not read
         (tmp / MODEL_FILE).write_text(json.dumps(spec, indent=2) + "\n")
     return spec
 
@@ -191,8 +201,13 @@ def load_pyg(out_dir) -> nn.Module:
     ``model(x, edge_index, edge_weight=None)``. A missing or damaged export is a ConfigError."""
     out = Path(out_dir)
     spec = read_spec(out)
-    model = PyGModel(spec)
+    try:
+        with torch.device("meta"):  # shapes alone: sizes from model.json allocate nothing until checked
+            model = PyGModel(spec)
+    except ConfigError as err:
+        raise ConfigError(f"{out}: {err}") from None
     path = out / WEIGHTS_FILE
+    _check_weights_file(path, spec.get("weights_checksum"))
     try:
         weights = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
@@ -203,18 +218,41 @@ def load_pyg(out_dir) -> nn.Module:
     if not (isinstance(weights, dict) and all(isinstance(k, str) and isinstance(v, torch.Tensor)
                                               for k, v in weights.items())):
         raise ConfigError(f"{path}: not a dict of tensors")
-    try:
-        model.load_state_dict(weights)
-    except RuntimeError as err:
-        raise ConfigError(f"{path}: does not fit {out / MODEL_FILE} ({' '.join(str(err).split())[:200]})") from None
+    shapes = {name: tuple(v.shape) for name, v in model.state_dict().items()}
+    given = {name: tuple(v.shape) for name, v in weights.items()}
+    if shapes != given:
+        wrong = sorted(set(shapes) ^ set(given)) or [k for k in sorted(shapes) if shapes[k] != given[k]]
+        raise ConfigError(f"{path}: does not fit {out / MODEL_FILE} (first difference: {wrong[0]!r}, "
+                          f"{given.get(wrong[0], 'missing')} in the weights, {shapes.get(wrong[0], 'none')} "
+                          f"described)")
+    model.to_empty(device="cpu")  # now as large as the weights read, no larger
+    model.load_state_dict(weights)
     return model.eval()
+
+
+def _check_weights_file(path: Path, recorded) -> None:
+    """The weights file is the one written beside model.json, by its checksum (exports written
+    before the checksum was recorded have none, and are read as they are)."""
+    if recorded is None:
+        return
+    if not (isinstance(recorded, str) and len(recorded) == 32 and all(c in "0123456789abcdef" for c in recorded)):
+        raise ConfigError(f"{path.parent / MODEL_FILE}: field 'weights_checksum' must be 32 hex digits")
+    try:
+        found = checksum(path)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file; not a complete PyG export") from None
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read file ({err.strerror or err})") from None
+    if found != recorded:
+        raise ConfigError(f"{path}: its checksum is not the one {MODEL_FILE} records (damaged, or another "
+                          "export's weights)")
 
 
 def read_spec(out_dir) -> dict:
     """The description in ``out_dir/model.json``, checked to be one ``export_pyg`` writes."""
     path = Path(out_dir) / MODEL_FILE
     try:
-        spec = json.loads(path.read_text())
+        spec = loads_json(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file; not a PyG export") from None
     except (OSError, ValueError) as err:
@@ -236,13 +274,37 @@ def written_files(out_dir) -> list:
 OUTPUT = OutputKind("PyG export", MODEL_FILE, written_files)  # what ``export_pyg`` may replace
 
 
-def _checked(kind: str, args, allowed: dict, where: str) -> dict:
-    if kind not in allowed:
-        raise ConfigError(f"{where}: layer type {kind!r} is not one an export writes ({', '.join(allowed)})")
-    if not isinstance(args, dict) or set(args) - allowed[kind] or not all(
-            isinstance(v, (bool, int, float, str)) for v in args.values()):
+def _checked(kind, args, allowed: dict, where: str) -> dict:
+    if not isinstance(kind, str) or kind not in allowed:
+        raise ConfigError(f"{where}: layer type {_show(kind)} is not one an export writes ({', '.join(allowed)})")
+    if not isinstance(args, dict) or set(args) - allowed[kind]:
         raise ConfigError(f"{where}: the arguments of {kind} are not ones an export writes")
+    for name, value in args.items():
+        _check_arg(f"{where}: {kind} argument {name!r}", name, value)
     return args
+
+
+def _check_arg(where: str, name: str, value) -> None:
+    """ConfigError naming ``where`` unless ``value`` is one an export writes for argument ``name``."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if name in _COUNTS or name in _STEPS:
+        low = 0 if name in _STEPS else 1
+        if not (number and isinstance(value, int) and value >= low):
+            raise ConfigError(f"{where} must be an integer >= {low}, got {_show(value)}")
+    elif name in _FRACTIONS or name in _NUMBERS:
+        problem = (Range(0, 1) if name in _FRACTIONS else Range()).number_problem(value)
+        if problem:
+            raise ConfigError(f"{where} {problem}")
+    elif name in _CHOICES:
+        if value not in _CHOICES[name]:
+            raise ConfigError(f"{where} must be one of {', '.join(_CHOICES[name])}, got {_show(value)}")
+    elif not isinstance(value, bool):
+        raise ConfigError(f"{where} must be true or false, got {_show(value)}")
+
+
+def _show(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 class PyGModel(nn.Module):
@@ -262,7 +324,9 @@ class PyGModel(nn.Module):
             activation = spec["activation"]
             if activation not in _ACTIVATIONS:
                 raise ConfigError(f"{where}: activation {activation!r} is not one an export writes")
-            self.activation, self.dropout = activation, float(spec.get("dropout", 0.0))
+            self.dropout = spec.get("dropout", 0.0)
+            _check_arg(f"{where}: field 'dropout'", "dropout", self.dropout)
+            self.activation = activation
             self.weights_use = spec.get("edge_weight", "used")
             if self.decoupled:
                 self.mlp = nn.ModuleList(nn.Linear(**_checked(kind, args, {"Linear": _MLP_PIECES["Linear"]}, where))
@@ -276,11 +340,15 @@ class PyGModel(nn.Module):
                                                         where))
                 if self.normalization == "attention":
                     att = spec["attention"]
-                    self.attention = EdgeAttention(int(att["heads"]), int(att["channels"]),
-                                                   float(att["negative_slope"]), float(att.get("dropout", 0.0)))
+                    for name in ("heads", "channels", "negative_slope", "dropout"):
+                        _check_arg(f"{where}: field 'attention.{name}'", name, att.get(name, 0.0))
+                    self.attention = EdgeAttention(att["heads"], att["channels"], att["negative_slope"],
+                                                   att.get("dropout", 0.0))
             else:
                 self.convs = nn.ModuleList(self._layer(pyg, entry, where) for entry in spec["layers"])
-        except (KeyError, TypeError, ValueError) as err:
+        except ConfigError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as err:  # a field of another type or shape
             raise ConfigError(f"{where}: not a description an export writes ({type(err).__name__}: {err})") from None
 
     @staticmethod

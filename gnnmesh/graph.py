@@ -140,6 +140,22 @@ class Adjacency:
         return f"Adjacency({self.shape[0]}x{self.shape[1]}, nnz={self.nnz}, {kind})"
 
 
+# The model's output width (classes, or targets per node) at most: its last layer holds hidden x
+# width weights and its logits rows x width, allocated before any label is looked at. A label
+# of 10**9 would ask terabytes; no node task has near this many classes (renumber sparse ids).
+MAX_CLASSES = 1 << 16
+
+
+def output_width_problem(width) -> str:
+    """What keeps ``width`` from being a model's output width ('' if nothing), for a message."""
+    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+        return f"must be an integer >= 1, got {width!r}"
+    if width > MAX_CLASSES:
+        return (f"is {width:,}, more than the {MAX_CLASSES:,} classes or targets per node gnnmesh "
+                "trains (class ids are 0..C-1: renumber sparse ones)")
+    return ""
+
+
 @dataclass
 class Graph:
     """A graph with optional vertex data. ``adj[i, j] != 0`` means an edge ``j -> i``.
@@ -344,10 +360,16 @@ def check_vertex_data(where: str, n: int, x, y, num_classes: Optional[int], mask
             if low < 0:
                 node = int(torch.nonzero(y < 0)[0])
                 raise GraphError(where + f"field 'y' has a negative label {low} at node {node}")
+            if int(y.max()) >= MAX_CLASSES:
+                node = int(torch.nonzero(y >= MAX_CLASSES)[0])
+                raise GraphError(where + f"field 'y' has label {int(y[node])} at node {node}: class ids "
+                                 f"must be below {MAX_CLASSES:,} (renumber them 0..C-1)")
             if k is not None and int(y.max()) >= k:
                 node = int(torch.nonzero(y >= k)[0])
                 raise GraphError(where + f"field 'y' has label {int(y[node])} at node {node}, "
                                  f"out of range for {k} classes")
+        if num_classes is not None and output_width_problem(num_classes):
+            raise GraphError(where + f"num_classes (the output width) {output_width_problem(num_classes)}")
     masks = list(masks.items())
     for name, mask in masks:
         if mask is None:
@@ -372,6 +394,9 @@ def _check_targets(where: str, y: torch.Tensor, num_classes: Optional[int], mask
     """Targets (``y`` [n] floats or [n, T]): T = ``num_classes`` (1 for [n]), finite in every
     row of a split."""
     width = 1 if y.dim() == 1 else int(y.shape[1])
+    if width == 0:  # no target to learn: the loss of nothing is no number, which reads as a diverged run
+        raise GraphError(where + f"field 'y' has shape {list(y.shape)}: no targets per node (expected [N] class "
+                         "ids, or [N, T] targets with T >= 1)")
     if num_classes is not None and num_classes != width:
         raise GraphError(where + f"field 'y' has {width} target{'s' if width != 1 else ''} per node, but "
                          f"num_classes (the output width) is {num_classes}")

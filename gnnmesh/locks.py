@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Optional
 
 from .errors import ConfigError
+from .structured import loads_json
 
 try:
     import fcntl
@@ -156,7 +157,7 @@ def _holder(fd: int) -> dict:
     deadline = time.monotonic() + _READ_WAIT
     while True:
         try:
-            record = json.loads(os.pread(fd, 4096, 0).decode())
+            record = loads_json(os.pread(fd, 4096, 0).decode())
             if isinstance(record, dict) and "pid" in record and _alive(record):
                 return record
         except (OSError, ValueError):

@@ -120,10 +120,31 @@ def load(path, weights: str = "best") -> tuple:
     A damaged or foreign file is a ConfigError naming it; nothing in it is run."""
     state = checkpoint.load(path)
     where = str(Path(path))
+    chosen = weights_of(state, weights)[0]
     try:
         config = config_of(state).updated(device="cpu").resolved()
-        model = build(config, widths_of(state))
+        widths = widths_of(state)
+        _check_shapes(lambda: build(config, widths), chosen)
+        model = build(config, widths)
     except ConfigError as err:
         raise ConfigError(f"{where}: {err}") from None
-    load_state(model, weights_of(state, weights)[0], where)
+    load_state(model, chosen, where)
     return model.eval(), config
+
+
+def _check_shapes(construct, weights: dict) -> None:
+    """ConfigError unless the model ``construct()`` makes, built on the meta device (no memory),
+    has the shapes of ``weights``: widths or settings that disagree with the weights (a damaged
+    checkpoint's 2^40 features) are refused before they allocate. A user's class that cannot
+    be built on the meta device is left to ``load_state``."""
+    try:
+        with torch.device("meta"):
+            shapes = {name: tuple(t.shape) for name, t in construct().state_dict().items()}
+    except Exception:  # noqa: BLE001 - a user's class: checked by load_state once built
+        return
+    given = {name: tuple(t.shape) for name, t in weights.items() if isinstance(t, torch.Tensor)}
+    if shapes != given:
+        name = next(iter(sorted(set(shapes) ^ set(given))), None) or \
+            next(k for k in sorted(shapes) if shapes[k] != given[k])
+        raise ConfigError(f"not a checkpoint of this model (its widths and settings describe {name!r} as "
+                          f"{shapes.get(name, 'absent')}, its weights hold {given.get(name, 'none')})")

@@ -168,3 +168,14 @@ def test_a_flag_that_does_not_apply_to_the_parts_strategy_is_one_line(tmp_path):
     one_error_line(gnnmesh(*parts, "--chunk-size", "8", timeout=240),
                    "'chunk_size' (--chunk-size) applies only to --strategy tensor; this run uses partition")
     one_error_line(gnnmesh(*parts, "--partitioner", "rp"), "'partitioner' (--partitioner) does not apply to --parts")
+
+
+def test_a_list_value_may_start_with_a_minus():
+    """'--fanouts -1,10' as the docs write it: a value, not an unknown option ("expected one
+    argument"); so for every flag of every command (their parsers share the rule)."""
+    result = gnnmesh_in_process("train", "--minibatch", "--fanouts", "-1,10", "--eval-fanouts", "-1,-1",
+                                "--print-config")
+    assert result.returncode == 0 and 'fanouts = "-1,10"' in result.stdout and '"-1,-1"' in result.stdout
+    one_error_line(gnnmesh_in_process("train", "--class-weights", "-1,2,3"), "'class_weights': '-1,2,3'")
+    one_error_line(gnnmesh_in_process("plan", "--nproc", "2", "--dataset", "cora", "--allow-sampling",
+                                      "--fanouts", "-2,10"), "fanouts")

@@ -154,9 +154,52 @@ def test_load_pyg_refuses_damaged_or_foreign_exports(trained, tmp_path):
     (out / MODEL_FILE).write_text(json.dumps(spec))
     marker = tmp_path / "ran"
     torch.save({"convs.0.bias": Hostile(marker)}, out / WEIGHTS_FILE)
+    with pytest.raises(ConfigError, match="its checksum is not the one model.json records"):
+        load_pyg(out)
+    # an export written before the checksum was recorded: read weights-only, running nothing
+    (out / MODEL_FILE).write_text(json.dumps({k: v for k, v in spec.items() if k != "weights_checksum"}))
     with pytest.raises(ConfigError, match="unreadable weights"):
         load_pyg(out)
     assert not marker.exists()
+
+
+def _set(spec, path, value):
+    spec = json.loads(json.dumps(spec))
+    inner = spec
+    for key in path[:-1]:
+        inner = inner[key]
+    inner[path[-1]] = value
+    return spec
+
+
+@needs_pyg
+@pytest.mark.parametrize("model, path, value, message", [
+    ("gat", ("layers", 0, "args", "in_channels"), 2**40, "'convs.0.lin.weight', (64, 1433) in the weights, "
+                                                         "(64, 1099511627776) described"),
+    ("gat", ("layers", 0, "args", "heads"), -1, "GATConv argument 'heads' must be an integer >= 1, got -1"),
+    ("gat", ("layers", 0, "args", "heads"), float("inf"), "GATConv argument 'heads' must be an integer >= 1, got inf"),
+    ("gat", ("layers", 0, "args", "dropout"), 7, "GATConv argument 'dropout' must be in [0, 1], got 7"),
+    ("gat", ("layers", 1, "args", "concat"), "yes", "GATConv argument 'concat' must be true or false"),
+    ("gcn", ("dropout",), float("nan"), "field 'dropout' must be a finite number, got nan"),
+    ("decoupled-gat", ("attention", "heads"), 1e400, "field 'attention.heads' must be an integer >= 1, got inf"),
+    ("decoupled-gat", ("propagation", "args", "K"), -3, "APPNP argument 'K' must be an integer >= 0"),
+    ("gin", ("layers", 0, "nn", 0, 1, "out_features"), 2**40, "(64,) in the weights, (1099511627776,) described"),
+    ("gcn", ("layers",), "[" * 100_000 + "]" * 100_000, "nested more than 100 levels deep"),
+])
+def test_a_damaged_model_json_is_one_line_before_anything_is_allocated(trained, tmp_path, model, path, value,
+                                                                      message):
+    """Sizes and arguments of model.json are checked, and the model's shapes compared with the
+    weights on the meta device, before a tensor is made: 2^40 input channels is a refusal, not
+    an allocation; heads of -1 or 1e400 are not errors inside torch."""
+    out = tmp_path / "out"
+    export_pyg(trained[model], out)
+    spec = json.loads((out / MODEL_FILE).read_text())
+    deep = isinstance(value, str) and value.startswith("[[")
+    text = json.dumps(_set(spec, path, "DEEP" if deep else value))
+    (out / MODEL_FILE).write_text(text.replace('"DEEP"', value) if deep else text)
+    with pytest.raises(ConfigError) as info:
+        load_pyg(out)
+    assert message in str(info.value) and "\n" not in str(info.value), str(info.value)
 
 
 # -- the command line --------------------------------------------------------------------------------

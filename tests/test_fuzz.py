@@ -16,11 +16,12 @@ format cannot tell (a flipped digit in an edge list): such a case must still rea
 fail in one line, but is not compared.
 
 Readers: checkpoints, parts (each kind, read as its strategy reads a rank), shards, the
-partition store, metrics and plan files (``gnnmesh report``), rates files, prediction
-directories, OGB directories, edge lists, MatrixMarket and ``.npz`` files.
+partition store, metrics and plan files (``gnnmesh report``), rates files (with finite
+extremes, priced at the largest sizes), prediction directories, PyG export directories, shard
+sets' meta.json, config files, OGB directories, edge lists, MatrixMarket and ``.npz`` files.
 
-Every property runs twice, each time the same cases (a fixed seed): 950 cases in all in the
-fast suite (``-m "not slow"``) and 13,950 others among the slow tests, about two minutes
+Every property runs twice, each time the same cases (a fixed seed): 1,150 cases in all in the
+fast suite (``-m "not slow"``) and 16,750 others among the slow tests, about two minutes
 together on two cores. ``GNNMESH_FUZZ_EXAMPLES=5000 python -m pytest tests/test_fuzz.py -m slow``
 makes each slow run 5,000 cases drawn afresh every time; a failure prints its case and a
 ``@reproduce_failure`` line to replay it.
@@ -730,17 +731,22 @@ def rates_legal(path, value) -> bool:
     if not _a_number(value) or isinstance(value, int) and abs(value) > 1e300 or not math.isfinite(value):
         return False
     if field in ("gemm_flops", "intra_bw", "inter_bw", "host_bw", "gather_bw"):
-        return value > 0
-    return value >= (1 if field == "crowding" else 0)
+        return value >= 1  # at least one flop or byte a second
+    return (1 if field == "crowding" else 0) <= value <= 1e6  # seconds (or a factor) no epoch overflows
 
 
 def read_rates(path):
     """The rates, and a few prices made with them (what a plan does with what passed)."""
     from gnnmesh.planner.machine import GEMM, SpMM, ring_time
     from gnnmesh.planner.rates import read, sharing_cores
+    from gnnmesh.planner.explain import significant
     rates, network = read(path)
     rates.spmm(SpMM(100, 100, 1000, 16)), rates.gemm(GEMM(100, 16, 16)), sharing_cores(rates, 4, 2, 4)
     ring_time("all_reduce", 1e6, 4, network.inter_bw, network.inter_latency)
+    big = 2**48  # the largest sizes a plan takes: what passed prices them finitely, as a plan prints them
+    seconds = [rates.spmm(SpMM(big, big, big, big)), rates.gemm(GEMM(big, big, big)), rates.overhead(False),
+               ring_time("all_reduce", float(big) ** 2, 2**20, network.intra_bw, network.intra_latency)]
+    [significant(t) for t in seconds]
     return rates, network
 
 
@@ -760,7 +766,8 @@ def test_rates_file(rates_file, data):
         content = json.loads(path.read_text())
         if data.draw(st.booleans()):
             field, value = data.draw(json_damage(content))
-            choice = data.draw(st.sampled_from([value, 0, 0.0]))  # and 0, which no divisor may be
+            # and 0, which no divisor may be, and finite extremes that price an epoch at infinity
+            choice = data.draw(st.sampled_from([value, 0, 0.0, 1e308, 1e300, 1e-300, 5e-324, 1e7]))
             value = choice if len(field) == 2 else value
             path.write_bytes(dump_json(set_at(content, field, value)))
             legal = rates_legal(field, value)
@@ -966,6 +973,137 @@ def test_npz_field(dataset_files, data):
             read_or_refused(lambda: load_dataset(path))
         else:
             exact_or_refused(lambda: load_dataset(path), original)
+
+
+# -- PyG export directories ------------------------------------------------------------------------
+
+EXPORT_MODELS = ("gat", "decoupled-gat", "gin")  # every layer type and argument an export writes
+
+
+def read_export(where):
+    """The model ``load_pyg`` builds, by its weights (what it holds beyond them is model.json's)."""
+    from gnnmesh.export import load_pyg
+    return load_pyg(where).state_dict()
+
+
+@pytest.fixture(scope="module")
+def export_dirs(graph, valid):
+    pytest.importorskip("torch_geometric")
+    from gnnmesh.config import Config
+    from gnnmesh.export import export_pyg
+    from gnnmesh.train import Trainer
+    from tests.helpers import model_fields
+    out = {}
+    for name in EXPORT_MODELS:
+        checkpoint = valid / f"export-{name}.pt"
+        Trainer(Config.of(**model_fields(name), epochs=1, hidden=4, heads=2, checkpoint=str(checkpoint)), graph).fit()
+        out[name] = export_pyg(checkpoint, valid / f"export-{name}") and valid / f"export-{name}"
+    return {name: Valid(path, plain(read_export(path))) for name, path in out.items()}
+
+
+@fuzz(60, 900, model=st.sampled_from(EXPORT_MODELS), data=st.data())
+def test_export_directory(export_dirs, model, data):
+    """model.json given a value no export writes (sizes of 2^63, heads of -1, nesting) or damaged
+    bytes, weights.pt damaged: the same model, or one line; never an allocation or torch's error."""
+    from gnnmesh.export import MODEL_FILE, WEIGHTS_FILE
+    source, original = export_dirs[model]
+    with copy_of(source) as where:
+        what = data.draw(st.sampled_from(["field", "bytes", "weights"]))
+        if what == "field":
+            spec = json.loads((where / MODEL_FILE).read_text())
+            path, value = data.draw(json_damage(spec))
+            (where / MODEL_FILE).write_bytes(dump_json(set_at(spec, path, value)))
+            exact_or_refused(lambda: read_export(where), original)
+        else:
+            victim = where / (MODEL_FILE if what == "bytes" else WEIGHTS_FILE)
+            victim.write_bytes(data.draw(byte_damage(victim.read_bytes())))
+            (read_or_refused if what == "bytes" else exact_or_refused)(
+                *((lambda: read_export(where),) if what == "bytes" else (lambda: read_export(where), original)))
+
+
+# -- shard sets (gnnmesh.datasets.sharded): meta.json ------------------------------------------------
+
+def read_shard_set(directory):
+    from gnnmesh.datasets.sharded import open_shards
+    return graph_result(open_shards(directory).graph())
+
+
+@pytest.fixture(scope="module")
+def shard_set(valid):
+    from gnnmesh.datasets.shard_writer import write_shards
+    path = valid / "shard-set"
+    write_shards("sbm:nodes=40,classes=3,features=3", path, 2)
+    return Valid(path, plain(read_shard_set(path)))
+
+
+@fuzz(60, 900, data=st.data())
+def test_shard_set_meta(shard_set, data):
+    """A field of meta.json given a value no set holds (a class count of 10^9, nesting 100,000
+    deep, ...), or its bytes damaged: the same graph, or one line naming meta.json."""
+    from gnnmesh.datasets.sharded import META
+    source, original = shard_set
+    with copy_of(source) as where:
+        meta = json.loads((where / META).read_text())
+        if data.draw(st.booleans()):
+            # descriptions no reader checks against the files (where the graph came from)
+            path, value = data.draw(json_damage(meta, lambda p, v: p[:1] not in (("source",), ("meta",))))
+            (where / META).write_bytes(dump_json(set_at(meta, path, value)))
+            exact_or_refused(lambda: read_shard_set(where), original)
+        else:
+            (where / META).write_bytes(data.draw(byte_damage((where / META).read_bytes())))
+            read_or_refused(lambda: read_shard_set(where))
+
+
+# -- config files (--config) --------------------------------------------------------------------------
+
+NOT_SETTINGS = [b"-1", b"1e400", b"-1e400", b"nan", b"inf", b"99999999999999999999999", b"1.5", b"true", b'"x"',
+                b"[]", b"{}", b"[1, [2]]", b"{a = 1}", b"", b"[" * 100_000 + b"]" * 100_000]
+
+
+def read_config(path):
+    """The config ``--config`` gives, and its TOML form (what --print-config writes)."""
+    import warnings
+    from gnnmesh.config import Config
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the flat form's deprecation
+        config = Config.from_toml(path)
+    return config.to_toml()
+
+
+@pytest.fixture(scope="module")
+def config_file(valid):
+    from gnnmesh.config import Config
+    path = valid / "config.toml"
+    path.write_text(Config.of(model="gat", epochs=7, lr=0.02, heads=2, nproc=2, strategy="partition",
+                              seed=3).to_toml())
+    return Valid(path, plain(read_config(path)))
+
+
+@fuzz(80, 1000, data=st.data())
+def test_config_file(config_file, data):
+    """A setting's value replaced (by a number out of range, another type, nesting 100,000 deep),
+    a table nested deeply, or bytes damaged: a config (of other settings, where the value is
+    valid), or one line naming the file; never a RecursionError or another exception."""
+    import re
+    source, _ = config_file
+    with copy_of(source) as path:
+        text = path.read_bytes()
+        what = data.draw(st.sampled_from(["value", "table", "bytes"]))
+        if what == "value":
+            values = list(re.finditer(rb"^[a-z_]+ = (.*)$", text, re.M))
+            at = data.draw(st.sampled_from(values))
+            new = data.draw(st.sampled_from(NOT_SETTINGS))
+            path.write_bytes(text[:at.start(1)] + new + text[at.end(1):])
+            deep = new.startswith(b"[[")
+        elif what == "table":
+            depth = data.draw(st.sampled_from([200, 5000]))
+            path.write_bytes(text + b"\n[" + b".".join([b"t"] * depth) + b"]\nx = 1\n")
+            deep = True
+        else:
+            path.write_bytes(data.draw(byte_damage(text)))
+            deep = False
+        got = read_or_refused(lambda: read_config(path))
+        assert not deep or got is REFUSED
 
 
 # -- the cases found, each once ----------------------------------------------------------------------

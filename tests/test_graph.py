@@ -207,3 +207,40 @@ def test_targets_as_labels_and_the_output_width():
         Graph.from_edge_index(ei, 3, y=torch.zeros(3, 2, 1))
     with pytest.raises(GraphError, match=r"field 'y' must hold class ids or numeric targets, got torch.bool"):
         Graph.from_edge_index(ei, 3, y=torch.zeros(3, 2, dtype=torch.bool))
+
+
+# -- sizes bounded before they allocate ---------------------------------------------------------
+
+@pytest.mark.parametrize("label", [10**9, 2**62])
+def test_a_huge_label_is_refused_naming_the_node(label):
+    """The output width comes from the largest label: a label of 10^9 would build a model and
+    logits of 10^9 columns (terabytes), so it is refused as a label, naming the node."""
+    g = random_graph(n=20, e=60, seed=0, features=3, classes=3)
+    y = g.y.clone()
+    y[7] = label
+    with pytest.raises(GraphError, match=f"field 'y' has label {label} at node 7: class ids must be below 65,536"):
+        Graph(g.adj, x=g.x, y=y).validate()
+
+
+def test_an_output_width_beyond_the_bound_is_refused():
+    g = random_graph(n=20, e=60, seed=0, features=3, classes=3)
+    with pytest.raises(GraphError, match="num_classes .the output width. is 1,000,000,000,000, more than"):
+        Graph(g.adj, x=g.x, y=g.y, num_classes=10**12).validate()
+
+
+def test_zero_width_targets_are_bad_labels():
+    """[N, 0] targets hold nothing to learn: refused as labels, not trained into a loss of no number."""
+    g = random_graph(n=20, e=60, seed=0, features=3, classes=3)
+    with pytest.raises(GraphError, match=r"field 'y' has shape \[20, 0\]: no targets per node"):
+        Graph(g.adj, x=g.x, y=torch.zeros(20, 0)).validate()
+
+
+def test_the_random_split_is_sized_by_the_nodes_not_the_labels():
+    """Stratifying by class counts no class id past the labels present: a label of 2^62 splits as
+    its rank among them does (it used to count up to it: an OOM kill at 10^9, an error at 2^62)."""
+    from gnnmesh.datasets._build import random_split
+    y = np.array([0, 1, 1, 0, 2, 2, 1, 0, 2, 1] * 3, dtype=np.int64)
+    huge = np.where(y == 2, 2**62, np.where(y == 1, 10**9, 0))
+    masks, info = random_split(len(y), y, 0.6, 0.2, seed=3)
+    same, same_info = random_split(len(y), huge, 0.6, 0.2, seed=3)
+    assert info == same_info and all(torch.equal(masks[m], same[m]) for m in masks)

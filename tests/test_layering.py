@@ -9,7 +9,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "gnnmesh"
 
 # Bottom to top; a module may import from its own layer's earlier entries and from lower layers.
 LAYERS = [
-    ["errors", "progress", "validate", "locks", "atomic", "checkpoint", "memory", "launch", "host_store"],
+    ["errors", "structured", "progress", "validate", "locks", "atomic", "checkpoint", "memory", "launch", "host_store"],
     ["graph", "transforms", "tasks", "datasets"],
     ["ops"],
     ["view", "models", "sampling"],

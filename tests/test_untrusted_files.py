@@ -206,3 +206,19 @@ def test_a_checkpoint_calling_a_blocked_module_is_named_and_refused(tmp_path):
     torch.save({"history": [CallsSystem()]}, path)
     with pytest.raises(ConfigError, match=r"asks to call \S*system, which no checkpoint does; refused"):
         checkpoint.load(path)
+
+
+@pytest.mark.parametrize("field, value", [("features", 2**40), ("classes", 2**40)])
+def test_widths_that_disagree_with_the_weights_allocate_nothing(graph, tmp_path, field, value):
+    """gnnmesh.load (and export, and predict's reading of the model) builds the model the
+    checkpoint's widths describe: widths of 2^40 are compared with the weights on the meta
+    device and refused, where they used to ask the allocator for terabytes."""
+    import gnnmesh
+    path = tmp_path / "c.pt"
+    Trainer(Config.of(epochs=1, checkpoint=str(path)), graph).fit()
+    state = torch.load(path, weights_only=True)
+    torch.save({**state, "widths": {**state["widths"], field: value}}, path)
+    with pytest.raises(ConfigError) as info:
+        gnnmesh.load(path)
+    text = str(info.value)
+    assert text.startswith(f"{path}: not a checkpoint of this model") and "1099511627776" in text, text

@@ -11,7 +11,7 @@ from typing import Optional
 
 from ..errors import ConfigError
 from ..planner.machine import GPU_NETWORK, GPU_RATES, ComputeRates, Network, SpMM
-from ..planner.rates import read as read_rates, write as write_rates
+from ..planner.rates import MAX_SECONDS, MIN_PER_SECOND, read as read_rates, write as write_rates
 
 DEFAULT_FEATURES, DEFAULT_CLASSES = 128, 10      # for a graph given by its size alone
 MAX_RANKS = 1 << 20
@@ -31,12 +31,14 @@ def check_flags(args) -> None:
             raise ConfigError(f"{flag} must be at most {MAX_COUNT:,} (2^48), got {value:,}")
     if args.nproc > MAX_RANKS:  # ranking every grid of more would take minutes and gigabytes
         raise ConfigError(f"--nproc must be at most {MAX_RANKS:,}, got {args.nproc:,}")
+    low_bw = MIN_PER_SECOND / 1e9  # the rates file's bounds, in the flags' units
     for flag, value in {"--intra-bw": args.intra_bw, "--inter-bw": args.inter_bw}.items():
-        if value is not None and not 0 < value < math.inf:
-            raise ConfigError(f"{flag} must be a finite number > 0 GB/s, got {value}")
+        if value is not None and not low_bw <= value < math.inf:
+            raise ConfigError(f"{flag} must be a finite number >= {low_bw:g} GB/s, got {value}")
+    high_latency = MAX_SECONDS * 1e6
     for flag, value in {"--intra-latency": args.intra_latency, "--inter-latency": args.inter_latency}.items():
-        if value is not None and not 0 <= value < math.inf:
-            raise ConfigError(f"{flag} must be a finite number >= 0 microseconds, got {value}")
+        if value is not None and not 0 <= value <= high_latency:
+            raise ConfigError(f"{flag} must be a number in [0, {high_latency:g}] microseconds, got {value}")
     sized = args.nodes is not None or args.edges is not None
     if args.dataset and sized:
         raise ConfigError("--dataset and --nodes/--edges describe the graph twice; give one")

@@ -11,6 +11,7 @@ from ..errors import ConfigError
 from ..parallel.offload import build_plan, costs
 from ..parallel.offload.pipeline import tables
 from ..parallel.offload.stages import stages_of
+from ..planner.trace import within_bounds
 from ..validate import parse_bytes
 from .. import trained
 from ..report.plan_file import Candidate, write_plan
@@ -36,7 +37,7 @@ def run(args) -> int:
     graph.require_node_classification()
     in_dim = args.features or graph.num_features or (2 if graph.directed else 1)
     classes = args.classes or graph.num_classes
-    model = trained.build(config, trained.Widths(in_dim, classes))
+    model = within_bounds(lambda: trained.build(config, trained.Widths(in_dim, classes)))
     stages = stages_of(model, in_dim, config.offload.intermediates)
     owned = _owned(graph, nproc, config)
     budget = parse_bytes(config.host_tier.device_memory, "device_memory")

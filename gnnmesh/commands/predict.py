@@ -49,8 +49,10 @@ def run(args, argv) -> int:
     from ..train.prediction import Request, with_model
     request = Request(args.checkpoint, args.out, args.output, args.layer, args.nodes, args.fmt, args.weights)
     request.check()
+    _full_graph(args.strategy)
     saved = trained.config_of(checkpoint.load(args.checkpoint))
     config = with_model(config_from_args(args), saved, args.checkpoint)  # refused before ranks start
+    _full_graph(config.run.strategy)
     if args.dataset is None and not config.data.parts and not (args.config and _file_names_dataset(args.config)):
         config = config.updated(dataset=saved.data.dataset)
     launched = start_ranks(config.run.nproc, argv)
@@ -62,6 +64,16 @@ def run(args, argv) -> int:
         progress.disable()
     run_prediction(config, request, quiet=args.quiet)
     return 0
+
+
+def _full_graph(strategy) -> None:
+    """A mini-batch strategy trains; predict runs the model over whole neighbourhoods, under a
+    full-graph strategy (the config's own check would say to add --minibatch, which predict lacks)."""
+    from .. import strategies
+    from ..errors import ConfigError
+    if strategy in strategies.names("minibatch") and strategy not in strategies.names("full"):
+        raise ConfigError(f"--strategy {strategy} trains mini-batches; predict runs the model over the whole "
+                          f"graph under any of {', '.join(strategies.names('full'))}, whichever trained it")
 
 
 def _file_names_dataset(path) -> bool:

@@ -112,8 +112,9 @@ def random_split(num_nodes: int, y: Optional[np.ndarray], train_frac: float, val
     order = rng.permutation(num_nodes)
     if y is None:
         groups = np.zeros(num_nodes, dtype=np.int64)
-    else:
-        groups = np.asarray(y, dtype=np.int64)
+    else:  # each class by its rank among the labels present: as many groups as nodes at most, whatever
+        # the ids (a label of 10**9 would make a count per id up to it); the same order as the ids
+        groups = np.unique(np.asarray(y, dtype=np.int64), return_inverse=True)[1].reshape(-1)
     order = order[np.argsort(groups[order], kind="stable")]  # by class, shuffled within
     sizes = np.bincount(groups, minlength=1)
     first = np.concatenate(([0], np.cumsum(sizes)[:-1]))

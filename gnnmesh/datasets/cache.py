@@ -34,6 +34,7 @@ import torch
 
 from ..atomic import sweep_stale, temporary_directory
 from ..graph import Adjacency, Graph, sparse_csr
+from ..structured import load_json
 
 
 FORMAT_VERSION = 1
@@ -149,7 +150,7 @@ def load(path: Path) -> Optional[Graph]:
         return None
     try:
         with open(path / "graph.json") as fh:
-            info = json.load(fh)
+            info = load_json(fh)
         if info.get("format") != FORMAT_VERSION:  # cannot happen via entry_dir's key
             raise ValueError(f"format {info.get('format')}, expected {FORMAT_VERSION}")
         return _read(path, info)

@@ -23,6 +23,7 @@ import torch
 
 from ..errors import GraphError
 from ..graph import Graph
+from ..structured import TooDeep, loads_json
 from ._build import adjacency_from_edges, csr_features, encode_labels, random_split
 from ._io import decode_text, read_bytes, read_zip_member
 from ._text import parse_table
@@ -92,9 +93,11 @@ def read_feature_json(src: Source, n: int, dim: Optional[int], mode: str):
     largest id + 1. Nodes missing from the json get an all-zero row."""
     data, where = read_source(src)
     try:
-        table = json.loads(decode_text(data, where))
+        table = loads_json(decode_text(data, where))
     except json.JSONDecodeError as exc:
         raise GraphError(f"{where} line {exc.lineno}: invalid JSON ({exc.msg})") from exc
+    except TooDeep as exc:
+        raise GraphError(f"{where}: invalid JSON ({exc})") from None
     if not isinstance(table, dict):
         raise GraphError(f"{where}: expected a JSON object mapping node ids to feature ids")
     keys, lists = list(table.keys()), list(table.values())

@@ -24,6 +24,7 @@ import torch
 from .. import progress
 from ..atomic import check_replaceable, checksum, staged_directory
 from ..errors import ConfigError, GraphError
+from ..structured import loads_json
 from ..tasks import infer
 from ._build import sorted_unique
 from .sharded import (FORMAT, META, NODE_FIELDS, OUTPUT, VERSION, ShardSet, edge_shard_name, node_shard_name,
@@ -354,8 +355,8 @@ def json_meta(meta: dict) -> dict:
     out = {}
     for key, value in (meta or {}).items():
         try:
-            out[str(key)] = json.loads(json.dumps(value, default=_json_value))
-        except (TypeError, ValueError):
+            out[str(key)] = loads_json(json.dumps(value, default=_json_value))  # as deep as a reader reads
+        except (TypeError, ValueError, RecursionError):
             continue
     return out
 

@@ -69,7 +69,8 @@ import torch
 
 from ..atomic import OutputKind, checksum
 from ..errors import ConfigError, GraphError
-from ..graph import Graph
+from ..graph import MAX_CLASSES, Graph
+from ..structured import loads_json
 from ..tasks import TASKS
 from ._build import MASKS, adjacency_from_edges
 
@@ -98,7 +99,7 @@ def is_shard_set(path) -> bool:
     try:
         if not meta.is_file():
             return False
-        data = json.loads(meta.read_text())
+        data = loads_json(meta.read_text())
     except (OSError, ValueError):
         return False
     return isinstance(data, dict) and data.get("format") == FORMAT
@@ -175,12 +176,13 @@ class _Meta:
             raise self.error(where or field, "is missing")
         return source[field]
 
-    def integer(self, field: str, low: int = 0, source=None, where=None, null=False):
+    def integer(self, field: str, low: int = 0, source=None, where=None, null=False, high=None):
         value = self.get(field, source, where)
         if value is None and null:
             return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise self.error(where or field, f"must be an integer >= {low}"
+        if isinstance(value, bool) or not isinstance(value, int) or value < low or (high and value > high):
+            bounds = f">= {low}" if high is None else f"in [{low}, {high:,}]"
+            raise self.error(where or field, f"must be an integer {bounds}"
                              f"{' or null' if null else ''}, got {value!r}")
         return value
 
@@ -234,7 +236,7 @@ def _read_meta(directory: Path) -> tuple[Path, dict]:
         raise GraphError(f"{path}: file not found: not a shard set, or one whose writing did not "
                          f"finish (meta.json is written last)")
     try:
-        data = json.loads(path.read_text())
+        data = loads_json(path.read_text())
     except OSError as exc:
         raise GraphError(f"{path}: cannot read file ({exc.strerror or exc})") from None
     except (ValueError, UnicodeDecodeError) as exc:
@@ -269,7 +271,7 @@ class ShardSet:
         self.num_edges = m.integer("num_edges", 0)
         self.num_features = m.integer("num_features", 1)
         self.features = m.string("features", FEATURES)
-        self.num_classes = m.integer("num_classes", 1, null=True)
+        self.num_classes = m.integer("num_classes", 1, null=True, high=MAX_CLASSES)
         self.task = m.string("task", TASKS, null=True)
         self.directed = m.boolean("directed")
         self.weighted = m.boolean("weighted")

@@ -34,6 +34,7 @@ from ..atomic import OutputKind, staged_directory
 from ..errors import ConfigError, GraphError
 from ..graph import Adjacency, Graph, check_csr, check_vertex_data, sparse_csr
 from ..memory import peak_rss_mib
+from ..structured import load_json
 from .base import graph_key
 from .blocks import block_bounds, check_grid, inverse, permutations, permute_adjacency
 
@@ -148,7 +149,7 @@ def open_shards(directory, *, fingerprint=None, grid=None, seed=_ANY) -> "Shards
     path = Path(directory) / MANIFEST
     try:
         with open(path) as fh:
-            manifest = json.load(fh)
+            manifest = load_json(fh)
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_VERSION:
             found = manifest.get("format") if isinstance(manifest, dict) else manifest
             raise ValueError(f"format {_show(found)}, expected {FORMAT_VERSION}")
@@ -156,8 +157,6 @@ def open_shards(directory, *, fingerprint=None, grid=None, seed=_ANY) -> "Shards
     except FileNotFoundError:
         raise GraphError(f"{path}: missing; not a shard directory (write one with "
                          "'gnnmesh partition --method permute2 --grid R,C --write-shards DIR')") from None
-    except RecursionError:  # nested deeper than the parser goes
-        raise GraphError(f"{path}: unreadable shard manifest: nested too deeply") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise GraphError(f"{path}: unreadable shard manifest: {' '.join(str(exc).split())}") from None
     if fingerprint is not None and manifest["fingerprint"] != fingerprint:

@@ -20,6 +20,7 @@ import numpy as np
 from ..atomic import atomic_file, write_file
 from ..datasets.cache import default_dir
 from ..errors import GraphError
+from ..structured import load_json
 from ..validate import SEED_RANGE, Range
 from .base import METHOD_VERSIONS, Partition, as_adjacency, graph_key
 
@@ -137,15 +138,13 @@ def read_meta(path) -> dict:
         return {}
     try:
         with open(meta_path) as fh:
-            meta = json.load(fh)
+            meta = load_json(fh)
         if not isinstance(meta, dict):
             raise ValueError("not a JSON object")
         problem = _meta_problem(meta)
         if problem:
             raise ValueError(problem)
         return meta
-    except RecursionError:  # nested deeper than the parser goes
-        raise GraphError(f"{meta_path}: unreadable partition description (nested too deeply)") from None
     except (OSError, ValueError) as exc:
         raise GraphError(f"{meta_path}: unreadable partition description ({' '.join(str(exc).split())})") from None
 

@@ -26,7 +26,8 @@ import torch
 from .. import strategies
 from ..atomic import OutputKind, checksum
 from ..errors import ConfigError, GraphError
-from ..graph import Adjacency, check_vertex_data
+from ..graph import MAX_CLASSES, Adjacency, check_vertex_data
+from ..structured import load_json
 from ..tasks import TASKS, infer
 
 FORMAT_VERSION = 1
@@ -66,7 +67,7 @@ def open_parts(directory) -> "Parts":
     path = Path(directory) / MANIFEST
     try:
         with open(path) as fh:
-            manifest = json.load(fh)
+            manifest = load_json(fh)
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_VERSION:
             found = manifest.get("format") if isinstance(manifest, dict) else manifest
             raise ValueError(f"format {_show(found)}, expected {FORMAT_VERSION}")
@@ -75,8 +76,6 @@ def open_parts(directory) -> "Parts":
         if not Path(directory).is_dir():
             raise ConfigError(f"{directory}: no such parts directory ({WRITE_HINT})") from None
         raise GraphError(f"{path}: missing; not a parts directory ({WRITE_HINT})") from None
-    except RecursionError:  # nested deeper than the parser goes
-        raise GraphError(f"{path}: unreadable parts manifest: nested too deeply") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise GraphError(f"{path}: unreadable parts manifest: {' '.join(str(exc).split())}") from None
 
@@ -121,8 +120,8 @@ def _check_manifest(m: dict) -> None:
     for field in ("name", "dataset", "how", "fingerprint"):
         need(field, isinstance(m.get(field), str), "a string")
     need("num_nodes", _count(m.get("num_nodes"), 1), "a node count >= 1")
-    for field in ("num_features", "num_classes"):
-        need(field, _count(m.get(field), 1, 2**31), "a width >= 1")
+    need("num_features", _count(m.get("num_features"), 1, 2**31), "a width >= 1")
+    need("num_classes", _count(m.get("num_classes"), 1, MAX_CLASSES), f"a width in [1, {MAX_CLASSES:,}]")
     parts, ranks = m["parts"], m.get("ranks")
     need("ranks", isinstance(ranks, list) and len(ranks) == parts, f"a list of {parts} rank entries")
     for r, rank in enumerate(ranks):

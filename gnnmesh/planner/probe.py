@@ -19,6 +19,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ..structured import loads_json
 from .machine import ComputeRates, Network
 
 # (rows, common, nonzeros per row): square blocks, a wide and a narrow common dimension,
@@ -162,7 +163,7 @@ def probe_bandwidth(ranks: int = 2, sizes: tuple = ALLREDUCE_BYTES, timeout: flo
                     p.kill()
         if any(codes) or not os.path.exists(out):
             raise RuntimeError(f"bandwidth probe failed (exit codes {codes})")
-        timings = json.loads(Path(out).read_text())
+        timings = loads_json(Path(out).read_text())
     steps = 2.0 * (ranks - 1)
     latency, per_byte = _fit([[steps, steps / ranks * s] for s in sizes], timings)
     return 1.0 / max(float(per_byte), 1e-18), float(latency)

@@ -19,16 +19,23 @@ from typing import Callable
 from ..atomic import write_file
 from ..datasets.cache import default_dir
 from ..errors import ConfigError
+from ..structured import TooDeep, load_json
 from ..validate import Range
 from .machine import ComputeRates, Network
 
 
-# What each rate may be: costs and latencies >= 0 (a probe's fit may give 0), what is divided
-# by (flop/s, bandwidths) > 0, and the crowding factor >= 1 (``sharing_cores`` records only more).
-_POSITIVE = Range(0, None, open="low")
-RANGES = {"gemm_flops": _POSITIVE, "intra_bw": _POSITIVE, "inter_bw": _POSITIVE, "host_bw": _POSITIVE,
-          "gather_bw": _POSITIVE, "crowding": Range(1)}
-_AT_LEAST_0 = Range(0)
+# What each rate may be: what is divided by (flop/s, bytes/s) at least 1 a second, costs and
+# latencies (seconds) >= 0 (a probe's fit may give 0) and at most MAX_SECONDS, the crowding
+# factor >= 1 (``sharing_cores`` records only more) and at most MAX_CROWDING. Within these, every
+# price of any graph the planner takes (counts up to 2^48) is a finite number of seconds; a
+# bandwidth of 1e-300 or an overhead of 1e308 would price an epoch at infinity.
+MIN_PER_SECOND = 1.0
+MAX_SECONDS = 1e6
+MAX_CROWDING = 1e6
+_PER_SECOND = Range(MIN_PER_SECOND)
+RANGES = {"gemm_flops": _PER_SECOND, "intra_bw": _PER_SECOND, "inter_bw": _PER_SECOND, "host_bw": _PER_SECOND,
+          "gather_bw": _PER_SECOND, "crowding": Range(1, MAX_CROWDING)}
+_SECONDS = Range(0, MAX_SECONDS)
 
 
 def read(path, what: str = "--rates", complete: bool = False) -> tuple:
@@ -38,11 +45,11 @@ def read(path, what: str = "--rates", complete: bool = False) -> tuple:
     missing, which a file written before it was added lacks)."""
     try:
         with open(path) as f:
-            data = json.load(f)
+            data = load_json(f)
     except OSError as err:
         raise ConfigError(f"{what} {path}: {err.strerror or err}") from None
-    except (ValueError, RecursionError) as err:  # RecursionError: nested deeper than the parser goes
-        reason = "nested too deeply" if isinstance(err, RecursionError) else f"{type(err).__name__}: {err}"
+    except ValueError as err:
+        reason = str(err) if isinstance(err, TooDeep) else f"{type(err).__name__}: {err}"
         raise ConfigError(f"{what} {path}: not a rates file written by 'gnnmesh plan --save-rates' "
                           f"({' '.join(reason.split())[:200]})") from None
     if not (isinstance(data, dict) and isinstance(data.get("compute"), dict) and isinstance(data.get("network"), dict)):
@@ -60,7 +67,7 @@ def read(path, what: str = "--rates", complete: bool = False) -> tuple:
                     raise ConfigError(f"{what} {path}: field '{table}.source' must be a string, got {value!r:.40}")
                 values[name] = value
                 continue
-            problem = RANGES.get(name, _AT_LEAST_0).number_problem(value)
+            problem = RANGES.get(name, _SECONDS).number_problem(value)
             if problem:
                 raise ConfigError(f"{what} {path}: field '{table}.{name}' {problem}")
             values[name] = float(value)

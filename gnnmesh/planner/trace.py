@@ -23,8 +23,10 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from ..errors import ConfigError
 from ..graph import Adjacency
 from ..models import MODELS, Decoupled, build_model
+from ..validate import format_bytes
 from ..view import GraphView
 from .machine import GEMM, ComputeRates, Elementwise, SpMM, collective_time
 
@@ -187,10 +189,37 @@ def tiny_graph() -> Adjacency:
 _MODEL_SPECIFIC = {"heads", "attn_dropout", "k", "alpha"}
 
 
+# The planner runs the model itself on TINY_NODES nodes (``trace``): its weights and their
+# gradients are allocated whatever the graph. Beyond this many parameters (1 GiB of float32,
+# twice that with gradients) a plan is refused in one line rather than allocated: sizes up to
+# 2^48 are planned from flags and generator specs, which no memory holds as weights.
+MAX_TRACED_PARAMETERS = 1 << 28
+
+
+def within_bounds(construct: Callable[[], torch.nn.Module]) -> torch.nn.Module:
+    """``construct()`` once its parameters, counted on the meta device (no memory), are at most
+    MAX_TRACED_PARAMETERS; a ConfigError saying how many otherwise."""
+    try:
+        with torch.device("meta"):
+            count = sum(p.numel() for p in construct().parameters())
+    except Exception:  # noqa: BLE001 - a user's class that cannot be built on the meta device: built as it is
+        count = 0
+    if count > MAX_TRACED_PARAMETERS:
+        raise ConfigError(f"the model would have {count:,} parameters ({format_bytes(ELEMENT_BYTES * count)}); "
+                          f"the planner runs the model on a few nodes and plans at most {MAX_TRACED_PARAMETERS:,} "
+                          "(give smaller --features, --hidden or --classes)")
+    return construct()
+
+
 def build(widths, model: str = "gcn", decoupled: bool = False, **options) -> torch.nn.Module:
     """The model the trainer would build for ``widths`` (input, the ``hidden`` option of every
-    hidden layer — per head for GAT —, classes), without touching the global RNG.
+    hidden layer — per head for GAT —, classes), without touching the global RNG; a
+    ConfigError for one of more than MAX_TRACED_PARAMETERS.
     ``options``: constructor options (``heads`` and ``k`` are ignored by models without them)."""
+    return within_bounds(lambda: _build(widths, model, decoupled, **options))
+
+
+def _build(widths, model: str, decoupled: bool, **options) -> torch.nn.Module:
     widths = tuple(int(w) for w in widths)
     if ":" in model:  # a user's class (FILE.py:CLASS): (input, classes) and its --model-args
         from ..models import user

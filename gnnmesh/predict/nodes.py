@@ -33,9 +33,12 @@ def read_node_file(path, num_nodes: int) -> np.ndarray:
                 if not text:
                     continue
                 try:
-                    ids.append(int(text))
+                    value = int(text)
                 except ValueError:
                     raise ConfigError(f"{path}, line {number}: {text[:40]!r} is not a node id") from None
+                if not 0 <= value < num_nodes:  # checked here, where no integer is too large to hold
+                    raise _out_of_range(f"{path}, line {number}", value, num_nodes)
+                ids.append(value)
                 lines.append(number)
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not a text file of node ids (nor a .npy array)") from None
@@ -51,18 +54,24 @@ def _npy_ids(path: Path) -> np.ndarray:
     if values.ndim != 1 or not np.issubdtype(values.dtype, np.integer):
         raise ConfigError(f"{path}: node ids must be a 1-D integer array, got {values.dtype} of shape "
                           f"{values.shape}")
-    return values.astype(np.int64)
+    return values
 
 
 def _checked(ids: np.ndarray, num_nodes: int, path: Path, lines=None) -> np.ndarray:
+    """``ids`` (any integer dtype: checked before they become int64, which a uint64 id past
+    int64 would wrap into another id) as sorted distinct int64 ids."""
     bad = np.flatnonzero((ids < 0) | (ids >= num_nodes))
     if len(bad):
         at = f", line {lines[bad[0]]}" if lines is not None else f", entry {bad[0]}"
-        raise ConfigError(f"{path}{at}: node id {ids[bad[0]]} is out of range (the graph has {num_nodes:,} "
-                          f"nodes: 0 to {num_nodes - 1})")
+        raise _out_of_range(f"{path}{at}", int(ids[bad[0]]), num_nodes)
     if len(ids) == 0:
         raise ConfigError(f"{path}: lists no node ids")
-    return np.unique(ids)
+    return np.unique(ids.astype(np.int64))
+
+
+def _out_of_range(where: str, value: int, num_nodes: int) -> ConfigError:
+    return ConfigError(f"{where}: node id {value} is out of range (the graph has {num_nodes:,} nodes: 0 to "
+                       f"{num_nodes - 1})")
 
 
 def selected(nodes: str, shard, ids: np.ndarray, listed=None) -> np.ndarray:

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..atomic import OutputKind, staged_directory
 from ..errors import ConfigError
+from ..structured import TooDeep, loads_json
 
 MANIFEST = "manifest.json"
 KIND = "gnnmesh prediction"
@@ -154,9 +155,10 @@ def _manifest(directory: Path) -> dict:
     if not path.is_file():
         raise ConfigError(f"{directory}: not a prediction directory (no {MANIFEST})")
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError, RecursionError) as err:
-        raise ConfigError(f"{path}: unreadable manifest ({type(err).__name__})") from None
+        manifest = loads_json(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        reason = err if isinstance(err, TooDeep) else type(err).__name__
+        raise ConfigError(f"{path}: unreadable manifest ({reason})") from None
     problem = _manifest_problem(manifest)
     if problem:
         raise ConfigError(f"{path}: {problem}")

@@ -13,6 +13,7 @@ from typing import Optional
 
 from ..atomic import write_file
 from ..errors import ConfigError
+from ..structured import TooDeep, loads_json
 
 
 @dataclass(frozen=True)
@@ -47,11 +48,11 @@ def read_plan(path) -> Plan:
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not a plan file (not UTF-8 text)") from None
     try:
-        data = json.loads(text)
+        data = loads_json(text)
+    except TooDeep:
+        raise ConfigError(f"{path}: not a plan file (JSON nested too deeply)") from None
     except ValueError as err:
         raise ConfigError(f"{path}: not a plan file (not JSON: {err})") from None
-    except RecursionError:  # nested deeper than the parser goes
-        raise ConfigError(f"{path}: not a plan file (JSON nested too deeply)") from None
     if not isinstance(data, dict) or "candidates" not in data or "strategy" not in data:
         raise ConfigError(f"{path}: not a plan file written by 'gnnmesh plan --json' "
                           "(an object with 'strategy' and 'candidates')")

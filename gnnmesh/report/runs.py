@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import ConfigError
+from ..structured import TooDeep, loads_json
 
 ACCURACIES = ("train_acc", "val_acc", "test_acc")
 # Fields read as numbers (null allowed: not computed that epoch).
@@ -133,8 +134,8 @@ def read_run(path) -> Run:
         if not line.strip():
             continue
         try:
-            record = json.loads(line, parse_constant=lambda name: None)  # NaN, Infinity: no value
-        except RecursionError:  # nested deeper than the parser goes: no record
+            record = loads_json(line, parse_constant=lambda name: None)  # NaN, Infinity: no value
+        except TooDeep:
             raise ConfigError(f"{path} line {number}: not a JSON metrics record (nested too deeply)") from None
         except ValueError:
             if number == len(lines):

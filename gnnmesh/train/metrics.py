@@ -19,6 +19,7 @@ from pathlib import Path
 from .. import locks
 from ..atomic import check_writable, write_file
 from ..errors import ConfigError
+from ..structured import loads_json
 
 
 def to_json(record: dict) -> str:
@@ -49,7 +50,7 @@ def kept_lines(path: Path, last_epoch: int) -> list:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = loads_json(line)
         except ValueError:
             if number == len(lines):  # no newline after it: an append cut short
                 warnings.warn(f"{path} line {number}: dropping a torn last line (an interrupted write)")

@@ -131,9 +131,7 @@ def _train(config, parts, quiet, rank, world_size, device) -> Summary:
     summary = trainer.fit(progress, restarted)
     if rank == 0:  # --quiet keeps the summary
         print(f"done: {summary.epochs} epochs in {summary.total_time:.2f}s ({1e3 * summary.mean_epoch_time:.1f} ms/epoch); "
-        f"best val {'' if metric == 'acc' else metric + ' '}{summary.val_acc:.4f} at epoch {summary.best_epoch}, "
-        f"test {summary.test_acc:.4f}, "
-        f"final loss {summary.final_loss:.4f}{_peak(summary, world_size)}")
+        f"{_best(summary, metric)}, final loss {summary.final_loss:.4f}{_peak(summary, world_size)}")
     return summary
 
 
@@ -143,6 +141,16 @@ def restart_line(record: dict) -> str:
     where = (f"resumed from epoch {record['epoch']} of {record['checkpoint']}" if record["checkpoint"]
              else "started over (no checkpoint of this job yet)")
     return f"gnnmesh: restart {record['restart']}{failed}: {record['ranks']} ranks {where}"
+
+
+def _best(summary: Summary, metric: str) -> str:
+    """The best validation epoch in words. Epoch 0 is none: no evaluation gave the metric a value
+    (a ROC-AUC where every target is constant over the validation rows, say), which no number says."""
+    name = "" if metric == "acc" else metric + " "
+    if summary.best_epoch == 0:
+        return (f"best val {name}undefined (no evaluation gave it a value: a ROC-AUC needs a target that takes "
+                "both values on the validation rows)")
+    return f"best val {name}{summary.val_acc:.4f} at epoch {summary.best_epoch}, test {summary.test_acc:.4f}"
 
 
 def _peak(summary: Summary, world_size: int) -> str:

@@ -13,7 +13,7 @@ from gnnmesh import ConfigError, GraphError
 from gnnmesh.datasets import load, shard_writer, sharded
 from gnnmesh.datasets.shard_writer import write_shards
 from gnnmesh.datasets.sharded import ShardSet, is_shard_set, open_shards
-from tests.helpers import same_graph
+from tests.helpers import gnnmesh_in_process, one_error_line, same_graph
 
 
 @pytest.fixture(autouse=True)
@@ -183,6 +183,8 @@ def test_missing_directory_or_not_a_directory(tmp_path):
     ("node_shards[1].start", lambda m: m["node_shards"][1].update(start=170), "contiguously"),
     ("node_shards", lambda m: m["node_shards"].pop(), "num_nodes is 500"),
     ("weighted", lambda m: m.update(weighted=True), None),  # then a weight file is missing
+    # an output width no model is built for: refused before the model allocates hidden x 10^12 weights
+    ("num_classes", lambda m: m.update(num_classes=10**12), "must be an integer in [1, 65,536]"),
 ])
 def test_meta_json_fields_are_checked(rmat_set, field, change, message):
     rewrite_meta(rmat_set.directory, change)
@@ -201,6 +203,16 @@ def test_meta_json_that_is_not_json(rmat_set):
     (rmat_set.directory / "meta.json").write_text("{not json")
     with pytest.raises(GraphError, match="meta.json: not valid JSON"):
         open_shards(rmat_set.directory)
+
+
+def test_meta_json_nested_too_deeply_is_one_line(rmat_set):
+    """In train (and every rank of 'partition --input'): a GraphError naming meta.json, not a
+    RecursionError."""
+    (rmat_set.directory / "meta.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(GraphError, match="meta.json: not valid JSON .nested more than 100 levels deep"):
+        open_shards(rmat_set.directory)
+    assert not is_shard_set(rmat_set.directory)
+    one_error_line(gnnmesh_in_process("train", "--dataset", str(rmat_set.directory), "--epochs", "1"), "meta.json")
 
 
 def test_missing_shard_file(rmat_set):

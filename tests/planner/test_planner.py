@@ -239,6 +239,17 @@ def test_plan_rates_file_round_trip(capsys, tmp_path):
     (["--nproc", "4", "--nodes", "10", "--edges", "10", "--layers", "0"], "--layers"),
     (["--nproc", "4", "--nodes", "10", "--edges", "10", "--rates", "missing.json"], "--rates"),
     (["--nproc", "4", "--dataset", "rmat:nodes=10,bogus=1"], "bogus"),
+    # a bandwidth so low, or a latency so long, that an epoch would be priced at infinity
+    (["--nproc", "4", "--nodes", "10", "--edges", "10", "--intra-bw", "1e-300"], "--intra-bw"),
+    (["--nproc", "4", "--nodes", "10", "--edges", "10", "--inter-latency", "1e300"], "--inter-latency"),
+    # a model the planner would have to allocate to trace (2^48 features: petabytes of weights; the
+    # grid3d view prices from sizes alone and plans it)
+    (["--strategy", "all", "--nproc", "4", "--nodes", "10", "--edges", "10", "--features", "281474976710655"],
+     "268,435,456"),
+    (["--strategy", "all", "--nproc", "4", "--nodes", "10", "--edges", "10", "--features", "1000000", "--hidden", "256",
+      "--model", "gat"], "2,048,026,654 parameters"),
+    (["--strategy", "offload", "--dataset", "cora", "--device-memory", "1GiB", "--features", "281474976710655"],
+     "268,435,456"),
 ])
 def test_plan_bad_input_exits_2_with_one_line(capsys, flags, named):
     code, out, err = _plan(capsys, *flags)
@@ -251,3 +262,19 @@ def test_plan_bad_flag_value_exits_2(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["plan", "--nproc", "four", "--nodes", "10", "--edges", "10"])
     assert stop.value.code == 2 and "--nproc" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("table, field, value", [("compute", "epoch_overhead", 1e308), ("network", "intra_bw", 1e-300),
+                                                 ("compute", "spmm_per_nnz", 1e300), ("compute", "crowding", 1e300)])
+def test_rates_with_finite_extremes_are_refused(tmp_path, capsys, table, field, value):
+    """Finite rates that price an epoch at infinity (an OverflowError in plan, a rank's traceback
+    under --strategy auto) are refused when the file is read, naming the field."""
+    from gnnmesh.planner.rates import write
+    path = tmp_path / "rates.json"
+    write(path, machine.GPU_RATES, machine.GPU_NETWORK)
+    content = json.loads(path.read_text())
+    content[table][field] = value
+    path.write_text(json.dumps(content))
+    code, out, err = _plan(capsys, "--nproc", "4", "--nodes", "1000", "--edges", "10000", "--rates", str(path))
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and f"'{table}.{field}'" in lines[0] and str(path) in lines[0], err

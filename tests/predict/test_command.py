@@ -141,6 +141,10 @@ BAD = {
     "id out of range": (["--nodes", "{ids}"], "5\n300\n", "ids.txt, line 2: node id 300 is out of range"),
     "not an id": (["--nodes", "{ids}"], "5\nfive\n", "ids.txt, line 2: 'five' is not a node id"),
     "no such nodes": (["--nodes", "everything"], None, "--nodes everything: neither all, train"),
+    "id beyond int64": (["--nodes", "{ids}"], "5\n99999999999999999999999\n",
+                        "ids.txt, line 2: node id 99999999999999999999999 is out of range"),
+    "a mini-batch strategy": (["--strategy", "gdp"], None, "--strategy gdp trains mini-batches; predict runs the "
+                                                         "model over the whole graph under any of single, partition"),
     "layer out of range": (["--output", "embeddings", "--layer", "4"], None, "--layer 4: the model has 3 layers"),
     "layer of logits": (["--layer", "1"], None, "--layer applies to --output embeddings only"),
     "another width": (["--dataset", "sbm:nodes=300,classes=4,features=10"], None,
@@ -161,6 +165,16 @@ def test_bad_input_is_one_line_and_writes_nothing(checkpoint, tmp_path, capsys, 
     assert status == 2 and message in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "p").exists()
     assert [p.name for p in tmp_path.iterdir()] in ([], ["ids.txt"])  # no temporaries left either
+
+
+def test_a_uint64_id_past_int64_is_named_as_it_is(tmp_path):
+    """Checked before it becomes int64, where 2^64 - 1 would wrap into -1, another id's message."""
+    from gnnmesh.predict.nodes import read_node_file
+    np.save(tmp_path / "ids.npy", np.array([3, 2**64 - 1], dtype=np.uint64))
+    with pytest.raises(ConfigError, match="ids.npy, entry 1: node id 18446744073709551615 is out of range"):
+        read_node_file(tmp_path / "ids.npy", 300)
+    np.save(tmp_path / "ids.npy", np.array([7, 3, 7], dtype=np.uint64))
+    assert read_node_file(tmp_path / "ids.npy", 300).tolist() == [3, 7]
 
 
 def test_an_output_directory_holding_something_else_is_kept(checkpoint, tmp_path, capsys):

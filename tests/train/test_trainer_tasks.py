@@ -203,3 +203,12 @@ def test_the_run_names_the_inferred_task_and_its_metric(tmp_path, capsys):
     fails(capsys, ["predict", "--checkpoint", str(checkpoint), "--dataset", values, "--out", str(tmp_path / "r"),
                    "--output", "labels"], "--output labels: a regression model predicts no labels")
     assert not (tmp_path / "r").exists()
+
+
+def test_a_metric_without_a_value_is_said_to_be_undefined(tmp_path, capsys):
+    """All-constant multilabel targets give no ROC-AUC on any epoch: the summary says so, rather
+    than printing the selection's starting value (-1.0000) as if it were one."""
+    path = write_npz(tmp_path / "c.npz", np.zeros((30, 3), dtype=np.float32), np.arange(30) < 15)
+    assert main(["train", "--dataset", path, "--epochs", "2"]) == 0
+    done = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "best val roc_auc undefined (no evaluation gave it a value" in done and "-1.0000" not in done, done
