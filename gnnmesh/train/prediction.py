@@ -41,6 +41,15 @@ class Request:
     nodes: str = "all"
     fmt: str = "npy"
     weights: str = "best"
+    model: Optional[str] = None  # --model: the class of a checkpoint of the user's own model
+
+    def saved_config(self, state: dict) -> Config:
+        """The config of the checkpoint ``state`` (read from ``checkpoint``), its model checked
+        against ``model`` (``gnnmesh.trained.config_of``: nothing it names is imported)."""
+        try:
+            return trained.config_of(state, self.model)
+        except ConfigError as err:
+            raise ConfigError(f"{self.checkpoint}: {err}") from None
 
     def check(self) -> None:
         """The request's own errors, before anything is loaded."""
@@ -61,7 +70,7 @@ def run_prediction(config: Config, request: Request, quiet: bool = False) -> Opt
     world = world_from_env()
     rank, world_size = world or (0, 1)
     state = checkpoint.load(request.checkpoint)
-    saved = trained.config_of(state)
+    saved = request.saved_config(state)
     if saved.training.task is not None:  # an output its task does not make is refused before loading
         tasks.build(saved.training.task).check_output(request.output)
     config, parts = adopt_parts(with_model(config, saved, request.checkpoint))
@@ -110,7 +119,7 @@ def _predict(config, request, state, saved, parts, quiet, rank, world_size) -> O
     if dataset != saved.data.dataset and saved.data.dataset != DEFAULT_DATASET:
         say(f"note: the model was trained on {saved.data.dataset!r}; predicting on {dataset!r}, a graph of "
             f"the same input width (inductive inference)")
-    trainer = Trainer.from_checkpoint(request.checkpoint, data, config, request.weights)
+    trainer = Trainer.from_checkpoint(request.checkpoint, data, config, request.weights, model=request.model)
     say(f"{data.describe() if parts is not None else repr(data)} and the model of {request.checkpoint} "
         f"(epoch {trainer.epoch}, {request.weights} weights) loaded in {time.perf_counter() - t0:.2f}s; "
         f"strategy {trainer.strategy.describe()}")
