@@ -19,8 +19,8 @@ import torch
 from . import checkpoint
 from .config import FIELDS, Config
 from .errors import ConfigError
-from .models import user
-from .settings import ModelSection, flag_name
+from .models import options_of, user
+from .settings import ModelSection, flag_name, options_not_taken
 
 WEIGHTS = ("best", "last")  # the best-validation model (what training reports), or the last epoch's
 # The settings a model is built from: its own section.
@@ -76,11 +76,21 @@ def config_of(state: dict, model=None) -> Config:
 
 
 def _saved_config(state: dict) -> Config:
-    saved = {k: v for k, v in state["config"].items() if k in FIELDS}
+    saved = saved_settings(state["config"])
     try:
         return Config.of(**saved)
     except ConfigError:  # settings a newer version refuses together: the model's still hold
         return Config.of(**{k: v for k, v in saved.items() if k in MODEL_SETTINGS})
+
+
+def saved_settings(recorded: dict) -> dict:
+    """The settings a checkpoint records, those this version knows, without the model options
+    its model does not take: older checkpoints record every option, at its default."""
+    saved = {k: v for k, v in recorded.items() if k in FIELDS}
+    name, decoupled = saved.get("model", ModelSection.name), saved.get("decoupled", False)
+    if isinstance(name, str) and isinstance(decoupled, bool):
+        saved.update(dict.fromkeys((k for k in options_not_taken(name, decoupled) if k in saved), None))
+    return saved
 
 
 def check_model(state: dict, recorded: str, given) -> None:
@@ -113,12 +123,8 @@ def model_settings(config: Config) -> dict:
 
 def model_options(config: Config) -> dict:
     """The constructor options of the model ``config.model.name`` describes (a resolved config)."""
-    options = {"hidden": config.model.hidden, "layers": config.model.layers, "dropout": config.model.dropout}
-    if config.model.name == "gat":
-        options.update(heads=config.model.heads, attn_dropout=config.model.attn_dropout)
-    if config.model.decoupled:
-        options.update(k=config.model.k, alpha=config.model.alpha)
-    return options
+    return {name: config.get(name) for name in options_of(config.model.name, config.model.decoupled)
+            if name in MODEL_SETTINGS}
 
 
 def build(config: Config, widths: Widths, cls: Optional[type] = None) -> torch.nn.Module:

@@ -55,7 +55,7 @@ def run(args, argv) -> int:
     request.check()
     saved = request.saved_config(checkpoint.load(args.checkpoint))
     config = with_model(config_from_args(args), saved, args.checkpoint)  # refused before ranks start
-    if args.dataset is None and not config.data.parts and not (args.config and _file_names_dataset(args.config)):
+    if "dataset" not in config.given and not config.data.parts:  # given as a flag or in --config
         config = config.updated(dataset=saved.data.dataset)
     launched = start_ranks(config.run.nproc, argv)
     if launched is not None:
@@ -67,7 +67,3 @@ def run(args, argv) -> int:
     run_prediction(config, request, quiet=args.quiet)
     return 0
 
-
-def _file_names_dataset(path) -> bool:
-    from ..config import Config
-    return Config.from_toml(path).data.dataset != Config().data.dataset

@@ -25,7 +25,7 @@ from ..launch import world_from_env
 from ..predict import FORMATS, Output, write
 from ..predict.nodes import CHOICES
 from ..predict.store import MANIFEST
-from .run import DEFAULT_DATASET, adopt_parts, load_once_per_host
+from .run import adopt_parts, given_dataset, load_once_per_host
 from .trainer import Trainer, rank_device
 
 
@@ -111,12 +111,12 @@ def _predict(config, request, state, saved, parts, quiet, rank, world_size) -> O
         config, _ = choose(config, load, rank, world_size, say, inference=trained.widths_of(state).classes)
     if parts is not None:
         data = parts
-        data.check_run(config.run.strategy, world_size)
+        data.check_run(config.run.strategy, world_size, given_dataset(config))
         key = parts.manifest["fingerprint"]
     else:
         data, order, key = load_once_per_host(lambda: loaded or _load(config), rank, world_size)
     dataset = parts.dataset if parts is not None else config.data.dataset
-    if dataset != saved.data.dataset and saved.data.dataset != DEFAULT_DATASET:
+    if saved.data.dataset not in (dataset, data.name):  # by its name or its spec: the same graph
         say(f"note: the model was trained on {saved.data.dataset!r}; predicting on {dataset!r}, a graph of "
             f"the same input width (inductive inference)")
     trainer = Trainer.from_checkpoint(request.checkpoint, data, config, request.weights, model=request.model)

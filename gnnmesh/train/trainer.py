@@ -119,6 +119,9 @@ class Trainer:
         if widths is not None:
             widths.check(num_features, self.output_width, f"dataset '{data.name}'")
         self.name, self.num_nodes = data.name, data.num_nodes
+        if isinstance(data, Graph) and "dataset" not in self.config.given and data.name != self.config.data.dataset:
+            # a graph given in Python: checkpoints and metrics record the graph trained on, not --dataset's default
+            self.config = self.config.updated(dataset=data.name).resolved()
         self.num_features, self.num_classes = (num_features, self.output_width) if widths is None else \
             (widths.features, widths.classes)
         torch.manual_seed(self.config.training.seed)
@@ -387,7 +390,8 @@ class Trainer:
     def restore(self, state: dict) -> None:
         unset = Config().to_dict()  # a field newer than the checkpoint: it was written with the default
         unset["task"] = "classification"  # the one task before there were others
-        saved = {k: state["config"].get(k, unset[k]) for k in _RESULT_FIELDS}
+        recorded = trained.saved_settings(state["config"])
+        saved = {k: recorded.get(k, unset[k]) for k in _RESULT_FIELDS}
         mine = {k: self.config.to_dict()[k] for k in _RESULT_FIELDS}
         if saved["model"] != mine["model"] and ":" in saved["model"]:
             raise ConfigError(f"the checkpoint holds your own model {saved['model']}; give it with --model "

@@ -181,6 +181,8 @@ BAD = {
     "bad args": (["--model", MODELS["gatv2"][0], "--model-args", "heads"], "'heads' is not key=value"),
     "built-in option": (["--model", MODELS["gatv2"][0], "--hidden", "4"], "config field 'hidden' applies to the "
                                                                            "built-in models"),
+    "built-in option at its default": (["--model", MODELS["gatv2"][0], "--heads", "8"], "config field 'heads' applies "
+                                                                                       "to the built-in models"),
     "args for a built-in": (["--model", "gcn", "--model-args", "a=1"], "applies to --model FILE.py:CLASS"),
 }
 
