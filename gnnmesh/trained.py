@@ -111,9 +111,9 @@ def check_model(state: dict, recorded: str, given) -> None:
         raise ConfigError(f"it holds the model {recorded}, not {name}")
     expected = (state.get("user_model") or {}).get("sha256")
     if expected and user.file_hash(file) != expected:
-        found = f"file {file}" if file is not None else "file"
-        raise ConfigError(f"--model {name}: its {found} is not the one the model was trained from (sha256 "
-                          f"{expected[:12]}... recorded{'' if file is not None and file.is_file() else '; no such file'})")
+        missing = "" if file is not None and file.is_file() else "; no such file"
+        raise ConfigError(f"--model {name}: its file {file or ''} is not the one the model was trained from "
+                          f"(sha256 {expected[:12]}... recorded{missing})")
 
 
 def model_settings(config: Config) -> dict:

@@ -238,10 +238,11 @@ class Trainer:
         width is refused before its first update (a classifier with extra columns would train
         without a word). Every rank sees the same width, so all stop alike."""
         if logits.dim() != 2 or logits.shape[1] != self.num_classes:
-            got = f"{logits.shape[1]} outputs per node" if logits.dim() == 2 else f"outputs of shape {list(logits.shape)}"
-            raise ConfigError(f"config field 'model' ({self.config.model.name}): it gives {got}; the {self.task.name} "
-                              f"task on dataset '{self.name}' needs {self.num_classes} (Class(in_dim, num_classes, ...) "
-                              f"is built with num_classes={self.num_classes})")
+            got = (f"{logits.shape[1]} outputs per node" if logits.dim() == 2
+                   else f"outputs of shape {list(logits.shape)}")
+            raise ConfigError(f"config field 'model' ({self.config.model.name}): it gives {got}; the "
+                              f"{self.task.name} task on dataset '{self.name}' needs {self.num_classes} "
+                              f"(Class(in_dim, num_classes, ...) is built with num_classes={self.num_classes})")
 
     def update(self, loss: torch.Tensor, where: str, every_grad: bool = False) -> float:
         """One optimizer step on ``loss`` (this rank's part): backward, gradients summed over

@@ -243,7 +243,8 @@ def one_part(tmp_path_factory):
     where = tmp_path_factory.mktemp("one-part")
     assert gnnmesh_in_process("partition", "--dataset", SBM.format(1), "--nparts", "1", "--write-parts",
                               where / "parts").returncode == 0
-    Trainer(Config.of(dataset=SBM.format(1), epochs=2, checkpoint=str(where / "c.pt")), datasets.load(SBM.format(1))).fit()
+    config = Config.of(dataset=SBM.format(1), epochs=2, checkpoint=str(where / "c.pt"))
+    Trainer(config, datasets.load(SBM.format(1))).fit()
     return where / "parts", where / "c.pt"
 
 

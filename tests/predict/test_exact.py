@@ -38,8 +38,8 @@ def checkpoints(tmp_path_factory):
     root, graph, paths = tmp_path_factory.mktemp("checkpoints"), make_graph(), {}
     for name in MODELS:
         paths[name] = str(root / f"{name}.pt")
-        config = Config.of(**model_fields(name), hidden=5, **taken(model_fields(name), heads=2), layers=LAYERS, epochs=3, seed=3,
-                           checkpoint=paths[name])
+        config = Config.of(**model_fields(name), hidden=5, layers=LAYERS, epochs=3, seed=3, checkpoint=paths[name],
+                           **taken(model_fields(name), heads=2))
         Trainer(config, graph).fit()
     return paths
 
