@@ -62,8 +62,8 @@ def gnnmesh_epoch(graph, args):
     from gnnmesh.train import Trainer
     buffers.pool(True)  # as `gnnmesh train` runs it
     model, hidden, heads, dropout, evaluate = CASES[args.case]
-    cfg = Config.of(model=model, hidden=hidden, heads=heads, attn_dropout=0.0, layers=2, dropout=dropout,
-                 lr=0.01, weight_decay=5e-4)
+    attention = {"heads": heads, "attn_dropout": 0.0} if model == "gat" else {}  # gat's own options
+    cfg = Config.of(model=model, hidden=hidden, layers=2, dropout=dropout, lr=0.01, weight_decay=5e-4, **attention)
     trainer = Trainer(cfg, graph)
     if evaluate:
         return lambda: (trainer.train_step(), trainer.evaluate())

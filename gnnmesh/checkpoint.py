@@ -103,7 +103,15 @@ def structure_problem(state) -> str:
     job = state.get("job")  # absent from checkpoints written before it was recorded
     if job is not None and not isinstance(job, str):
         return "'job' is not the id of the job that wrote it"
+    user_model = state.get("user_model")  # a user's model: its name and its file's hash, never its code
+    if user_model is not None and not (isinstance(user_model, dict) and isinstance(user_model.get("name"), str)
+                                       and (user_model.get("sha256") is None or _sha256(user_model["sha256"]))):
+        return "'user_model' is not a model's name and sha256"
     return ""
+
+
+def _sha256(value) -> bool:
+    return isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value) is not None
 
 
 def _count(value) -> bool:

@@ -81,7 +81,16 @@ class Config:
             current = getattr(self, section)
             kept = {f.name: getattr(current, f.name) for f in fields(current) if f.name not in values}
             changed[section] = type(current).build(**kept, **values)
-        return dataclasses.replace(self, **changed)
+        out = dataclasses.replace(self, **changed)
+        object.__setattr__(out, "_given", self.given | frozenset(settings))
+        return out
+
+    @property
+    def given(self) -> frozenset:
+        """The settings (named as flags) given to this config, by ``of``, ``updated``, a TOML
+        file or a flag, whatever their values: a setting left at its default is not given,
+        one given its default value is (``--dataset cora`` beside ``--parts``)."""
+        return getattr(self, "_given", frozenset())
 
     # -- reading --------------------------------------------------------------------------------
     def get(self, name: str):
@@ -255,6 +264,7 @@ class Config:
             changes["device"] = _available_device(self.run.device)
         out = self.updated(**changes)
         object.__setattr__(out, "_resolved", True)  # ``updated`` copies are built afresh, unresolved
+        object.__setattr__(out, "_given", self.given)  # defaults filled in are not given
         return out
 
     # -- files ----------------------------------------------------------------------------------

@@ -68,11 +68,13 @@ def export_pyg(checkpoint, out_dir, weights: str = "best") -> dict:
     earlier export and nothing else (or nothing). Returns the description written to
     ``model.json``. A damaged, foreign or hostile checkpoint, or a model with no PyG form, is a
     ConfigError."""
+    from . import checkpoint as checkpoints
     from .trained import load
     out = Path(out_dir)
     if not Path(checkpoint).is_file():
         raise ConfigError(f"{Path(checkpoint)}: no such checkpoint")
     check_replaceable(out, OUTPUT)  # before the checkpoint is read, and again when replacing
+    _refuse_user_model(checkpoint, checkpoints.load(checkpoint))
     model, config = load(checkpoint, weights)  # read weights-only; ConfigError naming the file
     spec, tensors = describe(model, config.model.name)
     spec["trained"] = {"checkpoint": Path(checkpoint).name, "weights": weights}
@@ -81,6 +83,15 @@ def export_pyg(checkpoint, out_dir, weights: str = "best") -> dict:
         spec["weights_checksum"] = checksum(tmp / WEIGHTS_FILE)  # a damaged weights.pt is refused, not read
         (tmp / MODEL_FILE).write_text(json.dumps(spec, indent=2) + "\n")
     return spec
+
+
+def _refuse_user_model(path, state: dict) -> None:
+    """A checkpoint of the user's own model has no PyG form; it is refused from its record,
+    without importing the class it names (a checkpoint never imports code)."""
+    name = state["config"].get("model")
+    if isinstance(name, str) and ":" in name:
+        raise ConfigError(f"{Path(path)}: it holds your own model {name}; a PyG export is written for the "
+                          f"built-in models (gcn, sage, gat, gin and their decoupled forms)")
 
 
 def describe(model: nn.Module, name: str = "") -> tuple:

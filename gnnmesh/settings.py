@@ -145,15 +145,32 @@ class DataSection(Section):
 MODEL_DEFAULTS = {
     "gcn": {"hidden": 16, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4},
     "sage": {"hidden": 16, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4},
-    "gat": {"hidden": 8, "dropout": 0.6, "lr": 0.005, "weight_decay": 5e-4},
+    "gat": {"hidden": 8, "dropout": 0.6, "lr": 0.005, "weight_decay": 5e-4, "heads": 8, "attn_dropout": 0.6},
     "gin": {"hidden": 64, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4},
 }
-# Every model's decoupled form (``decoupled = true``) takes APPNP's.
-DECOUPLED_DEFAULTS = {"hidden": 64, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4}
+# Every model's decoupled form (``decoupled = true``) takes APPNP's; the decoupled GAT's
+# attention takes GAT's heads and attention dropout.
+DECOUPLED_DEFAULTS = {"hidden": 64, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4, "k": 10, "alpha": 0.1}
+DECOUPLED_ATTENTION_DEFAULTS = {k: MODEL_DEFAULTS["gat"][k] for k in ("heads", "attn_dropout")}
 # A user's model (FILE.py:CLASS) takes its own options from --model-args; training takes these.
 USER_MODEL_DEFAULTS = {"lr": 0.01, "weight_decay": 5e-4}
 # The built-in models' options, which a user's model takes through --model-args instead.
 BUILT_IN_OPTIONS = ("hidden", "dropout", "heads", "attn_dropout", "k", "alpha", "decoupled")
+# Of those, the ones a built-in model takes or not by its form (each class declares its own).
+MODEL_OPTIONS = ("hidden", "dropout", "heads", "attn_dropout", "k", "alpha")
+
+
+def options_not_taken(name: str, decoupled: bool) -> tuple:
+    """The settings of MODEL_OPTIONS that the model ``name`` (its ``decoupled`` form) does not
+    take: every one for a user's model (its options are its --model-args), and for a built-in
+    one those its class does not declare (``gnnmesh.models.options_of``)."""
+    if name not in MODEL_DEFAULTS:
+        return MODEL_OPTIONS
+    if decoupled and name == "gin":
+        return ()  # refused on its own: gin has no decoupled form
+    from .models import options_of  # torch: only where a model option is read
+    taken = options_of(name, decoupled)
+    return tuple(option for option in MODEL_OPTIONS if option not in taken)
 
 
 def _model_name(name: str, value) -> None:
@@ -185,10 +202,10 @@ class ModelSection(Section):
     hidden: Optional[int] = setting(help="hidden width (per head for GAT); default: the model's", check=COUNT)
     layers: int = setting(2, help="number of GNN layers (MLP layers of a decoupled model)", check=COUNT)
     dropout: Optional[float] = setting(help="feature dropout; default: the model's", check=FRACTION)
-    heads: int = setting(8, help="attention heads (GAT hidden layers)", check=COUNT)
-    attn_dropout: float = setting(0.6, help="attention dropout (GAT)", check=FRACTION)
-    k: int = setting(10, help="propagation steps (decoupled)", check=NON_NEGATIVE)
-    alpha: float = setting(0.1, help="teleport probability (decoupled)", check=Range(0.0, 1.0))
+    heads: Optional[int] = setting(help="attention heads (GAT hidden layers; default 8)", check=COUNT)
+    attn_dropout: Optional[float] = setting(help="attention dropout (GAT; default 0.6)", check=FRACTION)
+    k: Optional[int] = setting(help="propagation steps (decoupled; default 10)", check=NON_NEGATIVE)
+    alpha: Optional[float] = setting(help="teleport probability (decoupled; default 0.1)", check=Range(0.0, 1.0))
     decoupled: bool = setting(False, help="train the decoupled form of the model: its NN layers first, then k "
                               "propagation steps (gcn, sage, gat); under --strategy tensor: one layout switch "
                               "each way per pass")
@@ -197,15 +214,28 @@ class ModelSection(Section):
         super().__post_init__()
         if self.decoupled and self.name == "gin":
             raise ConfigError("config field 'model': gin has no decoupled form; choose gcn, sage or gat")
+        # an option is given when it is set (unset ones take the model's default), whatever its value
+        given = [f for f in MODEL_OPTIONS if getattr(self, f) is not None] + (["decoupled"] if self.decoupled else [])
         if self.user:
-            unset = type(self)()
-            given = [f for f in BUILT_IN_OPTIONS if getattr(self, f) != getattr(unset, f)]
             if given:
                 raise ConfigError(f"config field '{given[0]}' applies to the built-in models; give your model's "
                                   f"options with --model-args")
         elif self.args is not None:
             raise ConfigError(f"config field 'model_args' applies to --model FILE.py:CLASS, not the built-in "
                               f"{self.name}")
+        elif given:
+            self._refuse_options_not_taken(given)
+
+    def _refuse_options_not_taken(self, given: list) -> None:
+        """A model option given for a built-in model that does not take it (``--heads`` with
+        gcn) is refused in one line, rather than ignored."""
+        not_taken = options_not_taken(self.name, self.decoupled)
+        refused = [f for f in given if f in not_taken]
+        if refused:
+            form = f"the decoupled {self.name}" if self.decoupled else f"model {self.name}"
+            taken = ", ".join(f"--{f.replace('_', '-')}" for f in MODEL_OPTIONS if f not in not_taken)
+            raise ConfigError(f"config field '{refused[0]}' (--{refused[0].replace('_', '-')}) does not apply to "
+                              f"{form}, which takes {taken}")
 
     @property
     def user(self) -> bool:
@@ -216,7 +246,9 @@ class ModelSection(Section):
         """The literature defaults of this model's hyper-parameters (some live in ``training``)."""
         if self.user:
             return USER_MODEL_DEFAULTS
-        return DECOUPLED_DEFAULTS if self.decoupled else MODEL_DEFAULTS[self.name]
+        if self.decoupled:
+            return {**DECOUPLED_DEFAULTS, **(DECOUPLED_ATTENTION_DEFAULTS if self.name == "gat" else {})}
+        return MODEL_DEFAULTS[self.name]
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import torch
 
 from . import checkpoint
 from .config import FIELDS, Config
 from .errors import ConfigError
-from .settings import ModelSection, flag_name
+from .models import options_of, user
+from .settings import ModelSection, flag_name, options_not_taken
 
 WEIGHTS = ("best", "last")  # the best-validation model (what training reports), or the last epoch's
 # The settings a model is built from: its own section.
@@ -57,13 +59,61 @@ def widths_of(state: dict) -> Widths:
     return Widths(int(first.shape[1]), int(last[-1].shape[0]))
 
 
-def config_of(state: dict) -> Config:
-    """The config a checkpoint was written with (a setting it does not know keeps its default)."""
-    saved = {k: v for k, v in state["config"].items() if k in FIELDS}
+def config_of(state: dict, model=None) -> Config:
+    """The config a checkpoint was written with (a setting it does not know keeps its default).
+    A checkpoint of a user's model only names its class, and reading it never imports what it
+    names: ``model`` (``--model``: FILE.py:CLASS or module:CLASS, or the class itself) gives
+    the class, checked against the checkpoint's record (``check_model``), and the config then
+    names ``model``. A checkpoint of a built-in model takes no ``model``."""
+    config = _saved_config(state)
+    if not config.model.user:
+        if model is not None:
+            raise ConfigError(f"it holds the built-in model {config.model.name}; --model is for a checkpoint of "
+                              f"your own model")
+        return config
+    check_model(state, config.model.name, model)
+    return config.updated(model=model if isinstance(model, str) else user.name_of_class(model))
+
+
+def _saved_config(state: dict) -> Config:
+    saved = saved_settings(state["config"])
     try:
         return Config.of(**saved)
     except ConfigError:  # settings a newer version refuses together: the model's still hold
         return Config.of(**{k: v for k, v in saved.items() if k in MODEL_SETTINGS})
+
+
+def saved_settings(recorded: dict) -> dict:
+    """The settings a checkpoint records, those this version knows, without the model options
+    its model does not take: older checkpoints record every option, at its default."""
+    saved = {k: v for k, v in recorded.items() if k in FIELDS}
+    name, decoupled = saved.get("model", ModelSection.name), saved.get("decoupled", False)
+    if isinstance(name, str) and isinstance(decoupled, bool):
+        saved.update(dict.fromkeys((k for k in options_not_taken(name, decoupled) if k in saved), None))
+    return saved
+
+
+def check_model(state: dict, recorded: str, given) -> None:
+    """ConfigError unless ``given`` is the user's model ``recorded``, the model of the checkpoint
+    ``state``: a class of the same name, defined in a file of the same content where the
+    checkpoint records its sha256 (checkpoints written before it was recorded: the name only).
+    A file or module given by name is read for the check, not run."""
+    if given is None:
+        raise ConfigError(f"it holds your own model {recorded}; a checkpoint never imports the code it names: "
+                          f"give the model with --model FILE.py:CLASS (model= in Python)")
+    if isinstance(given, str):
+        name, file = given, user.spec_file(given)
+    elif isinstance(given, type) and issubclass(given, torch.nn.Module):
+        name, file = user.name_of_class(given), user.class_file(given)
+    else:
+        raise ConfigError(f"model: FILE.py:CLASS, module:CLASS or a torch.nn.Module subclass, got {given!r}")
+    if user.class_name(name) != user.class_name(recorded):
+        raise ConfigError(f"it holds the model {recorded}, not {name}")
+    expected = (state.get("user_model") or {}).get("sha256")
+    if expected and user.file_hash(file) != expected:
+        missing = "" if file is not None and file.is_file() else "; no such file"
+        raise ConfigError(f"--model {name}: its file {file or ''} is not the one the model was trained from "
+                          f"(sha256 {expected[:12]}... recorded{missing})")
 
 
 def model_settings(config: Config) -> dict:
@@ -73,20 +123,17 @@ def model_settings(config: Config) -> dict:
 
 def model_options(config: Config) -> dict:
     """The constructor options of the model ``config.model.name`` describes (a resolved config)."""
-    options = {"hidden": config.model.hidden, "layers": config.model.layers, "dropout": config.model.dropout}
-    if config.model.name == "gat":
-        options.update(heads=config.model.heads, attn_dropout=config.model.attn_dropout)
-    if config.model.decoupled:
-        options.update(k=config.model.k, alpha=config.model.alpha)
-    return options
+    return {name: config.get(name) for name in options_of(config.model.name, config.model.decoupled)
+            if name in MODEL_SETTINGS}
 
 
-def build(config: Config, widths: Widths) -> torch.nn.Module:
+def build(config: Config, widths: Widths, cls: Optional[type] = None) -> torch.nn.Module:
     """The untrained model of a resolved ``config`` for a graph of ``widths``: a built-in one,
-    or the user's class (``--model FILE.py:CLASS``) with its ``--model-args``."""
+    or the user's class (``--model FILE.py:CLASS``; ``cls``: that class, already imported) with
+    its ``--model-args``."""
     if config.model.user:
-        from .models import user
-        return user.build(config.model.name, widths.features, widths.classes, user.parse_args(config.model.args or ""))
+        return user.build(config.model.name, widths.features, widths.classes, user.parse_args(config.model.args or ""),
+                          cls)
     from .models import build_model
     return build_model(config.model.name, widths.features, widths.classes, decoupled=config.model.decoupled,
                        **model_options(config))
@@ -112,24 +159,26 @@ def load_state(model: torch.nn.Module, weights: dict, where: str) -> None:
         raise ConfigError(f"{where}: not a checkpoint of this model ({type(err).__name__}: {detail[:200]})") from None
 
 
-def load(path, weights: str = "best") -> tuple:
+def load(path, weights: str = "best", model=None) -> tuple:
     """``(model, config)`` of the checkpoint at ``path``: the model built and loaded with its
     ``weights`` (``best``: the best-validation epoch's, what training reports; ``last``: the
     last epoch's), in eval mode on the CPU, and the resolved config it was trained with.
     Run it as ``model(gnnmesh.view.GraphView(graph.adj), x)`` on any graph of its input width.
-    A damaged or foreign file is a ConfigError naming it; nothing in it is run."""
+    A damaged or foreign file is a ConfigError naming it; nothing in it is run. A checkpoint
+    of your own model needs ``model``, its class or its name as ``--model`` gives it
+    (``config_of``): a checkpoint is never a reason to import code."""
     state = checkpoint.load(path)
     where = str(Path(path))
     chosen = weights_of(state, weights)[0]
     try:
-        config = config_of(state).updated(device="cpu").resolved()
-        widths = widths_of(state)
-        _check_shapes(lambda: build(config, widths), chosen)
-        model = build(config, widths)
+        config = config_of(state, model).updated(device="cpu").resolved()
+        widths, cls = widths_of(state), (model if isinstance(model, type) else None)
+        _check_shapes(lambda: build(config, widths, cls), chosen)
+        built = build(config, widths, cls)
     except ConfigError as err:
         raise ConfigError(f"{where}: {err}") from None
-    load_state(model, chosen, where)
-    return model.eval(), config
+    load_state(built, chosen, where)
+    return built.eval(), config
 
 
 def _check_shapes(construct, weights: dict) -> None:

@@ -67,6 +67,15 @@ def model_fields(name: str) -> dict:
     return {"model": name[len("decoupled-"):] if decoupled else name, "decoupled": decoupled}
 
 
+def taken(fields: dict, **options) -> dict:
+    """The ``options`` (model options such as ``heads=2, k=3``) that the model of ``fields``
+    takes: a test's settings shared by every model, where a model refuses an option it does
+    not take."""
+    from gnnmesh.settings import options_not_taken
+    not_taken = options_not_taken(fields["model"], fields.get("decoupled", False))
+    return {name: value for name, value in options.items() if name not in not_taken}
+
+
 def layout(strategy: str, grid=None):
     """The parallel layout of ``strategy`` on this job's ranks (``grid``: "X,Y,Z" for grid3d)."""
     from gnnmesh import comm

@@ -133,3 +133,43 @@ def test_every_flag_names_one_setting_of_one_section():
     from gnnmesh.settings import SECTIONS, field_index
     assert len(field_index()) == sum(len(__import__("dataclasses").fields(c)) for c in SECTIONS.values())
     assert FIELDS["model"] == ("model", "name") and FIELDS["blocks"] == ("grid3d", "blocks")
+
+
+# -- model options ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fields, message", [
+    ({"heads": 8}, "'heads' (--heads) does not apply to model gcn, which takes --hidden, --dropout"),
+    ({"attn_dropout": 0.6}, "'attn_dropout' (--attn-dropout) does not apply to model gcn"),
+    ({"k": 10}, "'k' (--k) does not apply to model gcn"),
+    ({"alpha": 0.1}, "'alpha' (--alpha) does not apply to model gcn"),
+    ({"model": "sage", "heads": 2}, "'heads' (--heads) does not apply to model sage"),
+    ({"model": "gat", "k": 3}, "'k' (--k) does not apply to model gat, which takes --hidden, --dropout, --heads, "
+                               "--attn-dropout"),
+    ({"decoupled": True, "heads": 8}, "'heads' (--heads) does not apply to the decoupled gcn, which takes --hidden, "
+                                      "--dropout, --k, --alpha"),
+    ({"model": "gin", "alpha": 0.5}, "'alpha' (--alpha) does not apply to model gin"),
+])
+def test_a_model_option_the_model_does_not_take_is_refused_whatever_its_value(fields, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        Config.of(**fields)
+
+
+def test_the_options_a_model_takes_are_its_classs_and_resolve_to_its_defaults():
+    from gnnmesh.models import DECOUPLED, MODELS, options_of
+    from gnnmesh.settings import MODEL_OPTIONS
+    forms = [(name, False) for name in MODELS] + [(name, True) for name in DECOUPLED]
+    for name, decoupled in forms:
+        taken = {o for o in options_of(name, decoupled) if o in MODEL_OPTIONS}
+        resolved = Config.of(model=name, decoupled=decoupled).resolved()
+        assert {o for o in MODEL_OPTIONS if resolved.get(o) is not None} == taken, (name, decoupled)
+        Config.of(model=name, decoupled=decoupled, **{o: resolved.get(o) for o in taken})  # each given: accepted
+    gat = Config.of(model="gat", decoupled=True).resolved()
+    assert (gat.model.heads, gat.model.attn_dropout, gat.model.k, gat.model.alpha) == (8, 0.6, 10, 0.1)
+
+
+def test_a_setting_is_given_whatever_its_value_and_defaults_filled_in_are_not(tmp_path):
+    assert "dataset" not in Config().given and "dataset" not in Config.of(epochs=3).resolved().given
+    assert "dataset" in Config.of(dataset="cora").given and "dataset" in Config.of(dataset="cora").resolved().given
+    path = tmp_path / "run.toml"
+    path.write_text('[data]\ndataset = "cora"\n')
+    assert "dataset" in Config.from_toml(path).updated(epochs=2).given

@@ -992,11 +992,12 @@ def export_dirs(graph, valid):
     from gnnmesh.config import Config
     from gnnmesh.export import export_pyg
     from gnnmesh.train import Trainer
-    from tests.helpers import model_fields
+    from tests.helpers import model_fields, taken
     out = {}
     for name in EXPORT_MODELS:
         checkpoint = valid / f"export-{name}.pt"
-        Trainer(Config.of(**model_fields(name), epochs=1, hidden=4, heads=2, checkpoint=str(checkpoint)), graph).fit()
+        fields = model_fields(name)
+        Trainer(Config.of(**fields, **taken(fields, hidden=4, heads=2), epochs=1, checkpoint=str(checkpoint)), graph).fit()
         out[name] = export_pyg(checkpoint, valid / f"export-{name}") and valid / f"export-{name}"
     return {name: Valid(path, plain(read_export(path))) for name, path in out.items()}
 

@@ -222,3 +222,49 @@ def test_widths_that_disagree_with_the_weights_allocate_nothing(graph, tmp_path,
         gnnmesh.load(path)
     text = str(info.value)
     assert text.startswith(f"{path}: not a checkpoint of this model") and "1099511627776" in text, text
+
+
+# -- a checkpoint that names code ------------------------------------------------------------------
+# A checkpoint of a user's model names its class; reading it must never import what it names.
+
+PAYLOAD = ("from pathlib import Path\nPath({marker!r}).write_text('ran')\n"
+           "import torch\n\nclass Net(torch.nn.Module):\n    pass\n")
+
+
+def _naming_checkpoint(graph, tmp_path, monkeypatch, form):
+    """A good checkpoint whose config names a file or a module that, imported, creates ``ran``."""
+    marker = tmp_path / "ran"
+    if form == "file":
+        payload = tmp_path / "payload.py"
+        name = f"{payload}:Net"
+    else:  # an importable module, as 'this:X' names the standard library's
+        payload = tmp_path / "gnnmesh_payload_module.py"
+        name = "gnnmesh_payload_module:Net"
+        monkeypatch.syspath_prepend(str(tmp_path))
+    payload.write_text(PAYLOAD.format(marker=str(marker)))
+    path, state = _good_checkpoint(graph, tmp_path)
+    from gnnmesh.settings import BUILT_IN_OPTIONS, ModelSection
+    state["config"].update({option: getattr(ModelSection(), option) for option in BUILT_IN_OPTIONS}, model=name)
+    torch.save(state, path)
+    return path, marker
+
+
+@pytest.mark.parametrize("form", ["file", "module"])
+def test_a_checkpoint_naming_code_imports_nothing_and_asks_for_model(graph, tmp_path, monkeypatch, form):
+    import gnnmesh
+    from tests.helpers import gnnmesh_in_process
+    path, marker = _naming_checkpoint(graph, tmp_path, monkeypatch, form)
+    commands = {"predict": ["predict", "--checkpoint", path, "--out", tmp_path / "p", "--dataset", SBM],
+                "export": ["export", "--checkpoint", path, "--to", "pyg", "--out", tmp_path / "e"],
+                "resume": ["train", "--dataset", SBM, "--epochs", "3", "--checkpoint", path, "--resume"]}
+    for command, args in commands.items():
+        result = gnnmesh_in_process(*args)
+        one_error_line(result, str(path))
+        asked = "give it with --model" if command == "resume" else "give the model with --model"
+        assert (asked if command != "export" else "a PyG export is written for the built-in") in result.stderr, \
+            result.stderr
+        assert not marker.exists(), command
+    for load in (lambda: gnnmesh.load(path), lambda: Trainer.from_checkpoint(path, graph)):
+        with pytest.raises(ConfigError, match="never imports the code it names: give the model with --model"):
+            load()
+        assert not marker.exists()

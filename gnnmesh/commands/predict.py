@@ -35,6 +35,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      help="shard format (parquet needs gnnmesh[parquet]; default: npy)")
     cmd.add_argument("--weights", default="best", choices=("best", "last"),
                      help="the best-validation epoch's weights (what training reports) or the last epoch's")
+    cmd.add_argument("--model", dest="user_model", metavar="FILE.py:CLASS",
+                     help="a checkpoint of your own model: its class (FILE.py:CLASS or package.module:CLASS), "
+                          "checked against the checkpoint's record of it; a checkpoint never imports code")
     cmd.add_argument("--config", help="TOML file with settings (flags override it; its model settings are "
                                       "the checkpoint's)")
     cmd.add_argument("--quiet", action="store_true", help="print only the summary")
@@ -45,15 +48,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args, argv) -> int:
-    from .. import checkpoint, trained  # heavy imports only when predicting
+    from .. import checkpoint  # heavy imports only when predicting
     from ..train.prediction import Request, with_model
-    request = Request(args.checkpoint, args.out, args.output, args.layer, args.nodes, args.fmt, args.weights)
+    request = Request(args.checkpoint, args.out, args.output, args.layer, args.nodes, args.fmt, args.weights,
+                      args.user_model)
     request.check()
     _full_graph(args.strategy)
-    saved = trained.config_of(checkpoint.load(args.checkpoint))
+    saved = request.saved_config(checkpoint.load(args.checkpoint))
     config = with_model(config_from_args(args), saved, args.checkpoint)  # refused before ranks start
     _full_graph(config.run.strategy)
-    if args.dataset is None and not config.data.parts and not (args.config and _file_names_dataset(args.config)):
+    if "dataset" not in config.given and not config.data.parts:  # given as a flag or in --config
         config = config.updated(dataset=saved.data.dataset)
     launched = start_ranks(config.run.nproc, argv)
     if launched is not None:
@@ -75,7 +79,3 @@ def _full_graph(strategy) -> None:
         raise ConfigError(f"--strategy {strategy} trains mini-batches; predict runs the model over the whole "
                           f"graph under any of {', '.join(strategies.names('full'))}, whichever trained it")
 
-
-def _file_names_dataset(path) -> bool:
-    from ..config import Config
-    return Config.from_toml(path).data.dataset != Config().data.dataset

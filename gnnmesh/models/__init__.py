@@ -5,6 +5,8 @@ and the pieces a user's model is built from: ``LayerStack``, ``GraphLayer``, ``M
 
 from __future__ import annotations
 
+import inspect
+
 from .base import SELF, GraphLayer, LayerStack, Maths, Term
 from .decoupled import Decoupled
 from .gat import GAT
@@ -32,5 +34,22 @@ def build_model(name: str, in_dim: int, num_classes: int, decoupled: bool = Fals
     return MODELS[key](in_dim, num_classes, **options)
 
 
-__all__ = ["MODELS", "DECOUPLED", "build_model", "GCN", "SAGE", "GAT", "GIN", "Decoupled", "LayerStack",
+def options_of(name: str, decoupled: bool = False) -> tuple:
+    """The constructor options the built-in model ``name`` (its ``decoupled`` form) takes, as
+    its class declares them in its signature: what a setting such as ``--heads`` must be one
+    of to apply. The decoupled form's fixed arguments (``op``, ``attention``) are not options,
+    nor are its attention options without attention."""
+    key = name.lower()
+    if key not in MODELS or (decoupled and key not in DECOUPLED):
+        raise ValueError(f"unknown model {name!r}{' (decoupled)' if decoupled else ''}")
+    cls = Decoupled if decoupled else MODELS[key]
+    skipped = {"self", "in_dim", "num_classes"}
+    if decoupled:
+        skipped |= {"op", "attention"}
+        if not DECOUPLED[key].get("attention"):
+            skipped |= set(Decoupled.ATTENTION_OPTIONS)
+    return tuple(p for p in inspect.signature(cls.__init__).parameters if p not in skipped)
+
+
+__all__ = ["MODELS", "DECOUPLED", "build_model", "options_of", "GCN", "SAGE", "GAT", "GIN", "Decoupled", "LayerStack",
            "GraphLayer", "Maths", "Term", "SELF"]

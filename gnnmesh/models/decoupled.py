@@ -21,6 +21,9 @@ from .base import layer_dims
 
 
 class Decoupled(nn.Module):
+    # The options only the attention form (``attention=True``) reads.
+    ATTENTION_OPTIONS = ("heads", "attn_dropout", "negative_slope")
+
     def __init__(self, in_dim: int, num_classes: int, hidden: int = 64, layers: int = 2,
                  dropout: float = 0.5, k: int = 10, alpha: float = 0.1, op: str = "gcn",
                  attention: bool = False, heads: int = 1, attn_dropout: float = 0.0,

@@ -6,6 +6,11 @@ The class is imported, not unpickled: ``--model`` runs the user's code, exactly 
 ``python file.py`` would, on every rank, from the directory the command runs in. A file is
 imported once per process under a name of its own, so two files of the same name do not
 collide.
+
+A checkpoint of a user's model records its class's name and the sha256 of the file that
+defines it (``record``), never the code: reading a checkpoint imports nothing, and the model
+is built again only from a ``--model`` (``model=``) its reader gives, checked against that
+record first (``gnnmesh.trained``).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import inspect
 import re
 import sys
 from pathlib import Path
+from typing import Optional
 
 from torch import nn
 
@@ -85,10 +91,11 @@ def _import_module(name: str):
         raise
 
 
-def build(name: str, in_dim: int, num_classes: int, options: dict) -> nn.Module:
-    """``Class(in_dim, num_classes, **options)``; an error raised by the user's code keeps its
-    traceback, with a note naming the model."""
-    cls = model_class(name)
+def build(name: str, in_dim: int, num_classes: int, options: dict, cls: Optional[type] = None) -> nn.Module:
+    """``Class(in_dim, num_classes, **options)``, the class ``name`` names (or ``cls``, already
+    imported, under that name); an error raised by the user's code keeps its traceback, with a
+    note naming the model."""
+    cls = cls if cls is not None else model_class(name)
     try:
         inspect.signature(cls).bind(in_dim, num_classes, **options)
     except TypeError as err:
@@ -107,12 +114,57 @@ def build(name: str, in_dim: int, num_classes: int, options: dict) -> nn.Module:
 def name_of(model: nn.Module) -> str:
     """The ``--model`` name that builds ``model``'s class again: ``module:Class``, or
     ``FILE.py:Class`` for a class defined in a script or a file given by path."""
-    cls = type(model)
+    return name_of_class(type(model))
+
+
+def name_of_class(cls: type) -> str:
+    """``name_of`` a model of class ``cls``."""
     module = sys.modules.get(cls.__module__)
     file = getattr(module, "__file__", None)
     if (cls.__module__ == "__main__" or cls.__module__.startswith("gnnmesh_user_model_")) and file:
         return f"{file}:{cls.__qualname__}"
     return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def record(model: nn.Module, name: str) -> dict:
+    """What a checkpoint keeps of the user's ``model`` (trained as ``name``): the name, and the
+    sha256 of the file its class is defined in (None where it has none)."""
+    return {"name": name, "sha256": file_hash(class_file(type(model)))}
+
+
+def class_file(cls: type) -> Optional[Path]:
+    """The file that defines ``cls``, as its module was imported from (None: none, a builtin)."""
+    file = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    return Path(file) if file else None
+
+
+def spec_file(name: str) -> Optional[Path]:
+    """The file that defines the model ``name`` (FILE.py:CLASS or module:CLASS), found without
+    running it (a module's parent packages are imported to find it); None where there is none."""
+    check_spec("model", name)
+    where = name.rpartition(":")[0]
+    if where.endswith(".py"):
+        return Path(where)
+    try:
+        found = importlib.util.find_spec(where)
+    except (ImportError, ValueError):  # a parent package missing, or not a package
+        return None
+    return Path(found.origin) if found is not None and found.origin and found.has_location else None
+
+
+def file_hash(path: Optional[Path]) -> Optional[str]:
+    """The sha256 of the file at ``path`` (None where there is no such readable file)."""
+    if path is None:
+        return None
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def class_name(name: str) -> str:
+    """The class part of a model's name: ``Net`` of ``models/net.py:Net``."""
+    return name.rpartition(":")[2]
 
 
 def parse_args(text: str, field: str = "model_args") -> dict:

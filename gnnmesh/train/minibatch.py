@@ -155,6 +155,7 @@ class MiniBatchTrainer(Trainer):
         for step, batch in enumerate(self.batches(epoch)):
             seeds = self._mine(batch)
             logits = self._logits(self.sampler, seeds, epoch, step)
+            self.check_output(logits)
             targets = self.targets[torch.from_numpy(seeds).to(self.targets.device)]
             # the sum over this rank's share / the whole batch's divisor: the ranks add up to its mean
             loss = self.task.loss(logits, targets) / self._divisor(batch)

@@ -25,7 +25,7 @@ from ..launch import world_from_env
 from ..predict import FORMATS, Output, write
 from ..predict.nodes import CHOICES
 from ..predict.store import OUTPUT
-from .run import DEFAULT_DATASET, adopt_parts, load_once_per_host
+from .run import adopt_parts, given_dataset, load_once_per_host
 from .trainer import Trainer, rank_device
 
 
@@ -41,6 +41,15 @@ class Request:
     nodes: str = "all"
     fmt: str = "npy"
     weights: str = "best"
+    model: Optional[str] = None  # --model: the class of a checkpoint of the user's own model
+
+    def saved_config(self, state: dict) -> Config:
+        """The config of the checkpoint ``state`` (read from ``checkpoint``), its model checked
+        against ``model`` (``gnnmesh.trained.config_of``: nothing it names is imported)."""
+        try:
+            return trained.config_of(state, self.model)
+        except ConfigError as err:
+            raise ConfigError(f"{self.checkpoint}: {err}") from None
 
     def check(self) -> None:
         """The request's own errors, before anything is loaded."""
@@ -67,7 +76,7 @@ def _run(config: Config, request: Request, quiet: bool) -> Optional[dict]:
     world = world_from_env()
     rank, world_size = world or (0, 1)
     state = checkpoint.load(request.checkpoint)
-    saved = trained.config_of(state)
+    saved = request.saved_config(state)
     if saved.training.task is not None:  # an output its task does not make is refused before loading
         tasks.build(saved.training.task).check_output(request.output)
     config, parts = adopt_parts(with_model(config, saved, request.checkpoint))
@@ -108,15 +117,15 @@ def _predict(config, request, state, saved, parts, quiet, rank, world_size) -> O
         config, _ = choose(config, load, rank, world_size, say, inference=trained.widths_of(state).classes)
     if parts is not None:
         data = parts
-        data.check_run(config.run.strategy, world_size)
+        data.check_run(config.run.strategy, world_size, given_dataset(config))
         key = parts.manifest["fingerprint"]
     else:
         data, order, key = load_once_per_host(lambda: loaded or _load(config), rank, world_size)
     dataset = parts.dataset if parts is not None else config.data.dataset
-    if dataset != saved.data.dataset and saved.data.dataset != DEFAULT_DATASET:
+    if saved.data.dataset not in (dataset, data.name):  # by its name or its spec: the same graph
         say(f"note: the model was trained on {saved.data.dataset!r}; predicting on {dataset!r}, a graph of "
             f"the same input width (inductive inference)")
-    trainer = Trainer.from_checkpoint(request.checkpoint, data, config, request.weights)
+    trainer = Trainer.from_checkpoint(request.checkpoint, data, config, request.weights, model=request.model)
     say(f"{data.describe() if parts is not None else repr(data)} and the model of {request.checkpoint} "
         f"(epoch {trainer.epoch}, {request.weights} weights) loaded in {time.perf_counter() - t0:.2f}s; "
         f"strategy {trainer.strategy.describe()}")

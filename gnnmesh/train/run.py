@@ -22,7 +22,12 @@ from ..parts import open_parts
 from ..transforms import reorder
 from .trainer import EpochResult, Summary, Trainer, rank_device
 
-DEFAULT_DATASET = Config().data.dataset
+
+
+def given_dataset(config: Config):
+    """The ``--dataset`` the user gave (None where it was left to its default), which a run
+    from parts checks against the dataset the parts hold: given, it is never ignored."""
+    return config.data.dataset if "dataset" in config.given else None
 
 
 def load_graph(config: Config) -> Graph:
@@ -82,7 +87,7 @@ def _train(config, parts, quiet, rank, world_size, device) -> Summary:
         t0 = time.perf_counter()
     if parts is not None:
         data = parts
-        data.check_run(config.run.strategy, world_size, None if config.data.dataset == DEFAULT_DATASET else config.data.dataset)
+        data.check_run(config.run.strategy, world_size, given_dataset(config))
         config = config.updated(dataset=data.dataset)  # what checkpoints and metrics record
     else:
         data = load_once_per_host(lambda: graph if graph is not None else load_graph(config), rank, world_size)

@@ -120,6 +120,9 @@ class Trainer:
         if widths is not None:
             widths.check(num_features, self.output_width, f"dataset '{data.name}'")
         self.name, self.num_nodes = data.name, data.num_nodes
+        if isinstance(data, Graph) and "dataset" not in self.config.given and data.name != self.config.data.dataset:
+            # a graph given in Python: checkpoints and metrics record the graph trained on, not --dataset's default
+            self.config = self.config.updated(dataset=data.name).resolved()
         self.num_features, self.num_classes = (num_features, self.output_width) if widths is None else \
             (widths.features, widths.classes)
         torch.manual_seed(self.config.training.seed)
@@ -128,9 +131,11 @@ class Trainer:
         elif not self.config.model.user:  # what checkpoints record: the class, to build it again
             built_in = {f: getattr(ModelSection(), f) for f in BUILT_IN_OPTIONS}
             self.config = self.config.updated(model=user_models.name_of(model), **built_in).resolved()
-        problem = self.config.engine.model_problem(model, self.config.training.minibatch)
+        problem = self.config.engine.model_problem(model, self.config.training.minibatch) or _parameter_problem(model)
         if problem:
             raise ConfigError(f"config field 'model' ({self.config.model.name}): {problem}")
+        # what a checkpoint keeps of a user's model: its name and its file's hash, never its code
+        self.model_record = user_models.record(model, self.config.model.name) if self.config.model.user else None
         self.model = model.to(self.device)
         self.strategy.prepare(self.model)
         self._optimizer: Optional[torch.optim.Optimizer] = None
@@ -221,12 +226,24 @@ class Trainer:
         s.view.set_epoch(self.epoch)
 
         def loss_of(logits, rows):
+            self.check_output(logits)
             # Sum over local train rows / global train count = the single-process mean loss.
             train, targets = s.train_mask[rows], self.targets[rows]
             return self.task.loss(logits[train], targets[train]) / self.loss_divisor
 
         loss = self.strategy.train_loss(self.model, s.view, s.x, loss_of)
         return self.update(loss, f"epoch {self.epoch}")
+
+    def check_output(self, logits: torch.Tensor) -> None:
+        """The model's output must be one row of the task's width per node: a model of another
+        width is refused before its first update (a classifier with extra columns would train
+        without a word). Every rank sees the same width, so all stop alike."""
+        if logits.dim() != 2 or logits.shape[1] != self.num_classes:
+            got = (f"{logits.shape[1]} outputs per node" if logits.dim() == 2
+                   else f"outputs of shape {list(logits.shape)}")
+            raise ConfigError(f"config field 'model' ({self.config.model.name}): it gives {got}; the "
+                              f"{self.task.name} task on dataset '{self.name}' needs {self.num_classes} "
+                              f"(Class(in_dim, num_classes, ...) is built with num_classes={self.num_classes})")
 
     def update(self, loss: torch.Tensor, where: str, every_grad: bool = False) -> float:
         """One optimizer step on ``loss`` (this rank's part): backward, gradients summed over
@@ -309,15 +326,21 @@ class Trainer:
     # -- using the model -------------------------------------------------------------------------
     @classmethod
     def from_checkpoint(cls, path, data, config: Optional[Config] = None, weights: str = "best",
-                        strategy: Optional[Strategy] = None, task: Optional[tasks.Task] = None) -> "Trainer":
+                        strategy: Optional[Strategy] = None, task: Optional[tasks.Task] = None,
+                        model=None) -> "Trainer":
         """The trainer of the model in the checkpoint at ``path`` (its model settings, its
         ``weights``: ``best`` or ``last``) on ``data`` (a Graph, labelled or not, or parts)
         under ``config``'s strategy and data settings (default: one process). A checkpoint
         from any strategy and rank count loads under any other; a model whose input width or
         number of classes is not the graph's is a ConfigError naming ``path``. The task is the
-        checkpoint's (``task``: a task of the caller's, which checkpoints do not record)."""
+        checkpoint's (``task``: a task of the caller's, which checkpoints do not record).
+        A checkpoint of your own model needs ``model``: its class, or its name as ``--model``
+        gives it (``gnnmesh.trained.config_of``); a checkpoint never imports code."""
         state = checkpoint.load(path)
-        saved = trained.config_of(state)
+        try:
+            saved = trained.config_of(state, model)
+        except ConfigError as err:
+            raise ConfigError(f"{path}: {err}") from None
         config = (config or Config()).updated(**trained.model_settings(saved), seed=saved.training.seed)
         if saved.training.task is not None and task is None:
             config = config.updated(task=saved.training.task, class_weights=None, regression_loss=None)
@@ -325,7 +348,11 @@ class Trainer:
         if isinstance(data, Graph):
             data = _labelled(data, widths.classes, saved.training.task)
         try:
-            trainer = cls(config, data, strategy, widths=widths, task=task)
+            built = None
+            if isinstance(model, type):  # the caller's class itself: built, not imported again by name
+                torch.manual_seed(config.training.seed)
+                built = trained.build(config.resolved(), widths, model)
+            trainer = cls(config, data, strategy, widths=widths, task=task, model=built)
         except ConfigError as err:
             raise ConfigError(f"{path}: {err}") from None
         values, trainer.epoch = trained.weights_of(state, weights)
@@ -364,16 +391,23 @@ class Trainer:
                 "optimizer": self.optimizer.state_dict(), "best": self.best,
                 "history": [asdict(r) for r in self.history], "config": self.config.to_dict(),
                 "widths": {"features": self.num_features, "classes": self.num_classes},
-                "job": launch.job_id()}  # a restart of this job resumes from it (``_restart``)
+                "job": launch.job_id(),  # a restart of this job resumes from it (``_restart``)
+                **({"user_model": self.model_record} if self.model_record else {})}
 
     def restore(self, state: dict) -> None:
         unset = Config().to_dict()  # a field newer than the checkpoint: it was written with the default
         unset["task"] = "classification"  # the one task before there were others
-        saved = {k: state["config"].get(k, unset[k]) for k in _RESULT_FIELDS}
+        recorded = trained.saved_settings(state["config"])
+        saved = {k: recorded.get(k, unset[k]) for k in _RESULT_FIELDS}
         mine = {k: self.config.to_dict()[k] for k in _RESULT_FIELDS}
+        if saved["model"] != mine["model"] and ":" in saved["model"]:
+            raise ConfigError(f"the checkpoint holds your own model {saved['model']}; give it with --model "
+                              f"{saved['model']}")
         if saved != mine:
             diff = sorted(k for k in mine if saved.get(k) != mine[k])
             raise ConfigError(f"checkpoint was written with different settings: {', '.join(diff)}")
+        if self.model_record:
+            trained.check_model(state, state["config"]["model"], self.model_record["name"])
         trained.widths_of(state).check(self.num_features, self.num_classes, "the checkpoint's model")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -470,6 +504,14 @@ class Trainer:
         if self.strategy.world_size == 1:
             return fn()
         return comm.agreed(fn if self.strategy.rank == 0 else (lambda: None))
+
+
+def _parameter_problem(model: torch.nn.Module) -> str:
+    """Why ``model`` cannot be trained ('' if it can): a model without parameters has nothing
+    for the optimizer to change."""
+    if next(iter(model.parameters()), None) is None:
+        return "it has no parameters to train (a model must hold at least one torch.nn.Parameter)"
+    return ""
 
 
 def _labelled(graph: Graph, classes: int, task: Optional[str] = None) -> Graph:

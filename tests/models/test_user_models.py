@@ -107,10 +107,12 @@ def test_a_model_built_in_python_is_recorded_and_rebuilt_from_its_checkpoint(tmp
     trainer = Trainer(Config.of(epochs=3, checkpoint=str(path)), graph, model=GraphConv(6, 3))
     trainer.fit()
     assert trainer.config.model.name == "examples.graphconv:GraphConv"
-    model, config = gnnmesh.load(path)
-    assert type(model).__name__ == "GraphConv" and config.model.name == "examples.graphconv:GraphConv"
-    ids, values = Trainer.from_checkpoint(path, graph).predict()
+    model, config = gnnmesh.load(path, model=GraphConv)
+    assert type(model) is GraphConv and config.model.name == "examples.graphconv:GraphConv"
+    ids, values = Trainer.from_checkpoint(path, graph, model="examples.graphconv:GraphConv").predict()
     assert values.shape == (37, 3)
+    with pytest.raises(ConfigError, match="holds the model examples.graphconv:GraphConv, not examples.gatv2:GATv2"):
+        gnnmesh.load(path, model="examples.gatv2:GATv2")
 
 
 def test_the_command_line_trains_resumes_and_predicts_a_users_model(tmp_path, capsys):
@@ -119,8 +121,55 @@ def test_the_command_line_trains_resumes_and_predicts_a_users_model(tmp_path, ca
     base = ["--model", model, "--model-args", args, "--dataset", spec, "--checkpoint", str(tmp_path / "c.pt")]
     assert main(["train", *base, "--epochs", "2"]) == 0
     assert main(["train", *base, "--epochs", "4", "--resume"]) == 0
-    assert main(["predict", "--checkpoint", str(tmp_path / "c.pt"), "--out", str(tmp_path / "p")]) == 0
+    assert main(["predict", "--checkpoint", str(tmp_path / "c.pt"), "--out", str(tmp_path / "p"),
+                 "--model", model]) == 0
     assert "wrote logits (200 x 3 float32)" in capsys.readouterr().out
+
+
+def _trained_from_a_copy(tmp_path):
+    """A checkpoint of a model trained from ``net.py``, a copy of examples/graphconv.py."""
+    source = tmp_path / "net.py"
+    source.write_text((EXAMPLES / "graphconv.py").read_text())
+    path = tmp_path / "c.pt"
+    assert main(["train", "--model", f"{source}:GraphConv", "--dataset", "sbm:nodes=100,classes=3,features=6",
+                 "--epochs", "1", "--checkpoint", str(path), "--quiet"]) == 0
+    return source, path
+
+
+def test_a_checkpoint_records_the_models_file_and_checks_the_one_given(tmp_path):
+    source, path = _trained_from_a_copy(tmp_path)
+    assert torch.load(path, weights_only=True)["user_model"]["sha256"] == user.file_hash(source)
+    moved = tmp_path / "moved.py"  # where the file is does not matter, what it holds does
+    moved.write_text(source.read_text())
+    model, _ = gnnmesh.load(path, model=f"{moved}:GraphConv")
+    assert type(model).__name__ == "GraphConv"
+    marker = tmp_path / "ran"
+    source.write_text(f"open({str(marker)!r}, 'w')\n" + source.read_text())
+    with pytest.raises(ConfigError, match=r"--model \S+net.py:GraphConv: its file \S+net.py is not the one the "
+                                          r"model was trained from \(sha256 \w{12}\.\.\. recorded\)"):
+        gnnmesh.load(path, model=f"{source}:GraphConv")
+    assert not marker.exists()  # checked before it is imported
+
+
+def test_a_changed_model_file_is_refused_in_one_line_by_predict_and_resume(tmp_path):
+    from tests.helpers import gnnmesh_in_process, one_error_line
+    source, path = _trained_from_a_copy(tmp_path)
+    source.write_text(source.read_text() + "\n# changed\n")
+    given = ["--model", f"{source}:GraphConv"]
+    one_error_line(gnnmesh_in_process("predict", "--checkpoint", path, "--out", tmp_path / "p", *given),
+                   str(path), "is not the one the model was trained from")
+    one_error_line(gnnmesh_in_process("train", "--dataset", "sbm:nodes=100,classes=3,features=6", "--epochs", "2",
+                                      "--checkpoint", path, "--resume", *given),
+                   str(path), "is not the one the model was trained from")
+
+
+def test_model_is_refused_for_a_checkpoint_of_a_built_in_model(tmp_path):
+    from tests.helpers import gnnmesh_in_process, one_error_line
+    path = tmp_path / "c.pt"
+    Trainer(Config.of(epochs=1, checkpoint=str(path)), make_graph()).fit()
+    one_error_line(gnnmesh_in_process("predict", "--checkpoint", path, "--out", tmp_path / "p",
+                                      "--model", MODELS["graphconv"][0]),
+                   f"{path}: it holds the built-in model gcn; --model is for a checkpoint of your own model")
 
 
 BAD = {
@@ -132,6 +181,8 @@ BAD = {
     "bad args": (["--model", MODELS["gatv2"][0], "--model-args", "heads"], "'heads' is not key=value"),
     "built-in option": (["--model", MODELS["gatv2"][0], "--hidden", "4"], "config field 'hidden' applies to the "
                                                                            "built-in models"),
+    "built-in option at its default": (["--model", MODELS["gatv2"][0], "--heads", "8"], "config field 'heads' applies "
+                                                                                       "to the built-in models"),
     "args for a built-in": (["--model", "gcn", "--model-args", "a=1"], "applies to --model FILE.py:CLASS"),
 }
 
@@ -296,3 +347,32 @@ def test_the_model_guide_says_what_each_strategy_needs():
             assert spec.needs == key, f"the guide says {name} needs {key}, the registry {spec.needs}"
             seen.add((name, engine))
     assert {n for n, _ in seen} == set(strategies.names()), "every strategy has its row"
+
+
+SHAPELESS = {
+    "no parameters": ("class Net(torch.nn.Module):\n    def __init__(self, i, c):\n        super().__init__()\n\n"
+                      "    def forward(self, view, x):\n        return view.spmm(x)\n",
+                      "it has no parameters to train"),
+    "one class too many": ("class Net(torch.nn.Module):\n    def __init__(self, i, c):\n        super().__init__()\n"
+                           "        self.lin = torch.nn.Linear(i, c + 1)\n\n"
+                           "    def forward(self, view, x):\n        return self.lin(x)\n",
+                           "it gives 4 outputs per node; the classification task on dataset "),
+}
+
+
+@pytest.mark.parametrize("case", SHAPELESS)
+def test_a_model_that_cannot_train_for_the_task_is_one_line_before_training(case, tmp_path):
+    from tests.helpers import gnnmesh_in_process, one_error_line
+    source, message = SHAPELESS[case]
+    (tmp_path / "net.py").write_text("import torch\n\n" + source)
+    metrics = tmp_path / "m.jsonl"
+    one_error_line(gnnmesh_in_process("train", "--model", f"{tmp_path / 'net.py'}:Net", "--epochs", "2",
+                                      "--dataset", "sbm:nodes=100,classes=3,features=6", "--metrics", metrics),
+                   "config field 'model'", message)
+    assert not metrics.exists() or metrics.read_text() == ""  # not one epoch recorded
+
+
+def test_mini_batch_training_refuses_a_model_of_another_width():
+    from examples.graphconv import GraphConv
+    with pytest.raises(ConfigError, match="it gives 4 outputs per node; the classification task"):
+        Trainer(Config.of(epochs=1, minibatch=True), make_graph(), model=GraphConv(6, 4)).fit()

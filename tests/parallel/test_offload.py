@@ -9,7 +9,7 @@ import itertools
 import pytest
 
 from tests.dist import run_ranks
-from tests.helpers import model_fields, random_graph
+from tests.helpers import model_fields, random_graph, taken
 from tests.parity import assert_same_run, train
 
 from gnnmesh.config import Config
@@ -45,8 +45,8 @@ def runs(world: int) -> list:
 
 def config(model, **fields) -> Config:
     extra = {"heads": 2} if model.endswith("gat") else {}
-    return Config.of(dataset="random", epochs=EPOCHS, seed=3, hidden=8, k=3, **model_fields(model), **extra,
-                  **fields)
+    return Config.of(dataset="random", epochs=EPOCHS, seed=3, hidden=8, **model_fields(model),
+                     **taken(model_fields(model), k=3, **extra), **fields)
 
 
 def offload_config(model, k, dedup, reorganize, world, intermediates="auto", overlap=None) -> Config:

@@ -9,7 +9,7 @@ import itertools
 import pytest
 
 from tests.dist import run_ranks
-from tests.helpers import model_fields, random_graph
+from tests.helpers import model_fields, random_graph, taken
 from tests.parity import assert_same_run, train
 
 from gnnmesh.config import Config
@@ -28,7 +28,8 @@ def graph():
 
 
 def config(model, **fields) -> Config:
-    return Config.of(dataset="random", epochs=20, seed=3, hidden=8, k=3, **model_fields(model), **fields)
+    return Config.of(dataset="random", epochs=20, seed=3, hidden=8, **model_fields(model),
+                     **taken(model_fields(model), k=3), **fields)
 
 
 def cases(world: int) -> list:

@@ -20,7 +20,7 @@ from gnnmesh.planner.estimate import Estimate
 from gnnmesh.planner.machine import GPU_NETWORK, GPU_RATES, ComputeRates, Network
 
 from tests.dist import run_ranks
-from tests.helpers import layout
+from tests.helpers import layout, taken
 from tests.parity import train
 
 EPOCHS = 2
@@ -35,8 +35,8 @@ def cora():
 
 
 def config(model, hidden, decoupled=False):
-    return Config.of(model=model, hidden=hidden, heads=HEADS, layers=2, epochs=EPOCHS, seed=1,
-                  decoupled=decoupled, k=3)
+    return Config.of(model=model, hidden=hidden, layers=2, epochs=EPOCHS, seed=1, decoupled=decoupled,
+                     **taken({"model": model, "decoupled": decoupled}, heads=HEADS, k=3))
 
 
 def widths(graph, hidden):

@@ -22,7 +22,7 @@ from gnnmesh.planner.sized import SizedGraph
 from gnnmesh.train import Trainer
 
 from tests.dist import run_ranks
-from tests.helpers import layout
+from tests.helpers import layout, taken
 
 HEADS = 2
 LIMIT = 2**26          # bytes per rank: offload joins the candidates, every grid fits
@@ -170,7 +170,8 @@ def _evaluations(rank, world, vector):
     for strategy, model in MEASURED:
         parallel = (PartitionParallel(layout("partition"), "cpu", assignment=vector) if strategy == "partition"
                     else TensorParallel(layout("tensor"), "cpu"))
-        trainer = Trainer(Config.of(model=model, hidden=16, heads=HEADS, layers=2, epochs=1, seed=1), graph, parallel)
+        trainer = Trainer(Config.of(model=model, hidden=16, layers=2, epochs=1, seed=1,
+                                    **taken({"model": model}, heads=HEADS)), graph, parallel)
         trainer.evaluate()
         out[strategy, model] = {phase: c["bytes"] for phase, c in parallel.take_counters()["phases"].items()}
     return out

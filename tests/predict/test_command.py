@@ -321,3 +321,51 @@ def test_strategy_auto_ranks_the_strategies_for_one_inference_pass(checkpoint, t
     assert status == 0, out
     assert "by the predicted time of one inference pass" in out and "ms/pass" in out
     np.testing.assert_allclose(read(tmp_path / "p").values, forward(checkpoint), atol=1e-5)
+
+
+# -- a flag given is never ignored, whatever its value ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def one_part(tmp_path_factory):
+    """Parts of an SBM graph for one rank, and a checkpoint trained from them."""
+    from tests.helpers import gnnmesh_in_process
+    where = tmp_path_factory.mktemp("one-part")
+    assert gnnmesh_in_process("partition", "--dataset", SBM.format(1), "--nparts", "1", "--write-parts",
+                              where / "parts").returncode == 0
+    config = Config.of(dataset=SBM.format(1), epochs=2, checkpoint=str(where / "c.pt"))
+    Trainer(config, datasets.load(SBM.format(1))).fit()
+    return where / "parts", where / "c.pt"
+
+
+@pytest.mark.parametrize("command", ["train", "predict"])
+def test_dataset_beside_parts_is_checked_even_when_it_is_the_default(one_part, tmp_path, command):
+    from tests.helpers import gnnmesh_in_process
+    parts, path = one_part
+    args = ["--epochs", "1"] if command == "train" else ["--checkpoint", path, "--out", tmp_path / "p"]
+    for given in (["--dataset", "cora"], ["--config", _config_naming(tmp_path, "cora")]):
+        one_error_line(gnnmesh_in_process(command, "--parts", parts, *given, *args),
+                       f"these parts hold dataset '{SBM.format(1)}', not 'cora'")
+    assert not (tmp_path / "p").exists()
+
+
+def _config_naming(tmp_path, dataset) -> str:
+    path = tmp_path / "run.toml"
+    path.write_text(f'[data]\ndataset = "{dataset}"\n')
+    return str(path)
+
+
+def test_a_model_trained_on_the_default_dataset_notes_another_graph(tmp_path):
+    from tests.helpers import gnnmesh_in_process
+    path = tmp_path / "c.pt"
+    assert gnnmesh_in_process("train", "--epochs", "1", "--checkpoint", path, "--quiet").returncode == 0  # cora
+    other = "sbm:nodes=300,classes=7,features=1433"
+    result = gnnmesh_in_process("predict", "--checkpoint", path, "--dataset", other, "--out", tmp_path / "p")
+    assert result.returncode == 0, result.stderr
+    assert f"note: the model was trained on 'cora'; predicting on '{other}'" in result.stdout
+
+
+def test_a_graph_given_in_python_is_what_the_checkpoint_records(checkpoint, tmp_path):
+    path = tmp_path / "c.pt"
+    graph = datasets.load(SBM.format(2))
+    Trainer(Config.of(epochs=1, checkpoint=str(path)), graph).fit()  # no dataset setting: not cora
+    assert torch.load(path, weights_only=True)["config"]["dataset"] == graph.name

@@ -12,7 +12,7 @@ from gnnmesh.train.trainer import input_features
 from gnnmesh.view import GraphView
 
 from tests.dist import run_ranks
-from tests.helpers import model_fields, random_graph
+from tests.helpers import model_fields, random_graph, taken
 
 MODELS = ["gcn", "sage", "gat", "gin", "decoupled-gcn", "decoupled-gat"]
 LAYERS = 3
@@ -38,8 +38,8 @@ def checkpoints(tmp_path_factory):
     root, graph, paths = tmp_path_factory.mktemp("checkpoints"), make_graph(), {}
     for name in MODELS:
         paths[name] = str(root / f"{name}.pt")
-        config = Config.of(**model_fields(name), hidden=5, heads=2, layers=LAYERS, epochs=3, seed=3,
-                           checkpoint=paths[name])
+        config = Config.of(**model_fields(name), hidden=5, layers=LAYERS, epochs=3, seed=3, checkpoint=paths[name],
+                           **taken(model_fields(name), heads=2))
         Trainer(config, graph).fit()
     return paths
 

@@ -234,3 +234,22 @@ def test_a_first_run_or_another_jobs_checkpoint_does_not_resume(graph, tmp_path,
     Trainer(cfg, graph).fit()
     in_elastic_job(monkeypatch, "", 1)
     assert Trainer(cfg, graph).fit().history[0].epoch == 1
+
+
+@pytest.mark.parametrize("model", ["gcn", "gat", "user"])
+def test_a_checkpoint_recording_every_model_option_loads_and_resumes(graph, tmp_path, model):
+    """Checkpoints written before options became the model's own record every one, at its
+    default (heads 8 for a gcn): they load, predict and resume as they did."""
+    import gnnmesh
+    from examples.graphconv import GraphConv
+    path = tmp_path / "c.pt"
+    given = {"model": GraphConv(10, 3)} if model == "user" else {}
+    config = Config.of(epochs=2, checkpoint=str(path), **({} if model == "user" else {"model": model}))
+    Trainer(config, graph, **given).fit()
+    state = torch.load(path, weights_only=True)
+    state["config"].update(heads=8, attn_dropout=0.6, k=10, alpha=0.1)
+    torch.save(state, path)
+    loaded, _ = gnnmesh.load(path, model=GraphConv if model == "user" else None)
+    resumed = Trainer(config.updated(epochs=3, resume=True), graph, **given)
+    resumed.fit()
+    assert resumed.epoch == 3
