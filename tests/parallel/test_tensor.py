@@ -6,7 +6,7 @@ from gnnmesh.config import Config
 from gnnmesh.parallel.tensor import TensorParallel
 
 from tests.dist import run_ranks
-from tests.helpers import random_graph, layout
+from tests.helpers import layout, random_graph, taken
 from tests.parity import assert_same_run, train
 
 EPOCHS = 20
@@ -23,7 +23,8 @@ def make_graph():
 
 
 def config(model, decoupled=False, **extra):
-    settings = dict(model=model, epochs=EPOCHS, seed=1, hidden=8, layers=2, decoupled=decoupled, k=3)
+    fields = dict(model=model, decoupled=decoupled)
+    settings = dict(fields, epochs=EPOCHS, seed=1, hidden=8, layers=2, **taken(fields, k=3))
     return Config.of(**{**settings, **extra})
 
 
@@ -75,7 +76,7 @@ def _rank_traffic_all(rank, world, chunk):
 def _rank_traffic(rank, world, decoupled, k, chunk):
     graph = make_graph()
     # two epochs, the second one evaluated (eval_every > epochs: only the last one is)
-    cfg = config("gcn", decoupled=decoupled, epochs=2, eval_every=5, dropout=0.0, k=k)
+    cfg = config("gcn", decoupled=decoupled, epochs=2, eval_every=5, dropout=0.0, **({"k": k} if decoupled else {}))
     strategy = TensorParallel(layout("tensor"), "cpu", chunk_size=chunk)
     extra = train(graph, cfg, strategy)["extra"]
     return extra, {"naive": strategy.predicted_layout_bytes([6, 3], backward_widths=[3], evaluate=False),
