@@ -7,6 +7,7 @@ import pytest
 from tests.helpers import gnnmesh, gnnmesh_in_process, one_error_line
 
 
+@pytest.mark.slow
 def test_train_cora_reaches_accuracy(data_root, tmp_path):
     metrics = tmp_path / "m.jsonl"
     # one thread: on a busy 2-core machine torch's two spin-waiting threads ran ~20x slower
@@ -76,6 +77,7 @@ def test_datasets_lists_sizes(data_root):
     assert "rmat" in result.stdout and "sbm" in result.stdout
 
 
+@pytest.mark.slow
 def test_resume_from_cli(tmp_path):
     ckpt = tmp_path / "c.pt"
     common = ["train", "--dataset", "sbm:nodes=300,classes=3,features=8", "--quiet"]
@@ -140,6 +142,7 @@ def test_diverging_training_stops_with_one_line(tmp_path):
     _diverging(tmp_path)
 
 
+@pytest.mark.slow
 def test_diverging_training_stops_every_rank_alike(tmp_path):
     _diverging(tmp_path, "--nproc", "2", "--strategy", "partition", "--partitioner", "rp", "--threads", "1")
 
@@ -159,6 +162,7 @@ def test_a_flag_that_does_not_apply_is_one_line(flags, fragment):
                                       *flags), fragment)
 
 
+@pytest.mark.slow
 def test_a_flag_that_does_not_apply_to_the_parts_strategy_is_one_line(tmp_path):
     made = gnnmesh("partition", "--dataset", "sbm:nodes=100,classes=2,features=4", "--parts", "2",
                    "--method", "contiguous", "--write-parts", str(tmp_path / "p"))

@@ -22,6 +22,7 @@ def losses(path):
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.slow
 def test_nproc_run_equals_single_process(tmp_path):
     common = ["train", "--dataset", SBM, "--epochs", "10", "--quiet"]
     single = gnnmesh(*common, "--metrics", str(tmp_path / "single.jsonl"))
@@ -45,6 +46,7 @@ def test_bad_input_in_ranks_gives_one_line_and_status_2():
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_more_ranks_than_nodes_is_refused():
     result = gnnmesh("train", "--dataset", "sbm:nodes=3,classes=1,features=2,avg_degree=1", "--nproc", "4",
                      "--strategy", "partition", "--partitioner", "rp")
@@ -75,6 +77,7 @@ def test_a_killed_rank_stops_the_job_and_is_named():
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_partition_file_of_another_graph_is_refused(tmp_path):
     made = gnnmesh("partition", "--dataset", "sbm:nodes=50,classes=2,features=4", "--parts", "2",
                    "--method", "rp", "--cache-dir", str(tmp_path))

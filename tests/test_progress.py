@@ -117,6 +117,7 @@ def gnnmesh(*args, tmp_path):
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.slow
 def test_train_shows_generation_on_stderr_and_quiet_shows_none(tmp_path):
     spec = "sbm:nodes=300,classes=3,features=4,cache=false"
     shown = gnnmesh("train", "--dataset", spec, "--epochs", "1", tmp_path=tmp_path)

@@ -128,6 +128,7 @@ def test_kill_during_resume_keeps_every_metrics_line(graph, tmp_path, point):
 # -- the launcher's signal and child policy -------------------------------------------
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_ranks_die_with_a_killed_launcher(stopped):
     proc = start(RANK_RUN + ["--epochs", "100000", "--log-every", "1"])
     stopped.append(proc)
@@ -226,7 +227,7 @@ def test_npz_with_a_bad_csr_is_one_line(tmp_path, indptr, indices, message):
 
 # -- checkpoint paths refused before training ---------------------
 
-@pytest.mark.parametrize("nproc", [1, 2])
+@pytest.mark.parametrize("nproc", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_checkpoint_that_is_a_directory_is_refused_before_training(tmp_path, nproc):
     (tmp_path / "ckdir").mkdir()
     args = RANK_RUN if nproc == 2 else ["train", "--dataset", SBM]
@@ -330,6 +331,7 @@ def test_metrics_are_strict_json(graph, tmp_path):
 # -- quiet on errors peers cannot see, and on a closed stdout -------------------------------
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_rank0_only_error_is_one_line(tmp_path):
     (tmp_path / "file").write_text("")
     result = gnnmesh(*RANK_RUN, "--epochs", "5", "--metrics", str(tmp_path / "file" / "m.jsonl"))
@@ -337,7 +339,7 @@ def test_rank0_only_error_is_one_line(tmp_path):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("nproc", [1, 2])
+@pytest.mark.parametrize("nproc", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_closed_stdout_ends_quietly(stopped, nproc):
     args = RANK_RUN if nproc == 2 else ["train", "--dataset", SBM]
     proc = start(args + ["--epochs", "100000", "--log-every", "1"])

@@ -73,6 +73,7 @@ def test_hostile_checkpoint_on_resume_is_one_line_and_runs_nothing(tmp_path, for
     assert "epoch" not in result.stdout
 
 
+@pytest.mark.slow
 def test_hostile_checkpoint_under_several_ranks(tmp_path):
     marker = tmp_path / "ran"
     ckpt = hostile_checkpoint(tmp_path / "c.pt", marker)

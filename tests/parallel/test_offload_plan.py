@@ -142,6 +142,7 @@ def test_flags_refused_elsewhere_and_file_store_needs_a_directory():
     assert out.returncode == 2 and "'lots' is not a size" in out.stderr
 
 
+@pytest.mark.slow
 def test_plan_command_prints_what_training_counts(tmp_path):
     spec = "sbm:nodes=300,features=12"
     out = _gnnmesh("plan", "--strategy", "offload", "--dataset", spec, "--device-memory", "18MiB",

@@ -143,6 +143,7 @@ def test_other_models_layers_and_chunks_too():
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_partition_estimate_equals_a_command_line_run(tmp_path):
     """``gnnmesh train --nproc 2`` as a user runs it, the partition read from a file."""
     graph = cora()

@@ -308,6 +308,7 @@ def test_refuses_to_replace_a_directory_holding_other_files(tmp_path):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_a_second_report_replaces_the_first_whole(tmp_path):
     two_ranks = tmp_path / "ranks.jsonl"
     two_ranks.write_text(json.dumps({"epoch": 1, "loss": 1.0, "rank_comm_time": [0.1, 0.2],

@@ -123,6 +123,7 @@ def test_a_bad_rates_file_stops_every_rank_with_one_line(tmp_path):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_the_offload_candidate_counts_what_its_run_counts(tmp_path):
     """With a memory limit, out-of-core training joins the ranking; its bytes between ranks,
     gradients and metrics are what a run with that budget counts."""
