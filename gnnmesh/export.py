@@ -30,6 +30,7 @@ from torch import nn
 
 from .atomic import OutputKind, check_replaceable, checksum, staged_directory
 from .errors import ConfigError
+from .models.user import is_user_model
 from .structured import loads_json
 from .validate import Range
 
@@ -89,7 +90,7 @@ def _refuse_user_model(path, state: dict) -> None:
     """A checkpoint of the user's own model has no PyG form; it is refused from its record,
     without importing the class it names (a checkpoint never imports code)."""
     name = state["config"].get("model")
-    if isinstance(name, str) and ":" in name:
+    if isinstance(name, str) and is_user_model(name):
         raise ConfigError(f"{Path(path)}: it holds your own model {name}; a PyG export is written for the "
                           f"built-in models (gcn, sage, gat, gin and their decoupled forms)")
 
@@ -229,12 +230,13 @@ def load_pyg(out_dir) -> nn.Module:
     if not (isinstance(weights, dict) and all(isinstance(k, str) and isinstance(v, torch.Tensor)
                                               for k, v in weights.items())):
         raise ConfigError(f"{path}: not a dict of tensors")
+    from .trained import first_shape_difference
     shapes = {name: tuple(v.shape) for name, v in model.state_dict().items()}
     given = {name: tuple(v.shape) for name, v in weights.items()}
-    if shapes != given:
-        wrong = sorted(set(shapes) ^ set(given)) or [k for k in sorted(shapes) if shapes[k] != given[k]]
-        raise ConfigError(f"{path}: does not fit {out / MODEL_FILE} (first difference: {wrong[0]!r}, "
-                          f"{given.get(wrong[0], 'missing')} in the weights, {shapes.get(wrong[0], 'none')} "
+    wrong = first_shape_difference(shapes, given)
+    if wrong is not None:
+        raise ConfigError(f"{path}: does not fit {out / MODEL_FILE} (first difference: {wrong!r}, "
+                          f"{given.get(wrong, 'missing')} in the weights, {shapes.get(wrong, 'none')} "
                           f"described)")
     model.to_empty(device="cpu")  # now as large as the weights read, no larger
     model.load_state_dict(weights)

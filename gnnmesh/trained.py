@@ -181,6 +181,15 @@ def load(path, weights: str = "best", model=None) -> tuple:
     return built.eval(), config
 
 
+def first_shape_difference(described: dict, given: dict) -> Optional[str]:
+    """The first parameter name, in sorted order, on which two maps of name -> shape disagree
+    (held by one only, or of another shape); None when they agree."""
+    if described == given:
+        return None
+    return next(iter(sorted(set(described) ^ set(given))), None) or \
+        next(k for k in sorted(described) if described[k] != given[k])
+
+
 def _check_shapes(construct, weights: dict) -> None:
     """ConfigError unless the model ``construct()`` makes, built on the meta device (no memory),
     has the shapes of ``weights``: widths or settings that disagree with the weights (a damaged
@@ -192,8 +201,7 @@ def _check_shapes(construct, weights: dict) -> None:
     except Exception:  # noqa: BLE001 - a user's class: checked by load_state once built
         return
     given = {name: tuple(t.shape) for name, t in weights.items() if isinstance(t, torch.Tensor)}
-    if shapes != given:
-        name = next(iter(sorted(set(shapes) ^ set(given))), None) or \
-            next(k for k in sorted(shapes) if shapes[k] != given[k])
+    name = first_shape_difference(shapes, given)
+    if name is not None:
         raise ConfigError(f"not a checkpoint of this model (its widths and settings describe {name!r} as "
                           f"{shapes.get(name, 'absent')}, its weights hold {given.get(name, 'none')})")

@@ -400,7 +400,7 @@ class Trainer:
         recorded = trained.saved_settings(state["config"])
         saved = {k: recorded.get(k, unset[k]) for k in _RESULT_FIELDS}
         mine = {k: self.config.to_dict()[k] for k in _RESULT_FIELDS}
-        if saved["model"] != mine["model"] and ":" in saved["model"]:
+        if saved["model"] != mine["model"] and user_models.is_user_model(saved["model"]):
             raise ConfigError(f"the checkpoint holds your own model {saved['model']}; give it with --model "
                               f"{saved['model']}")
         if saved != mine:
