@@ -104,6 +104,9 @@ def gnnmesh_in_process(*args, env=None):
     with mock.patch.dict(os.environ, env or {}), redirect_stdout(out), redirect_stderr(err), \
             warnings.catch_warnings():
         warnings.simplefilter("default")
+        # As a process does: a ResourceWarning here is the collector finding a pipe another
+        # test left open, not a line this command wrote.
+        warnings.simplefilter("ignore", ResourceWarning)
         warnings.showwarning = show  # not into pytest's record: a warning is a line on stderr
         try:
             status = cli.main([str(a) for a in args])
