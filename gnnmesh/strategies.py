@@ -38,8 +38,10 @@ class StrategySpec:
     epoch), "minibatch" (needs ``--minibatch``) or "both". ``models``: the models it runs
     (None: all); ``forms``: which of their forms it runs ("plain", "decoupled"). ``factory``,
     ``planner`` and ``parts``: "module:attribute" of its builder ``(config, layout, device)
-    -> Strategy``, its planner model and its parts writer (None: it has none).
-    ``variant``: a second engine under the same name, chosen by a setting (``engine_for``).
+    -> Strategy``, its planner model ``(PlanJob) -> [Estimate or Dropped]`` (the protocol of
+    ``gnnmesh.planner.job``, which ``gnnmesh plan`` and ``--strategy auto`` ask) and its parts
+    writer (None: it has none). A second engine under the same name, chosen by a setting, is
+    registered with ``register(spec, engine=...)`` (``engine_for``).
     ``needs``: what it needs of a model's structure (``gnnmesh.models.contract.NEEDS``), checked
     on a user's model once it is built. ``summary``: one line for help texts and the docs' table."""
 
@@ -97,19 +99,20 @@ def register(spec: StrategySpec, engine: Optional[str] = None) -> StrategySpec:
 
 for _spec in (
     StrategySpec("single", (), training="both", factory="gnnmesh.parallel.factories:single",
+                 planner="gnnmesh.planner.partition:single_candidates",
                  summary="one process, the reference every other strategy equals"),
     StrategySpec("partition", ("rows",), ("partition",), factory="gnnmesh.parallel.factories:partition",
-                 planner="gnnmesh.planner.partition:estimate", parts="gnnmesh.parts.partition:write_partition_parts",
+                 planner="gnnmesh.planner.partition:candidates", parts="gnnmesh.parts.partition:write_partition_parts",
                  summary="1D: vertex rows split by a partitioner, halo rows exchanged (Demirci et al.)"),
     StrategySpec("tensor", ("cols",), ("tensor",), factory="gnnmesh.parallel.factories:tensor",
-                 planner="gnnmesh.planner.tensor:estimate", parts="gnnmesh.parts.tensor:write_tensor_parts",
+                 planner="gnnmesh.planner.tensor:candidates", parts="gnnmesh.parts.tensor:write_tensor_parts",
                  summary="feature columns split across ranks, chunked and pipelined (NeutronTP)"),
     StrategySpec("grid3d", ("x", "y", "z"), ("grid3d",), models=("gcn", "sage", "gin"), forms=("plain",), needs="maths",
-                 factory="gnnmesh.parallel.factories:grid3d", planner="gnnmesh.planner.grid3d:predict",
+                 factory="gnnmesh.parallel.factories:grid3d", planner="gnnmesh.planner.grid3d:candidates",
                  parts="gnnmesh.parts.grid:write_grid_parts", plan_view="gnnmesh.commands.plan_grid3d:run", refusal="the grid3d strategy runs gcn, sage, gin (not their "
                  "decoupled forms)", summary="3D grid of ranks with double permutation (Plexus)"),
     StrategySpec("offload", ("rows",), ("partition", "offload") + _HOST_TIER,
-                 factory="gnnmesh.parallel.factories:offload", planner="gnnmesh.planner.offload:estimate", needs="stages",
+                 factory="gnnmesh.parallel.factories:offload", planner="gnnmesh.planner.offload:candidates", needs="stages",
                  plan_view="gnnmesh.commands.plan_offload:run",
                  summary="out of core: vertex data in host memory or files, chunks through the device (HongTu)"),
     StrategySpec("gdp", ("rows",), _MINIBATCH_PARALLEL, training="minibatch", needs="layer_stack",
