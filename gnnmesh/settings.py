@@ -27,7 +27,9 @@ from typing import Optional
 from .errors import ConfigError
 from .layout.grid import parse_grid
 from .partition.base import METHODS, STOCHASTIC_METHODS
-from .tasks import REGRESSION_LOSSES, TASKS, parse_class_weights
+from .tasks import REGRESSION_LOSSES, parse_class_weights
+from .tasks import REGISTRY as TASK_REGISTRY
+from .tasks import names as task_names
 from .tasks import build as build_task
 from .validate import SEED_RANGE, Range, parse_bytes
 
@@ -261,12 +263,10 @@ class TrainingSection(Section):
     eval_every: int = setting(1, help="evaluate every N epochs", check=COUNT)
     minibatch: bool = setting(False, help="train on sampled mini-batches instead of the whole graph "
                               "(strategies single, gdp, nfp, snp, dnp, auto)")
-    task: Optional[str] = setting(help="what the model learns from the labels: classification (one class per "
-                                  "node: cross-entropy, accuracy), multilabel (0/1 targets per node: binary "
-                                  "cross-entropy, ROC-AUC, micro-F1) or regression (numeric targets: MSE or MAE "
-                                  "loss, R2, MAE); default: inferred from the labels (integer ids: "
+    task: Optional[str] = setting(help="what the model learns from the labels: " + ", ".join(
+                                  f"{s.name} ({s.summary})" for s in TASK_REGISTRY.values()) + "; default: inferred from the labels (integer ids: "
                                   "classification, a 0/1 matrix: multilabel, other floats: regression)",
-                                  choices=TASKS)
+                                  choices=task_names())
     class_weights: Optional[str] = setting(help="classification: weigh each class's loss, 'balanced' (inverse to "
                                            "its share of the training set) or one weight per class, e.g. 1,4,1 "
                                            "(default: unweighted)", check=_class_weights)
