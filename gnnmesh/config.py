@@ -25,7 +25,7 @@ from pathlib import Path
 from . import strategies
 from .errors import ConfigError
 from .layout import ParallelLayout
-from .settings import (DECOUPLED_DEFAULTS, MODEL_DEFAULTS, SECTIONS, STRATEGY_SECTIONS, DataSection, Grid3DSection,
+from .settings import (SECTIONS, STRATEGY_SECTIONS, DataSection, Grid3DSection,
                        HostTierSection, MiniBatchSection, ModelSection, OffloadSection, PartitionSection, PlanSection,
                        RunSection, TensorSection, TrainingSection, field_index, flag_name)
 from .structured import load_toml
@@ -387,4 +387,4 @@ def _toml_value(value) -> str:
     return repr(value)
 
 
-__all__ = ["Config", "FIELDS", "MODEL_DEFAULTS", "DECOUPLED_DEFAULTS", "strategy_default", "settings_read_by"]
+__all__ = ["Config", "FIELDS", "strategy_default", "settings_read_by"]

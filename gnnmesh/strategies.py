@@ -62,7 +62,8 @@ class StrategySpec:
     def runs_model(self, model: str, decoupled: bool) -> bool:
         """Whether it runs the built-in ``model`` (in its ``decoupled`` form); a user's model
         (FILE:CLASS) is checked by ``model_problem`` once built."""
-        if ":" in model:
+        from .models.user import is_user_model
+        if is_user_model(model):
             return True
         return (self.models is None or model in self.models) and ("decoupled" if decoupled else "plain") in self.forms
 

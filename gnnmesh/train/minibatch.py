@@ -76,7 +76,7 @@ class MiniBatchTrainer(Trainer):
         x, world, rank = s.x.cpu(), strategy.world_size, strategy.rank
         cache_bytes = cfg.minibatch.cache_bytes()
         names = [strategy.name] if strategy.name != "auto" else \
-            [n for n, r in ROUTES.items() if r.attention or cfg.model.name != "gat"]
+            [n for n, r in ROUTES.items() if r.attention or not cfg.model.attention]
         routes = {}
         for name in names:
             routes[name] = ROUTES[name](world, strategy.owner)
