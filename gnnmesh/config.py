@@ -102,7 +102,7 @@ class Config:
     def planned(self) -> bool:
         """Whether the strategy is chosen by the planner across the full-graph strategies
         (``--strategy auto`` without ``--minibatch``; ``gnnmesh.train.auto``)."""
-        return self.run.strategy == "auto" and not self.training.minibatch
+        return strategies.spec(self.run.strategy).planned and not self.training.minibatch
 
     @property
     def engine(self) -> strategies.StrategySpec:
@@ -127,7 +127,7 @@ class Config:
             raise ConfigError("config field 'partitioner': shp partitions for sampled mini-batches; it applies "
                               f"to --minibatch --strategy {' or '.join(dict.fromkeys(routed))}, not {run.strategy}"
                               + (" without --minibatch" if self.planned else ""))
-        if run.strategy == "single" and run.nproc > 1 and not self.data.parts:
+        if engine.one_process and run.nproc > 1 and not self.data.parts:
             raise ConfigError("config field 'nproc': the 'single' strategy runs one process; "
                               "choose a parallel --strategy (e.g. partition)")
         self._check_training_mode(engine)
@@ -139,7 +139,7 @@ class Config:
         if self.data.parts and self.data.reorder != "none":
             raise ConfigError("config field 'reorder': parts are written in their final order; "
                               "reorder applies only when loading a dataset")
-        if self.data.parts and run.strategy != "single" and engine.parts is None and engine.training != "minibatch":
+        if self.data.parts and not engine.one_process and engine.parts is None and engine.training != "minibatch":
             raise ConfigError(f"config field 'parts': {self._engine_name(engine)} trains from a dataset, not from "
                               f"parts (parts are written for --strategy "
                               f"{' or '.join(s.name for s in strategies.REGISTRY.values() if s.parts)})")
@@ -218,7 +218,7 @@ class Config:
             if self.partition.partition_file is not None and name in FIXED_BY_PARTITION_FILE:
                 raise ConfigError(f"{where} does not apply with --partition-file: the stored "
                                   f"partition is used as it is")
-            if engine.reads_setting(section, attribute) or (self.data.parts and strategy == "single"):
+            if engine.reads_setting(section, attribute) or (self.data.parts and strategies.spec(strategy).one_process):
                 continue
             readers = [s for s in strategies.engines(strategy) if s.reads_setting(section, attribute)]
             if readers:  # another engine of this strategy reads it
@@ -370,13 +370,13 @@ def _flat(raw: dict) -> dict:
     return flat
 
 
-def _available_device(name: str) -> str:
+def _available_device(device: str) -> str:
     import torch  # only for runs that may use a GPU: the command line starts without torch
-    if name == "auto":
+    if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if not torch.cuda.is_available():
         raise ConfigError("config field 'device': 'cuda' requested but no CUDA device is available")
-    return name
+    return device
 
 
 def _toml_value(value) -> str:

@@ -43,7 +43,11 @@ class StrategySpec:
     writer (None: it has none). A second engine under the same name, chosen by a setting, is
     registered with ``register(spec, engine=...)`` (``engine_for``).
     ``needs``: what it needs of a model's structure (``gnnmesh.models.contract.NEEDS``), checked
-    on a user's model once it is built. ``summary``: one line for help texts and the docs' table."""
+    on a user's model once it is built. ``summary``: one line for help texts and the docs' table.
+    ``planned``: it has no engine of its own; the planner (or the mini-batch dry run) picks
+    another strategy. ``named_by``: the settings (``partitioner``, ``decoupled``, ``grid``)
+    that complete a candidate's display name (``gnnmesh.planner.estimate.name_of``).
+    ``from_parts``: the settings a parts directory written for it fixes when not given."""
 
     name: str
     dims: tuple
@@ -58,6 +62,14 @@ class StrategySpec:
     summary: str = ""
     refusal: str = ""   # why a model outside ``models``/``decoupled`` cannot run (empty: a generic line)
     needs: str = "primitives"
+    planned: bool = False   # no engine of its own: the planner (or a dry run) picks another strategy
+    named_by: tuple = ()    # the settings that complete a candidate's name ("partition hp", "grid3d 2x1x2")
+    from_parts: tuple = ()  # settings a parts directory fixes, its manifest's entries of the same name
+
+    @property
+    def one_process(self) -> bool:
+        """Whether it runs on one process (it splits nothing)."""
+        return not self.dims
 
     def runs_model(self, model: str, decoupled: bool) -> bool:
         """Whether it runs the built-in ``model`` (in its ``decoupled`` form); a user's model
@@ -102,17 +114,17 @@ for _spec in (
     StrategySpec("single", (), training="both", factory="gnnmesh.parallel.factories:single",
                  planner="gnnmesh.planner.partition:single_candidates",
                  summary="one process, the reference every other strategy equals"),
-    StrategySpec("partition", ("rows",), ("partition",), factory="gnnmesh.parallel.factories:partition",
+    StrategySpec("partition", ("rows",), ("partition",), named_by=("partitioner",), factory="gnnmesh.parallel.factories:partition",
                  planner="gnnmesh.planner.partition:candidates", parts="gnnmesh.parts.partition:write_partition_parts",
                  summary="1D: vertex rows split by a partitioner, halo rows exchanged (Demirci et al.)"),
-    StrategySpec("tensor", ("cols",), ("tensor",), factory="gnnmesh.parallel.factories:tensor",
+    StrategySpec("tensor", ("cols",), ("tensor",), named_by=("decoupled",), factory="gnnmesh.parallel.factories:tensor",
                  planner="gnnmesh.planner.tensor:candidates", parts="gnnmesh.parts.tensor:write_tensor_parts",
                  summary="feature columns split across ranks, chunked and pipelined (NeutronTP)"),
-    StrategySpec("grid3d", ("x", "y", "z"), ("grid3d",), models=("gcn", "sage", "gin"), forms=("plain",), needs="maths",
+    StrategySpec("grid3d", ("x", "y", "z"), ("grid3d",), named_by=("grid",), from_parts=("grid",), models=("gcn", "sage", "gin"), forms=("plain",), needs="maths",
                  factory="gnnmesh.parallel.factories:grid3d", planner="gnnmesh.planner.grid3d:candidates",
                  parts="gnnmesh.parts.grid:write_grid_parts", plan_view="gnnmesh.commands.plan_grid3d:run", refusal="the grid3d strategy runs gcn, sage, gin (not their "
                  "decoupled forms)", summary="3D grid of ranks with double permutation (Plexus)"),
-    StrategySpec("offload", ("rows",), ("partition", "offload") + _HOST_TIER,
+    StrategySpec("offload", ("rows",), ("partition", "offload") + _HOST_TIER, named_by=("partitioner",),
                  factory="gnnmesh.parallel.factories:offload", planner="gnnmesh.planner.offload:candidates", needs="stages",
                  plan_view="gnnmesh.commands.plan_offload:run",
                  summary="out of core: vertex data in host memory or files, chunks through the device (HongTu)"),
@@ -133,7 +145,7 @@ for _spec in (
                  factory="gnnmesh.parallel.factories:minibatch",
                  summary="mini-batch: first-layer destinations routed to their owners (APT's DNP)"),
     StrategySpec("auto", ("rows",), ("partition.partitioner", "partition.epsilon", "host_tier.device_memory",
-                                     "plan.rates"), training="both",
+                                     "plan.rates"), training="both", planned=True,
                  summary="the strategy the planner predicts fastest for this job"),
 ):
     register(_spec)
@@ -146,6 +158,7 @@ register(StrategySpec("tensor", ("cols",), _HOST_TIER, models=("gcn", "sage"), f
          engine="host_store")
 # Mini-batch --strategy auto picks among the mini-batch strategies (APT's choice).
 register(StrategySpec("auto", ("rows",), ("partition",) + _MINIBATCH_PARALLEL, training="minibatch", needs="layer_stack",
+                      planned=True,
                       factory="gnnmesh.parallel.factories:minibatch",
                       summary="the mini-batch strategy a dry run predicts fastest"),
          engine="minibatch")

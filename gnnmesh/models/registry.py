@@ -37,13 +37,15 @@ class ModelSpec:
     arguments of ``Decoupled`` that make its decoupled form (None: it has none).
     ``attention``: what it needs of a strategy: a first-layer row's sources all in one place
     (attention normalizes over them), which the routes that split them cannot give.
-    ``summary``: one line for help texts."""
+    ``edge_weights``: what its PyG export (``gnnmesh.export``) does with a graph's edge
+    weights. ``summary``: one line for help texts."""
 
     name: str
     model: type
     defaults: dict
     decoupled: Optional[dict] = None
     attention: bool = False
+    edge_weights: str = "refused"   # what its PyG export does with edge weights: used, ignored or refused
     summary: str = ""
 
     def form(self, decoupled: bool) -> type:
@@ -89,11 +91,12 @@ def spec(name: str) -> ModelSpec:
 # Settings from the papers that introduced each model (Cora-scale, full-batch).
 for _spec in (
     ModelSpec("gcn", GCN, {"hidden": 16, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4}, decoupled={},
+              edge_weights="used",
               summary="graph convolution (Kipf and Welling)"),
     ModelSpec("sage", SAGE, {"hidden": 16, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4},
               decoupled={"op": "mean"}, summary="GraphSAGE, mean aggregation"),
     ModelSpec("gat", GAT, {"hidden": 8, "dropout": 0.6, "lr": 0.005, "weight_decay": 5e-4, "heads": 8,
-                           "attn_dropout": 0.6}, decoupled={"attention": True}, attention=True,
+                           "attn_dropout": 0.6}, decoupled={"attention": True}, attention=True, edge_weights="ignored",
               summary="graph attention"),
     ModelSpec("gin", GIN, {"hidden": 64, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4},
               summary="graph isomorphism network"),

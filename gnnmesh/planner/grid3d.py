@@ -37,6 +37,7 @@ from .machine import (GEMM, GPU_NETWORK, GPU_RATES, ComputeRates, Elementwise, N
 from .trace import build
 
 ELEMENT_BYTES = 4           # float32
+GCN_OPERATOR = "gcn"        # the one graph operator a Workload's layers aggregate with
 
 
 # ---------------------------------------------------------------------------- the work
@@ -270,7 +271,7 @@ def candidates(job) -> list:
     refusal = grid3d_refusal(net, job.model, job.decoupled)
     if refusal:
         return [Dropped("grid3d", refusal)]
-    gcn_nnz = job.graph.operator("gcn").nnz if job.sized else OPERATORS["gcn"](getattr(job.graph, "adj", job.graph)).nnz
+    gcn_nnz = (job.graph.operator(GCN_OPERATOR) if job.sized else OPERATORS[GCN_OPERATOR](getattr(job.graph, "adj", job.graph))).nnz
     work = Workload(job.nodes, gcn_nnz, tuple(int(w) for w in job.widths), evaluate=job.evaluate,
                     dropout=net.dropout > 0, inference=job.inference)
     return [grid3d_estimate(work, predict(work, grid, job.rates, job.network, job.ranks_per_node, job.order))
@@ -280,11 +281,11 @@ def candidates(job) -> list:
 def grid3d_refusal(net, model: str, decoupled: bool) -> Optional[str]:
     """Why grid3d is not a candidate for ``net`` (the built ``model``), or None. The strategy
     runs models whose layers are sums of aggregation terms (what ``Grid3D`` checks); its
-    performance model prices GCN layers."""
+    performance model prices layers of one term on the GCN operator (``Workload``)."""
     name = f"decoupled {model}" if decoupled else model
     if decoupled or not (isinstance(net, LayerStack) and all(isinstance(layer, GraphLayer) for layer in net.layers)):
         return f"the grid3d strategy does not run {name}"
-    if model != "gcn":
+    if any([term.op for term in layer.maths().terms] != [GCN_OPERATOR] for layer in net.layers):
         return f"the grid3d strategy runs {name}, but its performance model prices GCN layers only"
     return None
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: F401  (the losses are gnnmesh.tasks'; tests time them through F)
 
-from .. import checkpoint, comm, launch, locks, memory, tasks, trained
+from .. import checkpoint, comm, launch, locks, memory, strategies, tasks, trained
 from ..atomic import check_writable
 from ..config import Config
 from ..datasets import structural_features
@@ -73,7 +73,8 @@ class Summary:
 def candidate_name(config: Config, world_size: int) -> str:
     """The strategy's name as a plan gives it ("partition hp", "grid3d 1x2x2", ...;
     ``planner.estimate.name_of``): what a metrics record's ``candidate`` says."""
-    grid = ParallelLayout.for_strategy("grid3d", world_size, config.grid3d.grid).grid if config.run.strategy == "grid3d" \
+    named_by_grid = "grid" in strategies.spec(config.run.strategy).named_by
+    grid = ParallelLayout.for_strategy(config.run.strategy, world_size, config.grid3d.grid).grid if named_by_grid \
         else None
     partitioner = config.partition.partitioner if world_size > 1 else None   # one rank is not partitioned
     return name_of(config.run.strategy, partitioner, grid, config.model.decoupled)
