@@ -5,7 +5,7 @@ import ast
 import sys
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "gnnmesh"
+PACKAGE = Path(__file__).resolve().parents[2] / "gnnmesh"
 
 # Bottom to top; a module may import from its own layer's earlier entries and from lower layers.
 LAYERS = [

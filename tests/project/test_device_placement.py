@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "gnnmesh"
+PACKAGE = Path(__file__).resolve().parents[2] / "gnnmesh"
 # The code a training step or a prediction runs through.
 SCANNED = ["parallel", "ops", "models", "train", "view.py", "tasks.py", "comm.py", "host_store.py"]
 FACTORIES = {"empty", "zeros", "ones", "full", "arange", "rand", "randn", "tensor", "eye", "linspace"}
