@@ -30,9 +30,9 @@ HOST_SIDE = {
     ("parallel/halo.py", "LocalOperator._build_block"): "a block's CSR rebuilt from its parts (host structure)",
     ("parallel/minibatch/snp.py", "SourceNodeRoute.serve"): "self-loop values of a host CSR block",
     ("parallel/strategy.py", "Shard.row_ids"): "global ids, for metrics gathered and predictions written",
-    ("parallel/switch.py", "LayoutSwitch.owned_in"): "row ids to exchange, moved by the switch",
-    ("parallel/tensor_offload.py", "_TensorPasses.__init__"): "row ranges of host-tier reads",
-    ("parallel/tensor_offload.py", "TensorOffload.shard"): "global ids of the host tier's rows",
+    ("parallel/tensor/layout_switch.py", "LayoutSwitch.owned_in"): "row ids to exchange, moved by the switch",
+    ("parallel/tensor/host_store.py", "_TensorPasses.__init__"): "row ranges of host-tier reads",
+    ("parallel/tensor/host_store.py", "TensorOffload.shard"): "global ids of the host tier's rows",
     ("parallel/offload/host_tier.py", "HostTier.shard"): "an empty stand-in for features kept in the host tier",
     # host memory by design
     ("parallel/minibatch/feature_shards.py", "ShardedSource.read"): "feature rows read from a host store",
