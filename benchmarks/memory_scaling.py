@@ -49,9 +49,9 @@ def measured(cmd: list) -> tuple:
 def write_parts(args, config: str, ranks: int, out: Path) -> tuple:
     cmd = [sys.executable, "-m", "gnnmesh", "partition", "--dataset", args.dataset, "--write-parts", str(out)]
     if config == "grid3d":
-        cmd += ["--method", "permute2", "--grid", grid(ranks)]
+        cmd += ["--strategy", "grid3d", "--grid", grid(ranks)]
     elif config == "tensor":
-        cmd += ["--method", "tensor", "--parts", str(ranks)]
+        cmd += ["--strategy", "tensor", "--parts", str(ranks)]
     else:
         cmd += ["--method", config.split("-")[1], "--parts", str(ranks)]
     return measured(cmd + data_root(args))

@@ -3,7 +3,7 @@ memory (VmHWM) while it reads and merges some blocks of a shard set, against the
 the whole graph's CSR (int64 row pointers and column ids).
 
 The shard set is written once (``write_shards``, the writer behind ``gnnmesh partition
---method permute2 --write-shards DIR``); each reading is a new interpreter that imports
+--strategy grid3d --write-shards DIR``); each reading is a new interpreter that imports
 gnnmesh and opens the manifest, then reads: one block, one row of blocks, every block. The
 readings alternate within each repeat; the table shows median (min-max) over the repeats.
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from . import strategies
 from .errors import ConfigError
 from .layout import ParallelLayout
+from .partition.registry import spec as partitioner_spec
 from .settings import (SECTIONS, STRATEGY_SECTIONS, DataSection, Grid3DSection,
                        HostTierSection, MiniBatchSection, ModelSection, OffloadSection, PartitionSection, PlanSection,
                        RunSection, TensorSection, TrainingSection, field_index, flag_name)
@@ -121,10 +122,12 @@ class Config:
             raise ConfigError("config field 'strategy': 'tensor-decoupled' is not a strategy; use strategy "
                               "'tensor' with decoupled = true (--strategy tensor --decoupled)")
         engine = self.engine  # an unknown strategy is refused here
-        if self.partition.partitioner == "shp" and (engine.training != "minibatch" or "partition" not in engine.reads):
+        sampled = self.partition.partitioner is not None and partitioner_spec(self.partition.partitioner).sampled
+        if sampled and (engine.training != "minibatch" or "partition" not in engine.reads):
             routed = [s.name for s in strategies.REGISTRY.values()
                       if s.training == "minibatch" and "partition" in s.reads]
-            raise ConfigError("config field 'partitioner': shp partitions for sampled mini-batches; it applies "
+            raise ConfigError(f"config field 'partitioner': {self.partition.partitioner} partitions for sampled "
+                              "mini-batches; it applies "
                               f"to --minibatch --strategy {' or '.join(dict.fromkeys(routed))}, not {run.strategy}"
                               + (" without --minibatch" if self.planned else ""))
         if engine.one_process and run.nproc > 1 and not self.data.parts:

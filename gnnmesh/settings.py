@@ -27,7 +27,8 @@ from typing import Optional
 from .errors import ConfigError
 from .layout.grid import parse_grid
 from .models import registry as models
-from .partition.base import METHODS, STOCHASTIC_METHODS
+from .partition.registry import DEFAULT as DEFAULT_PARTITIONER
+from .partition.registry import names as partitioner_names
 from .tasks import REGISTRY as TASK_REGISTRY
 from .tasks import REGRESSION_LOSSES, parse_class_weights
 from .tasks import build as build_task
@@ -340,9 +341,10 @@ class RunSection(Section):
 class PartitionSection(Section):
     table = "partition"
     for_strategies = True
-    partitioner: Optional[str] = setting(help="vertex partitioner (default: hp, which needs gnnmesh[partitioners]; "
-                                         "shp: the stochastic hypergraph of sampled batches, snp/dnp)",
-                                         choices=METHODS + STOCHASTIC_METHODS, resolves_to="hp")
+    partitioner: Optional[str] = setting(help=f"vertex partitioner (default: {DEFAULT_PARTITIONER}, which needs "
+                                         "gnnmesh[partitioners]; shp: the stochastic hypergraph of sampled batches, "
+                                         "snp/dnp)",
+                                         choices=partitioner_names(), resolves_to=DEFAULT_PARTITIONER)
     epsilon: Optional[float] = setting(help="allowed load imbalance of the partition (default: 0.01)",
                                        check=NON_NEGATIVE, resolves_to=0.01)
     partition_file: Optional[str] = setting(help="use this stored partition (from 'gnnmesh partition') instead "

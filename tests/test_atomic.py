@@ -234,9 +234,9 @@ def web_project(root: Path) -> Path:
 @pytest.mark.parametrize("command", [
     ["predict", "--checkpoint", "{checkpoint}", "--out", "{out}"],
     ["partition", "--dataset", SBM, "--nparts", "2", "--partitioner", "rp", "--write-parts", "{out}"],
-    ["partition", "--dataset", SBM, "--nparts", "2", "--partitioner", "tensor", "--write-parts", "{out}"],
-    ["partition", "--dataset", SBM, "--partitioner", "permute2", "--grid", "1,1,2", "--write-parts", "{out}"],
-    ["partition", "--dataset", SBM, "--partitioner", "permute2", "--grid", "2,2", "--write-shards", "{out}"],
+    ["partition", "--dataset", SBM, "--nparts", "2", "--strategy", "tensor", "--write-parts", "{out}"],
+    ["partition", "--dataset", SBM, "--strategy", "grid3d", "--grid", "1,1,2", "--write-parts", "{out}"],
+    ["partition", "--dataset", SBM, "--strategy", "grid3d", "--grid", "2,2", "--write-shards", "{out}"],
     ["partition", "--input", "{set}", "--write-parts", "{out}"],
     ["datasets", "--shard", SBM, "--out", "{out}", "--shards", "2"],
     ["export", "--checkpoint", "{checkpoint}", "--to", "pyg", "--out", "{out}"],

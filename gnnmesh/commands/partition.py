@@ -8,11 +8,15 @@ import time
 from pathlib import Path
 
 from .. import strategies
-from ..partition.base import GRID_METHODS, LAYOUT_METHODS, METHODS, NONZERO_BALANCED, STOCHASTIC_METHODS
+from ..partition import registry as partitioners
 from .flags import add_config_flags
 
 NODE_IMBALANCE_HINT = 0.25  # above this, the report says which methods balance vertex counts
 SAMPLING_FLAGS = ("--fanouts", "--batch-size", "--theta", "--delta")
+# Choices --partitioner once offered that are not partitioners: what replaced each.
+RETIRED = {"tensor": "the tensor strategies' parts: --strategy tensor --nparts P --write-parts DIR",
+           "permute2": "the grid3d strategy's blocks: --strategy grid3d --grid R,C (the block balance report; "
+                       "--write-shards DIR) or --grid X,Y,Z --write-parts DIR"}
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -22,36 +26,35 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     cmd.add_argument("--input", metavar="DIR",
                      help="instead of --dataset: a sharded input directory ('gnnmesh datasets --shard'), "
                           "partitioned and written by --nproc ranks, none of which holds the whole graph; "
-                          "needs --write-parts, takes --partitioner rp, contiguous or lp (default lp)")
+                          "needs --write-parts, takes --partitioner "
+                          f"{', '.join(partitioners.names(distributed=True))} (default {partitioners.DEFAULT_ON_BLOCKS})")
     add_config_flags(cmd, only=("nproc",),
                      helps={"nproc": "with --input: ranks to start, one per part (under torchrun or Slurm "
                                      "leave it out)"})
     cmd.add_argument("--nparts", "--parts", dest="parts", type=int, metavar="N",
-                     help="number of parts (ranks); required except with --partitioner permute2 (--parts N "
+                     help="number of parts (ranks); required except with --strategy grid3d (--parts N "
                           "still works; in 'gnnmesh train', --parts DIR names a parts directory)")
-    cmd.add_argument("--partitioner", "--method", dest="method",
-                     choices=METHODS + STOCHASTIC_METHODS + GRID_METHODS + LAYOUT_METHODS,
-                     help="rp: random; contiguous: id ranges; gp: METIS graph partitioning; "
-                          "hp: hypergraph partitioning, exact volume (default); lp: multilevel "
-                          "label propagation, balancing vertices and nonzeros as gp does, which "
-                          "also runs on --nproc ranks each holding its block (--input); shp: stochastic "
-                          "hypergraph partitioning, the expected volume of sampled mini-batches "
-                          "(--fanouts, --batch-size). gp, hp and shp need "
-                          "pip install 'gnnmesh[partitioners]'. permute2: nonzero balance of the "
-                          "--grid R,C blocks of the adjacency in the original order, with one "
-                          "permutation, with the double permutation (--seed) and with a balanced "
-                          "pair of permutations (with --write-parts and --grid X,Y,Z: grid3d "
-                          "parts). tensor: with --write-parts, parts for the tensor strategies "
-                          "(the whole topology, near-equal row blocks of the vertex data)")
-    cmd.add_argument("--grid", help="permute2: row and column block counts R,C (e.g. 8,8); with "
+    cmd.add_argument("--strategy", choices=partitioned_for(), metavar="STRATEGY",
+                     help="the strategy to partition for (default: a vertex partition, the parts of "
+                          + ", ".join(s.name for s in strategies.REGISTRY.values() if s.parts and not s.partition_view)
+                          + "); " + "; ".join(f"{name}: {strategies.spec(name).partition_view_summary}"
+                                             for name in partitioned_for() if strategies.spec(name).partition_view))
+    cmd.add_argument("--partitioner", "--method", dest="method", metavar="NAME",
+                     help="the vertex partitioner: " + "; ".join(f"{s.name}: {s.summary}" for s in
+                                                                  partitioners.REGISTRY.values())
+                          + f" (default {partitioners.DEFAULT}). lp also runs on --nproc ranks each holding its "
+                          "block (--input); shp takes --fanouts and --batch-size; "
+                          + ", ".join(s.name for s in partitioners.REGISTRY.values() if s.extra)
+                          + f" need {partitioners.EXTRA_HINT}")
+    cmd.add_argument("--grid", help="--strategy grid3d: row and column block counts R,C (e.g. 8,8); with "
                      "--write-parts, the grid3d process grid X,Y,Z")
     cmd.add_argument("--layers", type=int, default=2,
-                     help="permute2 with --write-parts: write the adjacency blocks of models up to "
+                     help="--strategy grid3d with --write-parts: write the adjacency blocks of models up to "
                           "this deep (default 2; 6 or more covers every depth)")
     cmd.add_argument("--self-loops", dest="self_loops", action="store_true",
-                     help="permute2: count A + I, the pattern GCN multiplies with")
+                     help="--strategy grid3d: count A + I, the pattern GCN multiplies with")
     cmd.add_argument("--write-shards", dest="write_shards", metavar="DIR",
-                     help="permute2: also write the double-permuted adjacency and vertex data "
+                     help="--strategy grid3d: also write the double-permuted adjacency and vertex data "
                           "as R x C shard files into DIR, for parallel loading")
     cmd.add_argument("--write-parts", dest="write_parts", metavar="DIR",
                      help="also write the partitioned dataset into DIR, one folder per rank "
@@ -80,13 +83,14 @@ def run(args, argv=None) -> int:
     from ..atomic import check_replaceable
     from ..errors import ConfigError
 
+    check_partitioner(args)
     if args.input is not None:
         return run_input(args, argv)
     if args.dataset is None:
         raise ConfigError("--dataset is required (or --input DIR, a sharded input)")
     if args.nproc not in (None, 1):
         raise ConfigError("--nproc applies with --input only: partitioning a --dataset runs in one process")
-    args.method = args.method or "hp"
+    args.method = args.method or partitioners.DEFAULT
     with contextlib.ExitStack() as held:
         for path, kind in _outputs(args):  # refused before any work: another run's, or not ours to replace
             check_replaceable(path, kind)
@@ -108,24 +112,25 @@ def _run(args) -> int:
     from ..validate import check_seed
 
     check_seed(args.seed, "--seed")
-    if args.method not in STOCHASTIC_METHODS:
+    sampled = partitioners.spec(args.method).sampled
+    if not sampled or args.strategy:
         for flag in SAMPLING_FLAGS:
             if getattr(args, flag.lstrip("-").replace("-", "_")) is not None:
-                raise ConfigError(f"{flag} applies only to --partitioner shp")
-    if args.method in GRID_METHODS:
-        return run_grid(args)
-    if args.method in LAYOUT_METHODS:
-        return write_tensor(args)
+                raise ConfigError(f"{flag} applies only to --partitioner "
+                                  f"{' or '.join(partitioners.names(sampled=True))}")
+    view = strategies.spec(args.strategy).partition_view if args.strategy else None
+    if view:
+        return strategies.load(view)(args)
     for flag, value in (("--grid", args.grid), ("--write-shards", args.write_shards),
                         ("--self-loops", args.self_loops or None)):
         if value is not None:
-            raise ConfigError(f"{flag} applies only to --partitioner permute2")
+            raise ConfigError(f"{flag} applies only to --strategy grid3d")
     if args.parts is None:
         raise ConfigError(f"--nparts is required for --partitioner {args.method}")
     if args.feature_bytes is not None and args.feature_bytes < 1:
         raise ConfigError(f"--feature-bytes must be positive, got {args.feature_bytes}")
     graph = datasets.load(args.dataset, root=args.data_root)
-    if args.method in STOCHASTIC_METHODS:
+    if sampled:
         part, extra = stochastic(graph, args)
     else:
         part, extra = partition(graph, args.parts, args.method, epsilon=args.epsilon, seed=args.seed,
@@ -150,7 +155,6 @@ def run_input(args, argv) -> int:
     from ..errors import ConfigError
     from ..launch import world_from_env
     from ..memory import peak_rss_mib
-    from ..parts.from_shards import METHODS as INPUT_METHODS
     from ..parts.from_shards import write_parts_from_shards
     from ..parts.store import OUTPUT as PARTS
     from ..validate import check_seed
@@ -160,14 +164,15 @@ def run_input(args, argv) -> int:
         raise ConfigError("give --dataset or --input, not both")
     if not args.write_parts:
         raise ConfigError("--input needs --write-parts DIR: the ranks write the parts there")
-    args.method = args.method or "lp"
-    if args.method in GRID_METHODS + LAYOUT_METHODS:
-        raise ConfigError(f"--partitioner {args.method}: from --input only partition parts are written (for the "
-                          f"partition, offload and minibatch strategies); {args.method}'s parts need the whole "
-                          f"graph in one process (--dataset)")
-    if args.method not in INPUT_METHODS:
+    on_blocks = partitioners.names(distributed=True)
+    args.method = args.method or partitioners.DEFAULT_ON_BLOCKS
+    if args.strategy and strategies.spec(args.strategy).partition_view:
+        raise ConfigError(f"--strategy {args.strategy}: from --input only vertex partition parts are written (for "
+                          f"the partition, offload and minibatch strategies); {args.strategy}'s parts need the "
+                          f"whole graph in one process (--dataset)")
+    if args.method not in on_blocks:
         raise ConfigError(f"--partitioner {args.method} needs the whole graph in one process; with --input "
-                          f"use one of {', '.join(INPUT_METHODS)}")
+                          f"use one of {', '.join(on_blocks)}")
     for flag, value in (("--grid", args.grid), ("--write-shards", args.write_shards),
                         ("--self-loops", args.self_loops or None), ("--feature-bytes", args.feature_bytes),
                         *((f, getattr(args, f.lstrip("-").replace("-", "_"))) for f in SAMPLING_FLAGS)):
@@ -252,7 +257,7 @@ def parse_block_grid(text) -> tuple:
     from ..errors import ConfigError
 
     if text is None:
-        raise ConfigError("--partitioner permute2 needs --grid R,C (row and column block counts)")
+        raise ConfigError("--strategy grid3d needs --grid R,C (row and column block counts)")
     pieces = str(text).replace(" ", "").split(",")
     if len(pieces) != 2 or not all(p.isdigit() and int(p) > 0 for p in pieces):
         raise ConfigError(f"--grid expects two positive integers R,C (e.g. 8,8), got {text!r}")
@@ -260,14 +265,14 @@ def parse_block_grid(text) -> tuple:
 
 
 def run_grid(args) -> int:
-    """``--partitioner permute2``: block balance report, and the shard files if asked."""
+    """``--strategy grid3d``: block balance report, and the shard files if asked."""
     from .. import datasets
     from ..errors import ConfigError
     from ..parallel.grid3d.permutation import balance, check_grid, max_over_mean, peak_bound
     from ..transforms import add_self_loops
 
     if args.parts is not None:
-        raise ConfigError("--nparts does not apply to --partitioner permute2; give --grid R,C")
+        raise ConfigError("--nparts does not apply to --strategy grid3d; give --grid R,C")
     if args.write_parts:
         return write_grid(args)
     grid = parse_block_grid(args.grid)
@@ -295,13 +300,13 @@ def run_grid(args) -> int:
 
 
 def write_tensor(args) -> int:
-    """``--partitioner tensor --nparts P --write-parts DIR``: parts for the tensor strategies."""
+    """``--strategy tensor --nparts P --write-parts DIR``: parts for the tensor strategies."""
     from .. import datasets
     from ..errors import ConfigError
     from ..partition.base import check_parts
 
     if not args.write_parts or args.parts is None:
-        raise ConfigError("--partitioner tensor writes parts for the tensor strategies: give --nparts P "
+        raise ConfigError("--strategy tensor writes parts for the tensor strategies: give --nparts P "
                           "and --write-parts DIR")
     graph = datasets.load(args.dataset, root=args.data_root)
     parts = check_parts(args.parts, graph.num_nodes)
@@ -313,7 +318,7 @@ def write_tensor(args) -> int:
 
 
 def write_grid(args) -> int:
-    """``--partitioner permute2 --grid X,Y,Z --write-parts DIR``: grid3d parts."""
+    """``--strategy grid3d --grid X,Y,Z --write-parts DIR``: grid3d parts."""
     from .. import datasets
     from ..errors import ConfigError
     from ..layout.grid import parse_grid
@@ -324,7 +329,7 @@ def write_grid(args) -> int:
         raise ConfigError(f"--layers must be at least 1, got {args.layers}")
     pieces = str(args.grid or "").split(",")
     if len(pieces) != 3:
-        raise ConfigError(f"--write-parts with --partitioner permute2 needs the process grid as --grid X,Y,Z, "
+        raise ConfigError(f"--write-parts with --strategy grid3d needs the process grid as --grid X,Y,Z, "
                           f"got {args.grid!r}")
     grid = parse_grid(args.grid, "--grid")
     dims, total = grid.dims(), grid.size
@@ -360,7 +365,7 @@ def report_lines(graph, part, q: dict) -> list:
         f"part sizes:    {q['nodes_min']:,} to {q['nodes_max']:,} nodes "
         f"(imbalance {100 * q['node_imbalance']:.1f}%: vertex data, and so memory, per rank)",
     ]
-    if part.method in NONZERO_BALANCED and q["node_imbalance"] > NODE_IMBALANCE_HINT:
+    if partitioners.spec(part.method).balances == "nonzeros" and q["node_imbalance"] > NODE_IMBALANCE_HINT:
         lines.append(f"note:          {part.method} balances nonzeros only; the largest part holds "
                      f"{1 + q['node_imbalance']:.1f}x the average vertex data. gp balances vertex "
                      "counts and nonzeros together; rp balances vertex counts")
@@ -368,6 +373,24 @@ def report_lines(graph, part, q: dict) -> list:
         lines.append(f"bytes:         {_size(q['bytes_per_layer'])} per layer and direction, "
                      f"at most {_size(q['send_bytes_max'])} sent by one rank")
     return lines
+
+
+def partitioned_for() -> tuple:
+    """The strategies ``--strategy`` offers: those with a parts writer."""
+    return tuple(name for name in strategies.names() if strategies.spec(name).parts)
+
+
+def check_partitioner(args) -> None:
+    """A ConfigError unless ``--partitioner`` names a registered partitioner, and applies: a
+    retired choice names what replaced it, a strategy with a view of its own takes none."""
+    from ..errors import ConfigError
+    if args.method in RETIRED:
+        raise ConfigError(f"--partitioner {args.method}: not a partitioner; {RETIRED[args.method]}")
+    if args.method is not None:
+        partitioners.spec(args.method, "--partitioner")
+        if args.strategy and strategies.spec(args.strategy).partition_view:
+            raise ConfigError(f"--partitioner applies to vertex partitions; --strategy {args.strategy} partitions "
+                              "its own way")
 
 
 def parts_writer(strategy: str):

@@ -9,8 +9,8 @@ from __future__ import annotations
 from ..config import Config, strategy_default
 from ..errors import ConfigError
 from ..planner import minibatch_dryrun as dryrun
-from ..partition import METHODS, STOCHASTIC_METHODS, MissingExtraError, partition
-from ..partition.base import RANKED_METHODS
+from ..partition import MissingExtraError, partition
+from ..partition import registry as partitioners
 from ..planner.explain import choice, dropped, table
 from ..planner.minibatch import rank_routes
 from ..planner.rank import rank_sized, rank_strategies
@@ -118,11 +118,12 @@ def _sampled(config: Config, graph, widths, options: dict, rates, network, per_n
 
 
 def _partitioners(text) -> tuple:
-    """``--partitioner`` for --strategy all: a comma-separated list (default rp, gp and hp)."""
+    """``--partitioner`` for --strategy all: a comma-separated list (default: the ranked ones,
+    ``PartitionerSpec.ranked``)."""
     if not text:
-        return RANKED_METHODS
+        return partitioners.names(ranked=True)
     names = tuple(dict.fromkeys(name.strip() for name in text.split(",")))
-    usable = [m for m in METHODS if m not in STOCHASTIC_METHODS]
+    usable = partitioners.names(sampled=False)
     for name in names:
         if name not in usable:
             raise ConfigError(f"--partitioner: {name!r} is not a full-graph partitioner; choose from "

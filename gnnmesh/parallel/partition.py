@@ -16,6 +16,8 @@ from .. import ops
 from ..comm import agreed, setup_comm
 from ..errors import ConfigError, GraphError
 from ..layout import ParallelLayout
+from ..partition.registry import DEFAULT as DEFAULT_PARTITIONER
+from ..partition.registry import spec as partitioner_spec
 from ..parts.agreement import check_manifest, check_halos, check_held_once
 from ..view import GraphView
 from .strategy import Shard
@@ -74,7 +76,7 @@ class PartitionParallel(DistributedStrategy):
     name = "partition"
     reported_phases = ("halo",)
 
-    def __init__(self, layout: ParallelLayout, device, method: str = "hp", epsilon: float = 0.01,
+    def __init__(self, layout: ParallelLayout, device, method: str = DEFAULT_PARTITIONER, epsilon: float = 0.01,
                  seed: int = 0, partition_file: Optional[str] = None, assignment=None):
         super().__init__(layout, device, "rows")
         self.method, self.epsilon, self.seed, self.partition_file = method, epsilon, seed, partition_file
@@ -147,7 +149,7 @@ def _compute_partition(graph, world, method, epsilon, seed, partition_file, samp
         from .. import partition as partitioning
         if partition_file:
             return partitioning.load_partition(partition_file, graph, parts=world)
-        if method in partitioning.STOCHASTIC_METHODS:
+        if partitioner_spec(method).sampled:
             return partitioning.stochastic_partition(graph, world, epsilon=epsilon, seed=seed, **sampling)
         return partitioning.partition(graph, world, method, epsilon=epsilon, seed=seed)
     except Exception as err:  # shipped to the other ranks so that all stop with the same error

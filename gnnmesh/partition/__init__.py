@@ -15,13 +15,14 @@ merged hypergraphs of sampled batches:
 """
 
 from .api import partition
-from .base import METHODS, STOCHASTIC_METHODS, MissingExtraError, Partition, graph_key
+from .base import MissingExtraError, Partition, graph_key
 from .halo import RankHalo, halos, rank_halo, rank_halos
 from .quality import connectivity_minus_one, quality
+from .registry import PartitionerSpec
 from .store import load_partition, save_partition, store_dir
 from .stochastic import batch_volumes, hoeffding_nets, stochastic_partition
 
-__all__ = ["partition", "Partition", "METHODS", "STOCHASTIC_METHODS", "MissingExtraError", "graph_key",
+__all__ = ["partition", "Partition", "PartitionerSpec", "MissingExtraError", "graph_key",
            "RankHalo", "halos", "rank_halo", "rank_halos", "quality", "connectivity_minus_one",
            "load_partition", "save_partition", "store_dir", "stochastic_partition", "batch_volumes",
            "hoeffding_nets"]

@@ -12,11 +12,11 @@ from .. import progress
 from ..validate import check_seed
 from ..errors import ConfigError, GraphError
 from .base import Partition, as_adjacency, check_method, check_parts, fill_empty_parts, graph_key
-from .methods import FUNCTIONS, hp_preset
+from .registry import DEFAULT, load, spec
 from .store import entry_path, is_current, load_partition, save_partition, store_dir
 
 
-def partition(graph, parts: int, method: str = "hp", *, epsilon: float = 0.01, seed: int = 0,
+def partition(graph, parts: int, method: str = DEFAULT, *, epsilon: float = 0.01, seed: int = 0,
               cache: bool = True, cache_dir=None) -> Partition:
     """Assign every vertex (row of A) of ``graph`` (a Graph or Adjacency) to one of ``parts``.
 
@@ -35,9 +35,10 @@ def partition(graph, parts: int, method: str = "hp", *, epsilon: float = 0.01, s
     check_method(method)
     adj = as_adjacency(graph)
     parts, epsilon, seed = check_settings(adj, parts, epsilon, seed)
-    preset = hp_preset() if method == "hp" else None
+    chosen = spec(method)
+    preset = load(chosen.preset)() if chosen.preset else None
     return cached_partition(adj, parts, method, epsilon, seed,
-                            lambda: (FUNCTIONS[method](adj, parts, epsilon, seed), None),
+                            lambda: (chosen.load()(adj, parts, epsilon, seed), None),
                             preset=preset, cache=cache, cache_dir=cache_dir)
 
 

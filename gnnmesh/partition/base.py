@@ -12,24 +12,8 @@ from ..errors import ConfigError
 from ..graph import Adjacency
 from ..transforms import row_blocks
 from ..view import keyed_hash
+from .registry import names
 
-METHODS = ("rp", "contiguous", "gp", "hp", "lp")
-# The ones the planner ranks for a run (contiguous id ranges are a baseline, not a choice).
-RANKED_METHODS = ("rp", "gp", "hp")
-# Vertex partitioners that also need the sampling settings of mini-batch training
-# (``stochastic.stochastic_partition``), so not ``partition()`` methods.
-STOCHASTIC_METHODS = ("shp",)
-# Not vertex partitioners: 2D block layouts of the adjacency, reported by 'gnnmesh partition'.
-GRID_METHODS = ("permute2",)
-# Not partitioners either: the row blocks of the tensor strategies, for --write-parts only.
-LAYOUT_METHODS = ("tensor",)
-# The partitioners that run on ranks each holding a block of the graph (parts from --input)
-DISTRIBUTED_METHODS = ("rp", "contiguous", "lp")
-# The ones that balance nonzeros alone, so that a part may hold far more than its share of vertices.
-NONZERO_BALANCED = ("hp", "shp", "contiguous")
-# Bumped when a method's output changes, so that stored partitions are recomputed.
-METHOD_VERSIONS = {"rp": 1, "contiguous": 1, "gp": 2, "hp": 3, "shp": 1, "lp": 1}
-EXTRA_HINT = "pip install 'gnnmesh[partitioners]'"
 
 
 class MissingExtraError(ConfigError, ImportError):
@@ -154,8 +138,9 @@ def check_parts(parts, num_nodes: int) -> int:
 
 
 def check_method(method: str) -> str:
-    if method not in METHODS:
-        raise ConfigError(f"unknown partitioning method {method!r}; choose from {', '.join(METHODS)}")
+    methods = names(sampled=False)   # the ones partition() runs; a sampled one needs sampling settings
+    if method not in methods:
+        raise ConfigError(f"unknown partitioning method {method!r}; choose from {', '.join(methods)}")
     return method
 
 

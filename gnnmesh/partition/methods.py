@@ -24,7 +24,8 @@ from .. import progress
 from ..graph import Adjacency
 from ..errors import ConfigError
 from . import metis_kway
-from .base import EXTRA_HINT, MissingExtraError, csr_arrays, vertex_weights
+from .base import MissingExtraError, csr_arrays, vertex_weights
+from .registry import EXTRA_HINT
 from .refine import reduce_max_send
 
 # Mt-KaHyPar preset for 'hp' unless GNNMESH_HP_PRESET names another; measurements behind
@@ -242,4 +243,3 @@ def _pattern(adj: Adjacency) -> sp.csr_matrix:
     return sp.csr_matrix((np.ones(indices.shape[0], dtype=np.int8), indices, indptr), shape=adj.shape)
 
 
-FUNCTIONS = {"rp": random, "contiguous": contiguous, "gp": metis, "hp": hypergraph, "lp": label_propagation}

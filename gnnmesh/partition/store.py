@@ -22,7 +22,8 @@ from ..datasets.cache import default_dir
 from ..errors import GraphError
 from ..structured import load_json
 from ..validate import SEED_RANGE, Range
-from .base import METHOD_VERSIONS, Partition, as_adjacency, graph_key
+from .base import Partition, as_adjacency, graph_key
+from .registry import REGISTRY
 
 FORMAT_VERSION = 1
 
@@ -47,7 +48,7 @@ def save_partition(part: Partition, path) -> bool:
     path = Path(path)
     meta = {"format": FORMAT_VERSION, "graph_key": part.graph_key, "num_nodes": part.num_nodes,
             "parts": part.parts, "method": part.method,
-            "method_version": METHOD_VERSIONS.get(part.method, 1), "epsilon": part.epsilon,
+            "method_version": _version(part.method), "epsilon": part.epsilon,
             "seed": part.seed, "seconds": part.seconds}
     if part.preset is not None:
         meta["preset"] = part.preset
@@ -73,7 +74,7 @@ def is_current(path, method: str, preset: Optional[str] = None) -> bool:
         meta = read_meta(path)
     except GraphError:
         return False
-    return (meta.get("method_version", 1) == METHOD_VERSIONS.get(method, 1)
+    return (meta.get("method_version", 1) == _version(method)
             and meta.get("preset") == preset)
 
 
@@ -173,3 +174,8 @@ def _meta_problem(meta: dict) -> str:
         if key in meta and not ok(meta[key]):
             return f"field '{key}' must be {what}, got {show(meta[key])}"
     return ""
+
+
+def _version(method: str) -> int:
+    """The version of ``method``'s output (``PartitionerSpec.version``; 1 for one not registered)."""
+    return REGISTRY[method].version if method in REGISTRY else 1

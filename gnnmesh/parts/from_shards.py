@@ -40,13 +40,13 @@ from .. import locks
 from ..atomic import staged_directory
 from ..datasets import sorted_unique
 from ..errors import ConfigError, GraphError
-from ..partition.base import DISTRIBUTED_METHODS, add_sums, entry_sums, structure_key
+from ..partition import registry as partitioners
+from ..partition.base import add_sums, entry_sums, structure_key
 from ..partition.halo import local_halo
 from ..partition.methods import contiguous_parts, random_parts
 from ..view import OPERATORS
 from .store import FORMAT_VERSION, MANIFEST, OUTPUT, rank_folder, save_array, write_manifest
 
-METHODS = DISTRIBUTED_METHODS  # the partitioners that run on the ranks' blocks
 ROUND_ITEMS = 1 << 21  # items (edges, rows) one rank sends in one all-to-all round
 BUILT_IN = ("gcn", "mean", "sum", "loop")  # the operators built here from rows alone
 NODE_DATA = ("x", "y", "train_mask", "val_mask", "test_mask")
@@ -58,9 +58,10 @@ def write_parts_from_shards(shards, directory, *, method: str, epsilon: float, s
     ``directory``, one part per rank of ``comm`` (default: the world's setup communicator),
     every rank calling this with the same arguments."""
     comm = comm or comms.setup_comm()
-    if method not in METHODS:
+    on_blocks = partitioners.names(distributed=True)
+    if method not in on_blocks:
         raise ConfigError(f"--partitioner {method} needs the whole graph in one process; from "
-                          f"--input use one of {', '.join(METHODS)}")
+                          f"--input use one of {', '.join(on_blocks)}")
     extra = sorted(set(OPERATORS) - set(BUILT_IN))
     if extra:
         raise ConfigError(f"graph operator {extra[0]!r} is registered: parts from --input hold the "
@@ -169,13 +170,28 @@ def _weighted_entries(keys, weight, mirrored, position, symmetrize: bool):
 # -- the partition -----------------------------------------------------------------------------
 
 def _assign(comm, rows: _Rows, method: str, parts: int, epsilon: float, seed: int) -> np.ndarray:
-    """The part of every node (int64 [n]), the same on every rank."""
-    n = int(comm.all_reduce(torch.tensor([len(rows.owned)], dtype=torch.int64)).item())
-    if method == "rp":
-        return random_parts(n, parts, seed)
-    if method == "contiguous":
-        weights = _gather(comm, rows.counts + 1)
-        return contiguous_parts(weights, parts)
+    """The part of every node (int64 [n]), the same on every rank: the partitioner's form that
+    runs on blocks (``PartitionerSpec.distributed``)."""
+    return partitioners.load(partitioners.spec(method).distributed)(comm, rows, parts, epsilon, seed)
+
+
+def random_assignment(comm, rows: _Rows, parts: int, epsilon: float, seed: int) -> np.ndarray:
+    """``rp`` on the ranks' blocks: the random parts of every node."""
+    return random_parts(_node_count(comm, rows), parts, seed)
+
+
+def contiguous_assignment(comm, rows: _Rows, parts: int, epsilon: float, seed: int) -> np.ndarray:
+    """``contiguous`` on the ranks' blocks: id ranges of equal nonzeros + 1."""
+    return contiguous_parts(_gather(comm, rows.counts + 1), parts)
+
+
+def _node_count(comm, rows: _Rows) -> int:
+    return int(comm.all_reduce(torch.tensor([len(rows.owned)], dtype=torch.int64)).item())
+
+
+def propagated_assignment(comm, rows: _Rows, parts: int, epsilon: float, seed: int) -> np.ndarray:
+    """``lp`` on the ranks' blocks: multilevel label propagation across the ranks."""
+    n = _node_count(comm, rows)
     from ..partition.propagate import propagate
     indptr = np.concatenate([[0], np.cumsum(rows.counts)])
     lo = int(rows.owned[0]) if len(rows.owned) else _share(n, parts, comm.rank)[0]

@@ -16,7 +16,7 @@ from typing import Optional
 
 from ..layout.grid import RANK_ORDER
 from ..partition import MissingExtraError, partition
-from ..partition.base import RANKED_METHODS
+from ..partition.registry import names as partitioner_names
 from .machine import ComputeRates, Network
 from .sized import SizedGraph
 
@@ -47,7 +47,7 @@ class PlanJob:
     network: Network
     ranks_per_node: Optional[int] = None
     memory_limit: Optional[int] = None
-    partitioners: tuple = RANKED_METHODS
+    partitioners: Optional[tuple] = None   # None: every partitioner a plan ranks
     decoupled: bool = False
     evaluate: bool = True
     inference: bool = False
@@ -72,12 +72,17 @@ class PlanJob:
         """The keyword arguments every model's ``estimate`` takes for the model's form."""
         return dict(decoupled=self.decoupled, inference=self.inference, **self.options)
 
+    @property
+    def methods(self) -> tuple:
+        """The partitioners the partitioned strategies rank (``PartitionerSpec.ranked`` by default)."""
+        return tuple(self.partitioners) if self.partitioners is not None else partitioner_names(ranked=True)
+
     @cached_property
     def partitions(self) -> tuple:
         """(method, Partition or the MissingExtraError that kept it from running) for each of
         ``partitioners``, computed once for every model that prices a partition."""
         out = []
-        for method in self.partitioners:
+        for method in self.methods:
             try:
                 out.append((method, partition(self.graph, self.ranks, method, epsilon=self.epsilon, seed=self.seed,
                                               cache=self.cache, cache_dir=self.cache_dir)))

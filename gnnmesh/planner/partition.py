@@ -25,6 +25,7 @@ import numpy as np
 
 from ..partition import rank_halos
 from ..partition.halo import check_assignment
+from ..partition.registry import spec as partitioner_spec
 from ..view import OPERATORS
 from .estimate import Estimate
 from .job import Dropped
@@ -114,9 +115,10 @@ def candidates(job) -> list:
         return []
     if job.sized:
         return [random_estimate(job.graph, job.ranks, job.widths, job.model, job.rates, job.network,
-                                job.ranks_per_node, job.evaluate, **job.model_args) if method == "rp"
+                                job.ranks_per_node, job.evaluate, **job.model_args)
+                if not partitioner_spec(method).structural
                 else Dropped(f"partition {method}", "it partitions the graph's own structure: give --dataset")
-                for method in job.partitioners]
+                for method in job.methods]
     return [Dropped(f"partition {method}", str(part)) if isinstance(part, Exception)
             else estimate(job.graph, part, job.widths, job.model, job.rates, job.network, job.ranks_per_node,
                           job.evaluate, **job.model_args) for method, part in job.partitions]

@@ -23,7 +23,6 @@ from typing import Optional
 
 from .. import strategies
 from ..layout.grid import RANK_ORDER
-from ..partition.base import RANKED_METHODS
 from .estimate import Estimate
 from .grid3d import grid3d_estimate, grid3d_refusal  # noqa: F401  (named here by the plan commands)
 from .job import Dropped, PlanJob
@@ -64,7 +63,7 @@ def ranked_specs() -> list:
 
 def rank_strategies(graph, ranks: int, model: str, widths, rates: ComputeRates, network: Network,
                     ranks_per_node: Optional[int] = None, *, epochs: int = 200, memory_limit: Optional[int] = None,
-                    partitioners=RANKED_METHODS, decoupled: bool = False, evaluate: bool = True, seed: int = 0,
+                    partitioners=None, decoupled: bool = False, evaluate: bool = True, seed: int = 0,
                     epsilon: float = 0.01, cache: bool = True, cache_dir=None, order: str = RANK_ORDER,
                     inference: bool = False, **options) -> Ranking:
     """Rank the strategies for ``model`` (``decoupled``: its decoupled form; ``options``: the
@@ -82,7 +81,7 @@ def rank_strategies(graph, ranks: int, model: str, widths, rates: ComputeRates, 
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
     job = PlanJob(graph, ranks, model, tuple(widths), rates, network, ranks_per_node, memory_limit,
-                  tuple(partitioners), decoupled, evaluate, inference, seed, epsilon, cache, cache_dir, order,
+                  partitioners, decoupled, evaluate, inference, seed, epsilon, cache, cache_dir, order,
                   options)
     found = [item for spec in ranked_specs() for item in strategies.load(spec.planner)(job)]
     dropped = [item for item in found if isinstance(item, Dropped)]

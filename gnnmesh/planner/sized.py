@@ -36,9 +36,9 @@ class SizedGraph:
     entries: int
     name: str = "graph"
 
-    def operator(self, name: str) -> OperatorSize:
-        loops = name in ("gcn", "loop")
-        return OperatorSize(self.entries + (self.nodes if loops else 0), valued=name in ("gcn", "mean"))
+    def operator(self, op: str) -> OperatorSize:
+        loops = op in ("gcn", "loop")
+        return OperatorSize(self.entries + (self.nodes if loops else 0), valued=op in ("gcn", "mean"))
 
     def rows(self, parts: int) -> np.ndarray:
         """Rows per part of a random partition (a permutation dealt round-robin: sizes differ by

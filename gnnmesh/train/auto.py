@@ -18,7 +18,6 @@ from ..errors import ConfigError, GraphError
 from ..planner import rates as machine_rates
 from ..planner.estimate import Estimate
 from ..planner.explain import choice, dropped, table
-from ..partition.base import RANKED_METHODS
 from ..planner.rank import Ranking, input_width, rank_strategies
 from ..validate import parse_bytes
 from ..trained import model_options
@@ -62,7 +61,7 @@ def plan(config: Config, graph, ranks: int, say, inference: Optional[int] = None
     ranking = rank_strategies(graph, ranks, config.model.name, widths, rates, network, per_node,
                               epochs=config.training.epochs, inference=inference is not None,
                               memory_limit=limit, partitioners=(config.partition.partitioner,) if config.partition.partitioner
-                              else RANKED_METHODS, decoupled=config.model.decoupled, seed=config.training.seed,
+                              else None, decoupled=config.model.decoupled, seed=config.training.seed,
                               epsilon=strategy_default("epsilon") if config.partition.epsilon is None else config.partition.epsilon,
                               **options)
     for line in _lines(ranking):

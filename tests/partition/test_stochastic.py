@@ -214,7 +214,7 @@ def test_command_runs_and_reports_the_sampling(tmp_path, capsys):
     (["--batch-size", "0"], "'batch_size'"), (["--batch-size", "100000"], "'batch_size'"),
     (["--fanouts", "10,0"], "'fanouts'"), (["--fanouts", "x"], "'fanouts'"),
     (["--method", "hp"], "--fanouts applies only to --partitioner shp"),
-    (["--method", "permute2", "--grid", "2,2"], "--fanouts applies only to --partitioner shp")])
+    (["--strategy", "grid3d", "--grid", "2,2"], "--partitioner applies to vertex partitions; --strategy grid3d")])
 def test_command_bad_input_exits_2_with_one_line(flags, message, tmp_path, capsys):
     from gnnmesh import cli
     argv = ["partition", "--dataset", RMAT, "--parts", "3", "--method", "shp", "--fanouts", "3,3",

@@ -275,7 +275,7 @@ def test_cli_writes_parts_and_refuses_mismatched_runs_in_one_line(tmp_path):
                   "--epochs", "1")
     assert bad.returncode == 2, bad.stderr
     assert "rank-00001/x.npy: corrupt part file" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
-    out = gnnmesh("partition", "--dataset", spec, "--method", "permute2", "--grid", "2,2",
+    out = gnnmesh("partition", "--dataset", spec, "--strategy", "grid3d", "--grid", "2,2",
                   "--write-parts", str(tmp_path / "g"))
     assert out.returncode == 2 and "--grid X,Y,Z" in out.stderr
 

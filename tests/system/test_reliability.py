@@ -639,7 +639,7 @@ PART_DAMAGE = {
     "float ids": ("partition", "owned", lambda a: a.astype(np.float64), "owned.npy"),
     "short features": ("partition", "x", lambda a: a[:-1], "field 'x'"),
     "tensor column id": ("tensor", "adj.indices", _set(0, 10**6), "adj"),
-    "grid order not a permutation": ("permute2", "orders", _set((0, 0), 1), "orders.npy"),
+    "grid order not a permutation": ("grid3d", "orders", _set((0, 0), 1), "orders.npy"),
 }
 
 
@@ -647,10 +647,10 @@ PART_DAMAGE = {
 def written_parts(tmp_path_factory):
     """One rank's parts of each kind, written once; each test damages its own copy."""
     out = {}
-    for kind in ("partition", "tensor", "permute2"):
+    how_to_write = {"partition": ["--partitioner", "rp", "--nparts", "1"],
+                    "tensor": ["--strategy", "tensor", "--nparts", "1"], "grid3d": ["--strategy", "grid3d", "--grid", "1,1,1"]}
+    for kind, how in how_to_write.items():
         where = tmp_path_factory.mktemp("parts") / kind
-        how = ["--partitioner", "permute2", "--grid", "1,1,1"] if kind == "permute2" else \
-            ["--partitioner", "rp" if kind == "partition" else kind, "--nparts", "1"]
         made = gnnmesh("partition", "--dataset", SBM, *how, "--write-parts", str(where))
         assert made.returncode == 0, made.stderr
         out[kind] = where

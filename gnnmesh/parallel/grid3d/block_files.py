@@ -157,7 +157,7 @@ def open_shards(directory, *, fingerprint=None, grid=None, seed=_ANY) -> "Shards
         shards = Shards(Path(directory), manifest)
     except FileNotFoundError:
         raise GraphError(f"{path}: missing; not a shard directory (write one with "
-                         "'gnnmesh partition --method permute2 --grid R,C --write-shards DIR')") from None
+                         "'gnnmesh partition --strategy grid3d --grid R,C --write-shards DIR')") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise GraphError(f"{path}: unreadable shard manifest: {' '.join(str(exc).split())}") from None
     if fingerprint is not None and manifest["fingerprint"] != fingerprint:

@@ -27,7 +27,8 @@ from ...atomic import staged_directory
 from ...graph import Graph
 from ...layout import ParallelLayout
 from ...layout.grid import AXES, roles
-from ...parts.store import OUTPUT, graph_facts, rank_folder, save_array, write_manifest
+from ...layout.ranges import cut
+from ...parts.store import OUTPUT, count, graph_facts, rank_folder, save_array, write_manifest
 from ...parts.vertex import VertexData
 from ...view import OPERATORS
 from .blocks import GridBlocks
@@ -78,3 +79,28 @@ def write_grid_parts(graph: Graph, dims: dict, directory, dataset: str, *, layer
             "grid": [dims[a] for a in AXES], "permute": bool(permute), "seed": int(seed),
             "layers": blocks if blocks < PERIOD else None, "ranks": files})
     return Path(directory)
+
+
+def check_manifest(m: dict, need) -> None:
+    """The fields of a grid3d manifest (``need(field, ok, what)`` refuses one): the process
+    grid, whose product is the parts, and the depth the blocks were written for."""
+    parts, grid = m["parts"], m.get("grid")
+    need("grid", isinstance(grid, list) and len(grid) == 3 and all(count(g, 1, parts) for g in grid)
+         and grid[0] * grid[1] * grid[2] == parts, f"three grid sizes whose product is the {parts} parts")
+    need("layers", m.get("layers") is None or count(m.get("layers"), 1, 5), "a count of layers below 6 or null")
+
+
+def rank_files(m: dict) -> list:
+    """A rank's arrays besides its vertex data: the node orders and each layer's blocks (they
+    repeat with period six)."""
+    return ["orders"] + [f"adj-{k}.{part}" for k in range(m["layers"] or 6) for part in ("indptr", "indices", "values")]
+
+
+def feature_block(m: dict, rank: int) -> tuple:
+    """(rows, columns) of ``rank``'s block of the input features as the writer cuts it: layer
+    0's column block of the nodes, its share of the features."""
+    dims = dict(zip(AXES, m["grid"]))
+    me, r = ParallelLayout.of_grid(dims).coordinates(rank), roles(0)
+    rows = cut(m["num_nodes"], dims[r.cols], me[r.cols])
+    columns = cut(m["num_features"], dims[r.feats], me[r.feats])
+    return rows.stop - rows.start, columns.stop - columns.start

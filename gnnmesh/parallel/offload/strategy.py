@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from ...layout import ParallelLayout
+from ...partition.registry import DEFAULT as DEFAULT_PARTITIONER
 from ..partition import agreed_partition
 from . import costs
 from .host_tier import HostTier, HostTierStrategy
@@ -24,7 +25,7 @@ class Offload(HostTierStrategy):
 
     def __init__(self, layout: ParallelLayout, device, device_memory: int, host_store: str = "ram",
                  store_dir: Optional[str] = None, chunks: Optional[int] = None, intermediates: str = "auto",
-                 dedup: str = "both", reorganize: bool = True, method: str = "hp", epsilon: float = 0.01,
+                 dedup: str = "both", reorganize: bool = True, method: str = DEFAULT_PARTITIONER, epsilon: float = 0.01,
                  seed: int = 0, partition_file: Optional[str] = None, overlap: Optional[bool] = None):
         """``chunks``: K, or None to take the smallest K whose estimated footprint fits
         ``device_memory`` (bytes); ``overlap``: None for on with CUDA (``HostTier``)."""

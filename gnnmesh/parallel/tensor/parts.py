@@ -59,6 +59,21 @@ def write_tensor_parts(graph: Graph, parts: int, directory, dataset: str) -> Pat
     return Path(directory)
 
 
+def check_manifest(m: dict, need) -> None:
+    """The fields of a tensor manifest (``need(field, ok, what)`` refuses one): whether the
+    graph is weighted, and every rank's files agreeing."""
+    need("weighted", isinstance(m.get("weighted"), bool), "true or false")
+    for r, rank in enumerate(m["ranks"]):
+        need(f"ranks[{r}].files", m["weighted"] == ("adj.values" in rank["files"]),
+             f"an object {'with' if m['weighted'] else 'without'} 'adj.values' (the graph is "
+             f"{'' if m['weighted'] else 'not '}weighted)")
+
+
+def rank_files(m: dict) -> list:
+    """A rank's arrays besides its vertex data: the whole topology."""
+    return ["adj.indptr", "adj.indices"]
+
+
 def _link_or_copy(source: Path, target: Path) -> None:
     try:
         os.link(source, target)

@@ -166,7 +166,7 @@ def test_block_ranges_are_checked(written, rows):
 def test_command_writes_shards(tmp_path, capsys):
     spec = "rmat:nodes=500,edges=4000,features=4"
     out = tmp_path / "shards"
-    assert cli.main(["partition", "--dataset", spec, "--method", "permute2", "--grid", "2,3",
+    assert cli.main(["partition", "--dataset", spec, "--strategy", "grid3d", "--grid", "2,3",
                      "--seed", "5", "--write-shards", str(out)]) == 0
     assert f"written to {out}" in capsys.readouterr().out
     graph = datasets.load(spec)

@@ -130,7 +130,7 @@ def test_bad_permutation_is_rejected():
 
 
 def test_command_reports_the_three_orders(capsys):
-    assert cli.main(["partition", "--dataset", RMAT, "--method", "permute2", "--grid", "4,4",
+    assert cli.main(["partition", "--dataset", RMAT, "--strategy", "grid3d", "--grid", "4,4",
                      "--seed", "3"]) == 0
     out = capsys.readouterr().out
     from gnnmesh import datasets
@@ -154,21 +154,21 @@ def test_command_reports_the_three_orders(capsys):
     (["--grid", "2,2", "--parts", "4"], "--nparts"),
 ])
 def test_command_bad_grid_is_one_line_and_status_2(args, fragment, capsys):
-    assert cli.main(["partition", "--dataset", RMAT, "--method", "permute2", *args]) == 2
+    assert cli.main(["partition", "--dataset", RMAT, "--strategy", "grid3d", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("gnnmesh: error:") and fragment in err[0]
 
 
-def test_command_grid_flags_need_permute2(capsys):
+def test_command_grid_flags_need_the_grid3d_strategy(capsys):
     assert cli.main(["partition", "--dataset", RMAT, "--method", "rp", "--grid", "2,2"]) == 2
-    assert "--grid applies only to --partitioner permute2" in capsys.readouterr().err
+    assert "--grid applies only to --strategy grid3d" in capsys.readouterr().err
     assert cli.main(["partition", "--dataset", RMAT, "--method", "rp"]) == 2
     assert "--nparts is required" in capsys.readouterr().err
 
 
 def test_command_as_a_subprocess():
     run = subprocess.run([sys.executable, "-m", "gnnmesh", "partition", "--dataset", RMAT,
-                          "--method", "permute2", "--grid", "8,x"], capture_output=True, text=True,
+                          "--strategy", "grid3d", "--grid", "8,x"], capture_output=True, text=True,
                          timeout=120)
     assert run.returncode == 2 and run.stderr.count("\n") == 1 and "--grid" in run.stderr
 
