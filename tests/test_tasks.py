@@ -201,3 +201,14 @@ def test_task_is_recorded_and_refuses_what_does_not_apply(tmp_path):
     assert tasks.names() == ("classification", "multilabel", "regression")
     toml = Config.of(task="regression", regression_loss="mae").to_toml()
     assert 'task = "regression"' in toml and 'regression_loss = "mae"' in toml
+
+
+def test_a_registered_task_is_built_by_name_and_refuses_the_others_settings():
+    spec = tasks.register(tasks.TaskSpec("scores", tasks.Regression, flat_target=True, summary="test task"))
+    try:
+        assert isinstance(tasks.build("scores"), tasks.Regression) and "scores" in tasks.names()
+        with pytest.raises(ConfigError, match="'class_weights': weights classes, for the classification task; "
+                                              "this run's task is scores"):
+            tasks.build("scores", class_weights="balanced")
+    finally:
+        tasks.REGISTRY.pop(spec.name)
