@@ -30,7 +30,7 @@ class MiniBatchTrainer(Trainer):
 
     def __init__(self, config, data, strategy=None, task=None):
         super().__init__(config, data, strategy, task=task)
-        cfg, s = self.config, self.shard
+        cfg, s = self.config, self.rank_data
         self.split_sizes = [float(m.sum()) for m in (s.train_mask, s.val_mask, s.test_mask)]  # every rank has all
         self.train_ids = torch.nonzero(s.train_mask.cpu()).flatten().numpy()
         self.batch_size = cfg.minibatch.batch_size or min(DEFAULT_BATCH, len(self.train_ids))
@@ -72,7 +72,7 @@ class MiniBatchTrainer(Trainer):
         from ..parallel.minibatch import ROUTES
         from ..planner import minibatch_dryrun as dryrun
         from ..parallel.minibatch.feature_homes import FeatureHomes, ShardedSource
-        cfg, s, strategy = self.config, self.shard, self.strategy
+        cfg, s, strategy = self.config, self.rank_data, self.strategy
         x, world, rank = s.x.cpu(), strategy.world_size, strategy.rank
         cache_bytes = cfg.minibatch.cache_bytes()
         names = [strategy.name] if strategy.name != "auto" else \
@@ -141,7 +141,7 @@ class MiniBatchTrainer(Trainer):
         view = BlockView(sample, self.op, self.config.training.seed, self.device)
         view.set_epoch((epoch << 32) | step)  # one stream of dropout draws per step
         if not self.model.training:  # evaluation reads the features directly where this rank has them all
-            x = self.shard.x
+            x = self.rank_data.x
             return self.model(view, self.eval_features.load(sample.input_nodes) if x is None else
                               x[torch.from_numpy(sample.input_nodes).to(x.device)])
         self.sampled_edges += sample.sampled_entries()
@@ -170,7 +170,7 @@ class MiniBatchTrainer(Trainer):
 
     @torch.no_grad()
     def evaluate(self) -> list:
-        s = self.shard
+        s = self.rank_data
         self.model.eval()
         evaluation = self._evaluation()
         masks = [m.cpu() for m in (s.train_mask, s.val_mask, s.test_mask)]

@@ -1,7 +1,7 @@
 """The full-graph trainer: Adam on the train-mask loss, accuracy on every split each epoch,
 best-validation model selection, checkpoints and per-epoch metrics.
 
-The trainer is the same for every strategy: the strategy hands it a Shard (GraphView and
+The trainer is the same for every strategy: the strategy hands it a RankData (GraphView and
 local vertex rows), reduces counts across ranks and keeps gradients in sync.
 """
 
@@ -109,13 +109,13 @@ class Trainer:
             raise ConfigError(f"config field 'nproc': {self.config.run.nproc} ranks requested but this is one "
                               f"process; start them with 'gnnmesh train --nproc {self.config.run.nproc}' or torchrun")
         profile.sync_cuda["on"] = self.device.type == "cuda"
-        self.task, self.task_note = self._task(data, task)  # labels that do not fit are refused before sharding
+        self.task, self.task_note = self._task(data, task)  # labels that do not fit are refused before the graph is split
         if isinstance(data, Graph):
             x = _features(data) if widths is None else input_features(data)
-            self.shard = self.strategy.shard(data, x, self.config.training.seed, self.device)
+            self.rank_data = self.strategy.rank_data(data, x, self.config.training.seed, self.device)
             num_features = x.shape[1]
         else:  # its writer checked labels and split, and stored the features as _features does
-            self.shard = self.strategy.shard_parts(data, self.config.training.seed, self.device)
+            self.rank_data = self.strategy.rank_data_from_parts(data, self.config.training.seed, self.device)
             num_features = data.num_features
         if widths is not None:
             widths.check(num_features, self.output_width, f"dataset '{data.name}'")
@@ -140,7 +140,7 @@ class Trainer:
         self.strategy.prepare(self.model)
         self._optimizer: Optional[torch.optim.Optimizer] = None
         counts = torch.tensor([float(m.sum()) for m in
-                               (self.shard.train_mask, self.shard.val_mask, self.shard.test_mask)])
+                               (self.rank_data.train_mask, self.rank_data.val_mask, self.rank_data.test_mask)])
         self.split_sizes = self.strategy.all_reduce(counts).tolist()
         self._setup_task()
         # what every epoch's record carries besides its measurements (a plan adds its prediction)
@@ -191,7 +191,7 @@ class Trainer:
     def _setup_task(self) -> None:
         """The task's view of the labels, what it sums over the training set, and the loss's
         divisor: the sum over ranks of every training row's share (``Task.count``)."""
-        s = self.shard
+        s = self.rank_data
         self.targets = self.task.targets(s.y)
         reduce = (lambda t: t) if self.holds_every_row else self.strategy.all_reduce
         train = self.targets[s.train_mask]
@@ -221,7 +221,7 @@ class Trainer:
 
     # -- one epoch -----------------------------------------------------------------------------
     def train_step(self) -> float:
-        s = self.shard
+        s = self.rank_data
         self.model.train()
         s.view.set_epoch(self.epoch)
 
@@ -273,7 +273,7 @@ class Trainer:
     def evaluate(self) -> list[float]:
         """The task's selection metric on the train, validation and test rows; every metric of
         each split goes to ``self.metrics``."""
-        s = self.shard
+        s = self.rank_data
         self.model.eval()
         evaluation = self._evaluation()
         masks, ids = [s.train_mask, s.val_mask, s.test_mask], s.row_ids() if self.task.gathers else None
@@ -378,11 +378,11 @@ class Trainer:
             nodes = "listed"
         elif nodes not in ("all", "train", "val", "test"):
             listed = read_node_file(nodes, self.num_nodes)
-        ids = self.shard.row_ids().cpu().numpy()
+        ids = self.rank_data.row_ids().cpu().numpy()
         if original is not None:  # rows are named, and chosen, by the ids the user knows
             ids = np.asarray(original, dtype=np.int64)[ids]
-        values = rank_output(self.strategy, self.model, self.shard, out, self.task)
-        keep = selected(nodes, self.shard, ids, listed)
+        values = rank_output(self.strategy, self.model, self.rank_data, out, self.task)
+        keep = selected(nodes, self.rank_data, ids, listed)
         return ids[keep], values.cpu().numpy()[keep]
 
     # -- checkpoints -----------------------------------------------------------------------------
@@ -516,7 +516,7 @@ def _parameter_problem(model: torch.nn.Module) -> str:
 
 def _labelled(graph: Graph, classes: int, task: Optional[str] = None) -> Graph:
     """``graph``, with labels 0 of ``classes`` (or 0 targets of ``classes`` for a ``task`` other
-    than classification) and an empty split where it has none: what the strategies shard, for
+    than classification) and an empty split where it has none: what the strategies split, for
     a model that only predicts."""
     n, empty = graph.num_nodes, torch.zeros(graph.num_nodes, dtype=torch.bool)
     filled = {name: empty for name in ("train_mask", "val_mask", "test_mask") if getattr(graph, name) is None}

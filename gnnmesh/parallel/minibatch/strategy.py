@@ -44,7 +44,7 @@ class MiniBatchParallel(DistributedStrategy, MiniBatchStrategy):
         spread = f", features spread over {self.hosts} hosts" if self.hosts > 1 else ""
         return f"{chosen}{self.name} ({self.world_size} ranks{where}{spread})"
 
-    def shard(self, graph, x, seed, device):
+    def rank_data(self, graph, x, seed, device):
         return whole_graph(graph, x, seed, device)  # the whole graph on every rank
 
     def place(self, graph, sampling: dict) -> None:
