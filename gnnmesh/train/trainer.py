@@ -103,7 +103,7 @@ class Trainer:
         self.device = rank_device(self.config)
         if strategy is None:
             layout = ParallelLayout.for_strategy(self.config.run.strategy, comm.world_size(), self.config.grid3d.grid)
-            strategy = self.config.engine.build(self.config, layout, self.device)
+            strategy = self.config.strategy_spec.build(self.config, layout, self.device)
         self.strategy = strategy
         if self.config.run.nproc > self.strategy.world_size:
             raise ConfigError(f"config field 'nproc': {self.config.run.nproc} ranks requested but this is one "
@@ -131,7 +131,7 @@ class Trainer:
         elif not self.config.model.user:  # what checkpoints record: the class, to build it again
             built_in = {f: getattr(ModelSection(), f) for f in BUILT_IN_OPTIONS}
             self.config = self.config.updated(model=user_models.name_of(model), **built_in).resolved()
-        problem = self.config.engine.model_problem(model, self.config.training.minibatch) or _parameter_problem(model)
+        problem = self.config.strategy_spec.model_problem(model, self.config.training.minibatch) or _parameter_problem(model)
         if problem:
             raise ConfigError(f"config field 'model' ({self.config.model.name}): {problem}")
         # what a checkpoint keeps of a user's model: its name and its file's hash, never its code
