@@ -35,7 +35,7 @@ HOST_SIDE = {
     ("parallel/tensor_offload.py", "TensorOffload.rank_data"): "global ids of the host tier's rows",
     ("parallel/offload/host_tier.py", "HostTier.rank_data"): "an empty stand-in for features kept in the host tier",
     # host memory by design
-    ("parallel/minibatch/feature_homes.py", "ShardedSource.read"): "feature rows read from a host store",
+    ("parallel/minibatch/feature_homes.py", "HomedSource.read"): "feature rows read from a host store",
     ("host_store.py", "HostStore.create"): "the host tier's tables",
     ("host_store.py", "HostStore.read"): "pinned staging (the device's tensor is made with its device)",
     ("comm.py", "Comm.irecv"): "gloo receives CUDA tensors through host memory",
@@ -44,7 +44,7 @@ HOST_SIDE = {
     # metrics, counts and setup: reduced on the host, once per epoch or run
     ("train/trainer.py", "Trainer.__init__"): "split sizes, summed over ranks on the host",
     ("train/trainer.py", "Trainer._setup_task"): "the loss divisor, summed over ranks",
-    ("train/trainer.py", "_labelled"): "labels and masks of a graph that has none, before sharding",
+    ("train/trainer.py", "_labelled"): "labels and masks of a graph that has none, before the graph is split",
     ("tasks.py", "Task.sums"): "metric sums, kept on the host",
     ("tasks.py", "Classification.setup"): "class weights (the loss moves them to the logits' device)",
     ("tasks.py", "Classification.sums"): "metric sums, kept on the host",

@@ -71,7 +71,7 @@ class MiniBatchTrainer(Trainer):
         hosts, this rank keeps only the feature rows homed on its host."""
         from ..parallel.minibatch import ROUTES
         from ..planner import minibatch_dryrun as dryrun
-        from ..parallel.minibatch.feature_homes import FeatureHomes, ShardedSource
+        from ..parallel.minibatch.feature_homes import FeatureHomes, HomedSource
         cfg, s, strategy = self.config, self.rank_data, self.strategy
         x, world, rank = s.x.cpu(), strategy.world_size, strategy.rank
         cache_bytes = cfg.minibatch.cache_bytes()
@@ -109,14 +109,14 @@ class MiniBatchTrainer(Trainer):
             chosen = min(self.dry_run, key=lambda p: p.time).name
         strategy.use(routes[chosen])
         columns = [routes[chosen].feature_columns(x.shape[1], q) for q in range(world)]
-        source = ShardedSource(strategy.comm, homes, host_rows, columns) if homes else \
+        source = HomedSource(strategy.comm, homes, host_rows, columns) if homes else \
             LocalSource(RowStore(x, columns[rank], **store))
         self.features = self.eval_features = FeatureTier(source, x.shape[0], self.device)
         if homes:
             s.x = None  # what this rank reads now comes through its host's store
             whole = [slice(0, x.shape[1])] * world  # evaluation reads whole rows (nfp trains on slices)
             self.eval_features = self.features if columns == whole else \
-                FeatureTier(ShardedSource(strategy.comm, homes, host_rows, whole), x.shape[0], self.device)
+                FeatureTier(HomedSource(strategy.comm, homes, host_rows, whole), x.shape[0], self.device)
         if counts is not None and cache_bytes:
             self.features.fill(dryrun.cache_rows(routes[chosen], counts, cache_bytes // (4 * widths[chosen][rank]),
                                                  rank, self.operator))
