@@ -1031,7 +1031,7 @@ def read_shard_set(directory):
 
 @pytest.fixture(scope="module")
 def shard_set(valid):
-    from gnnmesh.datasets.shard_writer import write_shards
+    from gnnmesh.datasets.sharding import write_shards
     path = valid / "shard-set"
     write_shards("sbm:nodes=40,classes=3,features=3", path, 2)
     return Valid(path, plain(read_shard_set(path)))

@@ -15,6 +15,7 @@ from ..single import whole_graph
 from .contract import MiniBatchStrategy
 from .exchange import GRAPH, SHUFFLE
 from .feature_homes import FEATURES, job_hosts
+from .routes import ROUTES
 
 
 class MiniBatchParallel(DistributedStrategy, MiniBatchStrategy):
@@ -25,7 +26,6 @@ class MiniBatchParallel(DistributedStrategy, MiniBatchStrategy):
 
     def __init__(self, layout, device, route: str = "gdp", method: Optional[str] = None, epsilon: float = 0.01,
                  seed: int = 0, partition_file: Optional[str] = None, hosts: Optional[int] = None):
-        from . import ROUTES
         super().__init__(layout, device, "rows")
         self.hosts = job_hosts(self.world_size) if hosts is None else hosts
         if self.hosts > 1:  # remote feature reads get a field of their own
