@@ -29,7 +29,7 @@ from .layout.grid import parse_grid
 from .partition.base import METHODS, STOCHASTIC_METHODS
 from .tasks import REGRESSION_LOSSES, TASKS, parse_class_weights
 from .tasks import build as build_task
-from .validate import SEED_RANGE, Range, parse_bytes
+from .validate import SEED_RANGE, Range, parse_bytes, parse_links
 
 COUNT, NON_NEGATIVE, FRACTION = Range(1), Range(0), Range(0.0, 1.0, open="high")
 
@@ -122,7 +122,6 @@ def _grid_shape(name: str, value) -> None:
 
 
 def _links(name: str, value) -> None:
-    from .planner.minibatch_dryrun import parse_links
     parse_links(value, name)
 
 

@@ -17,9 +17,10 @@ LAYERS = [
     ["comm"],
     ["strategies", "layout"],
     ["partition", "parts"],
+    ["settings"],
     ["parallel"],
     ["planner"],
-    ["settings", "config", "trained", "predict", "train", "predict.run"],
+    ["config", "trained", "predict", "train", "predict.run"],
     ["report", "export"],
     ["commands", "cli", "__main__"],
 ]

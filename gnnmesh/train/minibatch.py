@@ -21,6 +21,7 @@ from ..host_store import made_together
 from ..partition.stochastic import draw_batches
 from ..sampling import DEFAULT_BATCH, BlockView, FeatureTier, NeighborSampler, parse_fanouts, sampled_operator
 from ..sampling.features import LocalSource, RowStore
+from ..validate import parse_links
 from ..view import OPERATORS
 from .trainer import Trainer
 
@@ -95,7 +96,7 @@ class MiniBatchTrainer(Trainer):
         if cache_bytes or len(names) > 1:
             samples = dryrun.sample_epoch(self.sampler, self.batches(1), world, rank, 1)
             counts = self._summed(dryrun.access_counts(samples, x.shape[0]))
-            given = dryrun.parse_links(cfg.minibatch.bandwidths) if cfg.minibatch.bandwidths else {}
+            given = parse_links(cfg.minibatch.bandwidths) if cfg.minibatch.bandwidths else {}
             probe = host_rows or (RowStore(x, **store) if not {"load", "cache"} <= set(given) else None)
             bandwidths = dryrun.probe_bandwidths(strategy.comm, probe, self.device, given)
             if probe is not None and probe is not host_rows:
