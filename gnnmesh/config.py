@@ -22,6 +22,8 @@ import warnings
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+import torch
+
 from . import strategies
 from .errors import ConfigError
 from .layout import ParallelLayout
@@ -377,7 +379,6 @@ def _flat(raw: dict) -> dict:
 
 
 def _available_device(name: str) -> str:
-    import torch  # only for runs that may use a GPU: the command line starts without torch
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if not torch.cuda.is_available():
