@@ -56,8 +56,8 @@ class Request:
         Output(self.output, self.layer)
         if self.fmt not in FORMATS:
             raise ConfigError(f"--format {self.fmt!r}: choose from {', '.join(FORMATS)}")
-        if self.weights not in trained.WEIGHTS:
-            raise ConfigError(f"--weights {self.weights!r}: choose from {', '.join(trained.WEIGHTS)}")
+        if self.weights not in checkpoint.WEIGHTS:
+            raise ConfigError(f"--weights {self.weights!r}: choose from {', '.join(checkpoint.WEIGHTS)}")
         if self.nodes not in CHOICES and not Path(self.nodes).is_file():
             raise ConfigError(f"--nodes {self.nodes}: neither {', '.join(CHOICES)} nor a file of node ids")
         check_replaceable(self.out, OUTPUT)

@@ -355,7 +355,7 @@ class Trainer:
             trainer = cls(config, data, strategy, widths=widths, task=task, model=built)
         except ConfigError as err:
             raise ConfigError(f"{path}: {err}") from None
-        values, trainer.epoch = trained.weights_of(state, weights)
+        values, trainer.epoch = checkpoint.weights(state, weights)
         trained.load_state(trainer.model, values, str(path))
         return trainer
 
@@ -387,17 +387,17 @@ class Trainer:
 
     # -- checkpoints -----------------------------------------------------------------------------
     def state(self) -> dict:
-        return {"epoch": self.epoch, "model": self.model.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "best": self.best,
-                "history": [asdict(r) for r in self.history], "config": self.config.to_dict(),
-                "widths": {"features": self.num_features, "classes": self.num_classes},
-                "job": launch.job_id(),  # a restart of this job resumes from it (``_restart``)
-                **({"user_model": self.model_record} if self.model_record else {})}
+        """This run's checkpoint (``gnnmesh.checkpoint`` holds its format)."""
+        return checkpoint.written(epoch=self.epoch, model=self.model.state_dict(), optimizer=self.optimizer.state_dict(),
+                                  best=self.best, history=[asdict(r) for r in self.history],
+                                  config=self.config.to_dict(), features=self.num_features, classes=self.num_classes,
+                                  job=launch.job_id(),  # a restart of this job resumes from it (``_restart``)
+                                  user_model=self.model_record)
 
     def restore(self, state: dict) -> None:
         unset = Config().to_dict()  # a field newer than the checkpoint: it was written with the default
         unset["task"] = "classification"  # the one task before there were others
-        recorded = trained.saved_settings(state["config"])
+        recorded = trained.saved_settings(checkpoint.settings(state))
         saved = {k: recorded.get(k, unset[k]) for k in _RESULT_FIELDS}
         mine = {k: self.config.to_dict()[k] for k in _RESULT_FIELDS}
         if saved["model"] != mine["model"] and user_models.is_user_model(saved["model"]):
@@ -407,13 +407,13 @@ class Trainer:
             diff = sorted(k for k in mine if saved.get(k) != mine[k])
             raise ConfigError(f"checkpoint was written with different settings: {', '.join(diff)}")
         if self.model_record:
-            trained.check_model(state, state["config"]["model"], self.model_record["name"])
+            trained.check_model(state, checkpoint.settings(state)["model"], self.model_record["name"])
         trained.widths_of(state).check(self.num_features, self.num_classes, "the checkpoint's model")
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.best = state["best"]
-        self.history = [EpochResult(**r) for r in state["history"]]
-        self.epoch = state["epoch"]
+        epoch, weights, optimizer, self.best, history = checkpoint.progress(state)
+        self.model.load_state_dict(weights)
+        self.optimizer.load_state_dict(optimizer)
+        self.history = [EpochResult(**r) for r in history]
+        self.epoch = epoch
 
     def _resume(self, path, state: Optional[dict] = None) -> None:
         """``restore`` from the checkpoint at ``path`` (``state``: its content, already read);
@@ -439,7 +439,7 @@ class Trainer:
         path, resumed = self.config.run.checkpoint, self.config.run.resume  # --resume: resumed already
         if path and not resumed and Path(path).is_file():
             state = checkpoint.load(path)
-            if state.get("job") is not None and state.get("job") == launch.job_id():
+            if checkpoint.job(state) is not None and checkpoint.job(state) == launch.job_id():
                 self._resume(path, state)
                 resumed = True
         return {"restart": restart, "epoch": self.epoch, "ranks": self.strategy.world_size,
