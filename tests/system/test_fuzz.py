@@ -435,7 +435,7 @@ def read_parts(directory):
         adj = part.adjacency("adj", (n, n), values)
         return facts, adj.indptr, adj.indices, adj.values, part.vertex_data(n, parts.num_features)
     from gnnmesh.layout.grid import roles
-    from gnnmesh.partition.grid_blocks import GridBlocks
+    from gnnmesh.parallel.grid3d.blocks import GridBlocks
     part = parts.rank(0)
     dims = dict(zip(("x", "y", "z"), (int(g) for g in parts.manifest["grid"])))
     blocks = GridBlocks.from_orders(dims, part.orders("orders", parts.num_nodes))
@@ -454,8 +454,8 @@ def read_parts(directory):
 def parts_dirs(graph, valid):
     from gnnmesh.partition import partition
     from gnnmesh.parts import write_partition_parts
-    from gnnmesh.parts.grid import write_grid_parts
-    from gnnmesh.parts.tensor import write_tensor_parts
+    from gnnmesh.parallel.grid3d.parts import write_grid_parts
+    from gnnmesh.parallel.tensor.parts import write_tensor_parts
     out = {}
     out["partition"] = write_partition_parts(graph, partition(graph, 2, "rp", cache=False),
                                              valid / "partition", "random")
@@ -514,7 +514,7 @@ def test_parts_manifest_fields(parts_dirs, kind, data):
 
 def read_shards(directory):
     """The whole merged block, every block alone, and the vertex fields, as ranks read them."""
-    from gnnmesh.partition.shards import open_shards
+    from gnnmesh.parallel.grid3d.block_files import open_shards
     shards = open_shards(directory)
     rows, cols = shards.grid
     whole = shards.block((0, rows), (0, cols))
@@ -525,7 +525,7 @@ def read_shards(directory):
 
 @pytest.fixture(scope="module")
 def shard_dir(graph, valid):
-    from gnnmesh.partition.shards import write_shards
+    from gnnmesh.parallel.grid3d.block_files import write_shards
     path = write_shards(graph, valid / "shards", (2, 2), seed=1)
     return Valid(path, plain(read_shards(path)))
 
@@ -551,7 +551,7 @@ def test_shard_file_bytes(shard_dir, data):
 
 @fuzz(50, 500, data=st.data())
 def test_shard_manifest_fields(shard_dir, data):
-    from gnnmesh.partition.shards import MANIFEST
+    from gnnmesh.parallel.grid3d.block_files import MANIFEST
     source, original = shard_dir
     with copy_of(source) as where:
         manifest = json.loads((where / MANIFEST).read_text())

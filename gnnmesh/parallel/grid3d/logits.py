@@ -1,5 +1,5 @@
 """How the last grid3d layer's output reaches the ranks that score it (the one all-to-all of
-an epoch, ``grid_collectives.ToLossRows``)."""
+an epoch, ``collectives.ToLossRows``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from ..layout.grid import roles
-from ..partition.grid_blocks import GridBlocks, cut, sizes
+from ...layout.grid import roles
+from ...layout.ranges import cut, sizes
+from .blocks import GridBlocks
 
 
 @dataclass

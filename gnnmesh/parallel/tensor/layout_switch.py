@@ -19,14 +19,8 @@ from typing import Optional
 
 import torch
 
-from ..comm import Comm
-from ..partition.blocks import block_bounds
-
-
-def even_bounds(total: int, parts: int) -> list:
-    """``parts + 1`` boundaries cutting ``range(total)`` into near-equal contiguous ranges
-    (the rule grid blocks and shard files use), as Python ints."""
-    return block_bounds(total, parts).tolist()
+from ...comm import Comm
+from ...layout.ranges import even_bounds
 
 
 def rank_switch_bytes(row_counts: list, width: int, mid: int = 1, element_size: int = 4) -> tuple:

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import progress
-from ..atomic import staged_directory
-from ..graph import Graph
-from ..partition.blocks import block_bounds
-from .store import OUTPUT, graph_facts, rank_folder, save_array, write_manifest
-from .vertex import VertexData
+from ... import progress
+from ...atomic import staged_directory
+from ...graph import Graph
+from ...layout.ranges import block_bounds
+from ...parts.store import OUTPUT, graph_facts, rank_folder, save_array, write_manifest
+from ...parts.vertex import VertexData
 
 
 def write_tensor_parts(graph: Graph, parts: int, directory, dataset: str) -> Path:

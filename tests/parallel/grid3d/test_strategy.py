@@ -15,11 +15,11 @@ from gnnmesh.config import Config
 from gnnmesh.errors import ConfigError
 from gnnmesh.models import build_model
 from gnnmesh.parallel import SingleProcess
-from gnnmesh.parallel.grid3d import WHOLE, Grid3D, GridView, grad_blocks, reductions, share
+from gnnmesh.parallel.grid3d.strategy import WHOLE, Grid3D, GridView, grad_blocks, reductions, share
 from gnnmesh.layout import ParallelLayout
 from gnnmesh.layout.grid import AXES, most_cubic_grid, parse_grid, roles
-from gnnmesh.parallel.grid_logits import logit_route
-from gnnmesh.partition.grid_blocks import GridBlocks
+from gnnmesh.parallel.grid3d.logits import logit_route
+from gnnmesh.parallel.grid3d.blocks import GridBlocks
 from gnnmesh.view import GraphView
 
 

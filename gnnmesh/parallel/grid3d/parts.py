@@ -22,15 +22,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import progress
-from ..atomic import staged_directory
-from ..graph import Graph
-from ..layout import ParallelLayout
-from ..layout.grid import AXES, roles
-from ..partition.grid_blocks import GridBlocks
-from ..view import OPERATORS
-from .store import OUTPUT, graph_facts, rank_folder, save_array, write_manifest
-from .vertex import VertexData
+from ... import progress
+from ...atomic import staged_directory
+from ...graph import Graph
+from ...layout import ParallelLayout
+from ...layout.grid import AXES, roles
+from ...parts.store import OUTPUT, graph_facts, rank_folder, save_array, write_manifest
+from ...parts.vertex import VertexData
+from ...view import OPERATORS
+from .blocks import GridBlocks
 
 PERIOD = 6  # three planes x two permutations
 

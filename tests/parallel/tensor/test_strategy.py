@@ -3,7 +3,7 @@
 import pytest
 
 from gnnmesh.config import Config
-from gnnmesh.parallel.tensor import TensorParallel
+from gnnmesh.parallel.tensor.strategy import TensorParallel
 
 from tests.dist import run_ranks
 from tests.helpers import layout, random_graph, taken

@@ -10,8 +10,8 @@ import torch
 from gnnmesh import cli, datasets
 from gnnmesh.graph import sparse_csr
 from gnnmesh.errors import ConfigError, GraphError
-from gnnmesh.partition.blocks import inverse, permutations, permute_adjacency
-from gnnmesh.partition.shards import open_shards, read_cost, write_shards
+from gnnmesh.parallel.grid3d.permutation import inverse, permutations, permute_adjacency
+from gnnmesh.parallel.grid3d.block_files import open_shards, read_cost, write_shards
 from gnnmesh.partition import graph_key
 
 from tests.helpers import random_graph

@@ -20,11 +20,11 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..graph import Adjacency
-from ..ops import profile
-from ..ops.spmm import edge_dot, multiply
-from ..transforms import row_range
-from .switch import LayoutSwitch
+from ...graph import Adjacency
+from ...ops import profile
+from ...ops.spmm import edge_dot, multiply
+from ...transforms import row_range
+from .layout_switch import LayoutSwitch
 
 
 class Chunks:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import torch
 
-from ..comm import Comm
-from ..graph import Adjacency
-from ..ops.profile import phase
-from ..ops.spmm import multiply
+from ...comm import Comm
+from ...graph import Adjacency
+from ...ops.profile import phase
+from ...ops.spmm import multiply
 
 
 def _spmm(adj: Adjacency, x: torch.Tensor, transpose: bool = False) -> torch.Tensor:
@@ -104,7 +104,7 @@ class ScatterColumns(torch.autograd.Function):
 
 class ToLossRows(torch.autograd.Function):
     """The last layer's output block -> the logits of this rank's loss rows (an all-to-all
-    over the world, see ``grid_logits.LogitRoute``). Backward sends the gradients back and joins the
+    over the world, see ``logits.LogitRoute``). Backward sends the gradients back and joins the
     replicas' shares along the feats axis."""
 
     @staticmethod

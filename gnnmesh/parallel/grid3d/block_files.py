@@ -30,13 +30,14 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from ..atomic import OutputKind, staged_directory
-from ..errors import ConfigError, GraphError
-from ..graph import Adjacency, Graph, check_csr, check_vertex_data, sparse_csr
-from ..memory import peak_rss_mib
-from ..structured import load_json
-from .base import graph_key
-from .blocks import block_bounds, check_grid, inverse, permutations, permute_adjacency
+from ...atomic import OutputKind, staged_directory
+from ...errors import ConfigError, GraphError
+from ...graph import Adjacency, Graph, check_csr, check_vertex_data, sparse_csr
+from ...layout.ranges import block_bounds
+from ...memory import peak_rss_mib
+from ...partition.base import graph_key
+from ...structured import load_json
+from .permutation import check_grid, inverse, permutations, permute_adjacency
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -400,7 +401,7 @@ def read_cost(directory, blocks: str, timeout: float = 300) -> tuple:
     ``"(0, (0, 4))"``) in a fresh interpreter that has imported gnnmesh and opened the
     manifest: what one reader pays, apart from any other process's history. A peak started
     anew is the child's own high-water mark: ru_maxrss would start at the parent's peak."""
-    done = subprocess.run([sys.executable, "-m", "gnnmesh.partition.shards", str(directory), blocks],
+    done = subprocess.run([sys.executable, "-m", "gnnmesh.parallel.grid3d.block_files", str(directory), blocks],
                           capture_output=True, text=True, timeout=timeout)
     if done.returncode:
         raise RuntimeError(f"reading {blocks} of {directory} failed:\n{done.stderr}")

@@ -16,19 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..layout.grid import AXES
-from .blocks import balanced_permutations, block_bounds, permutations
-
-
-def sizes(size: int, parts: int) -> list:
-    """The lengths of ``range(size)`` cut into ``parts`` near-equal blocks."""
-    return np.diff(block_bounds(size, parts)).tolist()
-
-
-def cut(size: int, parts: int, index: int) -> slice:
-    """Block ``index`` of ``range(size)`` cut into ``parts`` near-equal blocks."""
-    b = block_bounds(size, parts)
-    return slice(int(b[index]), int(b[index + 1]))
+from ...layout.grid import AXES
+from ...layout.ranges import cut
+from .permutation import balanced_permutations, permutations
 
 
 class GridBlocks:

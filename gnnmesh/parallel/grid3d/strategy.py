@@ -1,9 +1,9 @@
 """3D tensor parallelism for full-graph GNN training (Plexus, SC 2025, §3.1, §3.2, §5.1, §5.2).
 
 Ranks form an X x Y x Z grid (its axes and their roles: ``gnnmesh.layout.grid``; which
-blocks a rank holds: ``gnnmesh.partition.grid_blocks``). Every layer multiplies one 2D block of the
+blocks a rank holds: ``gnnmesh.parallel.grid3d.blocks``). Every layer multiplies one 2D block of the
 (doubly permuted) graph operator with one block of its input and one block of W, and sums
-partial results along grid axes (``grid_collectives``):
+partial results along grid axes (``collectives``):
 
     H = sum_cols A_blk F_blk      (row block by row block, each all-reduce overlapping the next SpMM)
     Q = sum_feats H W_blk (+ b)
@@ -54,20 +54,20 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from ..comm import agreed
-from ..errors import ConfigError
-from ..graph import Adjacency
-from ..layout import ParallelLayout
-from ..layout.grid import AXES, roles
-from ..models.base import SELF, GraphLayer, LayerStack
-from ..partition.blocks import block_bounds
-from ..partition.grid_blocks import GridBlocks, cut, sizes
-from ..parts.agreement import check_manifest, check_same
-from ..view import GraphView
-from .strategy import Shard
-from .distributed import DistributedStrategy
-from .grid_collectives import Aggregate, PartialSum, Replicated, ScatterColumns, ToLossRows
-from .grid_logits import logit_route
+from ...comm import agreed
+from ...errors import ConfigError
+from ...graph import Adjacency
+from ...layout import ParallelLayout
+from ...layout.grid import AXES, roles
+from ...layout.ranges import block_bounds, cut, sizes
+from ...models.base import SELF, GraphLayer, LayerStack
+from ...parts.agreement import check_manifest, check_same
+from ...view import GraphView
+from ..distributed import DistributedStrategy
+from ..strategy import Shard
+from .blocks import GridBlocks
+from .collectives import Aggregate, PartialSum, Replicated, ScatterColumns, ToLossRows
+from .logits import logit_route
 
 __all__ = ["Grid3D", "GridView"]
 
@@ -82,7 +82,7 @@ class GridView(GraphView):
     def __init__(self, adj, grid_blocks: GridBlocks, coords: dict, blocks: int, num_rows: int, seed, device,
                  part=None):
         """``adj``: the whole graph, from which blocks are cut; or ``part``: this rank's folder
-        of grid3d parts, from which they are read (``gnnmesh.parts.grid``)."""
+        of grid3d parts, from which they are read (``gnnmesh.parallel.grid3d.parts``)."""
         super().__init__(adj, seed=seed, device=device)
         self.grid_blocks, self.coords, self.blocks = grid_blocks, coords, blocks
         self.part = part

@@ -23,9 +23,10 @@ from typing import Optional
 import numpy as np
 import scipy.sparse as sp
 
-from ..errors import ConfigError
-from ..graph import Adjacency
-from ..transforms import add_self_loops
+from ...errors import ConfigError
+from ...graph import Adjacency
+from ...layout.ranges import block_bounds
+from ...transforms import add_self_loops
 
 # Entries counted per step in block_nnz: bounds the temporaries (a few int64 arrays of
 # this length) whatever the graph size.
@@ -36,15 +37,6 @@ def permutations(num_nodes: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]
     """(row_perm, col_perm): ``perm[old_id] = new_id``, two independent random permutations."""
     rng = np.random.default_rng(seed)
     return rng.permutation(num_nodes), rng.permutation(num_nodes)
-
-
-def block_bounds(size: int, parts: int) -> np.ndarray:
-    """``parts + 1`` cut points splitting ``range(size)`` into contiguous ranges whose
-    sizes differ by at most one, the larger ones first (``numpy.array_split``'s rule)."""
-    base, extra = divmod(int(size), int(parts))
-    sizes = np.full(int(parts), base, dtype=np.int64)
-    sizes[:extra] += 1
-    return np.concatenate([[0], np.cumsum(sizes)])
 
 
 def check_grid(grid, shape, what: str = "grid") -> tuple[int, int]:

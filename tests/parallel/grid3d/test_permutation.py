@@ -12,10 +12,10 @@ import scipy.sparse as sp
 from gnnmesh import cli
 from gnnmesh.errors import ConfigError
 from gnnmesh.graph import Adjacency
-from gnnmesh.partition import blocks as permute
-from gnnmesh.partition.blocks import (balance, balanced_permutations, block_bounds, block_nnz,
-                                  check_grid, max_over_mean, peak_bound, permutations,
-                                  permute_adjacency)
+from gnnmesh.layout.ranges import block_bounds
+from gnnmesh.parallel.grid3d import permutation as permute
+from gnnmesh.parallel.grid3d.permutation import (balance, balanced_permutations, block_nnz, check_grid,
+                                                 max_over_mean, peak_bound, permutations, permute_adjacency)
 from gnnmesh.transforms import add_self_loops
 
 from tests.helpers import random_graph

@@ -87,7 +87,7 @@ def test_tensor_host_store_equals_single_process(world):
 
 def test_models_without_column_propagation_are_refused():
     from gnnmesh.models import build_model
-    from gnnmesh.parallel.tensor_offload import TensorOffload
+    from gnnmesh.parallel.tensor.host_store import TensorOffload
     for model in ("gcn", "decoupled-gat"):
         with pytest.raises(ConfigError, match="decoupled models without attention"):
             config(model, strategy="tensor", host_store="ram").validate()

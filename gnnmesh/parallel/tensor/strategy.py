@@ -3,8 +3,8 @@
 Every rank holds the whole graph structure. Dense NN operations run on row blocks (V/N
 vertices per rank; weights replicated, gradients all-reduced) and aggregations on column
 slices (D/N columns of every vertex), so every rank does the same amount of aggregation
-whatever the graph looks like. ``switch.py`` switches between the two layouts,
-``chunks.py`` runs the aggregation chunk by chunk with the switches pipelined.
+whatever the graph looks like. ``layout_switch.py`` switches between the two layouts,
+``chunked_aggregation.py`` runs the aggregation chunk by chunk with the switches pipelined.
 
 - A coupled model (§3.1): each aggregation is split -> aggregate -> gather, two switches
   per layer forward and two backward. Any model written on the GraphView runs unchanged.
@@ -20,18 +20,18 @@ from typing import Optional
 
 import torch
 
-from .. import ops
-from ..models import Decoupled
-from ..comm import agreed
-from ..errors import ConfigError
-from ..layout import ParallelLayout
-from ..parts.agreement import check_manifest, check_same
-from ..transforms import row_range
-from ..view import GraphView
-from .strategy import Shard
-from .chunks import ChunkedAggregation, Chunks
-from .distributed import DistributedStrategy
-from .switch import LayoutSwitch, rank_switch_bytes
+from ... import ops
+from ...comm import agreed
+from ...errors import ConfigError
+from ...layout import ParallelLayout
+from ...models import Decoupled
+from ...parts.agreement import check_manifest, check_same
+from ...transforms import row_range
+from ...view import GraphView
+from ..distributed import DistributedStrategy
+from ..strategy import Shard
+from .chunked_aggregation import ChunkedAggregation, Chunks
+from .layout_switch import LayoutSwitch, rank_switch_bytes
 
 
 class ShareRows(torch.autograd.Function):

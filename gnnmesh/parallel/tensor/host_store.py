@@ -26,17 +26,18 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .. import memory
-from ..errors import ConfigError
-from ..layout import ParallelLayout
-from ..models import Decoupled
-from ..validate import format_bytes
-from ..view import GraphView
-from .offload import costs
-from .offload.plan import BudgetTooSmall
-from .offload.host_tier import HostTier, HostTierStrategy, PipelinePasses
-from .offload.pipeline import FEATURES, grad_table
-from .switch import LayoutSwitch, even_bounds
+from ... import memory
+from ...errors import ConfigError
+from ...layout import ParallelLayout
+from ...layout.ranges import even_bounds
+from ...models import Decoupled
+from ...validate import format_bytes
+from ...view import GraphView
+from ..offload import costs
+from ..offload.host_tier import HostTier, HostTierStrategy, PipelinePasses
+from ..offload.pipeline import FEATURES, grad_table
+from ..offload.plan import BudgetTooSmall
+from .layout_switch import LayoutSwitch
 
 ROWS = "x"  # the features, this rank's row block
 REFUSED_MODELS = ("--strategy tensor with --host-store trains decoupled models without attention (--decoupled "
