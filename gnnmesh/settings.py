@@ -33,7 +33,7 @@ from .tasks import REGISTRY as TASK_REGISTRY
 from .tasks import REGRESSION_LOSSES, parse_class_weights
 from .tasks import build as build_task
 from .tasks import names as task_names
-from .validate import SEED_RANGE, Range, parse_bytes
+from .validate import SEED_RANGE, Range, parse_bytes, parse_links
 
 COUNT, NON_NEGATIVE, FRACTION = Range(1), Range(0), Range(0.0, 1.0, open="high")
 
@@ -126,7 +126,6 @@ def _grid_shape(name: str, value) -> None:
 
 
 def _links(name: str, value) -> None:
-    from .planner.minibatch_dryrun import parse_links
     parse_links(value, name)
 
 

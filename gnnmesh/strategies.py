@@ -5,8 +5,8 @@ the settings sections it reads (``gnnmesh.settings``), the models it runs, and w
 factory, its planner model and its parts writer live. Config validation, the command line,
 ``ParallelLayout``, the trainer, the planner and the parts writer all read this table.
 
-Code is named by "module:attribute" and imported only when used, so that the command line
-starts without torch and this module sits below everything it names.
+Code is named by "module:attribute" and imported only when used, so that this module sits
+below everything it names.
 
 Adding a strategy: write its package (a ``Strategy`` subclass and a factory ``(config, layout,
 device) -> Strategy``) and add one ``StrategySpec`` line to the table below, or call

@@ -174,3 +174,9 @@ def test_a_setting_is_given_whatever_its_value_and_defaults_filled_in_are_not(tm
     path = tmp_path / "run.toml"
     path.write_text('[data]\ndataset = "cora"\n')
     assert "dataset" in Config.from_toml(path).updated(epochs=2).given
+
+
+def test_the_former_name_of_strategy_spec_still_answers_with_a_warning():
+    config = Config.of(strategy="tensor", nproc=2)
+    with pytest.warns(DeprecationWarning, match="Config.engine is now named Config.strategy_spec"):
+        assert config.engine is config.strategy_spec

@@ -2,7 +2,7 @@
 no process ever needs the whole graph. Each reader takes the slices of edges and node rows
 it wants; ``ShardSet.graph()`` builds the whole graph in one process, which is what
 ``--dataset DIR`` loads (the single-process reference). ``gnnmesh datasets --shard SOURCE
---out DIR --shards K`` writes a set (``shard_writer.write_shards``).
+--out DIR --shards K`` writes a set (``sharding.write_shards``).
 
 Layout, version 1::
 
@@ -111,7 +111,7 @@ def written_files(directory) -> list:
     return [META] + ShardSet(directory).file_names()
 
 
-OUTPUT = OutputKind("shard set", META, written_files)  # what ``shard_writer`` may replace
+OUTPUT = OutputKind("shard set", META, written_files)  # what ``sharding`` may replace
 
 
 def open_shards(directory) -> "ShardSet":

@@ -52,7 +52,7 @@ def replicated_strategy():
 
 def test_registering_makes_it_a_strategy_everywhere(replicated_strategy):
     assert "replicated" in strategies.names("full")
-    assert Config.of(strategy="replicated", nproc=2).engine is replicated_strategy.SPEC
+    assert Config.of(strategy="replicated", nproc=2).strategy_spec is replicated_strategy.SPEC
     with pytest.raises(ConfigError, match=r"'blocks' \(--blocks\) applies only to --strategy grid3d"):
         Config.of(strategy="replicated", blocks=2)   # it reads no other strategy's settings
     with pytest.raises(ValueError, match="registered already"):
