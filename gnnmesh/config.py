@@ -381,8 +381,8 @@ def _flat(raw: dict) -> dict:
     return flat
 
 
-def _available_device(name: str) -> str:
-    if name == "auto":
+def _available_device(device: str) -> str:
+    if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if not torch.cuda.is_available():
         raise ConfigError("config field 'device': 'cuda' requested but no CUDA device is available")
