@@ -39,7 +39,7 @@ from gnnmesh import datasets
 from gnnmesh.planner import calibrate
 from gnnmesh.planner import rates as machine_rates
 from gnnmesh.planner.machine import ComputeRates, Network
-from gnnmesh.partition.base import RANKED_METHODS
+from gnnmesh.partition.registry import names as partitioner_names
 from gnnmesh.planner.rank import input_width, rank_strategies
 
 HEADS = 4
@@ -76,7 +76,7 @@ def ranking(case: Case, rates: ComputeRates, network: Network, root):
     graph = datasets.load(case.graph, root=root)
     widths = (input_width(graph), case.hidden(), graph.num_classes)
     return rank_strategies(graph, case.ranks, case.model, widths, rates, network, case.ranks,
-                           partitioners=RANKED_METHODS, **case.options())
+                           partitioners=partitioner_names(ranked=True), **case.options())
 
 
 def flags(case: Case, settings: dict, args) -> list:

@@ -65,8 +65,8 @@ class StrategySpec:
     planned: bool = False   # no engine of its own: the planner (or a dry run) picks another strategy
     named_by: tuple = ()    # the settings that complete a candidate's name ("partition hp", "grid3d 2x1x2")
     from_parts: tuple = ()  # settings a parts directory fixes, its manifest's entries of the same name
-    partition_view: Optional[str] = None   # "module:attribute" of 'gnnmesh partition --strategy NAME', if not a vertex partition
-    partition_view_summary: str = ""
+    partition_view: Optional[str] = None   # 'gnnmesh partition --strategy NAME', when not a vertex partition
+    partition_view_summary: str = ""       # what that view does, for the command's help
 
     @property
     def one_process(self) -> bool:
@@ -116,23 +116,29 @@ for _spec in (
     StrategySpec("single", (), training="both", factory="gnnmesh.parallel.factories:single",
                  planner="gnnmesh.planner.partition:single_candidates",
                  summary="one process, the reference every other strategy equals"),
-    StrategySpec("partition", ("rows",), ("partition",), named_by=("partitioner",), factory="gnnmesh.parallel.factories:partition",
+    StrategySpec("partition", ("rows",), ("partition",), named_by=("partitioner",),
+                 factory="gnnmesh.parallel.factories:partition",
                  planner="gnnmesh.planner.partition:candidates", parts="gnnmesh.parts.partition:write_partition_parts",
                  summary="1D: vertex rows split by a partitioner, halo rows exchanged (Demirci et al.)"),
-    StrategySpec("tensor", ("cols",), ("tensor",), named_by=("decoupled",), factory="gnnmesh.parallel.factories:tensor",
+    StrategySpec("tensor", ("cols",), ("tensor",), named_by=("decoupled",),
+                 factory="gnnmesh.parallel.factories:tensor",
                  planner="gnnmesh.planner.tensor:candidates", parts="gnnmesh.parallel.tensor.parts:write_tensor_parts",
                  partition_view="gnnmesh.commands.partition:write_tensor", partition_view_summary="with --nparts P and "
                  "--write-parts DIR, its parts (the whole topology, near-equal row blocks of the vertex data)",
                  summary="feature columns split across ranks, chunked and pipelined (NeutronTP)"),
-    StrategySpec("grid3d", ("x", "y", "z"), ("grid3d",), named_by=("grid",), from_parts=("grid",), models=("gcn", "sage", "gin"), forms=("plain",), needs="maths",
+    StrategySpec("grid3d", ("x", "y", "z"), ("grid3d",), named_by=("grid",), from_parts=("grid",),
+                 models=("gcn", "sage", "gin"), forms=("plain",), needs="maths",
                  factory="gnnmesh.parallel.factories:grid3d", planner="gnnmesh.planner.grid3d:candidates",
                  parts="gnnmesh.parallel.grid3d.parts:write_grid_parts",
                  partition_view="gnnmesh.commands.partition:run_grid", partition_view_summary="nonzero balance of the "
                  "--grid R,C blocks of the adjacency in the original order, with one permutation, with the double "
-                 "permutation (--seed) and with a balanced pair; with --grid X,Y,Z and --write-parts DIR, its parts", plan_view="gnnmesh.commands.plan_grid3d:run", refusal="the grid3d strategy runs gcn, sage, gin (not their "
-                 "decoupled forms)", summary="3D grid of ranks with double permutation (Plexus)"),
+                 "permutation (--seed) and with a balanced pair; with --grid X,Y,Z and --write-parts DIR, its parts",
+                 plan_view="gnnmesh.commands.plan_grid3d:run",
+                 refusal="the grid3d strategy runs gcn, sage, gin (not their decoupled forms)",
+                 summary="3D grid of ranks with double permutation (Plexus)"),
     StrategySpec("offload", ("rows",), ("partition", "offload") + _HOST_TIER, named_by=("partitioner",),
-                 factory="gnnmesh.parallel.factories:offload", planner="gnnmesh.planner.offload:candidates", needs="stages",
+                 factory="gnnmesh.parallel.factories:offload", planner="gnnmesh.planner.offload:candidates",
+                 needs="stages",
                  plan_view="gnnmesh.commands.plan_offload:run",
                  summary="out of core: vertex data in host memory or files, chunks through the device (HongTu)"),
     StrategySpec("gdp", ("rows",), _MINIBATCH_PARALLEL, training="minibatch", needs="layer_stack",

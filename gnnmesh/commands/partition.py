@@ -26,8 +26,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     cmd.add_argument("--input", metavar="DIR",
                      help="instead of --dataset: a sharded input directory ('gnnmesh datasets --shard'), "
                           "partitioned and written by --nproc ranks, none of which holds the whole graph; "
-                          "needs --write-parts, takes --partitioner "
-                          f"{', '.join(partitioners.names(distributed=True))} (default {partitioners.DEFAULT_ON_BLOCKS})")
+                          f"needs --write-parts, takes --partitioner {', '.join(partitioners.names(distributed=True))} "
+                          f"(default {partitioners.DEFAULT_ON_BLOCKS})")
     add_config_flags(cmd, only=("nproc",),
                      helps={"nproc": "with --input: ranks to start, one per part (under torchrun or Slurm "
                                      "leave it out)"})

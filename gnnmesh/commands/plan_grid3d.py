@@ -8,9 +8,9 @@ from ..errors import ConfigError
 from ..layout.grid import AXES, WORLD
 from ..planner.estimate import name_of
 from ..planner.explain import choice, significant
-from ..planner.grid3d import Workload, payload_bytes, rank_grids
+from ..planner.grid3d import Workload, grid3d_estimate, payload_bytes, rank_grids
 from ..planner.machine import ComputeRates, Network
-from ..planner.rank import Ranking, grid3d_estimate
+from ..planner.rank import Ranking
 from ..report.plan_file import Candidate, write_plan
 from .plan_inputs import DEFAULT_CLASSES, DEFAULT_FEATURES, check_flags, graph_size, machine, machine_lines
 

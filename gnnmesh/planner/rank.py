@@ -24,7 +24,6 @@ from typing import Optional
 from .. import strategies
 from ..layout.grid import RANK_ORDER
 from .estimate import Estimate
-from .grid3d import grid3d_estimate, grid3d_refusal  # noqa: F401  (named here by the plan commands)
 from .job import Dropped, PlanJob
 from .machine import ComputeRates, Network
 from .sized import SizedGraph

@@ -12,16 +12,17 @@ import pytest
 import torch
 
 from gnnmesh import Adjacency, ConfigError, GraphError, progress
-from gnnmesh.partition import (METHODS, MissingExtraError, Partition, halos, connectivity_minus_one,
+from gnnmesh.partition import (MissingExtraError, Partition, halos, connectivity_minus_one,
                                graph_key, load_partition, partition, quality, rank_halo, store_dir)
 from gnnmesh.commands import partition as command
-from gnnmesh.partition import methods
+from gnnmesh.partition import methods, registry
 from gnnmesh.partition.base import fill_empty_parts, imbalance, vertex_weights
 from gnnmesh.partition.refine import VOLUME_BUDGET, reduce_max_send
 from gnnmesh.transforms import gcn_norm
 
 from tests.helpers import random_graph
 
+METHODS = registry.names(sampled=False)   # the methods partition() runs
 
 
 def _needs(module: str):
@@ -159,7 +160,7 @@ def test_fill_empty_parts_is_deterministic():
 
 def test_tool_returning_an_empty_part_is_fixed(monkeypatch):
     adj = graphs()["directed"]
-    monkeypatch.setitem(methods.FUNCTIONS, "hp", lambda adj, p, e, s: np.zeros(adj.shape[0], np.int64))
+    monkeypatch.setattr(methods, "hypergraph", lambda adj, p, e, s: np.zeros(adj.shape[0], np.int64))
     part = partition(adj, 3, "hp", cache=False)
     assert (part.sizes() > 0).all()
 
@@ -415,7 +416,7 @@ def test_store_round_trip_and_reuse(tmp_path, monkeypatch):
     assert (loaded.method, loaded.epsilon, loaded.seed, loaded.graph_key) == ("hp", 0.05, 2, part.graph_key)
     assert loaded.seconds == pytest.approx(part.seconds)
     # a second call reuses the stored partition instead of computing
-    monkeypatch.setitem(methods.FUNCTIONS, "hp", lambda *a: pytest.fail("recomputed"))
+    monkeypatch.setattr(methods, "hypergraph", lambda *a: pytest.fail("recomputed"))
     again = partition(adj, 3, "hp", epsilon=0.05, seed=2, cache_dir=tmp_path)
     assert np.array_equal(again.assignment, part.assignment)
     # the key depends on the structure only: a normalized operator finds the same entry

@@ -14,7 +14,8 @@ from gnnmesh.planner import grid3d
 from gnnmesh.planner import partition as partition_model
 from gnnmesh.planner.estimate import Estimate
 from gnnmesh.planner.machine import GPU_NETWORK, GPU_RATES
-from gnnmesh.planner.rank import Ranking, grid3d_estimate, rank_strategies
+from gnnmesh.planner.grid3d import grid3d_estimate
+from gnnmesh.planner.rank import Ranking, rank_strategies
 from gnnmesh.report.plan_file import read_plan
 
 MiB = 2**20
@@ -172,7 +173,7 @@ def test_a_missing_partitioner_is_left_out_with_the_reason(monkeypatch, tmp_path
     def missing(*args):
         raise MissingExtraError("method 'gp' needs pymetis: pip install 'gnnmesh[partitioners]'")
 
-    monkeypatch.setitem(partition_methods.FUNCTIONS, "gp", missing)
+    monkeypatch.setattr(partition_methods, "metis", missing)
     ranking = rank_strategies(cora, 2, "gcn", widths(cora), GPU_RATES, GPU_NETWORK, partitioners=("rp", "gp"),
                               cache_dir=tmp_path)
     assert [(d.name, d.reason) for d in ranking.dropped] == [("partition gp", "method 'gp' needs pymetis: pip "
