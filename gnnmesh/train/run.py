@@ -16,7 +16,7 @@ from .. import comm, datasets, memory
 from ..config import Config
 from ..errors import ConfigError, GraphError
 from ..graph import Graph
-from ..launch import ranks_share_cores, world_from_env
+from ..launch import check_job_env, ranks_share_cores, world_from_env
 from ..ops import buffers, compiled
 from ..parts import open_parts
 from ..transforms import reorder
@@ -38,6 +38,7 @@ def load_graph(config: Config) -> Graph:
 
 
 def run_training(config: Config, quiet: bool = False) -> Summary:
+    check_job_env()
     world = world_from_env()
     rank, world_size = world or (0, 1)
     config, parts = adopt_parts(config)

@@ -7,6 +7,7 @@ local vertex rows), reduces counts across ranks and keeps gradients in sync.
 
 from __future__ import annotations
 
+import atexit
 import copy
 import math
 import time
@@ -101,13 +102,18 @@ class Trainer:
         inferred from the labels (``gnnmesh.tasks.infer``)."""
         self.config = config.resolved()
         self.device = rank_device(self.config)
+        built_here = strategy is None
         if strategy is None:
+            if comm.join_job(self.device):  # a script under torchrun: this rank joins its job, as the CLI does
+                atexit.register(comm.shutdown)
             layout = ParallelLayout.for_strategy(self.config.run.strategy, comm.world_size(), self.config.grid3d.grid)
             strategy = self.config.engine.build(self.config, layout, self.device)
         self.strategy = strategy
         if self.config.run.nproc > self.strategy.world_size:
-            raise ConfigError(f"config field 'nproc': {self.config.run.nproc} ranks requested but this is one "
-                              f"process; start them with 'gnnmesh train --nproc {self.config.run.nproc}' or torchrun")
+            raise ConfigError(f"config field 'nproc': {self.config.run.nproc} ranks requested but this job has "
+                              f"{self.strategy.world_size}; start them with 'gnnmesh train --nproc "
+                              f"{self.config.run.nproc}' or 'torchrun --nproc-per-node {self.config.run.nproc} "
+                              f"SCRIPT.py'")
         profile.sync_cuda["on"] = self.device.type == "cuda"
         self.task, self.task_note = self._task(data, task)  # labels that do not fit are refused before sharding
         if isinstance(data, Graph):
@@ -115,6 +121,8 @@ class Trainer:
             self.shard = self.strategy.shard(data, x, self.config.training.seed, self.device)
             num_features = x.shape[1]
         else:  # its writer checked labels and split, and stored the features as _features does
+            if built_here:  # one line before any rank reads a folder that is not its own
+                data.check_run(self.config.run.strategy, self.strategy.world_size)
             self.shard = self.strategy.shard_parts(data, self.config.training.seed, self.device)
             num_features = data.num_features
         if widths is not None:
@@ -137,6 +145,7 @@ class Trainer:
         # what a checkpoint keeps of a user's model: its name and its file's hash, never its code
         self.model_record = user_models.record(model, self.config.model.name) if self.config.model.user else None
         self.model = model.to(self.device)
+        self.strategy.agree_parameters(self.model)  # whatever torch seed each rank's caller set
         self.strategy.prepare(self.model)
         self._optimizer: Optional[torch.optim.Optimizer] = None
         counts = torch.tensor([float(m.sum()) for m in
