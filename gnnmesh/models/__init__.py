@@ -12,6 +12,7 @@ from .decoupled import Decoupled
 from .gat import GAT
 from .gcn import GCN
 from .gin import GIN
+from .row_wise import BatchNorm, Dropout
 from .sage import SAGE
 
 MODELS = {"gcn": GCN, "sage": SAGE, "gat": GAT, "gin": GIN}
@@ -52,4 +53,4 @@ def options_of(name: str, decoupled: bool = False) -> tuple:
 
 
 __all__ = ["MODELS", "DECOUPLED", "build_model", "options_of", "GCN", "SAGE", "GAT", "GIN", "Decoupled", "LayerStack",
-           "GraphLayer", "Maths", "Term", "SELF"]
+           "GraphLayer", "Maths", "Term", "SELF", "BatchNorm", "Dropout"]

@@ -28,6 +28,7 @@ from ..errors import ConfigError, TrainingDiverged
 from ..graph import Graph
 from ..layout import ParallelLayout
 from ..models import user as user_models
+from ..models.row_wise import row_mixing_problem
 from ..ops import profile
 from ..parallel import Strategy
 from ..planner.estimate import name_of
@@ -139,7 +140,8 @@ class Trainer:
         elif not self.config.model.user:  # what checkpoints record: the class, to build it again
             built_in = {f: getattr(ModelSection(), f) for f in BUILT_IN_OPTIONS}
             self.config = self.config.updated(model=user_models.name_of(model), **built_in).resolved()
-        problem = self.config.engine.model_problem(model, self.config.training.minibatch) or _parameter_problem(model)
+        problem = (row_mixing_problem(model) or self.config.engine.model_problem(model, self.config.training.minibatch)
+                   or _parameter_problem(model))
         if problem:
             raise ConfigError(f"config field 'model' ({self.config.model.name}): {problem}")
         # what a checkpoint keeps of a user's model: its name and its file's hash, never its code
