@@ -35,8 +35,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from partition_quality import load_graph, real_graphs  # noqa: E402
 
-from gnnmesh.partition.blocks import (balance, balanced_permutations, block_nnz, max_over_mean,  # noqa: E402
-                                  peak_bound)
+from gnnmesh.parallel.grid3d.permutation import (balance, balanced_permutations, block_nnz,  # noqa: E402
+                                                 max_over_mean, peak_bound)
 from gnnmesh.transforms import add_self_loops  # noqa: E402
 from gnnmesh.commands.partition import parse_block_grid  # noqa: E402
 

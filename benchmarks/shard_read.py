@@ -20,7 +20,7 @@ from pathlib import Path
 
 from driver import Spread
 from gnnmesh import datasets
-from gnnmesh.partition.shards import read_cost, write_shards
+from gnnmesh.parallel.grid3d.block_files import read_cost, write_shards
 
 
 def main():

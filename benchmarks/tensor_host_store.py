@@ -9,7 +9,7 @@ host tier (the features, and every propagation step's columns and their gradient
 by ``--ratio``, or the smallest budget the run accepts when that is more. Side by side, one
 after the other: ``--strategy tensor`` in memory and with ``--host-store``, the median epoch
 (first epoch left out) and the range, their ratio, the host store's bytes per epoch (the
-training counters equal the plan's prediction exactly: tests/test_tensor_host_store.py) and
+training counters equal the plan's prediction exactly: tests/parallel/tensor/test_host_store.py) and
 the measured fast-tier peak against the budget.
 """
 

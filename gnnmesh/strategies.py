@@ -102,11 +102,11 @@ for _spec in (
                  planner="gnnmesh.planner.partition:estimate", parts="gnnmesh.parts.partition:write_partition_parts",
                  summary="1D: vertex rows split by a partitioner, halo rows exchanged (Demirci et al.)"),
     StrategySpec("tensor", ("cols",), ("tensor",), factory="gnnmesh.parallel.factories:tensor",
-                 planner="gnnmesh.planner.tensor:estimate", parts="gnnmesh.parts.tensor:write_tensor_parts",
+                 planner="gnnmesh.planner.tensor:estimate", parts="gnnmesh.parallel.tensor.parts:write_tensor_parts",
                  summary="feature columns split across ranks, chunked and pipelined (NeutronTP)"),
     StrategySpec("grid3d", ("x", "y", "z"), ("grid3d",), models=("gcn", "sage", "gin"), forms=("plain",), needs="maths",
                  factory="gnnmesh.parallel.factories:grid3d", planner="gnnmesh.planner.grid3d:predict",
-                 parts="gnnmesh.parts.grid:write_grid_parts", plan_view="gnnmesh.commands.plan_grid3d:run", refusal="the grid3d strategy runs gcn, sage, gin (not their "
+                 parts="gnnmesh.parallel.grid3d.parts:write_grid_parts", plan_view="gnnmesh.commands.plan_grid3d:run", refusal="the grid3d strategy runs gcn, sage, gin (not their "
                  "decoupled forms)", summary="3D grid of ranks with double permutation (Plexus)"),
     StrategySpec("offload", ("rows",), ("partition", "offload") + _HOST_TIER,
                  factory="gnnmesh.parallel.factories:offload", planner="gnnmesh.planner.offload:estimate", needs="stages",

@@ -23,10 +23,10 @@ from gnnmesh.datasets.shard_writer import write_graph_shards
 from gnnmesh.datasets.sharded import open_shards
 from gnnmesh.errors import ConfigError
 from gnnmesh.partition import partition
-from gnnmesh.partition.shards import write_shards as write_block_shards
+from gnnmesh.parallel.grid3d.block_files import write_shards as write_block_shards
 from gnnmesh.parts import write_partition_parts
-from gnnmesh.parts.grid import write_grid_parts
-from gnnmesh.parts.tensor import write_tensor_parts
+from gnnmesh.parallel.grid3d.parts import write_grid_parts
+from gnnmesh.parallel.tensor.parts import write_tensor_parts
 from gnnmesh.predict import store
 from gnnmesh.train import Trainer
 

@@ -96,7 +96,7 @@ def run(args, argv=None) -> int:
 
 def _outputs(args) -> list:
     """(directory, its kind) of every directory this command is asked to write."""
-    from ..partition.shards import OUTPUT as SHARDS
+    from ..parallel.grid3d.block_files import OUTPUT as SHARDS
     from ..parts.store import OUTPUT as PARTS
     return [(path, kind) for path, kind in ((args.write_parts, PARTS), (args.write_shards, SHARDS)) if path]
 
@@ -263,7 +263,7 @@ def run_grid(args) -> int:
     """``--partitioner permute2``: block balance report, and the shard files if asked."""
     from .. import datasets
     from ..errors import ConfigError
-    from ..partition.blocks import balance, check_grid, max_over_mean, peak_bound
+    from ..parallel.grid3d.permutation import balance, check_grid, max_over_mean, peak_bound
     from ..transforms import add_self_loops
 
     if args.parts is not None:
@@ -286,7 +286,7 @@ def run_grid(args) -> int:
     least = peak_bound(add_self_loops(graph.adj) if args.self_loops else graph.adj, grid)
     print(f"  {'no pair below:':<19}{least / (total / (grid[0] * grid[1])):.3f} (max {least:,})")
     if args.write_shards:
-        from ..partition.shards import write_shards
+        from ..parallel.grid3d.block_files import write_shards
         path = write_shards(graph, args.write_shards, grid, seed=args.seed)
         files = [f for f in path.iterdir() if f.is_file()]
         print(f"shards:        {grid[0]} x {grid[1]} blocks of P_r A P_c^T written to {path} "

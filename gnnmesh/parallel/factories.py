@@ -20,17 +20,17 @@ def partition(config, layout, device):
 
 
 def tensor(config, layout, device):
-    from .tensor import TensorParallel
+    from .tensor.strategy import TensorParallel
     return TensorParallel(layout, device, chunk_size=config.tensor.chunk_size, pipeline=config.tensor.pipeline)
 
 
 def tensor_host_store(config, layout, device):
-    from .tensor_offload import TensorOffload
+    from .tensor.host_store import TensorOffload
     return TensorOffload(layout, device, **host_tier(config))
 
 
 def grid3d(config, layout, device):
-    from .grid3d import Grid3D
+    from .grid3d.strategy import Grid3D
     return Grid3D(layout, device, permute=config.grid3d.permute, blocks=config.grid3d.blocks,
                   seed=config.training.seed)
 

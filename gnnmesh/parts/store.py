@@ -348,10 +348,10 @@ class RankPart:
 
     def _feature_block(self) -> tuple:
         """(rows, columns) of a grid3d rank's block of the input features as its writer cuts it
-        (``gnnmesh.parts.grid``): layer 0's column block of the nodes, its share of the features."""
+        (``gnnmesh.parallel.grid3d.parts``): layer 0's column block of the nodes, its share of the features."""
         from ..layout import ParallelLayout
         from ..layout.grid import AXES, roles
-        from ..partition.grid_blocks import cut
+        from ..layout.ranges import cut
         dims = dict(zip(AXES, self.parts.manifest["grid"]))
         me, r = ParallelLayout.of_grid(dims).coordinates(self.rank), roles(0)
         rows = cut(self.parts.num_nodes, dims[r.cols], me[r.cols])

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..parallel.switch import even_bounds
+from ..layout.ranges import even_bounds
 
 
 @dataclass(frozen=True)

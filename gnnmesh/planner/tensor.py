@@ -27,8 +27,8 @@ from typing import Optional
 import numpy as np
 
 from ..comm import all_gather_bytes, reduce_scatter_bytes
-from ..parallel.switch import even_bounds
-from ..parallel.tensor import aggregation_switches, layout_bytes
+from ..layout.ranges import even_bounds
+from ..parallel.tensor.strategy import aggregation_switches, layout_bytes
 from ..view import OPERATORS
 from .estimate import Estimate
 from .machine import ComputeRates, Network, SpMM, collective_time, world_links

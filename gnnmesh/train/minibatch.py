@@ -71,7 +71,7 @@ class MiniBatchTrainer(Trainer):
         hosts, this rank keeps only the feature rows homed on its host."""
         from ..parallel.minibatch import ROUTES
         from ..planner import minibatch_dryrun as dryrun
-        from ..parallel.minibatch.feature_shards import FeatureHomes, ShardedSource
+        from ..parallel.minibatch.feature_homes import FeatureHomes, ShardedSource
         cfg, s, strategy = self.config, self.shard, self.strategy
         x, world, rank = s.x.cpu(), strategy.world_size, strategy.rank
         cache_bytes = cfg.minibatch.cache_bytes()

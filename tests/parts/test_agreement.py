@@ -10,12 +10,12 @@ import torch
 
 from gnnmesh.atomic import checksum
 from gnnmesh.errors import GraphError
-from gnnmesh.parallel.grid3d import Grid3D
+from gnnmesh.parallel.grid3d.strategy import Grid3D
 from gnnmesh.parallel.partition import PartitionParallel
-from gnnmesh.parallel.tensor import TensorParallel
+from gnnmesh.parallel.tensor.strategy import TensorParallel
 from gnnmesh.parts import MANIFEST, open_parts, write_partition_parts
-from gnnmesh.parts.grid import write_grid_parts
-from gnnmesh.parts.tensor import write_tensor_parts
+from gnnmesh.parallel.grid3d.parts import write_grid_parts
+from gnnmesh.parallel.tensor.parts import write_tensor_parts
 from gnnmesh.partition import partition
 
 from tests.dist import run_ranks

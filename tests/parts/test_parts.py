@@ -12,13 +12,13 @@ import torch
 
 from gnnmesh.config import Config
 from gnnmesh.errors import ConfigError, GraphError
-from gnnmesh.parallel.grid3d import Grid3D
+from gnnmesh.parallel.grid3d.strategy import Grid3D
 from gnnmesh.parallel.partition import PartitionParallel
-from gnnmesh.parallel.tensor import TensorParallel
+from gnnmesh.parallel.tensor.strategy import TensorParallel
 from gnnmesh.partition import partition, rank_halo
 from gnnmesh.parts import MANIFEST, open_parts, write_partition_parts
-from gnnmesh.parts.grid import write_grid_parts
-from gnnmesh.parts.tensor import write_tensor_parts
+from gnnmesh.parallel.grid3d.parts import write_grid_parts
+from gnnmesh.parallel.tensor.parts import write_tensor_parts
 from gnnmesh.view import OPERATORS
 
 from tests.dist import run_ranks
@@ -118,7 +118,7 @@ def test_training_from_grid_parts_equals_the_single_process_run(tmp_path, grid, 
 
 
 def test_grid_parts_use_the_training_permutations(tmp_path):
-    from gnnmesh.partition.grid_blocks import GridBlocks
+    from gnnmesh.parallel.grid3d.blocks import GridBlocks
 
     graph = make_graph()
     dims = {"x": 2, "y": 1, "z": 2}

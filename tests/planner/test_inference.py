@@ -9,7 +9,7 @@ from gnnmesh import datasets
 from gnnmesh.config import Config
 from gnnmesh.layout.grid import Grid
 from gnnmesh.parallel.partition import PartitionParallel
-from gnnmesh.parallel.tensor import TensorParallel
+from gnnmesh.parallel.tensor.strategy import TensorParallel
 from gnnmesh.partition import partition
 from gnnmesh.planner import grid3d
 from gnnmesh.planner import offload as offload_model

@@ -6,8 +6,8 @@ import pytest
 
 from gnnmesh.config import Config
 from gnnmesh.parts import open_parts, write_partition_parts
-from gnnmesh.parts.grid import write_grid_parts
-from gnnmesh.parts.tensor import write_tensor_parts
+from gnnmesh.parallel.grid3d.parts import write_grid_parts
+from gnnmesh.parallel.tensor.parts import write_tensor_parts
 from gnnmesh.partition import partition
 from gnnmesh.train import Trainer
 

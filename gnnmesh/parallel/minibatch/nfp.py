@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from ...sampling import BlockView, Sample
-from ..switch import even_bounds
+from ...layout.ranges import even_bounds
 from .route import Request, SplitRoute, Work, pack_rows, row_entries, unpack_rows
 
 

@@ -14,7 +14,7 @@ from ..partition import agreed_partition
 from ..single import whole_graph
 from .contract import MiniBatchStrategy
 from .exchange import GRAPH, SHUFFLE
-from .feature_shards import FEATURES, job_hosts
+from .feature_homes import FEATURES, job_hosts
 
 
 class MiniBatchParallel(DistributedStrategy, MiniBatchStrategy):

@@ -19,7 +19,7 @@ at a time, within ``--device-memory``. The vocabulary, one name per thing:
   settings, the pipeline and its counters (``host_tier``: ``HostTier``);
 * ``costs`` predicts a plan's traffic and footprint from the plan alone.
 
-``strategy`` is the 1D strategy (``Offload``); ``parallel.tensor_offload`` the tensor one.
+``strategy`` is the 1D strategy (``Offload``); ``parallel.tensor.host_store`` the tensor one.
 """
 
 from .host_tier import HostTier, OffloadView

@@ -2,7 +2,7 @@
 
 It lives in the out-of-core package because it is that package's machinery seen from a
 strategy: 1D out-of-core training (``strategy.Offload``) and tensor parallelism with
-``--host-store`` (``parallel.tensor_offload.TensorOffload``) each hold one ``HostTier``
+``--host-store`` (``parallel.tensor.host_store.TensorOffload``) each hold one ``HostTier``
 and use it; neither is the other. A ``HostTier`` holds
 
 * the host store (``host_store``: RAM, or files, one folder per rank) and its tables,

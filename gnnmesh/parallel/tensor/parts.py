@@ -1,0 +1,66 @@
+"""Parts for the tensor strategies (NeutronTP): the topology, which every rank holds by
+design, and each rank's near-equal row block of the vertex data.
+
+Folder of rank r (``store.py`` for the directory around it):
+
+    adj.indptr / .indices [/ .values]   the whole adjacency, CSR (rows = destinations)
+    x, y, train_mask, ...               rows ``row_bounds[r]:row_bounds[r + 1]`` of the vertex data
+
+The topology files of ranks 1.. are hard links to rank 0's where the file system allows
+(copies elsewhere), so a parts directory on one disk stores the graph once.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from ... import progress
+from ...atomic import staged_directory
+from ...graph import Graph
+from ...layout.ranges import block_bounds
+from ...parts.store import OUTPUT, graph_facts, rank_folder, save_array, write_manifest
+from ...parts.vertex import VertexData
+
+
+def write_tensor_parts(graph: Graph, parts: int, directory, dataset: str) -> Path:
+    vertex = VertexData(graph)
+    adj = graph.adj
+    bounds = block_bounds(graph.num_nodes, parts)
+    with staged_directory(directory, OUTPUT) as tmp, \
+            progress.phase(f"writing {parts} tensor parts", total=parts) as shown:
+        ranks = []
+        for r in range(parts):
+            folder = tmp / rank_folder(r)
+            folder.mkdir()
+            mine: dict = {}
+            if r == 0:
+                save_array(folder, "adj.indptr", adj.indptr.numpy(), mine)
+                save_array(folder, "adj.indices", adj.indices.numpy(), mine)
+                if adj.values is not None:
+                    save_array(folder, "adj.values", adj.values.numpy(), mine)
+                topology = dict(mine)
+            else:
+                for name, digest in topology.items():
+                    _link_or_copy(tmp / rank_folder(0) / f"{name}.npy", folder / f"{name}.npy")
+                    mine[name] = digest
+            rows = np.arange(bounds[r], bounds[r + 1])
+            save_array(folder, "x", vertex.features(rows), mine)
+            for name, array in vertex.labels(rows).items():
+                save_array(folder, name, array, mine)
+            ranks.append({"rows": [int(bounds[r]), int(bounds[r + 1])], "files": mine})
+            shown.advance()
+        write_manifest(tmp, {**graph_facts(graph, vertex.num_features, dataset), "kind": "tensor",
+                             "parts": parts, "how": "whole topology, row blocks of the vertex data",
+                             "ranks": ranks})
+    return Path(directory)
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
