@@ -12,7 +12,7 @@ import pytest
 from gnnmesh.config import Config
 from gnnmesh.errors import ConfigError
 from gnnmesh.parts import open_parts
-from gnnmesh.parts.tensor import write_tensor_parts
+from gnnmesh.parallel.tensor.parts import write_tensor_parts
 from gnnmesh.train import Trainer
 from tests.helpers import random_graph
 
