@@ -373,8 +373,9 @@ class Trainer:
     def predict(self, output: str = "logits", layer: Optional[int] = None, nodes="all",
                 original=None) -> tuple:
         """``(ids, values)``: this rank's rows of the model's ``output`` (``logits``, ``probs``,
-        ``labels``, or ``embeddings``: layer ``layer``'s output, 1-based, by default the last
-        hidden layer's) for ``nodes`` (``all``, ``train``, ``val``, ``test``, a file of node
+        ``labels``, or ``embeddings``: what the model's ``embed(view, x)`` returns, else layer
+        ``layer``'s output of a layer stack, 1-based, by default the last hidden layer's; a
+        model that says neither is refused) for ``nodes`` (``all``, ``train``, ``val``, ``test``, a file of node
         ids or an array of them), as NumPy arrays with global node ids. Full-graph and exact,
         in eval mode, under every strategy: the ranks' rows together are the single
         process's. ``original``: where the graph was renumbered (``--reorder``), the original
