@@ -24,7 +24,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     cmd = subparsers.add_parser("check-model", help="check that a model of your own is exact across ranks")
     cmd.add_argument("model", metavar="FILE.py:CLASS", help="the model, as --model names it")
     add_config_flags(cmd, only=("model_args", "dataset", "data_root", "seed", "device"),
-                     helps={"dataset": "the graph to run it on (default: a small generated one, 240 nodes)"})
+                     helps={"dataset": "the graph to run it on (default: a small generated one)"})
     cmd.add_argument("--report", help=argparse.SUPPRESS)  # where the ranks of one job leave their gaps
     return cmd
 
@@ -59,7 +59,7 @@ def _check_in_job(args) -> int:
         graph = datasets.load(args.dataset, root=args.data_root) if args.dataset else None
         if graph is not None:
             graph.require_node_classification()
-        graph = graph or small_graph(8, 3)
+        graph = graph or small_graph()
         gaps = model_gaps(config, graph)
         if _rank() == 0:
             for gap in gaps:

@@ -26,6 +26,7 @@ CHECKED = ("partition", "tensor")  # the strategies that run any model written o
 SETTINGS = {"partition": {"partitioner": "rp"}}  # a random cut: rows split every way
 TOLERANCE = 1e-5  # relative to the largest output: exact, as parity is measured
 SMALL_GRAPH = "sbm:nodes=240,classes={classes},features={features}"
+SMALL_WIDTHS = {"features": 8, "classes": 3}  # the small graph's, where no dataset gives its own
 
 
 @dataclass
@@ -49,7 +50,7 @@ class Gap:
         return f"{where}: largest gap {self.training:.1e} in training, {self.eval:.1e} in eval"
 
 
-def small_graph(features: int, classes: int):
+def small_graph(features: int = SMALL_WIDTHS["features"], classes: int = SMALL_WIDTHS["classes"]):
     """A small generated graph whose inputs and classes have the given widths."""
     return datasets.load(SMALL_GRAPH.format(features=features, classes=max(classes, 2)))
 
