@@ -61,10 +61,12 @@ def join_job(device: torch.device) -> bool:
     """Join the job the environment describes (torchrun's variables: ``torchrun``, ``srun
     torchrun`` or ``gnnmesh train --nproc``) unless this process has joined a process group
     already; what the command line does before it trains, for a script that builds a
-    ``Trainer`` under a launcher. Returns whether it joined one now. Several Slurm tasks
+    ``Trainer`` under a launcher. Returns whether it joined one now (a job of one rank needs
+    none). Several Slurm tasks
     without torchrun's variables are a ConfigError (``launch.check_job_env``)."""
     check_job_env()
-    if dist.is_initialized() or world_from_env() is None:
+    world = world_from_env()
+    if dist.is_initialized() or world is None or world[1] == 1:  # a job of one rank is this process alone
         return False
     init(device)
     return True
