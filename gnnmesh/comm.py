@@ -62,8 +62,8 @@ def join_job(device: torch.device) -> bool:
     torchrun`` or ``gnnmesh train --nproc``) unless this process has joined a process group
     already; what the command line does before it trains, for a script that builds a
     ``Trainer`` under a launcher. Returns whether it joined one now (a job of one rank needs
-    none). Several Slurm tasks
-    without torchrun's variables are a ConfigError (``launch.check_job_env``)."""
+    none). Several Slurm tasks without torchrun's variables are a ConfigError
+    (``launch.check_job_env``)."""
     check_job_env()
     world = world_from_env()
     if dist.is_initialized() or world is None or world[1] == 1:  # a job of one rank is this process alone
