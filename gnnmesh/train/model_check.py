@@ -81,15 +81,15 @@ def _outputs(config: Config, graph, strategy=None) -> tuple:
     each forward pass from the same torch random state."""
     torch.manual_seed(config.training.seed)
     trainer = Trainer(config, graph, strategy=strategy)
-    shard, model = trainer.shard, trainer.model
+    mine, model = trainer.rank_data, trainer.model
     out = []
     with torch.no_grad():
         for training in (True, False):
             model.train(training)
-            shard.view.set_epoch(1)
+            mine.view.set_epoch(1)
             torch.manual_seed(config.training.seed + 1)
-            out.append(trainer.strategy.forward(model, shard.view, shard.x).float().cpu())
-    return (shard.row_ids().cpu(), *out)
+            out.append(trainer.strategy.forward(model, mine.view, mine.x).float().cpu())
+    return (mine.row_ids().cpu(), *out)
 
 
 def _gap(got: torch.Tensor, want: torch.Tensor) -> float:
