@@ -23,7 +23,8 @@ RANKS = (2, 3)
 def add_parser(subparsers) -> argparse.ArgumentParser:
     cmd = subparsers.add_parser("check-model", help="check that a model of your own is exact across ranks")
     cmd.add_argument("model", metavar="FILE.py:CLASS", help="the model, as --model names it")
-    add_config_flags(cmd, only=("model_args", "dataset", "data_root", "seed", "device"),
+    add_config_flags(cmd, sections=("data", "model", "training", "run"),
+                     only=("model_args", "dataset", "data_root", "seed", "device"),
                      helps={"dataset": "the graph to run it on (default: a small generated one)"})
     cmd.add_argument("--report", help=argparse.SUPPRESS)  # where the ranks of one job leave their gaps
     return cmd
