@@ -47,7 +47,10 @@ class StrategySpec:
     ``planned``: it has no engine of its own; the planner (or the mini-batch dry run) picks
     another strategy. ``named_by``: the settings (``partitioner``, ``decoupled``, ``grid``)
     that complete a candidate's display name (``gnnmesh.planner.estimate.name_of``).
-    ``from_parts``: the settings a parts directory written for it fixes when not given."""
+    ``from_parts``: the settings a parts directory written for it fixes when not given.
+    ``model_check``: the settings under which a user's model is run against the single
+    process to find what breaks exactness (``gnnmesh.train.model_check``); None: not one of
+    those strategies (they run any model written on the primitives)."""
 
     name: str
     dims: tuple
@@ -67,6 +70,7 @@ class StrategySpec:
     from_parts: tuple = ()  # settings a parts directory fixes, its manifest's entries of the same name
     partition_view: Optional[str] = None   # 'gnnmesh partition --strategy NAME', when not a vertex partition
     partition_view_summary: str = ""       # what that view does, for the command's help
+    model_check: Optional[dict] = None     # the settings a user's model is checked for exactness under it with
 
     @property
     def one_process(self) -> bool:
@@ -117,10 +121,11 @@ for _spec in (
                  planner="gnnmesh.planner.partition:single_candidates",
                  summary="one process, the reference every other strategy equals"),
     StrategySpec("partition", ("rows",), ("partition",), named_by=("partitioner",),
+                 model_check={"partitioner": "rp"},   # a random cut: rows split every way
                  factory="gnnmesh.parallel.factories:partition",
                  planner="gnnmesh.planner.partition:candidates", parts="gnnmesh.parts.partition:write_partition_parts",
                  summary="1D: vertex rows split by a partitioner, halo rows exchanged (Demirci et al.)"),
-    StrategySpec("tensor", ("cols",), ("tensor",), named_by=("decoupled",),
+    StrategySpec("tensor", ("cols",), ("tensor",), named_by=("decoupled",), model_check={},
                  factory="gnnmesh.parallel.factories:tensor",
                  planner="gnnmesh.planner.tensor:candidates", parts="gnnmesh.parallel.tensor.parts:write_tensor_parts",
                  partition_view="gnnmesh.commands.partition:write_tensor", partition_view_summary="with --nparts P and "

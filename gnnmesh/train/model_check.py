@@ -16,14 +16,12 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import comm, datasets
+from .. import comm, datasets, strategies
 from ..config import Config
 from ..errors import ConfigError
 from ..parallel.single import SingleProcess
 from .trainer import Trainer
 
-CHECKED = ("partition", "tensor")  # the strategies that run any model written on the primitives
-SETTINGS = {"partition": {"partitioner": "rp"}}  # a random cut: rows split every way
 TOLERANCE = 1e-5  # relative to the largest output: exact, as parity is measured
 SMALL_GRAPH = "sbm:nodes=240,classes={classes},features={features}"
 SMALL_WIDTHS = {"features": 8, "classes": 3}  # the small graph's, where no dataset gives its own
@@ -50,22 +48,28 @@ class Gap:
         return f"{where}: largest gap {self.training:.1e} in training, {self.eval:.1e} in eval"
 
 
+def checked() -> tuple:
+    """The strategies a model is checked under (``StrategySpec.model_check``): those that run
+    any model written on the primitives."""
+    return tuple(name for name in strategies.names() if strategies.spec(name).model_check is not None)
+
+
 def small_graph(features: int = SMALL_WIDTHS["features"], classes: int = SMALL_WIDTHS["classes"]):
     """A small generated graph whose inputs and classes have the given widths."""
     return datasets.load(SMALL_GRAPH.format(features=features, classes=max(classes, 2)))
 
 
 def model_gaps(config: Config, graph) -> list:
-    """A ``Gap`` per strategy of ``CHECKED`` for the model ``config`` names (with its
+    """A ``Gap`` per strategy of ``checked()`` for the model ``config`` names (with its
     ``model_args``, ``seed`` and ``device``) on ``graph``, on this job's ranks."""
     settings = {"model": config.model.name, "model_args": config.model.args, "seed": config.training.seed,
                 "device": config.run.device, "epochs": 1}
     reference = _outputs(Config.of(**settings), graph, SingleProcess())
     ranks = comm.world_size()
     gaps = []
-    for strategy in CHECKED:
+    for strategy in checked():
         try:
-            ids, training, evaluated = _outputs(Config.of(strategy=strategy, **settings, **SETTINGS.get(strategy, {})),
+            ids, training, evaluated = _outputs(Config.of(strategy=strategy, **settings, **strategies.spec(strategy).model_check),
                                                 graph)
         except ConfigError as refusal:  # its contract, or a primitive it cannot run
             gaps.append(Gap(strategy, ranks, refused=str(refusal)))
