@@ -151,7 +151,7 @@ class Config:
             raise ConfigError("config field 'reorder': parts are written in their final order; "
                               "reorder applies only when loading a dataset")
         if self.data.parts and not spec.one_process and spec.parts is None and spec.training != "minibatch":
-            raise ConfigError(f"config field 'parts': {self._spec_name(spec)} trains from a dataset, not from "
+            raise ConfigError(f"config field 'parts': {self._engine_name(spec)} trains from a dataset, not from "
                               f"parts (parts are written for --strategy "
                               f"{' or '.join(s.name for s in strategies.REGISTRY.values() if s.parts)})")
         if self.data.parts and self.planned:
