@@ -63,36 +63,43 @@ _NORMALISATIONS = ("gcn", "mean", "attention")
 
 # -- writing ----------------------------------------------------------------------------------
 
-def export_pyg(checkpoint, out_dir, weights: str = "best") -> dict:
+def export_pyg(checkpoint, out_dir, weights: str = "best", model=None) -> dict:
     """Write the model of the gnnmesh ``checkpoint`` into ``out_dir`` as ``model.json`` and
-    ``weights.pt`` (``weights``: ``best``, the best-validation epoch's, or ``last``). The
-    directory is written whole or not at all; an existing one is replaced only if it holds an
-    earlier export and nothing else (or nothing). Returns the description written to
-    ``model.json``. A damaged, foreign or hostile checkpoint, or a model with no PyG form, is a
-    ConfigError."""
+    ``weights.pt`` (``weights``: ``best``, the best-validation epoch's, or ``last``). A
+    checkpoint of your own model also gets its source file and a stand-alone view
+    (``gnnmesh.export_user``): ``model`` is its ``FILE.py:CLASS`` (default: the file beside the
+    checkpoint), which must be the file it was trained from. The directory is written whole or
+    not at all; an existing one is replaced only if it holds an earlier export and nothing else
+    (or nothing). Returns the description written to ``model.json``. A damaged, foreign or
+    hostile checkpoint, or a model with no PyG form, is a ConfigError."""
+    from . import export_user
     from .trained import load
     out = Path(out_dir)
     if not Path(checkpoint).is_file():
         raise ConfigError(f"{Path(checkpoint)}: no such checkpoint")
     check_replaceable(out, OUTPUT)  # before the checkpoint is read, and again when replacing
-    _refuse_user_model(checkpoint, checkpoints.load(checkpoint))
-    model, config = load(checkpoint, weights)  # read weights-only; ConfigError naming the file
-    spec, tensors = describe(model, config.model.name)
+    state = checkpoints.load(checkpoint)
+    name = checkpoints.settings(state).get("model")
+    own = isinstance(name, str) and is_user_model(name)
+    if model is not None and not own:
+        raise ConfigError(f"{Path(checkpoint)}: it holds the built-in model {name}; --model is for a checkpoint "
+                          "of your own model")
+    if own:
+        model = export_user.model_name(checkpoint, state, model)
+    built, config = load(checkpoint, weights, model=model)  # read weights-only; ConfigError naming the file
+    if own:
+        spec = export_user.describe(built, model, config.model.args, _header("user", False, *checkpoints.widths(state)))
+        tensors = _plain(built.state_dict())
+    else:
+        spec, tensors = describe(built, config.model.name)
     spec["trained"] = {"checkpoint": Path(checkpoint).name, "weights": weights}
     with staged_directory(out, OUTPUT) as tmp:
         torch.save(tensors, tmp / WEIGHTS_FILE)
         spec["weights_checksum"] = checksum(tmp / WEIGHTS_FILE)  # a damaged weights.pt is refused, not read
+        if own:
+            export_user.write(spec, model, tmp)
         (tmp / MODEL_FILE).write_text(json.dumps(spec, indent=2) + "\n")
     return spec
-
-
-def _refuse_user_model(path, state: dict) -> None:
-    """A checkpoint of the user's own model has no PyG form; it is refused from its record,
-    without importing the class it names (a checkpoint never imports code)."""
-    name = checkpoints.settings(state).get("model")
-    if isinstance(name, str) and is_user_model(name):
-        raise ConfigError(f"{Path(path)}: it holds your own model {name}; a PyG export is written for the "
-                          f"built-in models (gcn, sage, gat, gin and their decoupled forms)")
 
 
 def describe(model: nn.Module, name: str = "") -> tuple:
@@ -214,6 +221,10 @@ def load_pyg(out_dir) -> nn.Module:
     ``model(x, edge_index, edge_weight=None)``. A missing or damaged export is a ConfigError."""
     out = Path(out_dir)
     spec = read_spec(out)
+    if "user_model" in spec:
+        from . import export_user
+        _check_weights_file(out / WEIGHTS_FILE, spec.get("weights_checksum"))
+        return export_user.load(out)
     try:
         with torch.device("meta"):  # shapes alone: sizes from model.json allocate nothing until checked
             model = PyGModel(spec)
@@ -281,8 +292,11 @@ def read_spec(out_dir) -> dict:
 def written_files(out_dir) -> list:
     """The files the export in ``out_dir`` consists of (a ConfigError when its model.json is not
     an export's)."""
-    read_spec(out_dir)
-    return [MODEL_FILE, WEIGHTS_FILE]
+    spec = read_spec(out_dir)
+    if "user_model" not in spec:
+        return [MODEL_FILE, WEIGHTS_FILE]
+    from . import export_user
+    return [MODEL_FILE, WEIGHTS_FILE] + export_user.files(spec)
 
 
 OUTPUT = OutputKind("PyG export", MODEL_FILE, written_files)  # what ``export_pyg`` may replace
