@@ -30,16 +30,20 @@ _PIECES = (base, row_wise)  # what a model file imports from gnnmesh.models, all
 
 
 def model_name(checkpoint, state: dict, given) -> str:
-    """The ``--model`` name of the checkpoint's own model: ``given``, or its file found beside
-    the checkpoint. A file that differs from the one trained from is refused when loaded."""
-    recorded = checkpoints.settings(state)["model"]
+    """The ``--model`` name of the checkpoint's own model: ``given``, or the file of its name
+    beside the checkpoint where that file has the sha256 the checkpoint records (a checkpoint
+    that records none never has a file run on its word). A given file that differs from the
+    one trained from is refused when loaded (``gnnmesh.trained.check_model``)."""
     if given is not None:
         return given
+    recorded = checkpoints.settings(state)["model"]
     where = recorded.rpartition(":")[0]
     beside = Path(checkpoint).parent / Path(where).name
-    if not where.endswith(".py") or not beside.is_file():
-        raise ConfigError(f"{Path(checkpoint)}: it holds your own model {recorded}; its file is not beside the "
-                          f"checkpoint: give it with --model FILE.py:CLASS")
+    expected = checkpoints.user_model_sha256(state)
+    if not where.endswith(".py") or expected is None or user.file_hash(beside) != expected:
+        raise ConfigError(f"{Path(checkpoint)}: it holds your own model {recorded} and the file it was trained "
+                          f"from is not beside it; a checkpoint never imports the code it names: give it with "
+                          f"--model FILE.py:CLASS")
     return f"{beside}:{user.class_name(recorded)}"
 
 
