@@ -16,6 +16,7 @@ masks differ from gnnmesh's; eval mode, what an export is for, has none).
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import sys
@@ -149,8 +150,11 @@ def load(directory) -> ExportedModel:
     where = Path(directory)
     spec = json.loads((where / "model.json").read_text())
     user = spec["user_model"]
+    source = where / user["source"]
+    if hashlib.sha256(source.read_bytes()).hexdigest() != user["sha256"]:
+        raise ValueError(f"{source}: not the file the model was exported with (its sha256 differs from model.json's)")
     _provide_model_pieces(where / user["pieces"])
-    module = _import(where / user["source"], "gnnmesh_exported_" + user["class"].replace(".", "_"))
+    module = _import(source, "gnnmesh_exported_" + user["class"].replace(".", "_"))
     cls = module
     for part in user["class"].split("."):
         cls = getattr(cls, part)

@@ -6,6 +6,9 @@ and constructor arguments, the activation between layers; for a decoupled model 
 its APPNP propagation with the normalisation of its operator), and ``weights.pt``, a plain
 dict of tensors written by ``torch.save`` and read with ``torch.load(weights_only=True)``:
 nothing in either is code, and rebuilding the model needs only torch, PyG and the JSON.
+A model of your own (``--model FILE.py:CLASS``) has no PyG layers: its export also holds its
+source file and a stand-alone view of gnnmesh's primitives on an ``edge_index``
+(``gnnmesh.export_user``), and loading it runs that source.
 
 The PyG module is called as ``model(x, edge_index, edge_weight=None)`` in PyG's convention,
 ``edge_index[0]`` the sources and ``edge_index[1]`` the targets: a gnnmesh ``Graph``'s
@@ -224,7 +227,7 @@ def load_pyg(out_dir) -> nn.Module:
     if "user_model" in spec:
         from . import export_user
         _check_weights_file(out / WEIGHTS_FILE, spec.get("weights_checksum"))
-        return export_user.load(out)
+        return export_user.load(out, spec)
     try:
         with torch.device("meta"):  # shapes alone: sizes from model.json allocate nothing until checked
             model = PyGModel(spec)

@@ -76,8 +76,22 @@ def files(spec: dict) -> list:
     return [recorded["source"], VIEW_FILE] + [f"{PIECES_DIR}/{Path(p.__file__).name}" for p in _PIECES]
 
 
-def load(directory: Path) -> torch.nn.Module:
-    """The export's model, built by its own ``gnnmesh_view.load`` (the code a PyG user runs)."""
+def load(directory: Path, spec: dict) -> torch.nn.Module:
+    """The export's model, built by its own ``gnnmesh_view.load`` (the code a PyG user runs).
+    A missing file or a source file that is not the one exported (by its sha256) is a
+    ConfigError naming it, before any of it runs; an error raised by the model's own code
+    stays its own."""
+    for name in files(spec):
+        if not (directory / name).is_file():
+            raise ConfigError(f"{directory / name}: no such file; not a complete export of your model")
+    source = directory / spec["user_model"]["source"]
+    if user.file_hash(source) != spec["user_model"].get("sha256"):
+        raise ConfigError(f"{source}: not the file the model was exported with (its sha256 differs from "
+                          f"{directory / 'model.json'}'s)")
+    return _run_loader(directory)
+
+
+def _run_loader(directory: Path) -> torch.nn.Module:
     found = importlib.util.spec_from_file_location(f"gnnmesh_view_{abs(hash(str(directory.resolve())))}",
                                                    directory / VIEW_FILE)
     view = importlib.util.module_from_spec(found)

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import gnnmesh
+from gnnmesh import ConfigError
 from gnnmesh.config import Config
 from gnnmesh.export import export_pyg, load_pyg, pyg_inputs
 from gnnmesh.train import Trainer
@@ -142,3 +143,28 @@ def test_an_earlier_export_of_your_model_is_replaced(trained, tmp_path):
     export_pyg(path, tmp_path / "out", model=name)
     export_pyg(path, tmp_path / "out", model=name)
     assert (tmp_path / "out" / "gnnmesh_models" / "row_wise.py").is_file()
+
+
+def test_a_changed_source_in_the_export_is_one_error(trained, tmp_path):
+    path, name = trained["graphconv"]
+    export_pyg(path, tmp_path / "out", model=name)
+    source = tmp_path / "out" / "graphconv_graphconv.py"
+    source.write_text(source.read_text() + "\n# changed\n")
+    with pytest.raises(ConfigError, match="not the file the model was exported with"):
+        load_pyg(tmp_path / "out")
+
+
+def test_a_file_beside_the_checkpoint_that_is_not_the_trained_one_is_not_used(trained, tmp_path):
+    path, name = trained["graphconv"]
+    copied = tmp_path / path.name
+    shutil.copyfile(path, copied)
+    (tmp_path / "graphconv_graphconv.py").write_text("raise SystemExit('ran')\n")
+    result = run_gnnmesh("export", "--checkpoint", copied, "--to", "pyg", "--out", tmp_path / "out")
+    one_error_line(result, "is not beside it", "give it with --model FILE.py:CLASS")
+
+
+def test_model_is_refused_for_a_built_in_models_checkpoint(graph, tmp_path):
+    path = tmp_path / "gcn.pt"
+    Trainer(Config.of(epochs=1, checkpoint=str(path)), graph).fit()
+    with pytest.raises(ConfigError, match="built-in model gcn; --model is for a checkpoint of your own model"):
+        export_pyg(path, tmp_path / "out", model="examples/graphconv.py:GraphConv")
