@@ -18,7 +18,7 @@ from gnnmesh.train import Trainer
 from gnnmesh.view import GraphView
 
 from tests.helpers import one_error_line, random_graph
-from tests.helpers import gnnmesh as run_gnnmesh
+from tests.helpers import gnnmesh_in_process as run_gnnmesh
 
 # A model on the newer primitives: batch norm and dropout of vertex rows, a dot-product sddmm,
 # the mean and gcn operators, and its own embeddings.
