@@ -76,33 +76,36 @@ def export_pyg(checkpoint, out_dir, weights: str = "best", model=None) -> dict:
     (or nothing). Returns the description written to ``model.json``. A damaged, foreign or
     hostile checkpoint, or a model with no PyG form, is a ConfigError."""
     from . import export_user
-    from .trained import load
     out = Path(out_dir)
     if not Path(checkpoint).is_file():
         raise ConfigError(f"{Path(checkpoint)}: no such checkpoint")
     check_replaceable(out, OUTPUT)  # before the checkpoint is read, and again when replacing
-    state = checkpoints.load(checkpoint)
-    name = checkpoints.settings(state).get("model")
-    own = isinstance(name, str) and is_user_model(name)
-    if model is not None and not own:
-        raise ConfigError(f"{Path(checkpoint)}: it holds the built-in model {name}; --model is for a checkpoint "
-                          "of your own model")
-    if own:
-        model = export_user.model_name(checkpoint, state, model)
-    built, config = load(checkpoint, weights, model=model)  # read weights-only; ConfigError naming the file
-    if own:
-        spec = export_user.describe(built, model, config.model.args, _header("user", False, *checkpoints.widths(state)))
-        tensors = _plain(built.state_dict())
-    else:
-        spec, tensors = describe(built, config.model.name)
+    spec, tensors, own = _description(checkpoint, weights, model)
     spec["trained"] = {"checkpoint": Path(checkpoint).name, "weights": weights}
     with staged_directory(out, OUTPUT) as tmp:
         torch.save(tensors, tmp / WEIGHTS_FILE)
         spec["weights_checksum"] = checksum(tmp / WEIGHTS_FILE)  # a damaged weights.pt is refused, not read
         if own:
-            export_user.write(spec, model, tmp)
+            export_user.write(spec, own, tmp)
         (tmp / MODEL_FILE).write_text(json.dumps(spec, indent=2) + "\n")
     return spec
+
+
+def _description(checkpoint, weights: str, model) -> tuple:
+    """``(spec, weights, own)``: model.json's description of the checkpoint's model, its
+    tensors, and the ``FILE.py:CLASS`` of a model of your own (None for a built-in one, which
+    takes no ``model``)."""
+    from . import export_user
+    from .trained import load
+    state = checkpoints.load(checkpoint)
+    name = checkpoints.settings(state).get("model")
+    if not (isinstance(name, str) and is_user_model(name)):
+        built, config = load(checkpoint, weights, model=model)  # read weights-only; ConfigError naming the file
+        return (*describe(built, config.model.name), None)
+    own = export_user.model_name(checkpoint, state, model)
+    built, config = load(checkpoint, weights, model=own)
+    header = _header("user", False, *checkpoints.widths(state))
+    return export_user.describe(own, config.model.args, header), _plain(built.state_dict()), own
 
 
 def describe(model: nn.Module, name: str = "") -> tuple:

@@ -47,7 +47,7 @@ def model_name(checkpoint, state: dict, given) -> str:
     return f"{beside}:{user.class_name(recorded)}"
 
 
-def describe(model, name: str, args: str, header: dict) -> dict:
+def describe(name: str, args: str, header: dict) -> dict:
     """The model.json of a user's model trained as ``name`` with ``--model-args`` ``args``."""
     source = user.spec_file(name)
     if source is None:
