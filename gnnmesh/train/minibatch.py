@@ -16,11 +16,13 @@ import math
 import numpy as np
 import torch
 
+from .. import strategies
 from ..errors import ConfigError
 from ..host_store import made_together
 from ..partition.stochastic import draw_batches
 from ..sampling import DEFAULT_BATCH, BlockView, FeatureTier, NeighborSampler, parse_fanouts, sampled_operator
 from ..sampling.features import LocalSource, RowStore
+from ..validate import parse_links
 from ..view import OPERATORS
 from .trainer import Trainer
 
@@ -30,7 +32,7 @@ class MiniBatchTrainer(Trainer):
 
     def __init__(self, config, data, strategy=None, task=None):
         super().__init__(config, data, strategy, task=task)
-        cfg, s = self.config, self.shard
+        cfg, s = self.config, self.rank_data
         self.split_sizes = [float(m.sum()) for m in (s.train_mask, s.val_mask, s.test_mask)]  # every rank has all
         self.train_ids = torch.nonzero(s.train_mask.cpu()).flatten().numpy()
         self.batch_size = cfg.minibatch.batch_size or min(DEFAULT_BATCH, len(self.train_ids))
@@ -71,12 +73,12 @@ class MiniBatchTrainer(Trainer):
         hosts, this rank keeps only the feature rows homed on its host."""
         from ..parallel.minibatch import ROUTES
         from ..planner import minibatch_dryrun as dryrun
-        from ..parallel.minibatch.feature_homes import FeatureHomes, ShardedSource
-        cfg, s, strategy = self.config, self.shard, self.strategy
+        from ..parallel.minibatch.feature_homes import FeatureHomes, HomedSource
+        cfg, s, strategy = self.config, self.rank_data, self.strategy
         x, world, rank = s.x.cpu(), strategy.world_size, strategy.rank
         cache_bytes = cfg.minibatch.cache_bytes()
-        names = [strategy.name] if strategy.name != "auto" else \
-            [n for n, r in ROUTES.items() if r.attention or cfg.model.name != "gat"]
+        names = [strategy.name] if not strategies.spec(strategy.name).planned else \
+            [n for n, r in ROUTES.items() if r.attention or not cfg.model.attention]
         routes = {}
         for name in names:
             routes[name] = ROUTES[name](world, strategy.owner)
@@ -95,7 +97,7 @@ class MiniBatchTrainer(Trainer):
         if cache_bytes or len(names) > 1:
             samples = dryrun.sample_epoch(self.sampler, self.batches(1), world, rank, 1)
             counts = self._summed(dryrun.access_counts(samples, x.shape[0]))
-            given = dryrun.parse_links(cfg.minibatch.bandwidths) if cfg.minibatch.bandwidths else {}
+            given = parse_links(cfg.minibatch.bandwidths) if cfg.minibatch.bandwidths else {}
             probe = host_rows or (RowStore(x, **store) if not {"load", "cache"} <= set(given) else None)
             bandwidths = dryrun.probe_bandwidths(strategy.comm, probe, self.device, given)
             if probe is not None and probe is not host_rows:
@@ -109,14 +111,14 @@ class MiniBatchTrainer(Trainer):
             chosen = min(self.dry_run, key=lambda p: p.time).name
         strategy.use(routes[chosen])
         columns = [routes[chosen].feature_columns(x.shape[1], q) for q in range(world)]
-        source = ShardedSource(strategy.comm, homes, host_rows, columns) if homes else \
+        source = HomedSource(strategy.comm, homes, host_rows, columns) if homes else \
             LocalSource(RowStore(x, columns[rank], **store))
         self.features = self.eval_features = FeatureTier(source, x.shape[0], self.device)
         if homes:
             s.x = None  # what this rank reads now comes through its host's store
             whole = [slice(0, x.shape[1])] * world  # evaluation reads whole rows (nfp trains on slices)
             self.eval_features = self.features if columns == whole else \
-                FeatureTier(ShardedSource(strategy.comm, homes, host_rows, whole), x.shape[0], self.device)
+                FeatureTier(HomedSource(strategy.comm, homes, host_rows, whole), x.shape[0], self.device)
         if counts is not None and cache_bytes:
             self.features.fill(dryrun.cache_rows(routes[chosen], counts, cache_bytes // (4 * widths[chosen][rank]),
                                                  rank, self.operator))
@@ -141,7 +143,7 @@ class MiniBatchTrainer(Trainer):
         view = BlockView(sample, self.op, self.config.training.seed, self.device)
         view.set_epoch((epoch << 32) | step)  # one stream of dropout draws per step
         if not self.model.training:  # evaluation reads the features directly where this rank has them all
-            x = self.shard.x
+            x = self.rank_data.x
             return self.model(view, self.eval_features.load(sample.input_nodes) if x is None else
                               x[torch.from_numpy(sample.input_nodes).to(x.device)])
         self.sampled_edges += sample.sampled_entries()
@@ -170,7 +172,7 @@ class MiniBatchTrainer(Trainer):
 
     @torch.no_grad()
     def evaluate(self) -> list:
-        s = self.shard
+        s = self.rank_data
         self.model.eval()
         evaluation = self._evaluation()
         masks = [m.cpu() for m in (s.train_mask, s.val_mask, s.test_mask)]

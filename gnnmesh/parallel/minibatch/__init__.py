@@ -8,9 +8,8 @@ from .route import Route, SplitRoute, StepCost
 from .dnp import DestinationNodeRoute
 from .nfp import NodeFeatureRoute
 from .snp import SourceNodeRoute
+from .routes import ROUTES
 from .strategy import MiniBatchParallel
-
-ROUTES = {r.name: r for r in (Route, NodeFeatureRoute, SourceNodeRoute, DestinationNodeRoute)}
 
 __all__ = ["ROUTES", "MiniBatchParallel", "MiniBatchStrategy", "SingleProcessMiniBatch", "share", "Route", "SplitRoute", "StepCost", "NodeFeatureRoute",
            "SourceNodeRoute", "DestinationNodeRoute"]

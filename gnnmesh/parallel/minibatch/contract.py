@@ -1,11 +1,11 @@
 """What the mini-batch trainer (``train.minibatch``) asks of a strategy, beyond ``Strategy``.
 
-A mini-batch strategy holds the whole graph's structure on every rank (``shard``), takes its
+A mini-batch strategy holds the whole graph's structure on every rank (``rank_data``), takes its
 share of every batch's seeds (``share``), and computes a batch's first layer by a route it
 is told to use; every layer after it runs on the rank's own blocks. The trainer calls, in
 this order:
 
-* ``shard(graph, x, seed, device)``: the whole graph (``Strategy``'s contract);
+* ``rank_data(graph, x, seed, device)``: the whole graph (``Strategy``'s contract);
 * ``place(graph, sampling)``: assign vertices to ranks where a route needs it;
 * ``use(route)``: run ``route`` (bound to the sampler and the model) from now on;
 * ``first_layer(model, view, sample, features)`` at every training step;
