@@ -1118,7 +1118,7 @@ def _nest(path: Path) -> None:
     path.write_text("[" * 100_000 + "]" * 100_000 + "\n")
 
 
-def _shard_array(name: str, change):
+def _block_array(name: str, change):
     def damage(where: Path) -> None:
         path = where / name
         np.save(path, change(np.load(path)), allow_pickle=False)
@@ -1140,13 +1140,13 @@ def _nan_first(values):
 @pytest.mark.parametrize("what, damage, message", [
     ("report", lambda metrics, plan: _nest(metrics), "run.jsonl line 1: not a JSON metrics record (nested too deeply)"),
     ("report", lambda metrics, plan: _nest(plan), "plan.json: not a plan file (JSON nested too deeply)"),
-    ("shards", _shard_array("adj-0-0.indices.npy", _unsort), "adj-0-0: field 'indices' is not sorted"),
-    ("shards", _shard_array("adj-0-0.values.npy", _nan_first), "adj-0-0.values.npy: corrupt shard: a non-finite"),
-    ("shards", _shard_array("y-0.npy", lambda y: y + 5), "field 'y' has label"),
+    ("block files", _block_array("adj-0-0.indices.npy", _unsort), "adj-0-0: field 'indices' is not sorted"),
+    ("block files", _block_array("adj-0-0.values.npy", _nan_first), "adj-0-0.values.npy: corrupt block file: a non-finite"),
+    ("block files", _block_array("y-0.npy", lambda y: y + 5), "field 'y' has label"),
     ("partition", lambda path: path.with_suffix(".json").write_text('{"parts": NaN}'),
      "p.json: unreadable partition description (field 'parts' must be a count of parts >= 1, got nan)"),
 ])
-def test_known_cases_are_one_line(report_inputs, shard_dir, stored_partition, graph, what, damage, message):
+def test_known_cases_are_one_line(report_inputs, block_dir, stored_partition, graph, what, damage, message):
     """What the fuzzer found, as plain examples: each is refused in one line naming the file."""
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -1155,8 +1155,8 @@ def test_known_cases_are_one_line(report_inputs, shard_dir, stored_partition, gr
             metrics, plan = shutil.copy(metrics_source, tmp), shutil.copy(plan_source, tmp)
             damage(Path(metrics), Path(plan))
             read = lambda: read_report(metrics, plan)  # noqa: E731
-        elif what == "shards":
-            where = Path(shutil.copytree(shard_dir[0], tmp / "shards"))
+        elif what == "block files":
+            where = Path(shutil.copytree(block_dir[0], tmp / "blocks"))
             damage(where)
             read = lambda: read_block_files(where)  # noqa: E731
         else:
