@@ -6,10 +6,13 @@ It saves nothing (each rank does all the work); it shows what a strategy consist
 ``Strategy`` that says what a rank holds (``rank_data``), a factory, and one registry line.
 """
 
+from dataclasses import replace
+
 import torch
 
 from gnnmesh.parallel import RankData
 from gnnmesh.parallel.distributed import DistributedStrategy
+from gnnmesh.planner.partition import one_process
 from gnnmesh.strategies import StrategySpec, register
 from gnnmesh.view import GraphView
 
@@ -33,5 +36,14 @@ def build(config, layout, device):
     return Replicated(layout, device)
 
 
-SPEC = register(StrategySpec("replicated", dims=("rows",), factory=f"{__name__}:build",
+def plan(job):
+    """Its planner model, which ``gnnmesh plan`` and ``--strategy auto`` ask (the ``PlanJob``
+    protocol of ``gnnmesh.planner.job``): on several ranks, every rank does the single
+    process's work, so it is priced as the single process (its gradients' sum left out)."""
+    if job.ranks == 1:
+        return []
+    return [replace(one_process(job), strategy="replicated", settings={"strategy": "replicated"})]
+
+
+SPEC = register(StrategySpec("replicated", dims=("rows",), factory=f"{__name__}:build", planner=f"{__name__}:plan",
                              summary="every rank computes the whole graph; the labelled rows are dealt out"))

@@ -27,7 +27,7 @@ import torch
 from . import strategies
 from .errors import ConfigError
 from .layout import ParallelLayout
-from .settings import (DECOUPLED_DEFAULTS, MODEL_DEFAULTS, SECTIONS, STRATEGY_SECTIONS, DataSection, Grid3DSection,
+from .settings import (SECTIONS, STRATEGY_SECTIONS, DataSection, Grid3DSection,
                        HostTierSection, MiniBatchSection, ModelSection, OffloadSection, PartitionSection, PlanSection,
                        RunSection, TensorSection, TrainingSection, field_index, flag_name)
 from .structured import load_toml
@@ -104,7 +104,7 @@ class Config:
     def planned(self) -> bool:
         """Whether the strategy is chosen by the planner across the full-graph strategies
         (``--strategy auto`` without ``--minibatch``; ``gnnmesh.train.auto``)."""
-        return self.run.strategy == "auto" and not self.training.minibatch
+        return strategies.spec(self.run.strategy).planned and not self.training.minibatch
 
     @property
     def strategy_spec(self) -> strategies.StrategySpec:
@@ -135,7 +135,7 @@ class Config:
             raise ConfigError("config field 'partitioner': shp partitions for sampled mini-batches; it applies "
                               f"to --minibatch --strategy {' or '.join(dict.fromkeys(routed))}, not {run.strategy}"
                               + (" without --minibatch" if self.planned else ""))
-        if run.strategy == "single" and run.nproc > 1 and not self.data.parts:
+        if spec.one_process and run.nproc > 1 and not self.data.parts:
             raise ConfigError("config field 'nproc': the 'single' strategy runs one process; "
                               "choose a parallel --strategy (e.g. partition)")
         self._check_training_mode(spec)
@@ -147,8 +147,8 @@ class Config:
         if self.data.parts and self.data.reorder != "none":
             raise ConfigError("config field 'reorder': parts are written in their final order; "
                               "reorder applies only when loading a dataset")
-        if self.data.parts and run.strategy != "single" and spec.parts is None and spec.training != "minibatch":
-            raise ConfigError(f"config field 'parts': {self._engine_name(spec)} trains from a dataset, not from "
+        if self.data.parts and not spec.one_process and spec.parts is None and spec.training != "minibatch":
+            raise ConfigError(f"config field 'parts': {self._spec_name(spec)} trains from a dataset, not from "
                               f"parts (parts are written for --strategy "
                               f"{' or '.join(s.name for s in strategies.REGISTRY.values() if s.parts)})")
         if self.data.parts and self.planned:
@@ -226,7 +226,7 @@ class Config:
             if self.partition.partition_file is not None and name in FIXED_BY_PARTITION_FILE:
                 raise ConfigError(f"{where} does not apply with --partition-file: the stored "
                                   f"partition is used as it is")
-            if spec.reads_setting(section, attribute) or (self.data.parts and strategy == "single"):
+            if spec.reads_setting(section, attribute) or (self.data.parts and strategies.spec(strategy).one_process):
                 continue
             readers = [s for s in strategies.engines(strategy) if s.reads_setting(section, attribute)]
             if readers:  # another engine of this strategy reads it
@@ -383,7 +383,7 @@ def _available_device(name: str) -> str:
         return "cuda" if torch.cuda.is_available() else "cpu"
     if not torch.cuda.is_available():
         raise ConfigError("config field 'device': 'cuda' requested but no CUDA device is available")
-    return name
+    return device
 
 
 def _toml_value(value) -> str:
@@ -394,4 +394,4 @@ def _toml_value(value) -> str:
     return repr(value)
 
 
-__all__ = ["Config", "FIELDS", "MODEL_DEFAULTS", "DECOUPLED_DEFAULTS", "strategy_default", "settings_read_by"]
+__all__ = ["Config", "FIELDS", "strategy_default", "settings_read_by"]

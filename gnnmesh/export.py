@@ -100,6 +100,7 @@ def describe(model: nn.Module, name: str = "") -> tuple:
     and the state dict of the module ``load_pyg`` builds from it. A model without a PyG form
     is a ConfigError."""
     from .models import GAT, GCN, GIN, SAGE, Decoupled
+    from .models import spec as model_spec
     if type(model) is Decoupled:
         return _decoupled(model, name)
     kinds = {GCN: ("gcn", _gcn), SAGE: ("sage", _sage), GAT: ("gat", _gat), GIN: ("gin", _gin)}
@@ -117,7 +118,7 @@ def describe(model: nn.Module, name: str = "") -> tuple:
         raise ConfigError(f"model {label}: its activation has no PyG export")
     spec = _header(label, False, _in_channels(layers[0]), _out_channels(layers[-1]))
     spec.update(layers=layers, activation=activation, dropout=float(model.dropout),
-                edge_weight="ignored" if label == "gat" else "used" if label == "gcn" else "refused")
+                edge_weight=model_spec(label).edge_weights)
     return spec, _plain(weights)
 
 

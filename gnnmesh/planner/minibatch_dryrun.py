@@ -60,7 +60,7 @@ def cache_rows(route, counts: np.ndarray, capacity: int, rank: int, operator) ->
     candidates = np.arange(len(counts))
     if route.needs_partition:
         candidates = np.flatnonzero(route.owner == rank)
-        if route.name == "dnp":
+        if route.caches_in_neighbours:
             indptr, indices = np.asarray(operator.indptr), np.asarray(operator.indices)   # numpy, not torch
             candidates = np.union1d(candidates, indices[row_positions(indptr, candidates)])
     hot = np.lexsort((candidates, -counts[candidates]))[:capacity]

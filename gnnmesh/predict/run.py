@@ -17,7 +17,7 @@ from typing import Optional
 
 import numpy as np
 
-from .. import checkpoint, comm, locks, tasks, trained
+from .. import checkpoint, comm, locks, strategies, tasks, trained
 from ..atomic import check_replaceable
 from ..config import Config
 from ..errors import ConfigError
@@ -80,7 +80,7 @@ def _run(config: Config, request: Request, quiet: bool) -> Optional[dict]:
     if saved.training.task is not None:  # an output its task does not make is refused before loading
         tasks.build(saved.training.task).check_output(request.output)
     config, parts = adopt_parts(with_model(config, saved, request.checkpoint))
-    if world and config.run.strategy == "single" and world_size > 1:
+    if world and strategies.spec(config.run.strategy).one_process and world_size > 1:
         raise ConfigError(f"this job has {world_size} ranks; choose a parallel --strategy (e.g. partition)")
     config = config.resolved()
     device = rank_device(config)

@@ -16,6 +16,7 @@ import math
 import numpy as np
 import torch
 
+from .. import strategies
 from ..errors import ConfigError
 from ..host_store import made_together
 from ..partition.stochastic import draw_batches
@@ -76,8 +77,8 @@ class MiniBatchTrainer(Trainer):
         cfg, s, strategy = self.config, self.rank_data, self.strategy
         x, world, rank = s.x.cpu(), strategy.world_size, strategy.rank
         cache_bytes = cfg.minibatch.cache_bytes()
-        names = [strategy.name] if strategy.name != "auto" else \
-            [n for n, r in ROUTES.items() if r.attention or cfg.model.name != "gat"]
+        names = [strategy.name] if not strategies.spec(strategy.name).planned else \
+            [n for n, r in ROUTES.items() if r.attention or not cfg.model.attention]
         routes = {}
         for name in names:
             routes[name] = ROUTES[name](world, strategy.owner)

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: F401  (the losses are gnnmesh.tasks'; tests time them through F)
 
-from .. import checkpoint, comm, launch, locks, memory, tasks, trained
+from .. import checkpoint, comm, launch, locks, memory, strategies, tasks, trained
 from ..atomic import check_writable
 from ..config import Config
 from ..datasets import structural_features
@@ -73,7 +73,8 @@ class Summary:
 def candidate_name(config: Config, world_size: int) -> str:
     """The strategy's name as a plan gives it ("partition hp", "grid3d 1x2x2", ...;
     ``planner.estimate.name_of``): what a metrics record's ``candidate`` says."""
-    grid = ParallelLayout.for_strategy("grid3d", world_size, config.grid3d.grid).grid if config.run.strategy == "grid3d" \
+    named_by_grid = "grid" in strategies.spec(config.run.strategy).named_by
+    grid = ParallelLayout.for_strategy(config.run.strategy, world_size, config.grid3d.grid).grid if named_by_grid \
         else None
     partitioner = config.partition.partitioner if world_size > 1 else None   # one rank is not partitioned
     return name_of(config.run.strategy, partitioner, grid, config.model.decoupled)
@@ -176,7 +177,7 @@ class Trainer:
             except ConfigError as err:
                 raise ConfigError(f"{err} (inferred from the labels of dataset '{data.name}': {why})" if note
                                   else str(err)) from None
-            if not isinstance(data, Graph) and name != kind and name != "regression":
+            if not isinstance(data, Graph) and name != kind and not tasks.spec(name).reads_any_labels:
                 raise ConfigError(f"{where}config field 'task': the parts hold {kind} labels, not {name} labels")
             if cfg.task != name:
                 self.config = self.config.updated(task=name).resolved()
@@ -184,7 +185,7 @@ class Trainer:
             task.check_labels(data.y, [data.train_mask, data.val_mask, data.test_mask], where)
             label_width = data.y.shape[1] if data.y.dim() == 2 else 1
         else:
-            label_width = 1 if data.task == "classification" else data.num_classes
+            label_width = 1 if tasks.spec(data.task).class_ids else data.num_classes
         self.output_width = task.width(data.num_classes, label_width)
         return task, note
 
@@ -521,7 +522,7 @@ def _labelled(graph: Graph, classes: int, task: Optional[str] = None) -> Graph:
     n, empty = graph.num_nodes, torch.zeros(graph.num_nodes, dtype=torch.bool)
     filled = {name: empty for name in ("train_mask", "val_mask", "test_mask") if getattr(graph, name) is None}
     if graph.y is None:
-        y = torch.zeros(n, dtype=torch.long) if task in (None, "classification") else torch.zeros(n, classes)
+        y = torch.zeros(n, dtype=torch.long) if task is None or tasks.spec(task).class_ids else torch.zeros(n, classes)
         filled.update(y=y, num_classes=classes)
     return graph.replace(**filled) if filled else graph
 

@@ -9,6 +9,7 @@ from typing import Optional
 
 import numpy as np
 
+from ... import strategies
 from ..distributed import DistributedStrategy
 from ..partition import agreed_partition
 from ..single import whole_graph
@@ -40,7 +41,7 @@ class MiniBatchParallel(DistributedStrategy, MiniBatchStrategy):
     def describe(self) -> str:
         where = f", vertices by {self.partition.method}" if self.partition is not None and \
             (self.route is None or self.route.needs_partition) else ""
-        chosen = "auto: " if self.asked == "auto" else ""
+        chosen = f"{self.asked}: " if strategies.spec(self.asked).planned else ""
         spread = f", features spread over {self.hosts} hosts" if self.hosts > 1 else ""
         return f"{chosen}{self.name} ({self.world_size} ranks{where}{spread})"
 
