@@ -171,10 +171,10 @@ def interrupted_and_resumed(config: Config, graph, path: str, at: int):
 
 
 def test_a_run_stopped_and_resumed_equals_the_uninterrupted_run(graph, tmp_path):
-    config = Config.of(epochs=30, seed=1, **LOOP)
+    config = Config.of(epochs=16, seed=1, **LOOP)
     full = Trainer(config, graph)
     want = full.fit()
-    resumed, got = interrupted_and_resumed(config, graph, str(tmp_path / "c.pt"), at=12)
+    resumed, got = interrupted_and_resumed(config, graph, str(tmp_path / "c.pt"), at=7)
     assert [r.loss for r in got.history] == [r.loss for r in want.history]
     assert rates(got) == rates(want) and got.stopped == want.stopped
     assert torch.equal(params(resumed), params(full))
