@@ -436,21 +436,7 @@ class Trainer:
                                   user_model=self.model_record)
 
     def restore(self, state: dict) -> None:
-        unset = Config().to_dict()  # a field newer than the checkpoint: it was written with the default
-        unset["task"] = "classification"  # the one task before there were others
-        recorded = trained.saved_settings(checkpoint.settings(state))
-        saved = {k: recorded.get(k, unset[k]) for k in _RESULT_FIELDS}
-        mine = {k: self.config.to_dict()[k] for k in _RESULT_FIELDS}
-        if saved["model"] != mine["model"] and user_models.is_user_model(saved["model"]):
-            raise ConfigError(f"the checkpoint holds your own model {saved['model']}; give it with --model "
-                              f"{saved['model']}")
-        if saved != mine:
-            diff = sorted(k for k in mine if saved.get(k) != mine[k])
-            raise ConfigError(f"checkpoint was written with different settings: {', '.join(diff)}")
-        epochs = recorded.get("epochs", unset["epochs"])
-        if mine["lr_schedule"] == "cosine" and epochs != self.config.training.epochs:
-            raise ConfigError(f"the cosine schedule spans the run's epochs: the checkpoint's run has {epochs} "
-                              f"(--epochs {epochs})")
+        self._check_settings(trained.saved_settings(checkpoint.settings(state)))
         if self.model_record:
             trained.check_model(state, checkpoint.settings(state)["model"], self.model_record["name"])
         trained.widths_of(state).check(self.num_features, self.num_classes, "the checkpoint's model")
@@ -460,6 +446,25 @@ class Trainer:
         self.learning_rate.load_state_dict(checkpoint.schedule(state))
         self.history = [EpochResult(**r) for r in history]
         self.epoch = epoch
+
+    def _check_settings(self, recorded: dict) -> None:
+        """A checkpoint resumes only under the settings that change the numbers a run produces
+        (``_RESULT_FIELDS``); any other is one line naming each setting and both values."""
+        unset = Config().to_dict()  # a field newer than the checkpoint: it was written with the default
+        unset["task"] = "classification"  # the one task before there were others
+        saved = {k: recorded.get(k, unset[k]) for k in _RESULT_FIELDS}
+        mine = {k: self.config.to_dict()[k] for k in _RESULT_FIELDS}
+        if saved["model"] != mine["model"] and user_models.is_user_model(saved["model"]):
+            raise ConfigError(f"the checkpoint holds your own model {saved['model']}; give it with --model "
+                              f"{saved['model']}")
+        diff = [k for k in _RESULT_FIELDS if not _same_setting(k, saved[k], mine[k])]
+        if diff:
+            raise ConfigError("checkpoint was written with different settings: " + ", ".join(
+                f"{k} ({_shown(saved[k])} in the checkpoint, {_shown(mine[k])} now)" for k in sorted(diff)))
+        epochs = recorded.get("epochs", unset["epochs"])
+        if mine["lr_schedule"] == "cosine" and epochs != self.config.training.epochs:
+            raise ConfigError(f"the cosine schedule spans the run's epochs: the checkpoint's run has {epochs} "
+                              f"(--epochs {epochs})")
 
     def _resume(self, path, state: Optional[dict] = None) -> None:
         """``restore`` from the checkpoint at ``path`` (``state``: its content, already read);
@@ -611,8 +616,22 @@ def input_features(graph: Graph) -> torch.Tensor:
     return x.float()
 
 
+def _same_setting(name: str, saved, mine) -> bool:
+    """Whether a checkpoint's setting and a run's are the same: a user's model's arguments by
+    what they say (``hidden=32`` is ``hidden = 32``), the rest by value."""
+    if name == "model_args" and saved is not None and mine is not None:
+        return user_models.parse_args(saved) == user_models.parse_args(mine)
+    return saved == mine
+
+
+def _shown(value) -> str:
+    """A setting's value in a message: unset, or as given (long ones cut short)."""
+    text = "unset" if value is None else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 # Settings that change the numbers a run produces; a checkpoint resumes only under the same ones.
-_RESULT_FIELDS = ("dataset", "reorder", "model", "decoupled", "hidden", "layers", "dropout", "heads", "attn_dropout",
+_RESULT_FIELDS = ("dataset", "reorder", "model", "model_args", "decoupled", "hidden", "layers", "dropout", "heads", "attn_dropout",
                   "k", "alpha", "lr", "weight_decay", "seed", "minibatch", "fanouts", "batch_size", "eval_fanouts",
                   "task", "class_weights", "regression_loss", "optimizer", "momentum", "nesterov", "lr_schedule",
                   "step_size", "gamma", "lr_patience", "warmup_epochs", "clip_grad_norm")
