@@ -225,3 +225,26 @@ def test_the_loop_under_partition_x3_equals_the_single_process_and_resumes(tmp_p
     run_ranks(_rank_run, 3, PARTITION, path, 12, timeout=120)
     resumed = run_ranks(_rank_run, 3, PARTITION, path, None, timeout=120)[0][0]
     assert_same(resumed, want)
+
+
+class StopOnRank:
+    """A callback that stops the run after ``epoch`` on rank ``rank`` alone."""
+
+    def __init__(self, rank: int, epoch: int):
+        from gnnmesh import comm
+        self.mine = comm.setup_comm().rank == rank
+        self.epoch = epoch
+
+    def __call__(self, record):
+        return "rank's own reason" if self.mine and record.epoch >= self.epoch else None
+
+
+def _rank_stop(rank, world):
+    summary = Trainer(Config.of(epochs=6, **PARTITION), make_graph()).fit(callbacks=[StopOnRank(1, 2)])
+    return summary.epochs, summary.stopped
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_one_ranks_callback_stops_every_rank():
+    assert run_ranks(_rank_stop, 2, timeout=100) == [(2, "rank's own reason")] * 2
