@@ -430,8 +430,8 @@ class Trainer:
     def state(self) -> dict:
         """This run's checkpoint (``gnnmesh.checkpoint`` holds its format)."""
         return checkpoint.written(epoch=self.epoch, model=self.model.state_dict(), optimizer=self.optimizer.state_dict(),
-                                  schedule=self.learning_rate.state_dict(), best=self.best, history=[asdict(r) for r in self.history],
-                                  config=self.config.to_dict(), features=self.num_features, classes=self.num_classes,
+                                  schedule=self.learning_rate.state_dict(), best=self.best,
+                                  history=[asdict(r) for r in self.history], config=self.config.to_dict(), features=self.num_features, classes=self.num_classes,
                                   job=launch.job_id(),  # a restart of this job resumes from it (``_restart``)
                                   user_model=self.model_record)
 
@@ -631,8 +631,8 @@ def _shown(value) -> str:
 
 
 # Settings that change the numbers a run produces; a checkpoint resumes only under the same ones.
-_RESULT_FIELDS = ("dataset", "reorder", "model", "model_args", "decoupled", "hidden", "layers", "dropout", "heads", "attn_dropout",
-                  "k", "alpha", "lr", "weight_decay", "seed", "minibatch", "fanouts", "batch_size", "eval_fanouts",
+_RESULT_FIELDS = ("dataset", "reorder", "model", "model_args", "decoupled", "hidden", "layers", "dropout", "heads",
+                  "attn_dropout", "k", "alpha", "lr", "weight_decay", "seed", "minibatch", "fanouts", "batch_size", "eval_fanouts",
                   "task", "class_weights", "regression_loss", "optimizer", "momentum", "nesterov", "lr_schedule",
                   "step_size", "gamma", "lr_patience", "warmup_epochs", "clip_grad_norm")
 
