@@ -528,17 +528,8 @@ class Trainer:
                 metrics.write(to_json(restarted))
             if restarted and on_restart:
                 on_restart(restarted)
-            while self.epoch < cfg.training.epochs and not stopped:
-                result = self.run_epoch()
-                stopped = self._agreed_stop(stopping, list(callbacks), result)
-                if stopped:
-                    result.extra.update(stopped=stopped, parameters="best")
-                if metrics:
-                    metrics.write(result.to_json())
-                if on_epoch:
-                    on_epoch(result)
-                if cfg.run.checkpoint_every and self.epoch % cfg.run.checkpoint_every == 0 and self.strategy.rank == 0:
-                    checkpoint.save(cfg.run.checkpoint, self.state())
+            if not stopped:
+                stopped = self._epochs(metrics, on_epoch, stopping + list(callbacks), bool(callbacks))
             if cfg.run.checkpoint and self.strategy.rank == 0:  # while the run holds its lock
                 checkpoint.save(cfg.run.checkpoint, self.state())
         finally:
@@ -548,11 +539,31 @@ class Trainer:
             self.model.load_state_dict(self.best["state"])
         return self._summary(stopped)
 
-    def _agreed_stop(self, stopping: list, callbacks: list, result: EpochResult) -> Optional[str]:
+    def _epochs(self, metrics, on_epoch, callbacks: list, callers: bool) -> Optional[str]:
+        """The epochs up to ``--epochs``, each recorded, reported and checkpointed as asked,
+        until one of ``callbacks`` stops the run: why it stopped (None: it ran every epoch).
+        ``callers``: whether some callbacks are the caller's (``_agreed_stop``)."""
+        cfg = self.config
+        while self.epoch < cfg.training.epochs:
+            result = self.run_epoch()
+            stopped = self._agreed_stop(callbacks, callers, result)
+            if stopped:
+                result.extra.update(stopped=stopped, parameters="best")
+            if metrics:
+                metrics.write(result.to_json())
+            if on_epoch:
+                on_epoch(result)
+            if cfg.run.checkpoint_every and self.epoch % cfg.run.checkpoint_every == 0 and self.strategy.rank == 0:
+                checkpoint.save(cfg.run.checkpoint, self.state())
+            if stopped:
+                return stopped
+        return None
+
+    def _agreed_stop(self, callbacks: list, callers: bool, result: EpochResult) -> Optional[str]:
         """Why the run stops after ``result`` (None: it goes on). ``--patience`` reads records
         every rank shares; the caller's callbacks may not, so any rank's stop stops every rank."""
-        reason = stop_reason(stopping + callbacks, result)
-        if callbacks and comm.world_size() > 1:
+        reason = stop_reason(callbacks, result)
+        if callers and comm.world_size() > 1:
             asked = comm.setup_comm().all_gather_object(reason)
             reason = next((r for r in asked if r), None)
         return reason
