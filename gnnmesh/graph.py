@@ -127,6 +127,25 @@ class Adjacency:
                 else self.values.detach().numpy())
         return sp.csr_matrix((data, self.indices.numpy(), self.indptr.numpy()), shape=self.shape)
 
+    def symmetrized(self) -> "Adjacency":
+        """Every entry in both directions: a pair stored one way gains its mirror with the same
+        weight, one stored both ways keeps the larger weight (listing an edge both ways does
+        not double it; a negative weight stays)."""
+        n = self.shape[0]
+        rows, cols = self.row().numpy(), self.indices.numpy()
+        keys = np.concatenate([rows * n + cols, cols * n + rows])
+        order = np.argsort(keys, kind="stable")
+        keys = keys[order]
+        first = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1]))) if keys.size else keys
+        values = None
+        if self.values is not None:
+            both = np.concatenate([self.values.numpy()] * 2)[order]
+            values = torch.from_numpy(np.maximum.reduceat(both, first) if keys.size else both)
+        keys = keys[first]
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(keys // max(n, 1), minlength=n), out=indptr[1:])
+        return Adjacency(torch.from_numpy(indptr), torch.from_numpy(keys % max(n, 1)), values, (n, n))
+
     def is_symmetric(self) -> bool:
         if self.shape[0] != self.shape[1]:
             return False
@@ -218,7 +237,9 @@ class Graph:
         """Build from a ``[2, E]`` array of (source, target) ids, PyG's convention.
 
         ``directed=None`` infers it: a graph whose edge set equals its reverse is undirected.
-        ``source`` names where the edges came from, for error messages.
+        ``directed=False`` adds every missing reverse edge (a pair given both ways with two
+        weights keeps the larger), as a graph file's ``directed=false`` does; ``True`` keeps
+        the edges as given. ``source`` names where the edges came from, for error messages.
         """
         ei = _as_numpy(edge_index)
         if ei.ndim != 2 or ei.shape[0] != 2:
@@ -242,6 +263,8 @@ class Graph:
                 e = int(np.argwhere(ei >= num_nodes)[0][1])
                 raise GraphError(f"{source}: edge {e} has node id {hi}, out of range for {num_nodes} nodes")
         adj = Adjacency.from_coo(ei[1], ei[0], (num_nodes, num_nodes), values=edge_weight)
+        if directed is False:  # undirected: both directions of every edge, as the file loaders add them
+            adj = adj.symmetrized()
         return cls.from_adjacency(adj, directed=directed, validate=validate, source=source, **data)
 
     @classmethod
