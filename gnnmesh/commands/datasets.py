@@ -48,6 +48,7 @@ def run(args, argv) -> int:
         here = "yes" if row.present else ("-" if row.present is None else "no")
         print(f"{row.name:<16} {_num(row.nodes):>10} {_num(row.edges):>11} {_num(row.features):>9} "
               f"{_num(row.classes):>8}  {here:<5} {row.description}")
+    print("(edges: as a loaded graph counts them, each undirected edge in both directions)")
     if root is None:
         print("(no data root: pass --data-root or set GNNMESH_DATA to see which files are present)")
     elif not os.path.isdir(root):
@@ -71,6 +72,7 @@ def _shard(args) -> int:
     from ..datasets.sharding import write_shards
     began = time.perf_counter()
     shards = write_shards(args.shard, args.out, args.shards, root=args.data_root)
-    print(f"wrote {shards.directory}: {shards.num_nodes:,} nodes, {shards.num_edges:,} edges, "
+    print(f"wrote {shards.directory}: {shards.num_nodes:,} nodes, {shards.num_edges:,} edges as listed "
+          f"(before duplicates merge and reverse edges are added), "
           f"{args.shards} shards in {time.perf_counter() - began:.1f} s")
     return 0

@@ -39,12 +39,19 @@ class Dataset:
     files: dict = field(default_factory=dict)   # role -> path under root, or (zip, member)
     optional: tuple = ()            # roles used only when present
     options: dict = field(default_factory=dict)
-    nodes: Optional[int] = None     # sizes as in shared/data/README.md (edges: undirected
+    nodes: Optional[int] = None     # sizes as the data's sources count them (edges: node
     edges: Optional[int] = None     # pairs for undirected graphs, stored entries if directed)
     features: Optional[int] = None
     classes: Optional[int] = None
     directed: bool = False
     version: int = 1                # bump when the loader's output changes: new cache key
+
+    def stored_edges(self) -> Optional[int]:
+        """The edges as ``Graph.num_edges`` counts them once loaded: each undirected pair is
+        stored both ways (undirected graphs hold no self-loops)."""
+        if self.edges is None or self.directed:
+            return self.edges
+        return 2 * self.edges
 
     def paths(self, root: Path) -> dict:
         def where(spec):
@@ -180,14 +187,15 @@ def _data_root(root) -> Optional[Path]:
 
 
 def available(root=None) -> list:
-    """One DatasetInfo per registered dataset; ``present`` tells whether its files exist
+    """One DatasetInfo per registered dataset (``edges`` as ``Graph.num_edges`` counts them:
+    both directions of an undirected edge); ``present`` tells whether its files exist
     under ``root`` (default ``$GNNMESH_DATA``) or in the package (Cora, CiteSeer).
     Generators are always present."""
     base = _data_root(root)
     out = []
     for d in DATASETS:
         present = not d.files or _holds(base, d) or _holds(BUNDLED_ROOT, d)
-        out.append(DatasetInfo(d.name, d.description, d.nodes, d.edges, d.features, d.classes,
+        out.append(DatasetInfo(d.name, d.description, d.nodes, d.stored_edges(), d.features, d.classes,
                                present))
     return out
 
