@@ -71,17 +71,23 @@ def read_columns(path: Path, picks: Sequence[Pick], *, header: bool = False,
 
 
 def _text_columns(path: Path, picks, header: bool, delimiter: Optional[str]) -> Columns:
+    values, names, rows = _text_table(path, header, delimiter)
+    return Columns([values[:, _position(path, p, names, values.shape[1])] for p in picks], rows)
+
+
+def _text_table(path: Path, header: bool, delimiter: Optional[str]) -> tuple:
+    """(values [rows, columns] float64, the header's names, where the rows came from)."""
     data = read_bytes(path)
     if delimiter is not None and DELIMITERS[delimiter] not in b", \t":
         data = data.replace(DELIMITERS[delimiter], b" ")  # the parser splits at spaces
     table = parse_table(data, path, columns=None, int_columns=0, names=(), allow_header=header)
     if header and table.header is None and len(table):
         raise table.error(0, "the description says header = true, but this line holds numbers")
-    values = table.floats if table.floats is not None else np.zeros((len(table), 0))
     names = table.header or []
-    width = values.shape[1] if len(table) else len(names)
-    where = Rows(str(path), table.lines, len(table))
-    return Columns([values[:, _position(path, p, names, width)] for p in picks], where)
+    values = table.floats if table.floats is not None else np.zeros((len(table), len(names)))
+    if names and values.shape[1] != len(names):
+        raise table.error(0, f"{values.shape[1]} columns, but the header names {len(names)}")
+    return values, names, Rows(str(path), table.lines, len(table))
 
 
 def _position(path: Path, pick: Pick, names: list, width: int) -> int:
@@ -90,7 +96,9 @@ def _position(path: Path, pick: Pick, names: list, width: int) -> int:
             shown = ", ".join(names) if names else "none: the file has no header line"
             raise GraphError(f"{path}: no column '{pick}' (columns: {shown})")
         return names.index(pick)
-    if not 0 <= pick < max(width, 1) or (width == 0 and pick > 0):
+    if width == 0:
+        raise GraphError(f"{path}: no rows of numbers (only comments, a header or blank lines)")
+    if not 0 <= pick < width:
         raise GraphError(f"{path}: no column at position {pick} (the file has {width} columns, "
                          f"positions from 0)")
     return pick
@@ -150,12 +158,8 @@ def all_columns(path: Path, *, header: bool = False, delimiter: Optional[str] = 
     """Every column of a text or Parquet file (a feature matrix), in file order."""
     if kind_of(path) == "parquet":
         return _parquet_columns(path, range(len(_parquet_table(path).column_names)))
-    data = read_bytes(path)
-    if delimiter is not None and DELIMITERS[delimiter] not in b", \t":
-        data = data.replace(DELIMITERS[delimiter], b" ")
-    table = parse_table(data, path, columns=None, int_columns=0, names=(), allow_header=header)
-    values = table.floats if table.floats is not None else np.zeros((len(table), 0))
-    return Columns([values[:, i] for i in range(values.shape[1])], Rows(str(path), table.lines, len(table)))
+    values, _, rows = _text_table(path, header, delimiter)
+    return Columns([values[:, i] for i in range(values.shape[1])], rows)
 
 
 def read_npy(path: Path) -> np.ndarray:
