@@ -126,3 +126,21 @@ def test_from_edge_index_undirected_adds_the_reverse_edges_as_a_file_does(tmp_pa
     given = Graph.from_edge_index([[0, 1, 2], [1, 2, 1]], edge_weight=[2.0, -1.0, 3.0], directed=False)
     assert given.adj.is_symmetric() and given.num_edges == from_file.num_edges == 4
     assert torch.equal(given.adj.indices, from_file.adj.indices) and torch.equal(given.adj.values, from_file.adj.values)
+
+
+def test_every_command_takes_a_description(tmp_path):
+    path = str(described(tmp_path, FULL))
+    shown = gnnmesh_in_process("datasets", "--dataset", path)
+    assert shown.returncode == 0 and shown.stdout.splitlines()[1].split()[:3] == ["ring", "6", "14"]
+    for args in (("train", "--dataset", path, "--epochs", "1", "--checkpoint", str(tmp_path / "c.pt")),
+                 ("predict", "--checkpoint", str(tmp_path / "c.pt"), "--dataset", path, "--out", str(tmp_path / "p")),
+                 ("partition", "--dataset", path, "--nparts", "2", "--partitioner", "rp"),
+                 ("datasets", "--shard", path, "--out", str(tmp_path / "s"), "--shards", "2")):
+        done = gnnmesh_in_process(*args)
+        assert done.returncode == 0, (args, done.stderr)
+
+
+def test_the_listing_and_one_dataset_count_edges_alike():
+    listed = next(line for line in gnnmesh_in_process("datasets").stdout.splitlines() if line.startswith("cora "))
+    one = gnnmesh_in_process("datasets", "--dataset", "cora").stdout.splitlines()[1]
+    assert listed.split()[:5] == one.split()[:5] == ["cora", "2,708", f"{load('cora').num_edges:,}", "1,433", "7"]
