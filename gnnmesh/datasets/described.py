@@ -46,7 +46,7 @@ from ..graph import Graph
 from ._build import MASKS, adjacency_from_edges, random_split
 from ._io import _os_error as os_error, file_stat, read_raw
 from .columns import DELIMITERS, Rows, all_columns, as_ids, kind_of, read_columns, read_npy
-from .files import check_ids, node_count_of
+from .files import _SPARSE_IDS_FACTOR, _SPARSE_IDS_MIN_NODES, check_ids, node_count_of
 from .options import SPLIT
 
 SUFFIX = ".toml"
@@ -190,13 +190,32 @@ def load_described(path: Path, *, split_seed=0, train_frac=0.6, val_frac=0.2) ->
     d = read_description(path)
     x = _features(d.sections["features"]) if "features" in d.sections else None
     y = _labels(d.sections["labels"]) if "labels" in d.sections else None
-    n = _node_count(d, x, y)
+    src, dst, weights, n = _edges_of(d, _node_count(d, x, y))
+    fields, meta = _node_data(d, x, y, n, dict(seed=split_seed, train_frac=train_frac, val_frac=val_frac))
+    adj = adjacency_from_edges(src, dst, n, weights=weights, symmetrize=d.directed is False,
+                               drop_self_loops=d.remove_self_loops)
+    return Graph.from_adjacency(adj, source=str(d.path), directed=d.directed, name=d.name, meta=meta, **fields)
+
+
+def _edges_of(d: Description, n: int) -> tuple:
+    """(sources, targets, weights or None, node count): ids checked against the count, which
+    is the largest id + 1 when the description gives none (``n`` < 0)."""
     src, dst, weights, rows = _edges(d.sections["edges"])
     ids = np.stack([src, dst], axis=1)
-    if n < 0:  # no count given: the largest id + 1, unless the ids are labels far apart
-        check_ids(rows, ids, None, 0, ("source id", "target id"))
-        n = node_count_of(rows, ids, 0)
-    check_ids(rows, ids, n, 0, ("source id", "target id"))
+    names = ("source id", "target id")
+    if n < 0:
+        check_ids(rows, ids, None, 0, names)
+        n = node_count_of(rows, ids, 0)  # refuses ids that are labels far apart
+    elif not {"features", "labels"} & set(d.sections) and n > _SPARSE_IDS_MIN_NODES \
+            and n > _SPARSE_IDS_FACTOR * 2 * len(rows):  # a count no file backs: bounded by the edges
+        raise d.field_error("num_nodes", f"is {n:,} for {len(rows):,} edges and no node data; "
+                                         f"renumber the nodes 0..N-1")
+    check_ids(rows, ids, n, 0, names)
+    return src, dst, weights, n
+
+
+def _node_data(d: Description, x, y, n: int, split: dict) -> tuple:
+    """The graph's node fields and meta: features, labels, and the split given or drawn."""
     fields: dict = {}
     meta: dict = {"source_file": str(d.path)}
     if x is not None:
@@ -205,12 +224,11 @@ def load_described(path: Path, *, split_seed=0, train_frac=0.6, val_frac=0.2) ->
         fields["y"] = torch.from_numpy(y)
     if "split" in d.sections:
         fields.update(_split(d.sections["split"], n))
-    elif y is not None:
-        masks, meta["split"] = random_split(n, y if y.ndim == 1 else None, train_frac, val_frac, split_seed)
+    elif y is not None:  # stratified by class ids; targets: a plain random split
+        masks, meta["split"] = random_split(n, y if y.ndim == 1 else None, split["train_frac"],
+                                            split["val_frac"], split["seed"])
         fields.update(masks)
-    adj = adjacency_from_edges(src, dst, n, weights=weights, symmetrize=d.directed is False,
-                               drop_self_loops=d.remove_self_loops)
-    return Graph.from_adjacency(adj, source=str(d.path), directed=d.directed, name=d.name, meta=meta, **fields)
+    return fields, meta
 
 
 def _node_count(d: Description, x, y) -> int:

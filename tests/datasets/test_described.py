@@ -98,12 +98,21 @@ def test_parquet_edges_and_features(tmp_path):
     (('name = "ring"', 'name = "ring"\nnum_nodes = 4'), "'features' gives 6 nodes, but 'num_nodes' gives 4"),
     (('val = "val.txt"', 'val = "edges.csv"'), "edges.csv line 1"),
     (('[edges]', '[edges'), "not a valid dataset description"),
+    (('name = "ring"\n', 'name = "ring"\nnum_nodes = 1_000_000_000_000\n'), "'features' gives 6 nodes"),
 ])
 def test_every_bad_input_is_one_line_naming_the_file_and_field(tmp_path, change, named):
     path = described(tmp_path, FULL.replace(*change))
     with pytest.raises(GraphError) as err:
         load(path, cache=False)
     assert named in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_node_count_no_file_backs_is_bounded_by_the_edges(tmp_path):
+    path = tmp_path / "g.toml"
+    (tmp_path / "e.txt").write_text("0 1\n")
+    path.write_text('num_nodes = 1_000_000_000_000\n[edges]\nfile = "e.txt"\n')
+    with pytest.raises(GraphError, match="field 'num_nodes' is 1,000,000,000,000 for 1 edges"):
+        load(path, cache=False)
 
 
 def test_a_bad_line_of_a_data_file_is_named(tmp_path):

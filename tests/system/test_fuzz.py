@@ -922,7 +922,7 @@ def _described(root: Path, graph, src, dst, w) -> Path:
     for name, mask in (("train", graph.train_mask), ("val", graph.val_mask), ("test", graph.test_mask)):
         (root / f"{name}.txt").write_text("".join(f"{int(i)}\n" for i in torch.nonzero(mask)[:, 0]))
     (root / DESCRIPTION).write_text(
-        'name = "g"\n[edges]\nfile = "edges.csv"\nsource = "from"\ntarget = 1\nweight = "w"\nheader = true\n'
+        f'name = "g"\nnum_nodes = {graph.num_nodes}\ndirected = true\n[edges]\nfile = "edges.csv"\nsource = "from"\ntarget = 1\nweight = "w"\nheader = true\n'
         '[features]\nfile = "x.npy"\n[labels]\nfile = "labels.txt"\n'
         '[split]\ntrain = "train.txt"\nval = "val.txt"\ntest = "test.txt"\n')
     return root
