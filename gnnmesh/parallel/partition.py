@@ -21,6 +21,7 @@ from ..view import GraphView
 from .strategy import RankData
 from .distributed import DistributedStrategy
 from .halo import HaloGather, HaloSpMM, build_local_operator, local_operator
+from .row_sums import SumOverRanks
 
 
 class PartitionView(GraphView):
@@ -68,6 +69,9 @@ class PartitionView(GraphView):
 
     def entries(self, op):
         return self.local(op).edge_ids
+
+    def row_sum(self, sums):
+        return SumOverRanks.apply(sums, self.comm)  # the ranks' rows are disjoint and cover the graph
 
 
 class PartitionParallel(DistributedStrategy):

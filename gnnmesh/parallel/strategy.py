@@ -63,6 +63,10 @@ class Strategy:
     def prepare(self, model: torch.nn.Module) -> None:
         """Plan what depends on the model (called once it is built, before training)."""
 
+    def agree_parameters(self, model: torch.nn.Module) -> None:
+        """Give every rank rank 0's parameters and buffers (a model the caller built under a
+        torch seed of each rank's own starts out different on each)."""
+
     def forward(self, model: torch.nn.Module, view: GraphView, x: torch.Tensor) -> torch.Tensor:
         """The model's output for this rank's rows. Strategies that change the data layout
         between a model's stages (tensor with a decoupled model, grid3d) override this."""
