@@ -18,10 +18,11 @@ fail in one line, but is not compared.
 Readers: checkpoints, parts (each kind, read as its strategy reads a rank), shards, the
 partition store, metrics and plan files (``gnnmesh report``), rates files (with finite
 extremes, priced at the largest sizes), prediction directories, PyG export directories, shard
-sets' meta.json, config files, OGB directories, edge lists, MatrixMarket and ``.npz`` files.
+sets' meta.json, config files, OGB directories, edge lists, MatrixMarket and ``.npz`` files, and
+dataset descriptions (a TOML naming CSV, ``.npy`` and text files; its fields set to other values).
 
-Every property runs twice, each time the same cases (a fixed seed): 1,150 cases in all in the
-fast suite (``-m "not slow"``) and 16,750 others among the slow tests, about two minutes
+Every property runs twice, each time the same cases (a fixed seed): 1,210 cases in all in the
+fast suite (``-m "not slow"``) and 17,550 others among the slow tests, about two minutes
 together on two cores. ``GNNMESH_FUZZ_EXAMPLES=5000 python -m pytest tests/system/test_fuzz.py -m slow``
 makes each slow run 5,000 cases drawn afresh every time; a failure prints its case and a
 ``@reproduce_failure`` line to replay it.
