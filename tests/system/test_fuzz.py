@@ -31,6 +31,7 @@ makes each slow run 5,000 cases drawn afresh every time; a failure prints its ca
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import inspect
 import json
 import math
@@ -911,6 +912,8 @@ def dataset_files(graph, valid):
         (root / "split" / "s" / f"{name}.csv").write_text("".join(f"{int(i)}\n" for i in torch.nonzero(mask)[:, 0]))
     out["ogb"] = root
     out["described"] = _described(valid / "described", graph, src, dst, w)
+    if "parquet" in DESCRIBED:
+        out["parquet"] = _parquet_described(valid / "parquet", graph, src, dst, w)
     return {kind: Valid(path, plain(load_dataset(path))) for kind, path in out.items()}
 
 
@@ -929,7 +932,21 @@ def _described(root: Path, graph, src, dst, w) -> Path:
     return root
 
 
+def _parquet_described(root: Path, graph, src, dst, w) -> Path:
+    """A description of Parquet edges and features (pyarrow: the parquet extra, in the dev extra)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    root.mkdir()
+    pq.write_table(pa.table({"s": src.astype(np.int64), "d": dst.astype(np.int64), "w": w}), root / "edges.parquet")
+    x = graph.x.numpy()
+    pq.write_table(pa.table({f"f{i}": x[:, i] for i in range(x.shape[1])}), root / "x.parquet")
+    (root / DESCRIPTION).write_text('[edges]\nfile = "edges.parquet"\nsource = "s"\ntarget = "d"\nweight = 2\n'
+                                    '[features]\nfile = "x.parquet"\n')
+    return root
+
+
 TEXT_DATASETS = ["edgelist", "mtx", "ogb"]
+DESCRIBED = ["described"] + (["parquet"] if importlib.util.find_spec("pyarrow") else [])
 # in place of an integer (an id, a count, a label): never one
 NOT_INTEGERS = [b"-1", b"9223372036854775808", b"-9223372036854775809", b"99999999999999999999999", b"1e308",
                 b"1.5", b"nan", b"inf", b"x", b"0x1f", b"", b"\x00", b"[[[[[[[["]
@@ -970,7 +987,7 @@ def test_dataset_text_number(dataset_files, kind, data):
         exact_or_refused(lambda: load_dataset(where), original)
 
 
-@fuzz(80, 1100, kind=st.sampled_from(TEXT_DATASETS + ["npz", "described"]), data=st.data())
+@fuzz(80, 1100, kind=st.sampled_from(TEXT_DATASETS + ["npz"] + DESCRIBED), data=st.data())
 def test_dataset_bytes(dataset_files, kind, data):
     """Bytes damaged anywhere (a gzip file's compressed bytes included): a text file carries no
     checksum, so a flipped digit is another valid file, read as it is; all else is one line."""
