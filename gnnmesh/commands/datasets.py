@@ -95,7 +95,6 @@ def _shard(args) -> int:
     from ..datasets.sharding import write_shards
     began = time.perf_counter()
     shards = write_shards(args.shard, args.out, args.shards, root=args.data_root)
-    print(f"wrote {shards.directory}: {shards.num_nodes:,} nodes, {shards.num_edges:,} edges as listed "
-          f"(before duplicates merge and reverse edges are added), "
+    print(f"wrote {shards.directory}: {shards.num_nodes:,} nodes, {shards.num_edges:,} edges, "
           f"{args.shards} shards in {time.perf_counter() - began:.1f} s")
     return 0
