@@ -128,23 +128,13 @@ class Adjacency:
         return sp.csr_matrix((data, self.indices.numpy(), self.indptr.numpy()), shape=self.shape)
 
     def symmetrized(self) -> "Adjacency":
-        """Every entry in both directions: a pair stored one way gains its mirror with the same
-        weight, one stored both ways keeps the larger weight (listing an edge both ways does
-        not double it; a negative weight stays)."""
-        n = self.shape[0]
-        rows, cols = self.row().numpy(), self.indices.numpy()
-        keys = np.concatenate([rows * n + cols, cols * n + rows])
-        order = np.argsort(keys, kind="stable")
-        keys = keys[order]
-        first = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1]))) if keys.size else keys
-        values = None
-        if self.values is not None:
-            both = np.concatenate([self.values.numpy()] * 2)[order]
-            values = torch.from_numpy(np.maximum.reduceat(both, first) if keys.size else both)
-        keys = keys[first]
-        indptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(keys // max(n, 1), minlength=n), out=indptr[1:])
-        return Adjacency(torch.from_numpy(indptr), torch.from_numpy(keys % max(n, 1)), values, (n, n))
+        """Every entry in both directions: ``max(A, A^T)``, so a pair stored one way gains its
+        mirror and one stored both ways keeps the larger weight (listing an edge both ways does
+        not double it); as scipy's ``maximum``, an entry whose larger value is 0 is dropped."""
+        mat = self.to_scipy()
+        sym = mat.maximum(mat.T.tocsr()).tocsr()
+        sym.sum_duplicates()
+        return Adjacency.from_scipy(sym, weighted=self.values is not None)
 
     def is_symmetric(self) -> bool:
         if self.shape[0] != self.shape[1]:

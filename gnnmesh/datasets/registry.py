@@ -28,7 +28,7 @@ from .snap import load_email_eu_core, load_slashdot
 
 DatasetInfo = namedtuple("DatasetInfo", "name description nodes edges features classes present")
 
-FILE_LOADER_VERSION = 2  # 2: a negative weight of a symmetrised one-way edge is kept
+FILE_LOADER_VERSION = 1
 
 
 @dataclass(frozen=True)
