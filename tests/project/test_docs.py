@@ -313,12 +313,23 @@ def replaced_graphs(block: Block) -> list:
     return out
 
 
-@pytest.mark.parametrize("page", [p for p in pages() if any(b.lang == "python" for b in blocks_of(p))],
+WRITES = ("--checkpoint", "--out", "--write-parts", "--metrics")
+
+
+def python_reads_commands_files(page: Path) -> bool:
+    """Whether a Python block of the page names a file that one of its commands writes."""
+    blocks = blocks_of(page)
+    written = {words[i + 1] for b in blocks if b.lang == "bash" for words in commands_of(b.text)
+               for i, w in enumerate(words[:-1]) if w in WRITES}
+    return any(name in b.text for b in blocks if b.lang == "python" for name in written)
+
+
+@pytest.mark.parametrize("page", [p for p in pages() if python_reads_commands_files(p)],
                          ids=lambda p: p.relative_to(DOCS).as_posix())
 def test_a_page_with_python_runs_the_graphs_it_names(page):
-    """A page's Python follows its commands' checkpoints and files, so a test that swapped the graph
-    of a command would pass where a reader following the page fails (a model trained on one
-    graph asked to predict another): the commands run with the graphs they name."""
+    """A page's Python that reads its commands' checkpoints or files would pass under a test that
+    swapped the graph of a command where a reader following the page fails (a model trained on
+    one graph asked to predict another): such a page's commands run with the graphs they name."""
     for block in blocks_of(page):
         assert not replaced_graphs(block), \
             f"{block.id}: 'set --dataset' replaces {replaced_graphs(block)}, which the tests can run as named"
