@@ -3,13 +3,15 @@ checked and brought to the current layout (``load``: ``structure_problem``, ``mi
 what its readers take of it (``widths``, ``weights``, ``settings``, ``progress``, ``job``,
 ``user_model_sha256``). No other module knows its keys.
 
-Layout (``VERSION`` 2): ``version``; ``epoch``; ``model`` and ``optimizer``, their state dicts;
-``best``, the best-validation selection (epoch, val_acc, test_acc, its weights or None);
-``history``, the epoch records; ``config``, the flat settings; ``widths``, the model's input
-width and number of classes; ``job``, the elastic job that wrote it (or None); ``user_model``,
-a user's model's name and file hash (or None). Version 1, the layout before it, had no
-``version`` and might lack ``widths``, ``job`` and ``user_model``; it is migrated on reading
-(its widths read from the weights' shapes).
+Layout (``VERSION`` 3): ``version``; ``epoch``; ``model`` and ``optimizer``, their state dicts;
+``schedule``, the learning-rate schedule's state (``gnnmesh.train.optim.LearningRate``: its
+warm-up's and its scheduler's state dicts, each None where the run has none); ``best``, the
+best-validation selection (epoch, val_acc, test_acc, its weights or None); ``history``, the
+epoch records; ``config``, the flat settings; ``widths``, the model's input width and number
+of classes; ``job``, the elastic job that wrote it (or None); ``user_model``, a user's model's
+name and file hash (or None). Version 2 had no ``schedule`` (its runs had a constant rate);
+version 1, the layout before it, had no ``version`` and might lack ``widths``, ``job`` and
+``user_model``. Both are migrated on reading (version 1's widths read from the weights' shapes).
 
 Checkpoints are written atomically (see ``gnnmesh.atomic``): a crash or a signal mid-write
 never leaves a truncated checkpoint behind, nor (after the next run) a temporary file.
@@ -35,16 +37,17 @@ import torch
 from .atomic import atomic_file
 from .errors import ConfigError
 
-VERSION = 2  # the layout written; 1: the unversioned layout before it, migrated on reading
+VERSION = 3  # the layout written; 1 (unversioned) and 2: the layouts before it, migrated on reading
 WEIGHTS = ("best", "last")  # the best-validation model (what training reports), or the last epoch's
 
 
 def written(*, epoch: int, model: dict, optimizer: dict, best: dict, history: list, config: dict,
-            features: int, classes: int, job: Optional[str], user_model: Optional[dict] = None) -> dict:
+            features: int, classes: int, job: Optional[str], user_model: Optional[dict] = None,
+            schedule: Optional[dict] = None) -> dict:
     """The checkpoint of a training run after ``epoch`` (see the module's docstring)."""
-    return {"version": VERSION, "epoch": epoch, "model": model, "optimizer": optimizer, "best": best,
-            "history": history, "config": config, "widths": {"features": features, "classes": classes},
-            "job": job, "user_model": user_model}
+    return {"version": VERSION, "epoch": epoch, "model": model, "optimizer": optimizer, "schedule": schedule,
+            "best": best, "history": history, "config": config,
+            "widths": {"features": features, "classes": classes}, "job": job, "user_model": user_model}
 
 
 def save(path, state: dict) -> None:
@@ -107,6 +110,7 @@ def structure_problem(state) -> str:
         return f"format version {_show(version)}; this gnnmesh reads versions 1 (unversioned) to {VERSION}"
     missing = [k for k in ("epoch", "model", "optimizer", "best", "history", "config") if k not in state]
     missing += [k for k in ("widths", "job", "user_model") if version > 1 and k not in state]
+    missing += [k for k in ("schedule",) if version > 2 and k not in state]
     if missing:
         return f"no {', '.join(repr(k) for k in missing)}"
     return next((problem for problem in (check(state) for check in _CHECKS) if problem), "")
@@ -122,6 +126,10 @@ def _progress_problem(state) -> str:
             and isinstance(optimizer.get("param_groups"), list)
             and all(isinstance(g, dict) for g in optimizer["param_groups"])):
         return "'optimizer' is not an optimizer's state"
+    schedule = state.get("schedule")
+    if schedule is not None and not (isinstance(schedule, dict) and all(
+            isinstance(schedule.get(k), dict) or schedule.get(k) is None for k in ("warmup", "schedule"))):
+        return "'schedule' is not a learning-rate schedule's state"
     best = state["best"]
     if not (isinstance(best, dict) and _count(best.get("epoch")) and _number(best.get("val_acc"))
             and _number(best.get("test_acc")) and (best.get("state") is None or _tensors(best["state"]))):
@@ -152,12 +160,13 @@ _CHECKS = (_progress_problem, _record_problem)
 
 
 def migrated(state: dict) -> dict:
-    """A checked checkpoint in the current layout: version 1 gets its version, ``job`` and
-    ``user_model`` None where it has none, and its widths from its weights where it records
-    none (every built-in model's first matrix is its first layer's [out, in] weight and its
-    last bias the output layer's, one entry per class)."""
+    """A checked checkpoint in the current layout: version 2 gets ``schedule`` None (its run's
+    rate was constant); version 1 besides gets its version, ``job`` and ``user_model`` None
+    where it has none, and its widths from its weights where it records none (every built-in
+    model's first matrix is its first layer's [out, in] weight and its last bias the output
+    layer's, one entry per class)."""
     if "version" in state:
-        return state
+        return {**state, "version": VERSION, "schedule": state.get("schedule")}
     widths = state.get("widths")
     if widths is None:
         first = next((t for t in state["model"].values() if t.dim() == 2), None)
@@ -166,7 +175,7 @@ def migrated(state: dict) -> dict:
             raise ConfigError("the checkpoint records no input width or number of classes")
         widths = {"features": int(first.shape[1]), "classes": int(last[-1].shape[0])}
     return {**state, "version": VERSION, "widths": widths, "job": state.get("job"),
-            "user_model": state.get("user_model")}
+            "user_model": state.get("user_model"), "schedule": None}
 
 
 # -- what readers take of a checkpoint (checked and migrated by ``load``) ----------------------------
@@ -196,6 +205,11 @@ def progress(state: dict) -> tuple:
     """(epoch, model weights, optimizer state, best selection, epoch records): what a resumed
     run takes up."""
     return state["epoch"], state["model"], state["optimizer"], state["best"], state["history"]
+
+
+def schedule(state: dict) -> Optional[dict]:
+    """The learning-rate schedule's state (None: a checkpoint from before schedules)."""
+    return state["schedule"]
 
 
 def job(state: dict) -> Optional[str]:

@@ -6,6 +6,9 @@ and constructor arguments, the activation between layers; for a decoupled model 
 its APPNP propagation with the normalisation of its operator), and ``weights.pt``, a plain
 dict of tensors written by ``torch.save`` and read with ``torch.load(weights_only=True)``:
 nothing in either is code, and rebuilding the model needs only torch, PyG and the JSON.
+A model of your own (``--model FILE.py:CLASS``) has no PyG layers: its export also holds its
+source file and a stand-alone view of gnnmesh's primitives on an ``edge_index``
+(``gnnmesh.export_user``), and loading it runs that source.
 
 The PyG module is called as ``model(x, edge_index, edge_weight=None)`` in PyG's convention,
 ``edge_index[0]`` the sources and ``edge_index[1]`` the targets: a gnnmesh ``Graph``'s
@@ -63,36 +66,46 @@ _NORMALISATIONS = ("gcn", "mean", "attention")
 
 # -- writing ----------------------------------------------------------------------------------
 
-def export_pyg(checkpoint, out_dir, weights: str = "best") -> dict:
+def export_pyg(checkpoint, out_dir, weights: str = "best", model=None) -> dict:
     """Write the model of the gnnmesh ``checkpoint`` into ``out_dir`` as ``model.json`` and
-    ``weights.pt`` (``weights``: ``best``, the best-validation epoch's, or ``last``). The
-    directory is written whole or not at all; an existing one is replaced only if it holds an
-    earlier export and nothing else (or nothing). Returns the description written to
-    ``model.json``. A damaged, foreign or hostile checkpoint, or a model with no PyG form, is a
-    ConfigError."""
-    from .trained import load
+    ``weights.pt`` (``weights``: ``best``, the best-validation epoch's, or ``last``). A
+    checkpoint of your own model also gets its source file and a stand-alone view
+    (``gnnmesh.export_user``): ``model`` is its ``FILE.py:CLASS`` (default: the file beside the
+    checkpoint), which must be the file it was trained from. The directory is written whole or
+    not at all; an existing one is replaced only if it holds an earlier export and nothing else
+    (or nothing). Returns the description written to ``model.json``. A damaged, foreign or
+    hostile checkpoint, or a model with no PyG form, is a ConfigError."""
+    from . import export_user
     out = Path(out_dir)
     if not Path(checkpoint).is_file():
         raise ConfigError(f"{Path(checkpoint)}: no such checkpoint")
     check_replaceable(out, OUTPUT)  # before the checkpoint is read, and again when replacing
-    _refuse_user_model(checkpoint, checkpoints.load(checkpoint))
-    model, config = load(checkpoint, weights)  # read weights-only; ConfigError naming the file
-    spec, tensors = describe(model, config.model.name)
+    spec, tensors, own = _description(checkpoint, weights, model)
     spec["trained"] = {"checkpoint": Path(checkpoint).name, "weights": weights}
     with staged_directory(out, OUTPUT) as tmp:
         torch.save(tensors, tmp / WEIGHTS_FILE)
         spec["weights_checksum"] = checksum(tmp / WEIGHTS_FILE)  # a damaged weights.pt is refused, not read
+        if own:
+            export_user.write(spec, own, tmp)
         (tmp / MODEL_FILE).write_text(json.dumps(spec, indent=2) + "\n")
     return spec
 
 
-def _refuse_user_model(path, state: dict) -> None:
-    """A checkpoint of the user's own model has no PyG form; it is refused from its record,
-    without importing the class it names (a checkpoint never imports code)."""
+def _description(checkpoint, weights: str, model) -> tuple:
+    """``(spec, weights, own)``: model.json's description of the checkpoint's model, its
+    tensors, and the ``FILE.py:CLASS`` of a model of your own (None for a built-in one, which
+    takes no ``model``)."""
+    from . import export_user
+    from .trained import load
+    state = checkpoints.load(checkpoint)
     name = checkpoints.settings(state).get("model")
-    if isinstance(name, str) and is_user_model(name):
-        raise ConfigError(f"{Path(path)}: it holds your own model {name}; a PyG export is written for the "
-                          f"built-in models (gcn, sage, gat, gin and their decoupled forms)")
+    if not (isinstance(name, str) and is_user_model(name)):
+        built, config = load(checkpoint, weights, model=model)  # read weights-only; ConfigError naming the file
+        return (*describe(built, config.model.name), None)
+    own = export_user.model_name(checkpoint, state, model)
+    built, config = load(checkpoint, weights, model=own)
+    header = _header("user", False, *checkpoints.widths(state))
+    return export_user.describe(own, config.model.args, header), _plain(built.state_dict()), own
 
 
 def describe(model: nn.Module, name: str = "") -> tuple:
@@ -214,6 +227,10 @@ def load_pyg(out_dir) -> nn.Module:
     ``model(x, edge_index, edge_weight=None)``. A missing or damaged export is a ConfigError."""
     out = Path(out_dir)
     spec = read_spec(out)
+    if "user_model" in spec:
+        from . import export_user
+        _check_weights_file(out / WEIGHTS_FILE, spec.get("weights_checksum"))
+        return export_user.load(out, spec)
     try:
         with torch.device("meta"):  # shapes alone: sizes from model.json allocate nothing until checked
             model = PyGModel(spec)
@@ -281,8 +298,11 @@ def read_spec(out_dir) -> dict:
 def written_files(out_dir) -> list:
     """The files the export in ``out_dir`` consists of (a ConfigError when its model.json is not
     an export's)."""
-    read_spec(out_dir)
-    return [MODEL_FILE, WEIGHTS_FILE]
+    spec = read_spec(out_dir)
+    if "user_model" not in spec:
+        return [MODEL_FILE, WEIGHTS_FILE]
+    from . import export_user
+    return [MODEL_FILE, WEIGHTS_FILE] + export_user.files(spec)
 
 
 OUTPUT = OutputKind("PyG export", MODEL_FILE, written_files)  # what ``export_pyg`` may replace

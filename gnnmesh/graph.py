@@ -127,6 +127,15 @@ class Adjacency:
                 else self.values.detach().numpy())
         return sp.csr_matrix((data, self.indices.numpy(), self.indptr.numpy()), shape=self.shape)
 
+    def symmetrized(self) -> "Adjacency":
+        """Every entry in both directions: ``max(A, A^T)``, so a pair stored one way gains its
+        mirror and one stored both ways keeps the larger weight (listing an edge both ways does
+        not double it); as scipy's ``maximum``, an entry whose larger value is 0 is dropped."""
+        mat = self.to_scipy()
+        sym = mat.maximum(mat.T.tocsr()).tocsr()
+        sym.sum_duplicates()
+        return Adjacency.from_scipy(sym, weighted=self.values is not None)
+
     def is_symmetric(self) -> bool:
         if self.shape[0] != self.shape[1]:
             return False
@@ -218,7 +227,9 @@ class Graph:
         """Build from a ``[2, E]`` array of (source, target) ids, PyG's convention.
 
         ``directed=None`` infers it: a graph whose edge set equals its reverse is undirected.
-        ``source`` names where the edges came from, for error messages.
+        ``directed=False`` adds every missing reverse edge (a pair given both ways with two
+        weights keeps the larger), as a graph file's ``directed=false`` does; ``True`` keeps
+        the edges as given. ``source`` names where the edges came from, for error messages.
         """
         ei = _as_numpy(edge_index)
         if ei.ndim != 2 or ei.shape[0] != 2:
@@ -242,6 +253,8 @@ class Graph:
                 e = int(np.argwhere(ei >= num_nodes)[0][1])
                 raise GraphError(f"{source}: edge {e} has node id {hi}, out of range for {num_nodes} nodes")
         adj = Adjacency.from_coo(ei[1], ei[0], (num_nodes, num_nodes), values=edge_weight)
+        if directed is False:  # undirected: both directions of every edge, as the file loaders add them
+            adj = adj.symmetrized()
         return cls.from_adjacency(adj, directed=directed, validate=validate, source=source, **data)
 
     @classmethod

@@ -129,6 +129,13 @@ def _links(name: str, value) -> None:
     parse_links(value, name)
 
 
+# The optimizers (torch.optim's) and learning-rate schedules a run may take, and the
+# schedules each schedule setting applies to.
+OPTIMIZERS = ("adam", "adamw", "sgd")
+LR_SCHEDULES = ("constant", "step", "cosine", "plateau")
+SCHEDULE_SETTINGS = {"step_size": ("step",), "gamma": ("step", "plateau"), "lr_patience": ("plateau",)}
+
+
 # -- the run's common sections -------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -250,8 +257,30 @@ class ModelSection(Section):
 class TrainingSection(Section):
     table = "training"
     epochs: int = setting(200, help="training epochs", check=COUNT)
-    lr: Optional[float] = setting(help="Adam learning rate; default: the model's", check=NON_NEGATIVE)
-    weight_decay: Optional[float] = setting(help="L2 penalty; default: the model's", check=NON_NEGATIVE)
+    lr: Optional[float] = setting(help="learning rate (the schedule's base rate); default: the model's",
+                                  check=NON_NEGATIVE)
+    weight_decay: Optional[float] = setting(help="weight decay (an L2 penalty under adam and sgd, decoupled "
+                                            "under adamw); default: the model's", check=NON_NEGATIVE)
+    optimizer: str = setting("adam", help="the optimizer (torch.optim's Adam, AdamW or SGD)", choices=OPTIMIZERS)
+    momentum: Optional[float] = setting(help="--optimizer sgd: momentum (default: none)", check=NON_NEGATIVE)
+    nesterov: bool = setting(False, help="--optimizer sgd: Nesterov momentum (needs --momentum above 0)")
+    lr_schedule: str = setting("constant", help="how the learning rate changes by epoch: constant; step (times "
+                               "--gamma every --step-size epochs); cosine (annealed to 0 over the epochs after "
+                               "warm-up); plateau (times --gamma after --lr-patience epochs without a better "
+                               "validation selection metric)", choices=LR_SCHEDULES)
+    step_size: Optional[int] = setting(help="--lr-schedule step: epochs between decays", check=COUNT)
+    gamma: Optional[float] = setting(help="--lr-schedule step or plateau: the factor each decay multiplies the "
+                                     "rate by (default: torch's, 0.1)", check=Range(0.0, 1.0, open="lowhigh"))
+    lr_patience: Optional[int] = setting(help="--lr-schedule plateau: evaluations without improvement before "
+                                         "the rate decays (default: torch's, 10)", check=NON_NEGATIVE)
+    warmup_epochs: int = setting(0, help="raise the rate linearly over the first N epochs, from lr/(N+1), before "
+                                 "the schedule starts", check=NON_NEGATIVE)
+    patience: Optional[int] = setting(help="stop after N epochs without a better validation selection metric; "
+                                      "the run then keeps the best parameters (default: train every epoch)",
+                                      check=COUNT)
+    clip_grad_norm: Optional[float] = setting(help="scale the gradients down to this global norm where it is "
+                                              "larger (the norm of the whole model's gradient, the same on "
+                                              "every rank; default: no clipping)", check=Range(0.0, open="low"))
     seed: int = setting(0, help="random seed (weights, dropout, generated data splits)", check=Range(*SEED_RANGE))
     eval_every: int = setting(1, help="evaluate every N epochs", check=COUNT)
     minibatch: bool = setting(False, help="train on sampled mini-batches instead of the whole graph "
@@ -270,6 +299,29 @@ class TrainingSection(Section):
         super().__post_init__()
         if self.task is not None:  # an inferred task is checked once the labels are read
             build_task(self.task, class_weights=self.class_weights, regression_loss=self.regression_loss)
+        self._check_optimizer()
+        self._check_schedule()
+
+    def _check_optimizer(self) -> None:
+        """Momentum is SGD's alone: given for another optimizer it is refused, not ignored."""
+        if self.optimizer != "sgd":
+            given = [name for name in ("momentum", "nesterov") if getattr(self, name) not in (None, False)]
+            if given:
+                raise ConfigError(f"config field '{given[0]}' applies to optimizer sgd, not {self.optimizer}")
+        if self.nesterov and not self.momentum:
+            raise ConfigError("config field 'nesterov' needs 'momentum' above 0")
+
+    def _check_schedule(self) -> None:
+        """Each schedule's own settings apply to it alone; the warm-up leaves epochs to train."""
+        for name, schedules in SCHEDULE_SETTINGS.items():
+            if getattr(self, name) is not None and self.lr_schedule not in schedules:
+                raise ConfigError(f"config field '{name}' applies to lr_schedule {' or '.join(schedules)}, "
+                                  f"not {self.lr_schedule}")
+        if self.lr_schedule == "step" and self.step_size is None:
+            raise ConfigError("config field 'lr_schedule': step needs 'step_size' (--step-size EPOCHS)")
+        if self.warmup_epochs >= self.epochs:
+            raise ConfigError(f"config field 'warmup_epochs': {self.warmup_epochs} leaves none of the "
+                              f"{self.epochs} epochs after the warm-up")
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """The checkpoint format (gnnmesh.checkpoint): the layout written carries its version, and a
-checkpoint in the previous, unversioned layout (as every earlier release wrote it) still
-loads, predicts and resumes, migrated on reading."""
+checkpoint in a previous layout (version 2, without the learning-rate schedule, or the
+unversioned one every earlier release wrote) still loads, predicts and resumes, migrated on
+reading."""
 
 import pytest
 import torch
@@ -32,18 +33,36 @@ def written(graph, tmp_path_factory):
     return path
 
 
-def in_layout(source, directory, keys) -> str:
-    """The checkpoint ``source`` rewritten in an earlier layout: ``keys`` only, no version."""
+def in_layout(source, directory, keys, version=None) -> str:
+    """The checkpoint ``source`` rewritten in an earlier layout: ``keys`` only, and ``version``
+    (None: no version)."""
     state = torch.load(source, weights_only=True)
     path = directory / "old.pt"
-    torch.save({key: state[key] for key in keys}, path)
+    torch.save({key: state[key] for key in keys} | ({} if version is None else {"version": version}), path)
     return str(path)
+
+
+# Version 2: the versioned layout before the learning-rate schedule's state.
+VERSION_2 = UNVERSIONED + ("user_model",)
+
+
+def test_a_version_2_checkpoint_is_migrated_and_resumes_as_it_did(graph, written, tmp_path):
+    old = in_layout(written, tmp_path, VERSION_2, version=2)
+    migrated = checkpoint.load(old)
+    assert migrated["version"] == checkpoint.VERSION and checkpoint.schedule(migrated) is None
+    current = tmp_path / "current.pt"  # resumed runs write their checkpoint: the fixture's stays
+    current.write_bytes(written.read_bytes())
+    runs = []
+    for path in (str(current), old):
+        config = Config.of(epochs=4, hidden=8, seed=3, checkpoint=path, resume=True)
+        runs.append([r.loss for r in Trainer(config, graph).fit().history])
+    assert len(runs[0]) == 4 and runs[0] == runs[1]
 
 
 def test_the_layout_written_carries_its_version_and_every_field(written):
     state = torch.load(written, weights_only=True)
     assert state["version"] == checkpoint.VERSION
-    assert set(state) == set(UNVERSIONED) | {"version", "user_model"}
+    assert set(state) == set(UNVERSIONED) | {"version", "user_model", "schedule"}
     assert checkpoint.structure_problem(state) == ""
 
 

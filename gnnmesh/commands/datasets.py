@@ -1,5 +1,5 @@
 """``gnnmesh datasets``: the registered datasets with their sizes and whether their files are
-here, ``--fetch NAME`` to download one, or ``--shard SOURCE --out DIR`` to write a dataset
+here, ``--dataset SPEC`` to load one and show its sizes, ``--fetch NAME`` to download one, or ``--shard SOURCE --out DIR`` to write a dataset
 as a shard set (docs/guides/sharded.md)."""
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from .flags import add_config_flags
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     cmd = subparsers.add_parser("datasets", help="list the datasets and their sizes, or download one")
-    add_config_flags(cmd, only=("data_root",))
+    add_config_flags(cmd, only=("data_root", "dataset"),
+                     helps={"dataset": "load this one dataset (any --dataset spec: a name, a file, a dataset "
+                                       "description .toml) and show its sizes as the loaded graph counts them"})
     cmd.add_argument("--fetch", metavar="NAME",
                      help="download dataset NAME's public upstream files into the data root, "
                           "checked against their pinned sha256 ($GNNMESH_MIRROR replaces "
@@ -35,6 +37,8 @@ def run(args, argv) -> int:
     from .. import datasets
     if args.shard is not None or args.out is not None:
         return _shard(args)
+    if args.dataset is not None:
+        return _one(args)
     if args.fetch:
         from ..datasets.fetch import fetch
         print(fetch(args.fetch, args.data_root))
@@ -43,15 +47,35 @@ def run(args, argv) -> int:
     if args.data_root and not os.path.isdir(args.data_root):
         raise ConfigError(f"--data-root {args.data_root}: no such directory")
     rows = datasets.available(root)
-    print(f"{'name':<16} {'nodes':>10} {'edges':>11} {'features':>9} {'classes':>8}  {'here':<5} description")
+    print(HEADER)
     for row in rows:
         here = "yes" if row.present else ("-" if row.present is None else "no")
-        print(f"{row.name:<16} {_num(row.nodes):>10} {_num(row.edges):>11} {_num(row.features):>9} "
-              f"{_num(row.classes):>8}  {here:<5} {row.description}")
+        print(_row(row.name, row.nodes, row.edges, row.features, row.classes, here, row.description))
+    print("(edges: as a loaded graph counts them, each undirected edge in both directions)")
     if root is None:
         print("(no data root: pass --data-root or set GNNMESH_DATA to see which files are present)")
     elif not os.path.isdir(root):
         print(f"(the data root {root} from GNNMESH_DATA does not exist: no files are present)")
+    return 0
+
+
+HEADER = f"{'name':<16} {'nodes':>10} {'edges':>11} {'features':>9} {'classes':>8}  {'here':<5} description"
+
+
+def _row(name, nodes, edges, features, classes, here, description) -> str:
+    return (f"{name:<16} {_num(nodes):>10} {_num(edges):>11} {_num(features):>9} {_num(classes):>8}  "
+            f"{here:<5} {description}")
+
+
+def _one(args) -> int:
+    if args.shard is not None or args.fetch:
+        raise ConfigError("--dataset shows one dataset; --shard and --fetch are separate commands")
+    from .. import datasets
+    graph = datasets.load(args.dataset, root=args.data_root)
+    kind = "directed" if graph.directed else "undirected"
+    print(HEADER)
+    print(_row(graph.name, graph.num_nodes, graph.num_edges, graph.num_features, graph.num_classes, "yes",
+               f"{kind}, loaded from {args.dataset}"))
     return 0
 
 

@@ -18,6 +18,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     cmd.add_argument("--out", required=True, metavar="DIR",
                      help="directory to write model.json and weights.pt into (created, or replaced if it "
                           "holds an earlier export)")
+    cmd.add_argument("--model", metavar="FILE.py:CLASS",
+                     help="a checkpoint of your own model: the file it was trained from (default: the file of "
+                          "its name beside the checkpoint); written into the export with a stand-alone view")
     cmd.add_argument("--weights", choices=("best", "last"), default="best",
                      help="the best-validation epoch's weights (default; what training reports) or the last "
                           "epoch's")
@@ -26,7 +29,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args, argv=None) -> int:
     from ..export import MODEL_FILE, WEIGHTS_FILE, export_pyg
-    spec = export_pyg(args.checkpoint, args.out, args.weights)
+    spec = export_pyg(args.checkpoint, args.out, args.weights, args.model)
+    if "user_model" in spec:
+        from ..export_user import VIEW_FILE
+        own = spec["user_model"]
+        print(f"exported {own['class']} ({args.weights} weights) to {args.out}: {MODEL_FILE}, {WEIGHTS_FILE}, "
+              f"{own['source']}, {VIEW_FILE} (read with gnnmesh_view.load or gnnmesh.export.load_pyg)")
+        return 0
     form = f"decoupled {spec['model']}" if spec["decoupled"] else spec["model"]
     print(f"exported {form} ({args.weights} weights) to {args.out}: "
           f"{MODEL_FILE}, {WEIGHTS_FILE} (read with gnnmesh.export.load_pyg)")

@@ -34,10 +34,8 @@ def adjacency_from_edges(src, dst, num_nodes: int, *, weights=None, symmetrize: 
     if weights is not None:
         mat = sp.csr_matrix((np.asarray(weights, dtype=np.float64), (dst, src)), shape=(n, n))
         mat.sum_duplicates()
-        if symmetrize:
-            mat = mat.maximum(mat.T.tocsr()).tocsr()
-            mat.sum_duplicates()
-        return Adjacency.from_scipy(mat, weighted=True)
+        adj = Adjacency.from_scipy(mat, weighted=True)
+        return adj.symmetrized() if symmetrize else adj
     if symmetrize:
         src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
     return adjacency_from_keys(dst * n + src, n)

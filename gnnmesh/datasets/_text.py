@@ -195,14 +195,14 @@ def _parse_chunk(chunk: bytes, lines_before: int, state: _State):
     lines = data_lines.astype(np.int64) + (lines_before + 1)
     k = min(int_columns, ncols)
     ints = values[:, :k]
-    if ints.dtype == np.int64:  # the parser saturates an id beyond 64 bits to the extreme value
+    if values.dtype == np.int64:  # the parser saturates a number beyond 64 bits to the extreme value
         limit = np.iinfo(np.int64)
-        for row, col in np.argwhere((ints == limit.max) | (ints == limit.min)):
+        for row, col in np.argwhere((values == limit.max) | (values == limit.min)):
             token = line_tokens(int(data_lines[row]))[col].decode("utf-8", "replace")
-            if token.lstrip("+") != str(ints[row, col]):
-                raise GraphError(f"{source} line {lines[row]}: {names[col]} too large (beyond 64-bit "
-                                 f"integers) '{token}'")
-    else:
+            if token.lstrip("+") != str(values[row, col]):
+                raise GraphError(f"{source} line {lines[row]}: {_column_name(names, col)} too large "
+                                 f"(beyond 64-bit integers) '{token}'")
+    if ints.dtype != np.int64:
         checks = ((~np.isfinite(ints) | (ints != np.round(ints)), "non-integer {}"),
                   # read as floats, integers are exact only below 2**53
                   (np.abs(ints) >= _EXACT_FLOAT_INT, "{} too large to read exactly (2**53 or more)"))

@@ -116,7 +116,7 @@ _SPARSE_IDS_MIN_NODES = 1 << 20
 _SPARSE_IDS_FACTOR = 16
 
 
-def _node_count(table, ids: np.ndarray, base: int) -> int:
+def node_count_of(table, ids: np.ndarray, base: int) -> int:
     n = int(ids.max()) + 1
     touched = 2 * len(table)  # at most this many distinct ids
     if n > _SPARSE_IDS_MIN_NODES and n > _SPARSE_IDS_FACTOR * touched:
@@ -140,7 +140,7 @@ def load_edge_list(path: Path, *, directed=None, num_nodes=None, index_base=0, w
         raise GraphError(f"{path}: no edges (only comments, headers or blank lines)")
     ids = table.ints - index_base
     check_ids(table, ids, num_nodes, index_base)
-    n = int(num_nodes) if num_nodes is not None else _node_count(table, ids, index_base)
+    n = int(num_nodes) if num_nodes is not None else node_count_of(table, ids, index_base)
     weights = table.floats[:, 0] if (table.floats is not None and weighted) else None
     meta = {"source_file": str(path), "file_edges": len(table)}
     if one_based_note:

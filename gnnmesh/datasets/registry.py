@@ -15,7 +15,7 @@ import torch
 from .. import progress
 from ..errors import GraphError
 from ..graph import Graph
-from . import cache, ogb, sharded
+from . import cache, described, ogb, sharded
 from ._io import file_stat
 from ._build import random_split
 from .bundled import ROOT as BUNDLED_ROOT
@@ -39,12 +39,19 @@ class Dataset:
     files: dict = field(default_factory=dict)   # role -> path under root, or (zip, member)
     optional: tuple = ()            # roles used only when present
     options: dict = field(default_factory=dict)
-    nodes: Optional[int] = None     # sizes as in shared/data/README.md (edges: undirected
+    nodes: Optional[int] = None     # sizes as the data's sources count them (edges: node
     edges: Optional[int] = None     # pairs for undirected graphs, stored entries if directed)
     features: Optional[int] = None
     classes: Optional[int] = None
     directed: bool = False
     version: int = 1                # bump when the loader's output changes: new cache key
+
+    def stored_edges(self) -> Optional[int]:
+        """The edges as ``Graph.num_edges`` counts them once loaded: each undirected pair is
+        stored both ways (undirected graphs hold no self-loops)."""
+        if self.edges is None or self.directed:
+            return self.edges
+        return 2 * self.edges
 
     def paths(self, root: Path) -> dict:
         def where(spec):
@@ -180,14 +187,15 @@ def _data_root(root) -> Optional[Path]:
 
 
 def available(root=None) -> list:
-    """One DatasetInfo per registered dataset; ``present`` tells whether its files exist
+    """One DatasetInfo per registered dataset (``edges`` as ``Graph.num_edges`` counts them:
+    both directions of an undirected edge); ``present`` tells whether its files exist
     under ``root`` (default ``$GNNMESH_DATA``) or in the package (Cora, CiteSeer).
     Generators are always present."""
     base = _data_root(root)
     out = []
     for d in DATASETS:
         present = not d.files or _holds(base, d) or _holds(BUNDLED_ROOT, d)
-        out.append(DatasetInfo(d.name, d.description, d.nodes, d.edges, d.features, d.classes,
+        out.append(DatasetInfo(d.name, d.description, d.nodes, d.stored_edges(), d.features, d.classes,
                                present))
     return out
 
@@ -230,7 +238,7 @@ def _resolve_target(text: str, root) -> tuple[Optional[Dataset], dict, Optional[
                                  f"directory (with its {sharded.META})")
             return None, spec, candidate
     looks_like_file = os.sep in text or "/" in text or path.suffix.lower() in \
-        EDGE_LIST_SUFFIXES + (".mtx", ".npz", ".gz")
+        EDGE_LIST_SUFFIXES + (".mtx", ".npz", ".gz", described.SUFFIX)
     if looks_like_file:
         raise GraphError(f"{path}: file not found"
                          + (f" (also not under data root {base})" if base is not None
@@ -273,7 +281,7 @@ def _dataset_files(dataset: Dataset, root) -> tuple[dict, list]:
 class Target:
     """A dataset spec resolved: what it names and its checked options (``opts``: those the
     loader takes; the common ones apart)."""
-    kind: str                       # "dataset" (registered), "ogb", "shards" or "file"
+    kind: str                       # "dataset" (registered), "ogb", "shards", "described" or "file"
     dataset: Optional[Dataset]
     path: Optional[Path]
     opts: dict
@@ -291,12 +299,13 @@ def resolve_target(name_or_path: Union[str, os.PathLike], root=None, **options) 
     if dataset is not None:
         kind = "dataset"
     elif not path.is_dir():
-        kind = "file"
+        kind = "described" if path.name.lower().endswith(described.SUFFIX) else "file"
     else:
         kind = "ogb" if ogb.is_ogb_dir(path) else "shards"
     where = dataset.name if dataset is not None else str(path)
     declared = {"dataset": dataset.options if dataset is not None else None,
-                "ogb": ogb.OPTIONS, "shards": {}, "file": FILE_OPTIONS}[kind]
+                "ogb": ogb.OPTIONS, "shards": {}, "file": FILE_OPTIONS,
+                "described": described.OPTIONS}[kind]
     opts = resolve({**COMMON, **declared}, {**spec, **options}, where)
     use_cache, cache_dir = opts.pop("cache"), opts.pop("cache_dir")
     random_labels = opts.pop("random_labels")
@@ -312,8 +321,9 @@ def load(name_or_path: Union[str, os.PathLike], root=None, **options) -> Graph:
 
     ``name_or_path``: a registered name (case-insensitive, see ``names()``), optionally with
     options as ``'name:key=value,...'``; or a graph file, an OGB node-property dataset
-    directory (see ``ogb.py``) or a shard set's directory (see ``sharded.py``; read whole,
-    never cached), absolute, relative to the working directory, or relative to ``root``.
+    directory (see ``ogb.py``), a shard set's directory (see ``sharded.py``; read whole,
+    never cached) or a dataset description, a ``.toml`` file naming the user's own edge,
+    feature, label and split files (see ``described.py``), absolute, relative to the working directory, or relative to ``root``.
     Keyword options override spec-string options.
     ``root``: the data directory (default ``$GNNMESH_DATA``). Options common to all:
     ``seed`` (generators' seed, default ``split_seed``), ``cache`` (default True) and
@@ -331,6 +341,12 @@ def load(name_or_path: Union[str, os.PathLike], root=None, **options) -> Graph:
 
         def build():
             return ogb.load_ogb(path, **opts)
+    elif target.kind == "described":
+        sources = described.read_description(path).sources()
+        key_name, version = path.stem, described.LOADER_VERSION
+
+        def build():
+            return described.load_described(path, **opts)
     elif target.kind == "file":
         sources = [file_stat(path)]
         key_name, version = graph_name(path), FILE_LOADER_VERSION

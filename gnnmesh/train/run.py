@@ -144,6 +144,8 @@ def _train(config, parts, quiet, rank, world_size, device, check_model=True) -> 
     if rank == 0:  # --quiet keeps the summary
         print(f"done: {summary.epochs} epochs in {summary.total_time:.2f}s ({1e3 * summary.mean_epoch_time:.1f} ms/epoch); "
         f"{_best(summary, metric)}, final loss {summary.final_loss:.4f}{_peak(summary, world_size)}")
+        if summary.stopped:
+            print(f"stopped early: {summary.stopped}; the run keeps the best parameters")
     return summary
 
 

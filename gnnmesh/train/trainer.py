@@ -1,5 +1,7 @@
-"""The full-graph trainer: Adam on the train-mask loss, accuracy on every split each epoch,
-best-validation model selection, checkpoints and per-epoch metrics.
+"""The full-graph trainer: the optimizer and learning-rate schedule of ``[training]`` on the
+train-mask loss (gradients clipped to a global norm where asked), the selection metric on every
+split each epoch, best-validation model selection, early stopping and per-epoch callbacks,
+checkpoints and per-epoch metrics.
 
 The trainer is the same for every strategy: the strategy hands it a RankData (GraphView and
 local vertex rows), reduces counts across ranks and keeps gradients in sync.
@@ -34,6 +36,8 @@ from ..parallel import Strategy
 from ..planner.estimate import name_of
 from ..settings import BUILT_IN_OPTIONS, ModelSection
 from ..trained import Widths
+from . import optim
+from .callbacks import EarlyStopping, stop_reason
 from .metrics import MetricsFile, to_json
 
 
@@ -70,6 +74,7 @@ class Summary:
     history: list = field(default_factory=list)
     memory: dict = field(default_factory=dict)  # the last epoch's peaks (high-water marks: the whole run's)
     metric: str = "accuracy"  # what val_acc and test_acc hold: the task's selection metric
+    stopped: Optional[str] = None  # why the run stopped before --epochs (the model then holds the best parameters)
 
 
 def candidate_name(config: Config, world_size: int) -> str:
@@ -152,6 +157,8 @@ class Trainer:
         self.strategy.agree_parameters(self.model)  # whatever torch seed each rank's caller set
         self.strategy.prepare(self.model)
         self._optimizer: Optional[torch.optim.Optimizer] = None
+        self._learning_rate: Optional[optim.LearningRate] = None
+        self.grad_norm: Optional[float] = None  # the last update's gradient norm, before clipping
         counts = torch.tensor([float(m.sum()) for m in
                                (self.rank_data.train_mask, self.rank_data.val_mask, self.rank_data.test_mask)])
         self.split_sizes = self.strategy.all_reduce(counts).tolist()
@@ -225,12 +232,19 @@ class Trainer:
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
-        """Adam on the model's parameters, made on first use: a trainer that only predicts never
-        pays for it (torch's optimizers import its compiler stack: about a second and 70 MiB)."""
+        """The ``--optimizer`` on the model's parameters, made on first use with its learning-rate
+        schedule: a trainer that only predicts never pays for it (torch's optimizers import its
+        compiler stack: about a second and 70 MiB)."""
         if self._optimizer is None:
-            self._optimizer = torch.optim.Adam(self.model.parameters(), lr=self.config.training.lr,
-                                               weight_decay=self.config.training.weight_decay)
+            self._optimizer = optim.optimizer(self.model.parameters(), self.config.training)
+            self._learning_rate = optim.LearningRate(self._optimizer, self.config.training)
         return self._optimizer
+
+    @property
+    def learning_rate(self) -> optim.LearningRate:
+        """The learning-rate schedule (``--lr-schedule`` after ``--warmup-epochs``)."""
+        self.optimizer  # made together
+        return self._learning_rate
 
     # -- one epoch -----------------------------------------------------------------------------
     def train_step(self) -> float:
@@ -279,8 +293,18 @@ class Trainer:
             what = f"loss {value}" + (", a gradient not finite" if bad_grads else "")
             raise TrainingDiverged(f"{where}: training diverged ({what}); stopped before "
                                    f"this update, no checkpoint written for it (a lower --lr may help)")
+        self._clip()
         self.optimizer.step()
         return value
+
+    def _clip(self) -> None:
+        """Scale the gradients to ``--clip-grad-norm`` where their norm is larger. After the
+        sync every rank holds the whole model's gradient (``Strategy.sync_gradients``), so the
+        norm each computes is the single process's, with no further reduction."""
+        limit = self.config.training.clip_grad_norm
+        trained = [p for p in self.model.parameters() if p.grad is not None]
+        if limit is not None and trained:
+            self.grad_norm = float(torch.nn.utils.clip_grad_norm_(trained, limit))
 
     @torch.no_grad()
     def evaluate(self) -> list[float]:
@@ -319,9 +343,12 @@ class Trainer:
             self._select(accs)
         else:
             accs = [float("nan")] * 3
+        rate = optim.learning_rate(self.optimizer)  # this epoch's, before the schedule steps
+        self.learning_rate.step(self.epoch, accs[1])
         epoch_time = time.perf_counter() - start
         aggregate = profile.take().get("aggregate", 0.0)
-        extra = {**self.labels, **tasks.record_fields(self.task, self.metrics),
+        extra = {**self.labels, **tasks.record_fields(self.task, self.metrics), "lr": rate,
+                 **({} if self.grad_norm is None else {"grad_norm": self.grad_norm}),
                  **self.strategy.report(epoch_time, memory.rank_peaks(self.device))}
         # waiting for other ranks is neither aggregation nor dense compute: it counts as "other"
         dense = compute - aggregate - extra.get("comm_time", 0.0)
@@ -403,31 +430,41 @@ class Trainer:
     def state(self) -> dict:
         """This run's checkpoint (``gnnmesh.checkpoint`` holds its format)."""
         return checkpoint.written(epoch=self.epoch, model=self.model.state_dict(), optimizer=self.optimizer.state_dict(),
-                                  best=self.best, history=[asdict(r) for r in self.history],
-                                  config=self.config.to_dict(), features=self.num_features, classes=self.num_classes,
+                                  schedule=self.learning_rate.state_dict(), best=self.best,
+                                  history=[asdict(r) for r in self.history], config=self.config.to_dict(), features=self.num_features, classes=self.num_classes,
                                   job=launch.job_id(),  # a restart of this job resumes from it (``_restart``)
                                   user_model=self.model_record)
 
     def restore(self, state: dict) -> None:
-        unset = Config().to_dict()  # a field newer than the checkpoint: it was written with the default
-        unset["task"] = "classification"  # the one task before there were others
-        recorded = trained.saved_settings(checkpoint.settings(state))
-        saved = {k: recorded.get(k, unset[k]) for k in _RESULT_FIELDS}
-        mine = {k: self.config.to_dict()[k] for k in _RESULT_FIELDS}
-        if saved["model"] != mine["model"] and user_models.is_user_model(saved["model"]):
-            raise ConfigError(f"the checkpoint holds your own model {saved['model']}; give it with --model "
-                              f"{saved['model']}")
-        if saved != mine:
-            diff = sorted(k for k in mine if saved.get(k) != mine[k])
-            raise ConfigError(f"checkpoint was written with different settings: {', '.join(diff)}")
+        self._check_settings(trained.saved_settings(checkpoint.settings(state)))
         if self.model_record:
             trained.check_model(state, checkpoint.settings(state)["model"], self.model_record["name"])
         trained.widths_of(state).check(self.num_features, self.num_classes, "the checkpoint's model")
         epoch, weights, optimizer, self.best, history = checkpoint.progress(state)
         self.model.load_state_dict(weights)
         self.optimizer.load_state_dict(optimizer)
+        self.learning_rate.load_state_dict(checkpoint.schedule(state))
         self.history = [EpochResult(**r) for r in history]
         self.epoch = epoch
+
+    def _check_settings(self, recorded: dict) -> None:
+        """A checkpoint resumes only under the settings that change the numbers a run produces
+        (``_RESULT_FIELDS``); any other is one line naming each setting and both values."""
+        unset = Config().to_dict()  # a field newer than the checkpoint: it was written with the default
+        unset["task"] = "classification"  # the one task before there were others
+        saved = {k: recorded.get(k, unset[k]) for k in _RESULT_FIELDS}
+        mine = {k: self.config.to_dict()[k] for k in _RESULT_FIELDS}
+        if saved["model"] != mine["model"] and user_models.is_user_model(saved["model"]):
+            raise ConfigError(f"the checkpoint holds your own model {saved['model']}; give it with --model "
+                              f"{saved['model']}")
+        diff = [k for k in _RESULT_FIELDS if not _same_setting(k, saved[k], mine[k])]
+        if diff:
+            raise ConfigError("checkpoint was written with different settings: " + ", ".join(
+                f"{k} ({_shown(saved[k])} in the checkpoint, {_shown(mine[k])} now)" for k in sorted(diff)))
+        epochs = recorded.get("epochs", unset["epochs"])
+        if mine["lr_schedule"] == "cosine" and epochs != self.config.training.epochs:
+            raise ConfigError(f"the cosine schedule spans the run's epochs: the checkpoint's run has {epochs} "
+                              f"(--epochs {epochs})")
 
     def _resume(self, path, state: Optional[dict] = None) -> None:
         """``restore`` from the checkpoint at ``path`` (``state``: its content, already read);
@@ -461,10 +498,15 @@ class Trainer:
 
     # -- the loop --------------------------------------------------------------------------------
     def fit(self, on_epoch: Optional[Callable[[EpochResult], None]] = None,
-            on_restart: Optional[Callable[[dict], None]] = None) -> Summary:
+            on_restart: Optional[Callable[[dict], None]] = None, callbacks=()) -> Summary:
         """Train to ``--epochs``, resuming first where ``--resume`` says, or where this is the
         restart of an elastic job. ``on_epoch``: called with each epoch's result; ``on_restart``:
-        with a restart's record (``_restart``), which the metrics file gets too."""
+        with a restart's record (``_restart``), which the metrics file gets too. ``callbacks``:
+        each called with each epoch's result; one that returns a true value (a string: why)
+        stops the run after that epoch, on every rank (``gnnmesh.train.callbacks``), as
+        ``--patience`` does. A run stopped early writes its checkpoint, says why in its last
+        metrics record (``stopped``, with ``parameters: "best"``) and in ``Summary.stopped``,
+        and leaves the model holding the best parameters."""
         cfg = self.config
         if self._optimizer is None:  # made now, and its setup (imports, memory) kept out of every epoch
             self.optimizer.zero_grad(set_to_none=True)
@@ -477,30 +519,61 @@ class Trainer:
                 warnings.warn(f"{cfg.run.checkpoint}: the checkpoint is at epoch {self.epoch}, past --epochs "
                               f"{cfg.training.epochs}; nothing to train")
         restarted = self._restart()
+        stopping = ([EarlyStopping(cfg.training.patience)] if cfg.training.patience else [])
+        # a run that stopped early by --patience stays stopped when resumed
+        stopped = stop_reason(stopping, self.history[-1]) if self.history else None
         metrics = self._agreed_on_rank0(self._open_outputs)
         try:
             if restarted and metrics:
                 metrics.write(to_json(restarted))
             if restarted and on_restart:
                 on_restart(restarted)
-            while self.epoch < cfg.training.epochs:
-                result = self.run_epoch()
-                if metrics:
-                    metrics.write(result.to_json())
-                if on_epoch:
-                    on_epoch(result)
-                if cfg.run.checkpoint_every and self.epoch % cfg.run.checkpoint_every == 0 and self.strategy.rank == 0:
-                    checkpoint.save(cfg.run.checkpoint, self.state())
+            if not stopped:
+                stopped = self._epochs(metrics, on_epoch, stopping + list(callbacks), bool(callbacks))
             if cfg.run.checkpoint and self.strategy.rank == 0:  # while the run holds its lock
                 checkpoint.save(cfg.run.checkpoint, self.state())
         finally:
             if metrics:
                 metrics.close()
+        if stopped and self.best["state"] is not None:  # the checkpoint keeps the last ones, to resume from
+            self.model.load_state_dict(self.best["state"])
+        return self._summary(stopped)
+
+    def _epochs(self, metrics, on_epoch, callbacks: list, callers: bool) -> Optional[str]:
+        """The epochs up to ``--epochs``, each recorded, reported and checkpointed as asked,
+        until one of ``callbacks`` stops the run: why it stopped (None: it ran every epoch).
+        ``callers``: whether some callbacks are the caller's (``_agreed_stop``)."""
+        cfg = self.config
+        while self.epoch < cfg.training.epochs:
+            result = self.run_epoch()
+            stopped = self._agreed_stop(callbacks, callers, result)
+            if stopped:
+                result.extra.update(stopped=stopped, parameters="best")
+            if metrics:
+                metrics.write(result.to_json())
+            if on_epoch:
+                on_epoch(result)
+            if cfg.run.checkpoint_every and self.epoch % cfg.run.checkpoint_every == 0 and self.strategy.rank == 0:
+                checkpoint.save(cfg.run.checkpoint, self.state())
+            if stopped:
+                return stopped
+        return None
+
+    def _agreed_stop(self, callbacks: list, callers: bool, result: EpochResult) -> Optional[str]:
+        """Why the run stops after ``result`` (None: it goes on). ``--patience`` reads records
+        every rank shares; the caller's callbacks may not, so any rank's stop stops every rank."""
+        reason = stop_reason(callbacks, result)
+        if callers and comm.world_size() > 1:
+            asked = comm.setup_comm().all_gather_object(reason)
+            reason = next((r for r in asked if r), None)
+        return reason
+
+    def _summary(self, stopped: Optional[str]) -> Summary:
         times = [r.epoch_time for r in self.history]
         return Summary(self.epoch, self.best["epoch"], self.best["val_acc"], self.best["test_acc"],
                        self.history[-1].loss if self.history else float("nan"), sum(times),
                        sum(times) / max(len(times), 1), self.history,
-                       memory.of(self.history[-1].extra) if self.history else {}, self.task.metric)
+                       memory.of(self.history[-1].extra) if self.history else {}, self.task.metric, stopped)
 
     def _open_outputs(self) -> Optional[MetricsFile]:
         """Check the checkpoint path and open the metrics file (rank 0 writes both), each
@@ -554,10 +627,25 @@ def input_features(graph: Graph) -> torch.Tensor:
     return x.float()
 
 
+def _same_setting(name: str, saved, mine) -> bool:
+    """Whether a checkpoint's setting and a run's are the same: a user's model's arguments by
+    what they say (``hidden=32`` is ``hidden = 32``), the rest by value."""
+    if name == "model_args" and saved is not None and mine is not None:
+        return user_models.parse_args(saved) == user_models.parse_args(mine)
+    return saved == mine
+
+
+def _shown(value) -> str:
+    """A setting's value in a message: unset, or as given (long ones cut short)."""
+    text = "unset" if value is None else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 # Settings that change the numbers a run produces; a checkpoint resumes only under the same ones.
-_RESULT_FIELDS = ("dataset", "reorder", "model", "decoupled", "hidden", "layers", "dropout", "heads", "attn_dropout",
-                  "k", "alpha", "lr", "weight_decay", "seed", "minibatch", "fanouts", "batch_size", "eval_fanouts",
-                  "task", "class_weights", "regression_loss")
+_RESULT_FIELDS = ("dataset", "reorder", "model", "model_args", "decoupled", "hidden", "layers", "dropout", "heads",
+                  "attn_dropout", "k", "alpha", "lr", "weight_decay", "seed", "minibatch", "fanouts", "batch_size", "eval_fanouts",
+                  "task", "class_weights", "regression_loss", "optimizer", "momentum", "nesterov", "lr_schedule",
+                  "step_size", "gamma", "lr_patience", "warmup_epochs", "clip_grad_norm")
 
 
 def train(config: Config, data, **kwargs) -> Summary:

@@ -30,7 +30,8 @@ left out silently:
 - a bash block whose commands are not all ``gnnmesh`` (pip, torchrun, srun, benchmark scripts),
   or that uses ``--device cuda`` or ``--fetch`` (downloads), fails unless it is marked ``skip``
   with its reason;
-- ``--dataset`` must be cora, citeseer or a generated graph of at most 3,000 nodes, and
+- ``--dataset`` must be cora, citeseer, a generated graph of at most 3,000 nodes or a dataset
+  description (``.toml``) that the page writes itself, and
   ``gnnmesh train`` may start at most 2 ranks: an example showing more needs a ``set``.
 """
 
@@ -53,6 +54,7 @@ EPOCHS = "2"
 MAX_RANKS = 2
 SMALL_DATASETS = ("cora", "citeseer")
 MAX_GENERATED_NODES = 3000
+DESCRIPTION = ".toml"  # a dataset description the page itself writes (a 'file' block): small by making
 NEEDS_SKIP = (("--device", "cuda"), ("--fetch", None))
 
 ANNOTATION = re.compile(r"^<!--\s*test:\s*(.*?)\s*-->\s*$")
@@ -187,10 +189,7 @@ def prepared(words: list, plan: Plan, where: str) -> list:
                 f"{where}: more than {MAX_RANKS} ranks: add '<!-- test: set --nproc {MAX_RANKS} -->'"
     if "--dataset" in words:
         dataset = words[words.index("--dataset") + 1]
-        nodes = re.search(r"nodes=(\d+)", dataset)
-        small = dataset in SMALL_DATASETS or (
-            dataset.split(":")[0] in ("sbm", "rmat") and nodes and int(nodes.group(1)) <= MAX_GENERATED_NODES)
-        assert small, f"{where}: --dataset {dataset} is too large for the tests: add a 'set --dataset ...'"
+        assert runs_as_named(dataset), f"{where}: --dataset {dataset} is too large for the tests: add a 'set --dataset ...'"
     return words
 
 
@@ -291,6 +290,55 @@ def test_every_example_is_run_or_marked_with_a_reason():
             continue
         for words in commands_of(block.text):
             prepared(words, plan, block.id)
+
+
+def runs_as_named(dataset: str) -> bool:
+    """A graph small enough for the tests to run as the page names it."""
+    nodes = re.search(r"nodes=(\d+)", dataset)
+    return dataset in SMALL_DATASETS or dataset.endswith(DESCRIPTION) or (
+        dataset.split(":")[0] in ("sbm", "rmat") and bool(nodes) and int(nodes.group(1)) <= MAX_GENERATED_NODES)
+
+
+def replaced_graphs(block: Block) -> list:
+    """The graphs of a block's commands that a 'set --dataset' replaces though they run as named."""
+    plan = plan_of(block)
+    out = []
+    for words in commands_of(block.text) if block.lang == "bash" and not plan.skip else []:
+        if "--dataset" not in words:
+            continue
+        named = words[words.index("--dataset") + 1]
+        scopes = [scope for scope, values in plan.sets if "--dataset" in values]
+        if runs_as_named(named) and any(scope in (None, _subcommand(words)) for scope in scopes):
+            out.append(named)
+    return out
+
+
+WRITES = ("--checkpoint", "--out", "--write-parts", "--metrics")
+
+
+def python_reads_commands_files(page: Path) -> bool:
+    """Whether a Python block of the page names a file that one of its commands writes."""
+    blocks = blocks_of(page)
+    written = {words[i + 1] for b in blocks if b.lang == "bash" for words in commands_of(b.text)
+               for i, w in enumerate(words[:-1]) if w in WRITES}
+    return any(name in b.text for b in blocks if b.lang == "python" for name in written)
+
+
+@pytest.mark.parametrize("page", [p for p in pages() if python_reads_commands_files(p)],
+                         ids=lambda p: p.relative_to(DOCS).as_posix())
+def test_a_page_with_python_runs_the_graphs_it_names(page):
+    """A page's Python that reads its commands' checkpoints or files would pass under a test that
+    swapped the graph of a command where a reader following the page fails (a model trained on
+    one graph asked to predict another): such a page's commands run with the graphs they name."""
+    for block in blocks_of(page):
+        assert not replaced_graphs(block), \
+            f"{block.id}: 'set --dataset' replaces {replaced_graphs(block)}, which the tests can run as named"
+
+
+def test_the_graph_rule_finds_a_swapped_graph():
+    swapped = _block("gnnmesh train --dataset cora --checkpoint c.pt\n", "set --dataset sbm:nodes=300")
+    large = _block("gnnmesh train --dataset github\n", "set --dataset sbm:nodes=300")
+    assert replaced_graphs(swapped) == ["cora"] and replaced_graphs(large) == []
 
 
 # -- the site -------------------------------------------------------------------------------------

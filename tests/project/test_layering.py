@@ -10,7 +10,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "gnnmesh"
 
 # Bottom to top; a module may import from its own layer's earlier entries and from lower layers.
 LAYERS = [
-    ["errors", "structured", "progress", "validate", "locks", "atomic", "checkpoint", "memory", "launch", "host_store"],
+    ["edge_index_view", "errors", "structured", "progress", "validate", "locks", "atomic", "checkpoint", "memory", "launch", "host_store"],
     ["graph", "transforms", "tasks", "datasets"],
     ["ops"],
     ["view", "models", "sampling"],
@@ -21,7 +21,7 @@ LAYERS = [
     ["parallel"],
     ["planner"],
     ["config", "trained", "predict", "train", "predict.run"],
-    ["report", "export"],
+    ["report", "export_user", "export"],
     ["commands", "cli", "__main__"],
 ]
 RANK = {unit: (layer, position) for layer, units in enumerate(LAYERS) for position, unit in enumerate(units)}

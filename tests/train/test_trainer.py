@@ -131,6 +131,20 @@ def test_resume_refuses_other_settings(graph, tmp_path):
         Trainer(Config.of(epochs=4, checkpoint=str(tmp_path / "bad.pt"), resume=True), graph).fit()
 
 
+def test_resume_with_other_model_args_is_one_line_naming_both(graph, tmp_path):
+    """A user's model resumed with other --model-args is refused before its weights are
+    loaded (they would not fit), naming the values; the same arguments spelled otherwise resume."""
+    from pathlib import Path
+    model = f"{Path(__file__).resolve().parents[2] / 'examples' / 'graphconv.py'}:GraphConv"
+    ckpt = str(tmp_path / "c.pt")
+    Trainer(Config.of(model=model, model_args="hidden=8", epochs=1, checkpoint=ckpt), graph).fit()
+    with pytest.raises(ConfigError, match=r"^[^\n]*c.pt: checkpoint was written with different settings: "
+                                          r"model_args \('hidden=8' in the checkpoint, 'hidden=16' now\)$"):
+        Trainer(Config.of(model=model, model_args="hidden=16", epochs=2, checkpoint=ckpt, resume=True), graph).fit()
+    resumed = Trainer(Config.of(model=model, model_args="hidden = 8", epochs=2, checkpoint=ckpt, resume=True), graph)
+    assert resumed.fit().epochs == 2
+
+
 def test_checkpoint_write_is_atomic(graph, tmp_path, monkeypatch):
     ckpt = tmp_path / "c.pt"
     Trainer(Config.of(epochs=2, checkpoint=str(ckpt)), graph).fit()
