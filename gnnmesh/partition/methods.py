@@ -79,7 +79,8 @@ def _import_extra(module: str, method: str):
     try:
         return importlib.import_module(module)
     except ImportError as err:
-        raise MissingExtraError(f"method '{method}' needs {module}: {EXTRA_HINT}") from err
+        raise MissingExtraError(f"method '{method}' needs {module}: {EXTRA_HINT}, "
+                                "or --partitioner lp, which needs no extra") from err
 
 
 def metis(adj: Adjacency, parts: int, epsilon: float, seed: int) -> np.ndarray:

@@ -17,7 +17,9 @@ from typing import Callable, Optional
 
 from ..errors import ConfigError
 
-# The partitioner a run uses when none is given.
+# The partitioner a run uses when none is given: the hypergraph partitioner, for the lowest
+# communication volume. It needs the [partitioners] extra; a plain install is refused in one
+# line naming the extra and --partitioner lp, which needs nothing (the getting-started extras say so).
 DEFAULT = "hp"
 # The one a partition made on ranks each holding a block (parts from --input) uses by default.
 DEFAULT_ON_BLOCKS = "lp"
