@@ -122,7 +122,7 @@ def _grid_shape(name: str, value) -> None:
 
 
 def _links(name: str, value) -> None:
-    from .planner.minibatch_dryrun import parse_links
+    from .parallel.minibatch.dryrun import parse_links
     parse_links(value, name)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..config import Config, strategy_default
 from ..errors import ConfigError
-from ..planner import minibatch_dryrun as dryrun
+from ..parallel.minibatch import dryrun
 from ..partition import METHODS, STOCHASTIC_METHODS, MissingExtraError, partition
 from ..partition.base import RANKED_METHODS
 from ..planner.explain import choice, dropped, table

@@ -8,6 +8,11 @@ from ..validate import parse_bytes
 
 
 def single(config, layout, device):
+    """One process; under ``--minibatch`` the mini-batch contract's single-process form (its
+    every first layer its own)."""
+    if config.training.minibatch:
+        from .minibatch import SingleProcessMiniBatch
+        return SingleProcessMiniBatch()
     from .single import SingleProcess
     return SingleProcess()
 

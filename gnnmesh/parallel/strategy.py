@@ -57,6 +57,11 @@ class Strategy:
     def prepare(self, model: torch.nn.Module) -> None:
         """Plan what depends on the model (called once it is built, before training)."""
 
+    def dry_run_lines(self) -> list:
+        """What the strategy predicted of its own choices before training (a table's lines,
+        printed under the run's header), if it made any."""
+        return []
+
     def forward(self, model: torch.nn.Module, view: GraphView, x: torch.Tensor) -> torch.Tensor:
         """The model's output for this rank's rows. Strategies that change the data layout
         between a model's stages (tensor with a decoupled model, grid3d) override this."""

@@ -112,7 +112,7 @@ def _train(config, parts, quiet, rank, world_size, device) -> Summary:
         say(f"task {trainer.task_note}")
     say(f"model {cfg.model.name}: {sum(p.numel() for p in trainer.model.parameters()):,} parameters, "
         f"strategy {strategy.describe()}, device {device}, {torch.get_num_threads()} threads per rank")
-    lines = getattr(trainer, "dry_run_lines", [])
+    lines = strategy.dry_run_lines()
     if lines:
         say("dry run (one epoch sampled, nothing moved; predicted time per epoch of what the strategies do "
             "differently, the slowest rank's):")
