@@ -99,7 +99,7 @@ for _spec in (
     StrategySpec("single", (), training="both", factory="gnnmesh.parallel.factories:single",
                  summary="one process, the reference every other strategy equals"),
     StrategySpec("partition", ("rows",), ("partition",), factory="gnnmesh.parallel.factories:partition",
-                 planner="gnnmesh.planner.partition:estimate", parts="gnnmesh.parts.partition:write_partition_parts",
+                 planner="gnnmesh.planner.partition:estimate", parts="gnnmesh.parallel.partition.parts:write_partition_parts",
                  summary="1D: vertex rows split by a partitioner, halo rows exchanged (Demirci et al.)"),
     StrategySpec("tensor", ("cols",), ("tensor",), factory="gnnmesh.parallel.factories:tensor",
                  planner="gnnmesh.planner.tensor:estimate", parts="gnnmesh.parallel.tensor.parts:write_tensor_parts",

@@ -25,9 +25,9 @@ HOST_SIDE = {
     ("models/gcn.py", "GCNLayer.__init__"): "parameters, moved with the model",
     ("models/gin.py", "GINLayer.__init__"): "parameters, moved with the model",
     # structure and index arrays: built on the host; the kernels copy what they use
-    ("parallel/halo.py", "_sub_block"): "a block's CSR row pointers (host structure)",
-    ("parallel/halo.py", "local_operator"): "the row of each block entry, to split the block (host structure)",
-    ("parallel/halo.py", "LocalOperator._build_block"): "a block's CSR rebuilt from its parts (host structure)",
+    ("parallel/partition/halo.py", "_sub_block"): "a block's CSR row pointers (host structure)",
+    ("parallel/partition/halo.py", "local_operator"): "the row of each block entry, to split the block (host structure)",
+    ("parallel/partition/halo.py", "LocalOperator._build_block"): "a block's CSR rebuilt from its parts (host structure)",
     ("parallel/minibatch/snp.py", "SourceNodeRoute.serve"): "self-loop values of a host CSR block",
     ("parallel/strategy.py", "Shard.row_ids"): "global ids, for metrics gathered and predictions written",
     ("parallel/tensor/layout_switch.py", "LayoutSwitch.owned_in"): "row ids to exchange, moved by the switch",

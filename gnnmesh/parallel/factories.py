@@ -18,7 +18,7 @@ def single(config, layout, device):
 
 
 def partition(config, layout, device):
-    from .partition import PartitionParallel
+    from .partition.strategy import PartitionParallel
     part = config.partition
     return PartitionParallel(layout, device, method=part.partitioner, epsilon=part.epsilon,
                              seed=config.training.seed, partition_file=part.partition_file)

@@ -9,6 +9,10 @@ nothing else, plus a manifest that says how it was made:
     rank-00000/         rank 0's arrays as plain .npy files (see the writer of each kind)
     rank-00001/ ...
 
+This module checks what every kind shares; the module of each kind's writer (the registry's
+``parts`` entry) checks the fields and names the arrays its kind adds (``check_fields``,
+``required_files``).
+
 A rank opens the manifest and its own folder only, so a host may hold just the folders of
 the ranks it runs. Files are verified against the manifest's checksums before use: a
 missing, truncated or altered file is a GraphError naming it.
@@ -16,6 +20,7 @@ missing, truncated or altered file is a GraphError naming it.
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 from typing import Optional
@@ -99,29 +104,49 @@ def _show(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _count(value, low: int = 0, high: int = COUNT_LIMIT) -> bool:
+def is_count(value, low: int = 0, high: int = COUNT_LIMIT) -> bool:
+    """Whether ``value`` is an int (not a bool) in ``[low, high]``."""
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
-def _check_manifest(m: dict) -> None:
-    """Raise ValueError naming the first field of the manifest ``m`` that no writer writes (a
-    count that is no count, a name that is no string, a list of the wrong length), so that a
-    rank reads its arrays against sound sizes; the arrays are checked as they load."""
-    def need(field: str, ok, what: str) -> None:
+VERTEX_FILES = ("x", "y", "train_mask", "val_mask", "test_mask")  # in every rank's folder of every kind
+
+
+class ManifestFields:
+    """A parts manifest being checked: ``need`` raises a ValueError naming the first field no
+    writer writes (a count that is no count, a name that is no string, a list of the wrong length)."""
+
+    def __init__(self, manifest: dict):
+        self.m = manifest
+
+    def need(self, field: str, ok, what: str) -> None:
         if not ok:
-            value = m
+            value = self.m
             for key in field.replace("]", "").replace("[", ".").split("."):
                 value = value.get(key) if isinstance(value, dict) else \
                     value[int(key)] if isinstance(value, list) and key.isdigit() and int(key) < len(value) else None
             raise ValueError(f"field '{field}' must be {what}, got {_show(value)}")
 
+
+def kind_format(kind: str):
+    """The module of ``kind``'s parts writer (the registry's ``parts`` entry): it checks the
+    manifest fields its kind adds (``check_fields``) and names its arrays (``required_files``)."""
+    writer = next(s.parts for s in strategies.REGISTRY.values() if s.name == kind and s.parts)
+    return importlib.import_module(writer.partition(":")[0])
+
+
+def _check_manifest(m: dict) -> None:
+    """Check the fields every kind shares, then the kind's own (its writer's ``check_fields``),
+    so that a rank reads its arrays against sound sizes; the arrays are checked as they load."""
+    fields = ManifestFields(m)
+    need = fields.need
     need("kind", m.get("kind") in KINDS, f"one of {', '.join(KINDS)}")
-    need("parts", _count(m.get("parts"), 1, 2**31), "a count of parts >= 1")
+    need("parts", is_count(m.get("parts"), 1, 2**31), "a count of parts >= 1")
     for field in ("name", "dataset", "how", "fingerprint"):
         need(field, isinstance(m.get(field), str), "a string")
-    need("num_nodes", _count(m.get("num_nodes"), 1), "a node count >= 1")
-    need("num_features", _count(m.get("num_features"), 1, 2**31), "a width >= 1")
-    need("num_classes", _count(m.get("num_classes"), 1, MAX_CLASSES), f"a width in [1, {MAX_CLASSES:,}]")
+    need("num_nodes", is_count(m.get("num_nodes"), 1), "a node count >= 1")
+    need("num_features", is_count(m.get("num_features"), 1, 2**31), "a width >= 1")
+    need("num_classes", is_count(m.get("num_classes"), 1, MAX_CLASSES), f"a width in [1, {MAX_CLASSES:,}]")
     parts, ranks = m["parts"], m.get("ranks")
     need("ranks", isinstance(ranks, list) and len(ranks) == parts, f"a list of {parts} rank entries")
     for r, rank in enumerate(ranks):
@@ -130,59 +155,12 @@ def _check_manifest(m: dict) -> None:
         need(f"ranks[{r}].files", isinstance(files, dict) and all(
             isinstance(k, str) and k and "/" not in k and not k.startswith(".") and isinstance(v, str)
             for k, v in files.items()), "an object of file names and checksums")
-        if m["kind"] == "partition":
-            need(f"ranks[{r}].owned", _count(rank.get("owned"), 0, m["num_nodes"]), "a count of nodes")
-    if m["kind"] == "partition":
-        need("num_nodes", sum(rank["owned"] for rank in ranks) == m["num_nodes"], "the nodes the ranks own")
-        need("method", isinstance(m.get("method"), str), "a string")
-        structures, operators = m.get("structures"), m.get("operators")
-        need("structures", isinstance(structures, dict), "an object")
-        for name, info in structures.items():
-            where = f"structures.{name}"
-            need(where, isinstance(info, dict), "an object")
-            need(f"{where}.nnz", isinstance(info.get("nnz"), list) and len(info["nnz"]) == parts
-                 and all(_count(v) for v in info["nnz"]), f"a list of {parts} entry counts")
-            send = info.get("send_counts")
-            need(f"{where}.send_counts", isinstance(send, list) and len(send) == parts and all(
-                isinstance(row, list) and len(row) == parts and all(_count(v) for v in row) for row in send),
-                f"{parts} lists of {parts} row counts")
-        need("operators", isinstance(operators, dict), "an object")
-        for name, info in operators.items():
-            need(f"operators.{name}", isinstance(info, dict) and isinstance(info.get("structure"), str)
-                 and info["structure"] in structures and isinstance(info.get("values"), bool),
-                 "an object naming one of the structures and whether it has values")
-    elif m["kind"] == "grid3d":
-        grid = m.get("grid")
-        need("grid", isinstance(grid, list) and len(grid) == 3 and all(_count(g, 1, parts) for g in grid)
-             and grid[0] * grid[1] * grid[2] == parts, f"three grid sizes whose product is the {parts} parts")
-        need("layers", m.get("layers") is None or _count(m.get("layers"), 1, 5), "a count of layers below 6 or null")
-    else:
-        need("weighted", isinstance(m.get("weighted"), bool), "true or false")
-    required = _required_files(m)
+    kind = kind_format(m["kind"])
+    kind.check_fields(fields)
+    required = list(VERTEX_FILES) + kind.required_files(m)
     for r, rank in enumerate(ranks):
         missing = [name for name in required if name not in rank["files"]]
         need(f"ranks[{r}].files", not missing, f"an object listing every file of the rank (no {missing[:1]})")
-        if m["kind"] == "tensor":
-            need(f"ranks[{r}].files", m["weighted"] == ("adj.values" in rank["files"]),
-                 f"an object {'with' if m['weighted'] else 'without'} 'adj.values' (the graph is "
-                 f"{'' if m['weighted'] else 'not '}weighted)")
-
-
-def _required_files(m: dict) -> list:
-    """The arrays every rank's folder of the parts ``m`` describes holds (``m`` checked so far)."""
-    names = ["x", "y", "train_mask", "val_mask", "test_mask"]
-    if m["kind"] == "partition":
-        names.append("owned")
-        for structure in m["structures"]:
-            names += [f"{structure}.{part}" for part in ("indptr", "indices", "entries", "halo", "send")]
-        names += [f"{op}.values" for op, info in m["operators"].items() if info["values"]]
-    elif m["kind"] == "tensor":
-        names += ["adj.indptr", "adj.indices"]
-    else:
-        names.append("orders")
-        for k in range(m["layers"] or 6):  # the blocks repeat with period six
-            names += [f"adj-{k}.{part}" for part in ("indptr", "indices", "values")]
-    return names
 
 
 class Parts:
@@ -337,25 +315,11 @@ class RankPart:
             raise GraphError(self.where("y") + f"holds {y.dtype} of shape {list(y.shape)}, not the "
                              f"{self.parts.task} labels the manifest says")
         check_vertex_data(where, rows, None, y, self.parts.num_classes, masks)
-        if x_rows is None and self.parts.kind == "grid3d":  # its block of the features, as written
-            x_rows, width = self._feature_block()
         features = x.shape[0] if x_rows is None and x.dim() == 2 else rows if x_rows == -1 else x_rows
         check_vertex_data(where, features, x, None, None, {}, width)
         if x.dtype != torch.float32:
             raise GraphError(self.where("x") + f"expected float32 features, as written, got {x.dtype}")
         return (x, y, *masks.values())
-
-    def _feature_block(self) -> tuple:
-        """(rows, columns) of a grid3d rank's block of the input features as its writer cuts it
-        (``gnnmesh.parallel.grid3d.parts``): layer 0's column block of the nodes, its share of the features."""
-        from ..layout import ParallelLayout
-        from ..layout.grid import AXES, roles
-        from ..layout.ranges import cut
-        dims = dict(zip(AXES, self.parts.manifest["grid"]))
-        me, r = ParallelLayout.of_grid(dims).coordinates(self.rank), roles(0)
-        rows = cut(self.parts.num_nodes, dims[r.cols], me[r.cols])
-        columns = cut(self.parts.num_features, dims[r.feats], me[r.feats])
-        return rows.stop - rows.start, columns.stop - columns.start
 
     def orders(self, name: str, nodes: int, count: int = 2) -> np.ndarray:
         """Node orders [``count``, ``nodes``] (grid3d's two), each a permutation of 0..nodes-1."""

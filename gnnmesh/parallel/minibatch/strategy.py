@@ -10,7 +10,7 @@ from typing import Optional
 import numpy as np
 
 from ..distributed import DistributedStrategy
-from ..partition import agreed_partition
+from ..partition.strategy import agreed_partition
 from ..single import whole_graph
 from . import dryrun, route_choice
 from .contract import BatchSetup, FeatureSupply, MiniBatchStrategy

@@ -22,7 +22,7 @@ from ... import progress
 from ...atomic import staged_directory
 from ...graph import Graph
 from ...layout.ranges import block_bounds
-from ...parts.store import OUTPUT, graph_facts, rank_folder, save_array, write_manifest
+from ...parts.store import OUTPUT, ManifestFields, graph_facts, rank_folder, save_array, write_manifest
 from ...parts.vertex import VertexData
 
 
@@ -64,3 +64,19 @@ def _link_or_copy(source: Path, target: Path) -> None:
         os.link(source, target)
     except OSError:
         shutil.copyfile(source, target)
+
+
+def check_fields(fields: ManifestFields) -> None:
+    """The manifest fields tensor parts add: whether the graph is weighted, which every rank's
+    files agree with (``parts/store.py`` checks what every kind shares)."""
+    m, need = fields.m, fields.need
+    need("weighted", isinstance(m.get("weighted"), bool), "true or false")
+    for r, rank in enumerate(m["ranks"]):
+        need(f"ranks[{r}].files", m["weighted"] == ("adj.values" in rank["files"]),
+             f"an object {'with' if m['weighted'] else 'without'} 'adj.values' (the graph is "
+             f"{'' if m['weighted'] else 'not '}weighted)")
+
+
+def required_files(m: dict) -> list:
+    """The arrays of a rank's folder beyond its vertex data: the whole topology."""
+    return ["adj.indptr", "adj.indices"]

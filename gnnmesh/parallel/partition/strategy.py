@@ -12,14 +12,14 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .. import ops
-from ..comm import agreed, setup_comm
-from ..errors import ConfigError, GraphError
-from ..layout import ParallelLayout
-from ..parts.agreement import check_manifest, check_halos, check_held_once
-from ..view import GraphView
-from .strategy import Shard
-from .distributed import DistributedStrategy
+from ... import ops
+from ...comm import agreed, setup_comm
+from ...errors import ConfigError, GraphError
+from ...layout import ParallelLayout
+from ...parts.agreement import check_manifest, check_halos, check_held_once
+from ...view import GraphView
+from ..distributed import DistributedStrategy
+from ..strategy import Shard
 from .halo import HaloGather, HaloSpMM, build_local_operator, local_operator
 
 
@@ -144,7 +144,7 @@ def agreed_partition(graph, world: int, rank: int, method: str, epsilon: float, 
 
 def _compute_partition(graph, world, method, epsilon, seed, partition_file, sampling=None):
     try:
-        from .. import partition as partitioning
+        from ... import partition as partitioning
         if partition_file:
             return partitioning.load_partition(partition_file, graph, parts=world)
         if method in partitioning.STOCHASTIC_METHODS:
@@ -157,7 +157,7 @@ def _compute_partition(graph, world, method, epsilon, seed, partition_file, samp
 def read_operator(part, name: str, comm) -> tuple:
     """(block, send ids per peer, rows received per peer, a function reading its entry ids) of
     operator ``name`` as written in this rank's folder of a parts directory
-    (``gnnmesh.parts.partition``), every array checked."""
+    (``gnnmesh.parallel.partition.parts``), every array checked."""
     manifest = part.parts.manifest
     info = manifest["operators"].get(name)
     if info is None:

@@ -16,7 +16,7 @@ Rank r of P:
    (``partition.halo.local_halo``), and writes its folder.
 
 The folders are those ``write_partition_parts`` writes from the whole graph, bit for bit,
-for the same graph and partition (``tests/parts/test_from_shards.py``). Besides its share
+for the same graph and partition (``tests/parallel/partition/test_parts_from_shards.py``). Besides its share
 of the graph a rank holds a few vectors over all nodes: the part, the row counts and the
 degree of every node, a few tens of bytes a node.
 
@@ -35,16 +35,16 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .. import comm as comms
-from .. import locks
-from ..atomic import staged_directory
-from ..datasets import sorted_unique
-from ..errors import ConfigError, GraphError
-from ..partition.base import DISTRIBUTED_METHODS, add_sums, entry_sums, structure_key
-from ..partition.halo import local_halo
-from ..partition.methods import contiguous_parts, random_parts
-from ..view import OPERATORS
-from .store import FORMAT_VERSION, MANIFEST, OUTPUT, rank_folder, save_array, write_manifest
+from ... import comm as comms
+from ... import locks
+from ...atomic import staged_directory
+from ...datasets import sorted_unique
+from ...errors import ConfigError, GraphError
+from ...partition.base import DISTRIBUTED_METHODS, add_sums, entry_sums, structure_key
+from ...partition.halo import local_halo
+from ...partition.methods import contiguous_parts, random_parts
+from ...parts.store import FORMAT_VERSION, MANIFEST, OUTPUT, rank_folder, save_array, write_manifest
+from ...view import OPERATORS
 
 METHODS = DISTRIBUTED_METHODS  # the partitioners that run on the ranks' blocks
 ROUND_ITEMS = 1 << 21  # items (edges, rows) one rank sends in one all-to-all round
@@ -176,7 +176,7 @@ def _assign(comm, rows: _Rows, method: str, parts: int, epsilon: float, seed: in
     if method == "contiguous":
         weights = _gather(comm, rows.counts + 1)
         return contiguous_parts(weights, parts)
-    from ..partition.propagate import propagate
+    from ...partition.propagate import propagate
     indptr = np.concatenate([[0], np.cumsum(rows.counts)])
     lo = int(rows.owned[0]) if len(rows.owned) else _share(n, parts, comm.rank)[0]
     labels = propagate(comm, lo, lo + len(rows.owned), indptr, rows.cols, n, parts, epsilon, seed)
