@@ -66,8 +66,7 @@ from ...view import GraphView
 from ..distributed import DistributedStrategy
 from ..strategy import Shard
 from .blocks import GridBlocks
-from .collectives import Aggregate, PartialSum, Replicated, ScatterColumns, ToLossRows
-from .logits import logit_route
+from .collectives import Aggregate, PartialSum, Replicated, ScatterColumns, ToLossRows, logit_route
 from .parts import feature_block
 
 __all__ = ["Grid3D", "GridView"]

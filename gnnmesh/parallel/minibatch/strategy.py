@@ -9,8 +9,8 @@ from typing import Optional
 
 import numpy as np
 
+from ..agreed_partition import agreed_partition
 from ..distributed import DistributedStrategy
-from ..partition.strategy import agreed_partition
 from ..single import whole_graph
 from . import dryrun, route_choice
 from .contract import BatchSetup, FeatureSupply, MiniBatchStrategy

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ...layout import ParallelLayout
-from ..partition.strategy import agreed_partition
+from ..agreed_partition import agreed_partition
 from . import costs
 from .host_tier import HostTier, HostTierStrategy
 from .pipeline import FEATURES
