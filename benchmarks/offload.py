@@ -11,7 +11,7 @@ fits in when that is more (a hub's neighbourhood at the widest layer), and K is 
 
 * traffic (HongTu Table 8), from the plan: alpha, host -> fast bytes per epoch without dedup
   and with each mode on ``--ranks`` ranks (a METIS partition, as HongTu), and the saving.
-  The training counters equal these predictions exactly (tests/test_offload.py);
+  The training counters equal these predictions exactly (tests/parallel/offload/test_strategy.py);
 * time, measured side by side: the in-memory single process and offload on one rank at that
   budget, the median epoch (first epoch left out) and the range, and their ratio;
 * memory: offload's measured fast-tier peak (resident memory above the setup's) against the budget.

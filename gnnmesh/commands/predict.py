@@ -49,7 +49,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args, argv) -> int:
     from .. import checkpoint  # heavy imports only when predicting
-    from ..train.prediction import Request, with_model
+    from ..predict.run import Request, with_model
     request = Request(args.checkpoint, args.out, args.output, args.layer, args.nodes, args.fmt, args.weights,
                       args.user_model)
     request.check()
@@ -63,7 +63,7 @@ def run(args, argv) -> int:
     if launched is not None:
         return launched
     from .. import progress
-    from ..train.prediction import run_prediction
+    from ..predict.run import run_prediction
     if args.quiet:
         progress.disable()
     run_prediction(config, request, quiet=args.quiet)

@@ -8,7 +8,7 @@ every X x Y x Z grid of P ranks. They are ranked by ``epoch_s + setup_s / epochs
 predicted epoch with the one-off setup spread over the run. Ranked for ``inference``, each
 candidate's ``epoch_s`` is one inference pass (the evaluation's forward in eval mode alone)
 and its setup counts in full (``epochs`` is 1). Each model's bytes are checked
-against runs on its own (``tests/test_planner_estimates.py``); the ranking across strategies,
+against runs on its own (``tests/planner/test_estimates.py``); the ranking across strategies,
 which rests on their times, is checked against measured epochs by ``benchmarks/planner.py``.
 """
 

@@ -2,7 +2,7 @@
 device's memory (``--cache-memory``), the rest read from a source. The source is a
 ``RowStore`` (the rows in host memory, ``ram``, or a file read with positioned I/O,
 ``--host-store file``), or, across machines, a store of this host's rows with the others
-asked of their hosts (``parallel.minibatch.feature_shards``). Counts what it serves per
+asked of their hosts (``parallel.minibatch.feature_homes``). Counts what it serves per
 epoch, as DGL's GraphBolt does: rows found in the cache (hits) and not (misses), and the
 bytes each tier gave (a row read twice in one read counts twice: it is gathered twice)."""
 

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from gnnmesh import strategies
-from tests.test_layering import PACKAGE, imports
+from tests.project.test_layering import PACKAGE, imports
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "contributing" / "layout.md"
 MAX_FILES, MAX_FOLDERS = 8, 3
@@ -99,5 +99,5 @@ def test_the_checker_sees_a_missing_a_forgotten_and_a_mismarked_file():
     marked = {"single": (True, ["parallel/single.py"])}
     assert problems(marked) == ["single: 1 files in 1 folders, marked over"]
     many = [f"parallel/minibatch/{m}.py" for m in ("strategy", "contract", "route", "nfp", "route_choice", "dryrun",
-                                                   "exchange", "feature_shards", "snp")]
+                                                   "exchange", "feature_homes", "snp")]
     assert problems({"nfp": (False, many)}) == ["nfp: 9 files in 1 folders, not marked over"]

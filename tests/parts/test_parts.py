@@ -26,7 +26,7 @@ from tests.dist import run_ranks
 from tests.helpers import model_fields, random_graph, layout
 from tests.parity import assert_same_run, train
 
-EPOCHS = 12
+EPOCHS = 5  # several steps of Adam: parameters and moments carried from epoch to epoch
 
 
 def make_graph(weighted=False):

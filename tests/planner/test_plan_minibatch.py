@@ -32,7 +32,7 @@ def _dry_run(rank, world):
 @pytest.mark.parametrize("world", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_the_plans_counts_are_a_jobs_dry_run(world):
     """Every route's per-rank bytes and calls equal what the job's own dry run counts (which
-    the run's counters equal: tests/test_minibatch.py)."""
+    the run's counters equal: tests/parallel/minibatch/test_strategy.py)."""
     job = {p.name: p for p in run_ranks(_dry_run, world, timeout=280)[0]}
     g = graph()
     owner = partition(g, world, "rp", epsilon=0.01, seed=SEED, cache=False).assignment

@@ -23,7 +23,7 @@ from gnnmesh.train.trainer import input_features
 from gnnmesh.view import GraphView
 
 from tests.helpers import gnnmesh as run_cli, gnnmesh_in_process, one_error_line
-from tests.test_untrusted_files import hostile_checkpoint
+from tests.system.test_untrusted_files import hostile_checkpoint
 
 SBM = "sbm:nodes=300,classes=4,features=12,seed={}"
 

@@ -16,7 +16,7 @@ from ...sampling import FeatureTier
 from ...sampling.features import LocalSource, RowStore
 from . import dryrun
 from .contract import BatchSetup, FeatureSupply
-from .feature_shards import FeatureHomes, ShardedSource
+from .feature_homes import FeatureHomes, ShardedSource
 
 # Bytes of one feature value (float32) in a row a cache or a store holds.
 VALUE_BYTES = 4

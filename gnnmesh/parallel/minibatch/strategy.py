@@ -15,7 +15,7 @@ from ..single import whole_graph
 from . import dryrun, route_choice
 from .contract import BatchSetup, FeatureSupply, MiniBatchStrategy
 from .exchange import GRAPH, SHUFFLE
-from .feature_shards import FEATURES, job_hosts
+from .feature_homes import FEATURES, job_hosts
 
 
 class MiniBatchParallel(DistributedStrategy, MiniBatchStrategy):

@@ -21,7 +21,7 @@ EDGE_BYTES = 40  # per entry: block structure, attention scores, softmax and dro
 # where the fast tier is resident memory, the process grows once setup is done by the pages of
 # the kernels the first epoch runs (about 9 MiB), the interpreter's and the allocator's own
 # growth and the record each epoch keeps: measured 10-12 MiB over 40 epochs, 1 and 2 ranks,
-# every model, cora and generated graphs (tests/test_budgets.py runs the smallest budgets).
+# every model, cora and generated graphs (tests/parallel/test_budgets.py runs the smallest budgets).
 RESIDENT = 16 * 2**20
 LOSS_COPIES = 4
 # Per value of the features' dropout pass (a piece of at most DROP_PIECE values at a time): the

@@ -10,7 +10,7 @@ from tests.helpers import model_fields, random_graph, layout
 from tests.parity import assert_same_run, train
 
 MODELS = ["gcn", "sage", "gin", "gat", "decoupled-gcn"]
-EPOCHS = 20
+EPOCHS = 5  # several steps of Adam: parameters and moments carried from epoch to epoch
 
 
 def make_graph():

@@ -9,7 +9,7 @@ from tests.dist import run_ranks
 from tests.helpers import layout, random_graph, taken
 from tests.parity import assert_same_run, train
 
-EPOCHS = 20
+EPOCHS = 5  # several steps of Adam: parameters and moments carried from epoch to epoch
 NAIVE = ["gcn", "sage", "gin", "gat"]
 DECOUPLED = ["gcn", "sage", "gat"]  # their decoupled forms
 # (chunk rows, pipelined): one chunk, several chunks overlapped; without overlap for two models

@@ -73,7 +73,7 @@ def test_the_smallest_offload_budget_holds_on_one_rank(tmp_path, overlap):
 def test_the_smallest_budget_of_every_engine_holds(tmp_path, engine, dataset, request):
     if dataset == "cora":
         request.getfixturevalue("data_root")  # skips without the real datasets
-    smallest_budget_holds(dataset, ENGINES[engine], 4, tmp_path)
+    smallest_budget_holds(dataset, ENGINES[engine], 2, tmp_path)  # the first epoch and one after it
 
 
 @pytest.mark.timeout(120)

@@ -3,6 +3,7 @@ snp, dnp) equal to single-process mini-batch training on the same batches, on 1 
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -107,6 +108,17 @@ def _train(rank, world, runs):
     return out
 
 
+@functools.lru_cache(maxsize=None)
+def _single(model):
+    """The single process's run of ``model``, once per module: every strategy, on every
+    number of ranks, compares with it."""
+    return _train(0, 1, [(model, "single", {})])[0]
+
+
+def _singles(runs) -> list:
+    return [_single(model) for model, _, _ in runs]
+
+
 def _train_on_hosts(rank, world, hosts, runs):
     """``_train`` in a job of ``hosts`` machines (the ranks per host as torchrun sets them)."""
     os.environ["LOCAL_WORLD_SIZE"] = str(world // hosts)
@@ -152,7 +164,7 @@ def _check_against_single(runs, got, want, world):
 @pytest.mark.parametrize("world", [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(3, marks=pytest.mark.slow), pytest.param(4, marks=pytest.mark.slow)])
 def test_every_strategy_equals_single_process_minibatch(world):
     runs = runs_for(world)
-    want = _train(0, 1, [(m, "single", {}) for m, _, _ in runs])
+    want = _singles(runs)
     got = run_ranks(_train, world, runs, timeout=600) if world > 1 else [_train(0, 1, runs)]
     _check_against_single(runs, got, want, world)
 
@@ -187,7 +199,7 @@ HOST_RUNS = [("gcn", s, f) for s, f in STRATEGIES.items()] + [("gat", "dnp", STR
 @pytest.mark.slow
 @pytest.mark.parametrize("world, hosts", [(2, 2), (4, 2)])
 def test_features_spread_over_hosts_train_the_single_process_model(world, hosts):
-    want = _train(0, 1, [(m, "single", {}) for m, _, _ in HOST_RUNS])
+    want = _singles(HOST_RUNS)
     got = run_ranks(_train_on_hosts, world, hosts, HOST_RUNS, timeout=600)
     _check_against_single(HOST_RUNS, got, want, world)
     per_host = world // hosts

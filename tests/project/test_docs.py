@@ -46,7 +46,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 TIMEOUT = 240  # seconds per command
 EPOCHS = "2"

@@ -22,11 +22,11 @@ from ..atomic import check_replaceable
 from ..config import Config
 from ..errors import ConfigError
 from ..launch import world_from_env
-from ..predict import FORMATS, Output, write
-from ..predict.nodes import CHOICES
-from ..predict.store import OUTPUT
-from .run import adopt_parts, given_dataset, load_once_per_host
-from .trainer import Trainer, rank_device
+from ..train.run import adopt_parts, given_dataset, load_once_per_host
+from ..train.trainer import Trainer, rank_device
+from . import FORMATS, Output, write
+from .nodes import CHOICES
+from .store import OUTPUT
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ import ast
 import sys
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "gnnmesh"
+PACKAGE = Path(__file__).resolve().parents[2] / "gnnmesh"
 
 # Bottom to top; a module may import from its own layer's earlier entries and from lower layers.
 LAYERS = [
@@ -18,7 +18,7 @@ LAYERS = [
     ["partition", "parts"],
     ["parallel"],
     ["planner"],
-    ["settings", "config", "trained", "predict", "train"],
+    ["settings", "config", "trained", "predict", "train", "predict.run"],
     ["report", "export"],
     ["commands", "cli", "__main__"],
 ]
@@ -26,8 +26,14 @@ RANK = {unit: (layer, position) for layer, units in enumerate(LAYERS) for positi
 
 
 def unit_of(module: str) -> str:
-    """The top-level unit (package or module) of ``gnnmesh.<module>``."""
-    return module.split(".")[0]
+    """The unit of ``gnnmesh.<module>``: the longest leading part of its name that has a layer
+    of its own (a module such as ``predict.run`` sits above the rest of its package), else its
+    top-level package or module."""
+    parts = module.split(".")
+    for end in range(len(parts), 1, -1):
+        if ".".join(parts[:end]) in RANK:
+            return ".".join(parts[:end])
+    return parts[0]
 
 
 def imports(path: Path):

@@ -4,7 +4,7 @@ links into the documentation resolve."""
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 MAX_LINES = 200
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "gnnmesh"
+PACKAGE = Path(__file__).resolve().parents[2] / "gnnmesh"
 # The code a training step or a prediction runs through.
 SCANNED = ["parallel", "ops", "models", "train", "view.py", "tasks.py", "comm.py", "host_store.py"]
 FACTORIES = {"empty", "zeros", "ones", "full", "arange", "rand", "randn", "tensor", "eye", "linspace"}
@@ -35,7 +35,7 @@ HOST_SIDE = {
     ("parallel/tensor/host_store.py", "TensorOffload.shard"): "global ids of the host tier's rows",
     ("parallel/offload/host_tier.py", "HostTier.shard"): "an empty stand-in for features kept in the host tier",
     # host memory by design
-    ("parallel/minibatch/feature_shards.py", "ShardedSource.read"): "feature rows read from a host store",
+    ("parallel/minibatch/feature_homes.py", "ShardedSource.read"): "feature rows read from a host store",
     ("host_store.py", "HostStore.create"): "the host tier's tables",
     ("host_store.py", "HostStore.read"): "pinned staging (the device's tensor is made with its device)",
     ("comm.py", "Comm.irecv"): "gloo receives CUDA tensors through host memory",

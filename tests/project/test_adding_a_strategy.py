@@ -13,7 +13,7 @@ from tests.dist import run_ranks
 from tests.helpers import random_graph
 from tests.parity import assert_same_run, train
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "contributing" / "adding-a-strategy.md"
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from gnnmesh import tasks
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("name, task", [("multilabel", "multilabel"), ("regression", "regression")])

@@ -22,7 +22,7 @@ sets' meta.json, config files, OGB directories, edge lists, MatrixMarket and ``.
 
 Every property runs twice, each time the same cases (a fixed seed): 1,150 cases in all in the
 fast suite (``-m "not slow"``) and 16,750 others among the slow tests, about two minutes
-together on two cores. ``GNNMESH_FUZZ_EXAMPLES=5000 python -m pytest tests/test_fuzz.py -m slow``
+together on two cores. ``GNNMESH_FUZZ_EXAMPLES=5000 python -m pytest tests/system/test_fuzz.py -m slow``
 makes each slow run 5,000 cases drawn afresh every time; a failure prints its case and a
 ``@reproduce_failure`` line to replay it.
 """
