@@ -34,7 +34,7 @@ def agreed_partition(graph, world: int, rank: int, method: str, epsilon: float, 
 
 def _compute_partition(graph, world, method, epsilon, seed, partition_file, sampling=None):
     try:
-        from ... import partition as partitioning
+        from .. import partition as partitioning
         if partition_file:
             return partitioning.load_partition(partition_file, graph, parts=world)
         if method in partitioning.STOCHASTIC_METHODS:

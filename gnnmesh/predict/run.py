@@ -113,7 +113,7 @@ def _predict(config, request, state, saved, parts, quiet, rank, world_size) -> O
             nonlocal loaded
             loaded = _load(config)
             return loaded[0]
-        from .auto import choose
+        from ..train.auto import choose
         config, _ = choose(config, load, rank, world_size, say, inference=trained.widths_of(state).classes)
     if parts is not None:
         data = parts
