@@ -3,13 +3,16 @@ labelled rows are dealt out among the ranks, so that each rank's loss covers its
 Summed over ranks, the gradients are the single process's, so the run equals it.
 
 It saves nothing (each rank does all the work); it shows what a strategy consists of: a
-``Strategy`` that says what a rank holds (``shard``), a factory, and one registry line.
+``Strategy`` that says what a rank holds (``rank_data``), a factory, and one registry line.
 """
+
+from dataclasses import replace
 
 import torch
 
-from gnnmesh.parallel import Shard
+from gnnmesh.parallel import RankData
 from gnnmesh.parallel.distributed import DistributedStrategy
+from gnnmesh.planner.partition import one_process
 from gnnmesh.strategies import StrategySpec, register
 from gnnmesh.view import GraphView
 
@@ -19,13 +22,13 @@ class Replicated(DistributedStrategy):
 
     name = "replicated"
 
-    def shard(self, graph, x, seed, device):
+    def rank_data(self, graph, x, seed, device):
         mine = torch.arange(graph.num_nodes) % self.world_size == self.rank
         # The view's dropout masks are keyed by global row ids and the seed: the same on every
         # rank, and the same as the single process's.
         view = GraphView(graph.adj, seed=seed, device=device)
         masks = [(mask & mine).to(device) for mask in (graph.train_mask, graph.val_mask, graph.test_mask)]
-        return Shard(view, x.to(device), graph.y.to(device), *masks)
+        return RankData(view, x.to(device), graph.y.to(device), *masks)
 
 
 def build(config, layout, device):
@@ -33,5 +36,14 @@ def build(config, layout, device):
     return Replicated(layout, device)
 
 
-SPEC = register(StrategySpec("replicated", dims=("rows",), factory=f"{__name__}:build",
+def plan(job):
+    """Its planner model, which ``gnnmesh plan`` and ``--strategy auto`` ask (the ``PlanJob``
+    protocol of ``gnnmesh.planner.job``): on several ranks, every rank does the single
+    process's work, so it is priced as the single process (its gradients' sum left out)."""
+    if job.ranks == 1:
+        return []
+    return [replace(one_process(job), strategy="replicated", settings={"strategy": "replicated"})]
+
+
+SPEC = register(StrategySpec("replicated", dims=("rows",), factory=f"{__name__}:build", planner=f"{__name__}:plan",
                              summary="every rank computes the whole graph; the labelled rows are dealt out"))

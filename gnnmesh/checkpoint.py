@@ -1,10 +1,22 @@
-"""Checkpoints, written atomically (see ``gnnmesh.atomic``): a crash or a signal mid-write
-never leaves a truncated checkpoint behind, nor (after the next run) a temporary file.
+"""The checkpoint format: what a training run writes (``written``, ``save``), how a file is
+checked and brought to the current layout (``load``: ``structure_problem``, ``migrated``), and
+what its readers take of it (``widths``, ``weights``, ``settings``, ``progress``, ``job``,
+``user_model_sha256``). No other module knows its keys.
 
+Layout (``VERSION`` 2): ``version``; ``epoch``; ``model`` and ``optimizer``, their state dicts;
+``best``, the best-validation selection (epoch, val_acc, test_acc, its weights or None);
+``history``, the epoch records; ``config``, the flat settings; ``widths``, the model's input
+width and number of classes; ``job``, the elastic job that wrote it (or None); ``user_model``,
+a user's model's name and file hash (or None). Version 1, the layout before it, had no
+``version`` and might lack ``widths``, ``job`` and ``user_model``; it is migrated on reading
+(its widths read from the weights' shapes).
+
+Checkpoints are written atomically (see ``gnnmesh.atomic``): a crash or a signal mid-write
+never leaves a truncated checkpoint behind, nor (after the next run) a temporary file.
 Reading one never runs code: it is unpickled by torch's weights-only loader, which builds
 tensors, dicts, lists, tuples, numbers, strings and None and refuses anything else (a
 pickle naming a function or class to call), and its structure is then checked against
-what the trainer writes. A damaged, foreign or hostile file is a ConfigError naming it.
+the layout. A damaged, foreign or hostile file is a ConfigError naming it.
 """
 
 from __future__ import annotations
@@ -15,12 +27,24 @@ import zipfile
 import zlib
 from numbers import Real
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import torch
 
 from .atomic import atomic_file
 from .errors import ConfigError
+
+VERSION = 2  # the layout written; 1: the unversioned layout before it, migrated on reading
+WEIGHTS = ("best", "last")  # the best-validation model (what training reports), or the last epoch's
+
+
+def written(*, epoch: int, model: dict, optimizer: dict, best: dict, history: list, config: dict,
+            features: int, classes: int, job: Optional[str], user_model: Optional[dict] = None) -> dict:
+    """The checkpoint of a training run after ``epoch`` (see the module's docstring)."""
+    return {"version": VERSION, "epoch": epoch, "model": model, "optimizer": optimizer, "best": best,
+            "history": history, "config": config, "widths": {"features": features, "classes": classes},
+            "job": job, "user_model": user_model}
 
 
 def save(path, state: dict) -> None:
@@ -45,7 +69,10 @@ def load(path) -> dict:
     problem = structure_problem(state)
     if problem:
         raise ConfigError(f"{path}: not a gnnmesh checkpoint ({problem})")
-    return state
+    try:
+        return migrated(state)
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None
 
 
 def _damaged_record(path: Path) -> str:
@@ -72,12 +99,20 @@ def _damaged_record(path: Path) -> str:
 
 
 def structure_problem(state) -> str:
-    """What keeps ``state`` from being a checkpoint the trainer wrote ('' if nothing)."""
+    """What keeps ``state`` from being a checkpoint of a layout this version reads ('' if nothing)."""
     if not isinstance(state, dict):
         return f"holds {type(state).__name__}, not a dict"
+    version = state.get("version", 1)
+    if not (_count(version) and 1 <= version <= VERSION) or state.get("version") == 1:
+        return f"format version {_show(version)}; this gnnmesh reads versions 1 (unversioned) to {VERSION}"
     missing = [k for k in ("epoch", "model", "optimizer", "best", "history", "config") if k not in state]
+    missing += [k for k in ("widths", "job", "user_model") if version > 1 and k not in state]
     if missing:
         return f"no {', '.join(repr(k) for k in missing)}"
+    return next((problem for problem in (check(state) for check in _CHECKS) if problem), "")
+
+
+def _progress_problem(state) -> str:
     if not _count(state["epoch"]):
         return "'epoch' is not a non-negative integer"
     if not _tensors(state["model"]):
@@ -91,23 +126,91 @@ def structure_problem(state) -> str:
     if not (isinstance(best, dict) and _count(best.get("epoch")) and _number(best.get("val_acc"))
             and _number(best.get("test_acc")) and (best.get("state") is None or _tensors(best["state"]))):
         return "'best' is not a model selection (epoch, val_acc, test_acc, state)"
-    history = state["history"]
-    if not (isinstance(history, list) and all(_record(r) for r in history)):
+    if not (isinstance(state["history"], list) and all(_record(r) for r in state["history"])):
         return "'history' is not a list of epoch records"
+    return ""
+
+
+def _record_problem(state) -> str:
     if not (isinstance(state["config"], dict) and all(isinstance(k, str) for k in state["config"])):
         return "'config' is not a dict of settings"
-    widths = state.get("widths")  # absent from checkpoints written before it was recorded
-    if widths is not None and not (isinstance(widths, dict) and _count(widths.get("features"))
-                                   and _count(widths.get("classes")) and widths["features"] and widths["classes"]):
+    widths = state.get("widths")  # None only in version 1, where it may be absent
+    if (widths is not None or state.get("version", 1) > 1) and not (
+            isinstance(widths, dict) and _count(widths.get("features")) and _count(widths.get("classes"))
+            and widths["features"] and widths["classes"]):
         return "'widths' is not the model's input width and number of classes"
-    job = state.get("job")  # absent from checkpoints written before it was recorded
-    if job is not None and not isinstance(job, str):
+    if state.get("job") is not None and not isinstance(state["job"], str):
         return "'job' is not the id of the job that wrote it"
     user_model = state.get("user_model")  # a user's model: its name and its file's hash, never its code
     if user_model is not None and not (isinstance(user_model, dict) and isinstance(user_model.get("name"), str)
                                        and (user_model.get("sha256") is None or _sha256(user_model["sha256"]))):
         return "'user_model' is not a model's name and sha256"
     return ""
+
+
+_CHECKS = (_progress_problem, _record_problem)
+
+
+def migrated(state: dict) -> dict:
+    """A checked checkpoint in the current layout: version 1 gets its version, ``job`` and
+    ``user_model`` None where it has none, and its widths from its weights where it records
+    none (every built-in model's first matrix is its first layer's [out, in] weight and its
+    last bias the output layer's, one entry per class)."""
+    if "version" in state:
+        return state
+    widths = state.get("widths")
+    if widths is None:
+        first = next((t for t in state["model"].values() if t.dim() == 2), None)
+        last = [t for name, t in state["model"].items() if name.endswith("bias") and t.dim() == 1]
+        if first is None or not last:
+            raise ConfigError("the checkpoint records no input width or number of classes")
+        widths = {"features": int(first.shape[1]), "classes": int(last[-1].shape[0])}
+    return {**state, "version": VERSION, "widths": widths, "job": state.get("job"),
+            "user_model": state.get("user_model")}
+
+
+# -- what readers take of a checkpoint (checked and migrated by ``load``) ----------------------------
+
+def widths(state: dict) -> tuple:
+    """(input width, number of classes) of the model a checkpoint holds."""
+    return int(state["widths"]["features"]), int(state["widths"]["classes"])
+
+
+def weights(state: dict, which: str = "best") -> tuple:
+    """(the model weights ``which`` names, the epoch they are from): the best-validation
+    model falls back to the last one where none was selected (no evaluation ran)."""
+    if which not in WEIGHTS:
+        raise ConfigError(f"weights {which!r}: choose from {', '.join(WEIGHTS)}")
+    best = state["best"]
+    if which == "best" and best.get("state") is not None:
+        return best["state"], int(best["epoch"])
+    return state["model"], int(state["epoch"])
+
+
+def settings(state: dict) -> dict:
+    """The flat settings a checkpoint was written with (by flat name)."""
+    return state["config"]
+
+
+def progress(state: dict) -> tuple:
+    """(epoch, model weights, optimizer state, best selection, epoch records): what a resumed
+    run takes up."""
+    return state["epoch"], state["model"], state["optimizer"], state["best"], state["history"]
+
+
+def job(state: dict) -> Optional[str]:
+    """The id of the elastic job that wrote the checkpoint, None outside one."""
+    return state["job"]
+
+
+def user_model_sha256(state: dict) -> Optional[str]:
+    """The sha256 of the file a user's model was trained from, where the checkpoint records it."""
+    return (state["user_model"] or {}).get("sha256")
+
+
+def _show(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _sha256(value) -> bool:

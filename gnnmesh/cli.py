@@ -17,6 +17,7 @@ from typing import Optional
 
 from . import __version__, progress
 from .commands import COMMANDS
+from .commands.plugins import import_plugins
 from .errors import ConfigError, GraphError
 from .launch import (PIPE_CLOSED, die_with_launcher, ignore_stop_signals, launched_rank, restarts_left,
                      restore_signals, say_interrupted, stop_on_signals, stop_signal, world_from_env)
@@ -93,6 +94,7 @@ def _main(argv: list) -> int:
     world = world_from_env()
     speak = world is None or world[0] == 0  # in a job, rank 0 alone reports bad input
     try:
+        import_plugins()   # before the parser, whose choices list what they register
         args = build_parser().parse_args(argv)  # imports torch: seconds in which to be interrupted
         return _command(args.command).run(args, argv)
     except (GraphError, ConfigError) as err:

@@ -22,10 +22,12 @@ import warnings
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+import torch
+
 from . import strategies
 from .errors import ConfigError
 from .layout import ParallelLayout
-from .settings import (DECOUPLED_DEFAULTS, MODEL_DEFAULTS, SECTIONS, STRATEGY_SECTIONS, DataSection, Grid3DSection,
+from .settings import (SECTIONS, STRATEGY_SECTIONS, DataSection, Grid3DSection,
                        HostTierSection, MiniBatchSection, ModelSection, OffloadSection, PartitionSection, PlanSection,
                        RunSection, TensorSection, TrainingSection, field_index, flag_name)
 from .structured import load_toml
@@ -102,13 +104,19 @@ class Config:
     def planned(self) -> bool:
         """Whether the strategy is chosen by the planner across the full-graph strategies
         (``--strategy auto`` without ``--minibatch``; ``gnnmesh.train.auto``)."""
-        return self.run.strategy == "auto" and not self.training.minibatch
+        return strategies.spec(self.run.strategy).planned and not self.training.minibatch
 
     @property
-    def engine(self) -> strategies.StrategySpec:
+    def strategy_spec(self) -> strategies.StrategySpec:
         """The registry's entry for this run's strategy (its engine, where it has two)."""
         return strategies.engine_for(self.run.strategy, minibatch=self.training.minibatch,
                                      host_store=self.host_tier.host_store)
+
+    @property
+    def engine(self) -> strategies.StrategySpec:
+        """Deprecated: the former name of ``strategy_spec``."""
+        warnings.warn("Config.engine is now named Config.strategy_spec", DeprecationWarning, stacklevel=2)
+        return self.strategy_spec
 
     def model_defaults_used(self) -> set:
         """The hyper-parameters left unset here, which ``resolved()`` takes from the model."""
@@ -120,33 +128,33 @@ class Config:
         if run.strategy == "tensor-decoupled":
             raise ConfigError("config field 'strategy': 'tensor-decoupled' is not a strategy; use strategy "
                               "'tensor' with decoupled = true (--strategy tensor --decoupled)")
-        engine = self.engine  # an unknown strategy is refused here
-        if self.partition.partitioner == "shp" and (engine.training != "minibatch" or "partition" not in engine.reads):
+        spec = self.strategy_spec  # an unknown strategy is refused here
+        if self.partition.partitioner == "shp" and (spec.training != "minibatch" or "partition" not in spec.reads):
             routed = [s.name for s in strategies.REGISTRY.values()
                       if s.training == "minibatch" and "partition" in s.reads]
             raise ConfigError("config field 'partitioner': shp partitions for sampled mini-batches; it applies "
                               f"to --minibatch --strategy {' or '.join(dict.fromkeys(routed))}, not {run.strategy}"
                               + (" without --minibatch" if self.planned else ""))
-        if run.strategy == "single" and run.nproc > 1 and not self.data.parts:
+        if spec.one_process and run.nproc > 1 and not self.data.parts:
             raise ConfigError("config field 'nproc': the 'single' strategy runs one process; "
                               "choose a parallel --strategy (e.g. partition)")
-        self._check_training_mode(engine)
+        self._check_training_mode(spec)
         self._check_restart_counts()
-        if not engine.runs_model(model.name, model.decoupled):
+        if not spec.runs_model(model.name, model.decoupled):
             got = f"decoupled {model.name}" if model.decoupled else model.name
-            raise ConfigError(f"config field 'model': {engine.refusal or f'--strategy {run.strategy} does not run it'}"
+            raise ConfigError(f"config field 'model': {spec.refusal or f'--strategy {run.strategy} does not run it'}"
                               f", got {got}")
         if self.data.parts and self.data.reorder != "none":
             raise ConfigError("config field 'reorder': parts are written in their final order; "
                               "reorder applies only when loading a dataset")
-        if self.data.parts and run.strategy != "single" and engine.parts is None and engine.training != "minibatch":
-            raise ConfigError(f"config field 'parts': {self._engine_name(engine)} trains from a dataset, not from "
+        if self.data.parts and not spec.one_process and spec.parts is None and spec.training != "minibatch":
+            raise ConfigError(f"config field 'parts': {self._spec_name(spec)} trains from a dataset, not from "
                               f"parts (parts are written for --strategy "
                               f"{' or '.join(s.name for s in strategies.REGISTRY.values() if s.parts)})")
         if self.data.parts and self.planned:
             raise ConfigError("config field 'parts': --strategy auto plans from the whole dataset; parts were "
                               "written for one strategy (leave --strategy out to train with it)")
-        self._refuse_inapplicable(engine)
+        self._refuse_inapplicable(spec)
 
     def _check_restart_counts(self) -> None:
         """A job restarted after losing ranks goes on with as few as ``min_nproc``: refused now,
@@ -169,16 +177,16 @@ class Config:
                                   f"--min-nproc {run.nproc}, or a --min-nproc whose counts all run this layout") \
                     from None
 
-    def _check_training_mode(self, engine) -> None:
+    def _check_training_mode(self, spec) -> None:
         mini, strategy = self.minibatch, self.run.strategy
         given = [name for name in ("fanouts", "batch_size", "eval_fanouts") if getattr(mini, name) is not None]
         if not self.training.minibatch:
             if given:
                 raise ConfigError(f"config field '{given[0]}' applies only with --minibatch")
-            if engine.training == "minibatch":
+            if spec.training == "minibatch":
                 raise ConfigError(f"config field 'strategy': {strategy} trains mini-batches; add --minibatch")
             return
-        if engine.training == "full":
+        if spec.training == "full":
             raise ConfigError(f"config field 'strategy': mini-batch training runs with --strategy "
                               f"{' or '.join(strategies.names('minibatch'))}, not {strategy}")
         if self.model.decoupled:
@@ -204,7 +212,7 @@ class Config:
                 if value is not None and (section != "minibatch" or strategies_only(f.name)):
                     yield flag_name(f), section, f.name, value
 
-    def _refuse_inapplicable(self, engine) -> None:
+    def _refuse_inapplicable(self, spec) -> None:
         """A strategy's setting given for another strategy, or one the parts or a stored
         partition decide, is an error rather than silently ignored. Under --parts without
         --strategy the strategy is not known yet: the run checks again once the parts set it."""
@@ -218,7 +226,7 @@ class Config:
             if self.partition.partition_file is not None and name in FIXED_BY_PARTITION_FILE:
                 raise ConfigError(f"{where} does not apply with --partition-file: the stored "
                                   f"partition is used as it is")
-            if engine.reads_setting(section, attribute) or (self.data.parts and strategy == "single"):
+            if spec.reads_setting(section, attribute) or (self.data.parts and strategies.spec(strategy).one_process):
                 continue
             readers = [s for s in strategies.engines(strategy) if s.reads_setting(section, attribute)]
             if readers:  # another engine of this strategy reads it
@@ -227,17 +235,17 @@ class Config:
             raise ConfigError(f"{where} applies only to --strategy {' or '.join(dict.fromkeys(owners))}; "
                               f"this run uses {strategy}")
 
-    def _engine_name(self, engine) -> str:
+    def _engine_name(self, spec) -> str:
         """``--strategy NAME``, with the flag that picks its engine where it has two."""
-        key = strategies.engine_of(engine)
-        return f"--strategy {engine.name}" + (f" with {ENGINE_FLAGS[key].split(' ')[0]}" if key else "")
+        key = strategies.engine_of(spec)
+        return f"--strategy {spec.name}" + (f" with {ENGINE_FLAGS[key].split(' ')[0]}" if key else "")
 
     def _other_engine(self, strategy: str, reader) -> str:
         """Why a setting that another engine of ``strategy`` reads does not apply here."""
         engine = strategies.engine_of(reader)
         if engine:  # the setting needs the second engine's flag
             return f"applies to --strategy {strategy} only with {ENGINE_FLAGS[engine]}"
-        mine = strategies.engine_of(self.engine)
+        mine = strategies.engine_of(self.strategy_spec)
         return f"does not apply with {ENGINE_FLAGS[mine].split(' ')[0]} (--strategy {strategy})"
 
     # -- defaults ---------------------------------------------------------------------------------
@@ -249,10 +257,10 @@ class Config:
         if getattr(self, "_resolved", False):
             return self
         changes = {k: v for k, v in self.model.defaults().items() if self.get(k) is None}
-        engine = self.engine
+        spec = self.strategy_spec
         for name, (section, attribute) in FIELDS.items():
             default = strategy_default(name)
-            if (default is None or self.get(name) is not None or not engine.reads_setting(section, attribute)
+            if (default is None or self.get(name) is not None or not spec.reads_setting(section, attribute)
                     or (self.data.parts and name in FIXED_BY_PARTS)
                     or (self.partition.partition_file is not None and name in FIXED_BY_PARTITION_FILE)
                     or self.planned):  # the plan leaves them open, then takes the chosen one's
@@ -371,12 +379,11 @@ def _flat(raw: dict) -> dict:
 
 
 def _available_device(name: str) -> str:
-    import torch  # only for runs that may use a GPU: the command line starts without torch
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if not torch.cuda.is_available():
         raise ConfigError("config field 'device': 'cuda' requested but no CUDA device is available")
-    return name
+    return device
 
 
 def _toml_value(value) -> str:
@@ -387,4 +394,4 @@ def _toml_value(value) -> str:
     return repr(value)
 
 
-__all__ = ["Config", "FIELDS", "MODEL_DEFAULTS", "DECOUPLED_DEFAULTS", "strategy_default", "settings_read_by"]
+__all__ = ["Config", "FIELDS", "strategy_default", "settings_read_by"]

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import checkpoint as checkpoints
 from .atomic import OutputKind, check_replaceable, checksum, staged_directory
 from .errors import ConfigError
 from .models.user import is_user_model
@@ -69,7 +70,6 @@ def export_pyg(checkpoint, out_dir, weights: str = "best") -> dict:
     earlier export and nothing else (or nothing). Returns the description written to
     ``model.json``. A damaged, foreign or hostile checkpoint, or a model with no PyG form, is a
     ConfigError."""
-    from . import checkpoint as checkpoints
     from .trained import load
     out = Path(out_dir)
     if not Path(checkpoint).is_file():
@@ -89,7 +89,7 @@ def export_pyg(checkpoint, out_dir, weights: str = "best") -> dict:
 def _refuse_user_model(path, state: dict) -> None:
     """A checkpoint of the user's own model has no PyG form; it is refused from its record,
     without importing the class it names (a checkpoint never imports code)."""
-    name = state["config"].get("model")
+    name = checkpoints.settings(state).get("model")
     if isinstance(name, str) and is_user_model(name):
         raise ConfigError(f"{Path(path)}: it holds your own model {name}; a PyG export is written for the "
                           f"built-in models (gcn, sage, gat, gin and their decoupled forms)")
@@ -100,6 +100,7 @@ def describe(model: nn.Module, name: str = "") -> tuple:
     and the state dict of the module ``load_pyg`` builds from it. A model without a PyG form
     is a ConfigError."""
     from .models import GAT, GCN, GIN, SAGE, Decoupled
+    from .models import spec as model_spec
     if type(model) is Decoupled:
         return _decoupled(model, name)
     kinds = {GCN: ("gcn", _gcn), SAGE: ("sage", _sage), GAT: ("gat", _gat), GIN: ("gin", _gin)}
@@ -117,7 +118,7 @@ def describe(model: nn.Module, name: str = "") -> tuple:
         raise ConfigError(f"model {label}: its activation has no PyG export")
     spec = _header(label, False, _in_channels(layers[0]), _out_channels(layers[-1]))
     spec.update(layers=layers, activation=activation, dropout=float(model.dropout),
-                edge_weight="ignored" if label == "gat" else "used" if label == "gcn" else "refused")
+                edge_weight=model_spec(label).edge_weights)
     return spec, _plain(weights)
 
 

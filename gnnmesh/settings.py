@@ -26,10 +26,13 @@ from typing import Optional
 
 from .errors import ConfigError
 from .layout.grid import parse_grid
+from .models import registry as models
 from .partition.base import METHODS, STOCHASTIC_METHODS
-from .tasks import REGRESSION_LOSSES, TASKS, parse_class_weights
+from .tasks import REGISTRY as TASK_REGISTRY
+from .tasks import REGRESSION_LOSSES, parse_class_weights
 from .tasks import build as build_task
-from .validate import SEED_RANGE, Range, parse_bytes
+from .tasks import names as task_names
+from .validate import SEED_RANGE, Range, parse_bytes, parse_links
 
 COUNT, NON_NEGATIVE, FRACTION = Range(1), Range(0), Range(0.0, 1.0, open="high")
 
@@ -122,7 +125,6 @@ def _grid_shape(name: str, value) -> None:
 
 
 def _links(name: str, value) -> None:
-    from .parallel.minibatch.dryrun import parse_links
     parse_links(value, name)
 
 
@@ -141,19 +143,6 @@ class DataSection(Section):
                                    "graph (without --strategy: the strategy the parts were written for)")
 
 
-# Settings from the papers that introduced each model (Cora-scale, full-batch).
-MODEL_DEFAULTS = {
-    "gcn": {"hidden": 16, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4},
-    "sage": {"hidden": 16, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4},
-    "gat": {"hidden": 8, "dropout": 0.6, "lr": 0.005, "weight_decay": 5e-4, "heads": 8, "attn_dropout": 0.6},
-    "gin": {"hidden": 64, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4},
-}
-# Every model's decoupled form (``decoupled = true``) takes APPNP's; the decoupled GAT's
-# attention takes GAT's heads and attention dropout.
-DECOUPLED_DEFAULTS = {"hidden": 64, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4, "k": 10, "alpha": 0.1}
-DECOUPLED_ATTENTION_DEFAULTS = {k: MODEL_DEFAULTS["gat"][k] for k in ("heads", "attn_dropout")}
-# A user's model (FILE.py:CLASS) takes its own options from --model-args; training takes these.
-USER_MODEL_DEFAULTS = {"lr": 0.01, "weight_decay": 5e-4}
 # The built-in models' options, which a user's model takes through --model-args instead.
 BUILT_IN_OPTIONS = ("hidden", "dropout", "heads", "attn_dropout", "k", "alpha", "decoupled")
 # Of those, the ones a built-in model takes or not by its form (each class declares its own).
@@ -164,10 +153,10 @@ def options_not_taken(name: str, decoupled: bool) -> tuple:
     """The settings of MODEL_OPTIONS that the model ``name`` (its ``decoupled`` form) does not
     take: every one for a user's model (its options are its --model-args), and for a built-in
     one those its class does not declare (``gnnmesh.models.options_of``)."""
-    if name not in MODEL_DEFAULTS:
+    if not models.is_built_in(name):
         return MODEL_OPTIONS
-    if decoupled and name == "gin":
-        return ()  # refused on its own: gin has no decoupled form
+    if decoupled and models.spec(name).decoupled is None:
+        return ()  # refused on its own: the model has no decoupled form
     from .models import options_of  # torch: only where a model option is read
     taken = options_of(name, decoupled)
     return tuple(option for option in MODEL_OPTIONS if option not in taken)
@@ -177,12 +166,12 @@ def _model_name(name: str, value) -> None:
     if value == "decoupled":  # a retired spelling: say what replaced it
         raise ConfigError("config field 'model': 'decoupled' is not a model; the decoupled GCN is model "
                           "'gcn' with decoupled = true (--decoupled)")
-    if value not in MODEL_DEFAULTS:
+    if not models.is_built_in(value):
         from .models.user import check_spec
         try:
             check_spec(name, value)
         except ConfigError:
-            raise ConfigError(f"config field '{name}': {value!r} is not one of {', '.join(MODEL_DEFAULTS)}, nor a "
+            raise ConfigError(f"config field '{name}': {value!r} is not one of {', '.join(models.names())}, nor a "
                               "class of yours as FILE.py:CLASS or package.module:CLASS") from None
 
 
@@ -194,7 +183,7 @@ def _model_args(name: str, value) -> None:
 @dataclass(frozen=True)
 class ModelSection(Section):
     table = "model"
-    name: str = setting("gcn", help=f"GNN model: {', '.join(MODEL_DEFAULTS)}, or your own class as FILE.py:CLASS or "
+    name: str = setting("gcn", help=f"GNN model: {', '.join(models.names())}, or your own class as FILE.py:CLASS or "
                         "package.module:CLASS, built as CLASS(in_dim, num_classes, **model_args) (this runs "
                         "your code, as python FILE.py would)", flag="model", check=_model_name)
     args: Optional[str] = setting(help="--model FILE.py:CLASS: the class's keyword arguments as key=value,... "
@@ -212,8 +201,9 @@ class ModelSection(Section):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.decoupled and self.name == "gin":
-            raise ConfigError("config field 'model': gin has no decoupled form; choose gcn, sage or gat")
+        if self.decoupled and not self.user and models.spec(self.name).decoupled is None:
+            raise ConfigError(f"config field 'model': {self.name} has no decoupled form; choose "
+                              f"{', '.join(models.names(decoupled=True))}")
         # an option is given when it is set (unset ones take the model's default), whatever its value
         given = [f for f in MODEL_OPTIONS if getattr(self, f) is not None] + (["decoupled"] if self.decoupled else [])
         if self.user:
@@ -240,15 +230,19 @@ class ModelSection(Section):
     @property
     def user(self) -> bool:
         """Whether the model is the user's own class (FILE.py:CLASS or module:CLASS)."""
-        return self.name not in MODEL_DEFAULTS
+        return not models.is_built_in(self.name)
+
+    @property
+    def attention(self) -> bool:
+        """Whether the built-in model needs a first-layer row's sources in one place
+        (``ModelSpec.attention``), which the mini-batch routes that split them cannot give."""
+        return not self.user and models.spec(self.name).attention
 
     def defaults(self) -> dict:
         """The literature defaults of this model's hyper-parameters (some live in ``training``)."""
         if self.user:
-            return USER_MODEL_DEFAULTS
-        if self.decoupled:
-            return {**DECOUPLED_DEFAULTS, **(DECOUPLED_ATTENTION_DEFAULTS if self.name == "gat" else {})}
-        return MODEL_DEFAULTS[self.name]
+            return models.USER_MODEL_DEFAULTS
+        return models.spec(self.name).form_defaults(self.decoupled)
 
 
 @dataclass(frozen=True)
@@ -261,12 +255,10 @@ class TrainingSection(Section):
     eval_every: int = setting(1, help="evaluate every N epochs", check=COUNT)
     minibatch: bool = setting(False, help="train on sampled mini-batches instead of the whole graph "
                               "(strategies single, gdp, nfp, snp, dnp, auto)")
-    task: Optional[str] = setting(help="what the model learns from the labels: classification (one class per "
-                                  "node: cross-entropy, accuracy), multilabel (0/1 targets per node: binary "
-                                  "cross-entropy, ROC-AUC, micro-F1) or regression (numeric targets: MSE or MAE "
-                                  "loss, R2, MAE); default: inferred from the labels (integer ids: "
+    task: Optional[str] = setting(help="what the model learns from the labels: " + ", ".join(
+                                  f"{s.name} ({s.summary})" for s in TASK_REGISTRY.values()) + "; default: inferred from the labels (integer ids: "
                                   "classification, a 0/1 matrix: multilabel, other floats: regression)",
-                                  choices=TASKS)
+                                  choices=task_names())
     class_weights: Optional[str] = setting(help="classification: weigh each class's loss, 'balanced' (inverse to "
                                            "its share of the training set) or one weight per class, e.g. 1,4,1 "
                                            "(default: unweighted)", check=_class_weights)

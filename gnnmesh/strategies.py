@@ -5,8 +5,8 @@ the settings sections it reads (``gnnmesh.settings``), the models it runs, and w
 factory, its planner model and its parts writer live. Config validation, the command line,
 ``ParallelLayout``, the trainer, the planner and the parts writer all read this table.
 
-Code is named by "module:attribute" and imported only when used, so that the command line
-starts without torch and this module sits below everything it names.
+Code is named by "module:attribute" and imported only when used, so that this module sits
+below everything it names.
 
 Adding a strategy: write its package (a ``Strategy`` subclass and a factory ``(config, layout,
 device) -> Strategy``) and add one ``StrategySpec`` line to the table below, or call
@@ -38,10 +38,16 @@ class StrategySpec:
     epoch), "minibatch" (needs ``--minibatch``) or "both". ``models``: the models it runs
     (None: all); ``forms``: which of their forms it runs ("plain", "decoupled"). ``factory``,
     ``planner`` and ``parts``: "module:attribute" of its builder ``(config, layout, device)
-    -> Strategy``, its planner model and its parts writer (None: it has none).
-    ``variant``: a second engine under the same name, chosen by a setting (``engine_for``).
+    -> Strategy``, its planner model ``(PlanJob) -> [Estimate or Dropped]`` (the protocol of
+    ``gnnmesh.planner.job``, which ``gnnmesh plan`` and ``--strategy auto`` ask) and its parts
+    writer (None: it has none). A second engine under the same name, chosen by a setting, is
+    registered with ``register(spec, engine=...)`` (``engine_for``).
     ``needs``: what it needs of a model's structure (``gnnmesh.models.contract.NEEDS``), checked
-    on a user's model once it is built. ``summary``: one line for help texts and the docs' table."""
+    on a user's model once it is built. ``summary``: one line for help texts and the docs' table.
+    ``planned``: it has no engine of its own; the planner (or the mini-batch dry run) picks
+    another strategy. ``named_by``: the settings (``partitioner``, ``decoupled``, ``grid``)
+    that complete a candidate's display name (``gnnmesh.planner.estimate.name_of``).
+    ``from_parts``: the settings a parts directory written for it fixes when not given."""
 
     name: str
     dims: tuple
@@ -56,11 +62,20 @@ class StrategySpec:
     summary: str = ""
     refusal: str = ""   # why a model outside ``models``/``decoupled`` cannot run (empty: a generic line)
     needs: str = "primitives"
+    planned: bool = False   # no engine of its own: the planner (or a dry run) picks another strategy
+    named_by: tuple = ()    # the settings that complete a candidate's name ("partition hp", "grid3d 2x1x2")
+    from_parts: tuple = ()  # settings a parts directory fixes, its manifest's entries of the same name
+
+    @property
+    def one_process(self) -> bool:
+        """Whether it runs on one process (it splits nothing)."""
+        return not self.dims
 
     def runs_model(self, model: str, decoupled: bool) -> bool:
         """Whether it runs the built-in ``model`` (in its ``decoupled`` form); a user's model
         (FILE:CLASS) is checked by ``model_problem`` once built."""
-        if ":" in model:
+        from .models.user import is_user_model
+        if is_user_model(model):
             return True
         return (self.models is None or model in self.models) and ("decoupled" if decoupled else "plain") in self.forms
 
@@ -97,19 +112,20 @@ def register(spec: StrategySpec, engine: Optional[str] = None) -> StrategySpec:
 
 for _spec in (
     StrategySpec("single", (), training="both", factory="gnnmesh.parallel.factories:single",
+                 planner="gnnmesh.planner.partition:single_candidates",
                  summary="one process, the reference every other strategy equals"),
-    StrategySpec("partition", ("rows",), ("partition",), factory="gnnmesh.parallel.factories:partition",
-                 planner="gnnmesh.planner.partition:estimate", parts="gnnmesh.parallel.partition.parts:write_partition_parts",
+    StrategySpec("partition", ("rows",), ("partition",), named_by=("partitioner",), factory="gnnmesh.parallel.factories:partition",
+                 planner="gnnmesh.planner.partition:candidates", parts="gnnmesh.parallel.partition.parts:write_partition_parts",
                  summary="1D: vertex rows split by a partitioner, halo rows exchanged (Demirci et al.)"),
-    StrategySpec("tensor", ("cols",), ("tensor",), factory="gnnmesh.parallel.factories:tensor",
-                 planner="gnnmesh.planner.tensor:estimate", parts="gnnmesh.parallel.tensor.parts:write_tensor_parts",
+    StrategySpec("tensor", ("cols",), ("tensor",), named_by=("decoupled",), factory="gnnmesh.parallel.factories:tensor",
+                 planner="gnnmesh.planner.tensor:candidates", parts="gnnmesh.parallel.tensor.parts:write_tensor_parts",
                  summary="feature columns split across ranks, chunked and pipelined (NeutronTP)"),
-    StrategySpec("grid3d", ("x", "y", "z"), ("grid3d",), models=("gcn", "sage", "gin"), forms=("plain",), needs="maths",
-                 factory="gnnmesh.parallel.factories:grid3d", planner="gnnmesh.planner.grid3d:predict",
+    StrategySpec("grid3d", ("x", "y", "z"), ("grid3d",), named_by=("grid",), from_parts=("grid",), models=("gcn", "sage", "gin"), forms=("plain",), needs="maths",
+                 factory="gnnmesh.parallel.factories:grid3d", planner="gnnmesh.planner.grid3d:candidates",
                  parts="gnnmesh.parallel.grid3d.parts:write_grid_parts", plan_view="gnnmesh.commands.plan_grid3d:run", refusal="the grid3d strategy runs gcn, sage, gin (not their "
                  "decoupled forms)", summary="3D grid of ranks with double permutation (Plexus)"),
-    StrategySpec("offload", ("rows",), ("partition", "offload") + _HOST_TIER,
-                 factory="gnnmesh.parallel.factories:offload", planner="gnnmesh.planner.offload:estimate", needs="stages",
+    StrategySpec("offload", ("rows",), ("partition", "offload") + _HOST_TIER, named_by=("partitioner",),
+                 factory="gnnmesh.parallel.factories:offload", planner="gnnmesh.planner.offload:candidates", needs="stages",
                  plan_view="gnnmesh.commands.plan_offload:run",
                  summary="out of core: vertex data in host memory or files, chunks through the device (HongTu)"),
     StrategySpec("gdp", ("rows",), _MINIBATCH_PARALLEL, training="minibatch", needs="layer_stack",
@@ -129,7 +145,7 @@ for _spec in (
                  factory="gnnmesh.parallel.factories:minibatch",
                  summary="mini-batch: first-layer destinations routed to their owners (APT's DNP)"),
     StrategySpec("auto", ("rows",), ("partition.partitioner", "partition.epsilon", "host_tier.device_memory",
-                                     "plan.rates"), training="both",
+                                     "plan.rates"), training="both", planned=True,
                  summary="the strategy the planner predicts fastest for this job"),
 ):
     register(_spec)
@@ -142,6 +158,7 @@ register(StrategySpec("tensor", ("cols",), _HOST_TIER, models=("gcn", "sage"), f
          engine="host_store")
 # Mini-batch --strategy auto picks among the mini-batch strategies (APT's choice).
 register(StrategySpec("auto", ("rows",), ("partition",) + _MINIBATCH_PARALLEL, training="minibatch", needs="layer_stack",
+                      planned=True,
                       factory="gnnmesh.parallel.factories:minibatch",
                       summary="the mini-batch strategy a dry run predicts fastest"),
          engine="minibatch")

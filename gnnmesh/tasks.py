@@ -1,8 +1,8 @@
 """What a model learns from a graph's labels: its loss and its metrics, exact on any number
 of ranks.
 
-Three tasks are built in (``build``), and the run infers one from the labels when
-``--task`` is not given (``infer``):
+Three tasks are registered (``TaskSpec``, ``register``: the one place a task is named; built
+by ``build``), and the run infers one from the labels when ``--task`` is not given (``infer``):
 
 =================  =====================================  ==========================  ===================
 task               labels (``Graph.y``)                   loss                        metrics (selection first)
@@ -39,6 +39,7 @@ A task of your own (a loss and metrics of your own) is a ``Task`` subclass, or `
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
@@ -47,7 +48,6 @@ import torch.nn.functional as F
 
 from .errors import ConfigError
 
-TASKS = ("classification", "multilabel", "regression")
 REGRESSION_LOSSES = ("mse", "mae")
 SPLITS = ("train", "val", "test")
 
@@ -87,22 +87,16 @@ def _zero_one(y: torch.Tensor) -> bool:
     return bool(((values == 0) | (values == 1)).all())
 
 
-def build(name: str, *, class_weights: Optional[str] = None, regression_loss: Optional[str] = None) -> "Task":
-    """The built-in task ``name`` (one of TASKS) with its settings; a setting that does not
-    apply to it is a ConfigError naming the field."""
-    if name not in TASKS:
-        raise ConfigError(f"config field 'task': {name!r} is not one of {', '.join(TASKS)}")
-    if class_weights is not None and name != "classification":
-        raise ConfigError(f"config field 'class_weights': weights classes, for the classification task; "
-                          f"this run's task is {name}")
-    if regression_loss is not None and name != "regression":
-        raise ConfigError(f"config field 'regression_loss': applies to the regression task; this run's task "
-                          f"is {name}")
-    if name == "classification":
-        return Classification(parse_class_weights(class_weights) if class_weights is not None else None)
-    if name == "multilabel":
-        return MultiLabel()
-    return Regression(regression_loss or "mse")
+def build(name: str, **settings) -> "Task":
+    """The registered task ``name`` with its settings (``class_weights``, ``regression_loss``:
+    None where not given); a setting that does not apply to it is a ConfigError naming the field."""
+    chosen = spec(name)
+    for field_name, value in settings.items():
+        if value is not None and field_name not in chosen.settings:
+            owner = next((s for s in REGISTRY.values() if field_name in s.settings), None)
+            why = owner.settings[field_name] if owner else "applies to no task"
+            raise ConfigError(f"config field '{field_name}': {why}; this run's task is {name}")
+    return chosen.task.of_settings(**{k: v for k, v in settings.items() if v is not None})
 
 
 # -- the contract ----------------------------------------------------------------------------------
@@ -120,7 +114,13 @@ class Task:
     metrics: tuple = ()
     gathers: tuple = ()         # the metrics ``gathered`` computes
     outputs: tuple = ()         # what a prediction may write besides logits: "probs", "labels"
+    logits_are = ""             # what else its logits are, said where it predicts no probabilities
     sums_dtype = torch.float64
+
+    @classmethod
+    def of_settings(cls, **settings) -> "Task":
+        """The task with the run's settings that apply to it (those its ``TaskSpec`` lists)."""
+        return cls(**settings)
 
     def check_labels(self, y: torch.Tensor, masks: list, where: str) -> None:
         """Raise ConfigError (prefixed ``where``, naming the field and a node) unless ``y``, a
@@ -178,7 +178,7 @@ class Task:
         if what in ("probs", "labels") and what not in self.outputs:
             kind = "probabilities" if what == "probs" else "labels"
             raise ConfigError(f"--output {what}: a {self.name} model predicts no {kind}; write --output logits "
-                              f"(its outputs{', the predicted values' if self.name == 'regression' else ''})")
+                              f"(its outputs{self.logits_are})")
 
     def describe(self) -> str:
         return self.name
@@ -195,6 +195,10 @@ class Classification(Task):
     def __init__(self, class_weights=None):
         self.class_weights = class_weights
         self.weight: Optional[torch.Tensor] = None  # float64, one per class; None: unweighted
+
+    @classmethod
+    def of_settings(cls, class_weights: Optional[str] = None) -> "Classification":
+        return cls(parse_class_weights(class_weights) if class_weights is not None else None)
 
     def check_labels(self, y, masks, where):
         if y.dim() != 1 or y.is_floating_point():
@@ -307,6 +311,7 @@ class Regression(Task):
     else 0), MAE and MSE."""
 
     name, metric, metrics = "regression", "r2", ("r2", "mae", "mse")
+    logits_are = ", the predicted values"
 
     def __init__(self, loss: str = "mse"):
         if loss not in REGRESSION_LOSSES:
@@ -314,6 +319,10 @@ class Regression(Task):
                               f"{', '.join(REGRESSION_LOSSES)}")
         self.kind = loss
         self.shift: Optional[torch.Tensor] = None  # the training targets' mean: sums of squares about it
+
+    @classmethod
+    def of_settings(cls, regression_loss: str = "mse") -> "Regression":
+        return cls(regression_loss)
 
     def setup(self, train_targets, width, reduce):
         t = train_targets.detach().cpu().double().reshape(len(train_targets), -1)
@@ -355,6 +364,61 @@ class Regression(Task):
         constant = torch.where(residual == 0, 1.0, 0.0).double()  # a constant target, as scikit-learn scores it
         r2 = torch.where(scatter > 0, 1 - residual / scatter.clamp(min=1e-300), constant)
         return {"r2": float(r2.mean()), "mae": float(sums[0]) / entries, "mse": float(sums[1]) / entries}
+
+
+# -- the registry ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task as the rest of gnnmesh sees it: the one place a task is named.
+
+    ``task``: its ``Task`` class (built by ``of_settings`` with the settings it takes).
+    ``settings``: the config fields it takes, each with the words that refuse it for another
+    task. ``class_ids``: its labels are one integer class id per node ([N] int64); otherwise
+    numbers, [N, T]. ``flat_target``: one numeric target per node may be stored as [N].
+    ``reads_any_labels``: it trains on another task's labels, read as numbers (parts written
+    for that task). ``summary``: one line for help texts."""
+
+    name: str
+    task: type
+    settings: dict = field(default_factory=dict)
+    class_ids: bool = False
+    flat_target: bool = False
+    reads_any_labels: bool = False
+    summary: str = ""
+
+
+REGISTRY: dict = {}
+
+
+def register(task_spec: TaskSpec) -> TaskSpec:
+    """Add ``task_spec`` to the registry."""
+    if task_spec.name in REGISTRY:
+        raise ValueError(f"task {task_spec.name!r} is registered already")
+    REGISTRY[task_spec.name] = task_spec
+    return task_spec
+
+
+def names() -> tuple:
+    """The registered tasks' names, in registry order."""
+    return tuple(REGISTRY)
+
+
+def spec(name: str) -> TaskSpec:
+    """The task called ``name``; a ConfigError naming the field otherwise."""
+    if name not in REGISTRY:
+        raise ConfigError(f"config field 'task': {name!r} is not one of {', '.join(REGISTRY)}")
+    return REGISTRY[name]
+
+
+for _spec in (
+    TaskSpec("classification", Classification, {"class_weights": "weights classes, for the classification task"},
+             class_ids=True, summary="one class per node: cross-entropy, accuracy"),
+    TaskSpec("multilabel", MultiLabel, summary="0/1 targets per node: binary cross-entropy, ROC-AUC, micro-F1"),
+    TaskSpec("regression", Regression, {"regression_loss": "applies to the regression task"}, flat_target=True,
+             reads_any_labels=True, summary="numeric targets: MSE or MAE loss, R2, MAE"),
+):
+    register(_spec)
 
 
 def _split_rows(masks: list, n: int) -> torch.Tensor:
@@ -540,5 +604,5 @@ def custom(loss: Callable, metrics: Optional[Callable] = None, finish: Optional[
     return Custom(name, loss, metrics, finish, metric, count, targets, probabilities, labels)
 
 
-__all__ = ["TASKS", "REGRESSION_LOSSES", "Task", "Classification", "MultiLabel", "Regression", "Evaluation",
+__all__ = ["TaskSpec", "REGISTRY", "register", "names", "spec", "REGRESSION_LOSSES", "Task", "Classification", "MultiLabel", "Regression", "Evaluation",
            "build", "custom", "infer", "parse_class_weights", "record_fields", "roc_auc", "average_ranks"]

@@ -4,12 +4,13 @@ and a resumed run read of a checkpoint besides its weights.
 A checkpoint keeps the model's full parameters and the optimizer's state in one layout
 whatever strategy trained it (every strategy keeps whole parameters on every rank), so it
 resumes or predicts under any strategy and rank count. What ties it to a graph is its input
-width and number of classes, recorded since checkpoints record them and read from the
-weights' shapes in older ones.
+width and number of classes. The checkpoint's format, and what is read of it, is
+``gnnmesh.checkpoint``'s.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -22,7 +23,6 @@ from .errors import ConfigError
 from .models import options_of, user
 from .settings import ModelSection, flag_name, options_not_taken
 
-WEIGHTS = ("best", "last")  # the best-validation model (what training reports), or the last epoch's
 # The settings a model is built from: its own section.
 MODEL_SETTINGS = tuple(flag_name(f) for f in ModelSection.__dataclass_fields__.values())
 
@@ -47,16 +47,7 @@ class Widths:
 
 def widths_of(state: dict) -> Widths:
     """The input width and number of classes of the model a checkpoint holds."""
-    if isinstance(state.get("widths"), dict):
-        return Widths(int(state["widths"]["features"]), int(state["widths"]["classes"]))
-    # An older checkpoint: every built-in model's first matrix is its first layer's [out, in]
-    # weight and its last bias is the output layer's, one entry per class.
-    weights = state["model"]
-    first = next((t for t in weights.values() if t.dim() == 2), None)
-    last = [t for name, t in weights.items() if name.endswith("bias") and t.dim() == 1]
-    if first is None or not last:
-        raise ConfigError("the checkpoint records no input width or number of classes")
-    return Widths(int(first.shape[1]), int(last[-1].shape[0]))
+    return Widths(*checkpoint.widths(state))
 
 
 def config_of(state: dict, model=None) -> Config:
@@ -76,7 +67,7 @@ def config_of(state: dict, model=None) -> Config:
 
 
 def _saved_config(state: dict) -> Config:
-    saved = saved_settings(state["config"])
+    saved = saved_settings(checkpoint.settings(state))
     try:
         return Config.of(**saved)
     except ConfigError:  # settings a newer version refuses together: the model's still hold
@@ -109,7 +100,7 @@ def check_model(state: dict, recorded: str, given) -> None:
         raise ConfigError(f"model: FILE.py:CLASS, module:CLASS or a torch.nn.Module subclass, got {given!r}")
     if user.class_name(name) != user.class_name(recorded):
         raise ConfigError(f"it holds the model {recorded}, not {name}")
-    expected = (state.get("user_model") or {}).get("sha256")
+    expected = checkpoint.user_model_sha256(state)
     if expected and user.file_hash(file) != expected:
         missing = "" if file is not None and file.is_file() else "; no such file"
         raise ConfigError(f"--model {name}: its file {file or ''} is not the one the model was trained from "
@@ -139,17 +130,6 @@ def build(config: Config, widths: Widths, cls: Optional[type] = None) -> torch.n
                        **model_options(config))
 
 
-def weights_of(state: dict, weights: str = "best") -> tuple:
-    """(the model weights ``weights`` names, the epoch they are from): the best-validation
-    model falls back to the last one where none was selected (no evaluation ran)."""
-    if weights not in WEIGHTS:
-        raise ConfigError(f"weights {weights!r}: choose from {', '.join(WEIGHTS)}")
-    best = state["best"]
-    if weights == "best" and best.get("state") is not None:
-        return best["state"], int(best["epoch"])
-    return state["model"], int(state["epoch"])
-
-
 def load_state(model: torch.nn.Module, weights: dict, where: str) -> None:
     """``weights`` into ``model``; weights of another model are a ConfigError naming ``where``."""
     try:
@@ -169,7 +149,7 @@ def load(path, weights: str = "best", model=None) -> tuple:
     (``config_of``): a checkpoint is never a reason to import code."""
     state = checkpoint.load(path)
     where = str(Path(path))
-    chosen = weights_of(state, weights)[0]
+    chosen = checkpoint.weights(state, weights)[0]
     try:
         config = config_of(state, model).updated(device="cpu").resolved()
         widths, cls = widths_of(state), (model if isinstance(model, type) else None)
@@ -205,3 +185,12 @@ def _check_shapes(construct, weights: dict) -> None:
     if name is not None:
         raise ConfigError(f"not a checkpoint of this model (its widths and settings describe {name!r} as "
                           f"{shapes.get(name, 'absent')}, its weights hold {given.get(name, 'none')})")
+
+
+def __getattr__(name: str):
+    """Former names, now the checkpoint format's (``gnnmesh.checkpoint``), with a DeprecationWarning."""
+    former = {"WEIGHTS": "WEIGHTS", "weights_of": "weights"}
+    if name not in former:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"gnnmesh.trained.{name} is now gnnmesh.checkpoint.{former[name]}", DeprecationWarning, stacklevel=2)
+    return getattr(checkpoint, former[name])

@@ -1,5 +1,6 @@
 """Checks of numeric settings shared by the config, the dataset options and the partitioner:
-ranges with finiteness, and the one seed range."""
+ranges with finiteness, the one seed range, sizes (``parse_bytes``) and the mini-batch dry
+run's link figures (``parse_links``)."""
 
 from __future__ import annotations
 
@@ -91,3 +92,30 @@ def format_bytes(nbytes: float) -> str:
             return f"{math.ceil(10 * nbytes / scale) / 10:.1f} {unit}"
     return f"{math.ceil(nbytes)} B"
 
+
+LINK_KEYS = ("load", "cache", "net", "latency")  # the links the mini-batch dry run prices
+_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+
+
+def parse_links(text, name: str = "bandwidths") -> dict:
+    """``"load=2GB,cache=20GB,net=1GB,latency=50us"`` (any of them; sizes per second, as
+    ``--device-memory`` reads sizes): the figures the cost model takes instead of probing."""
+    out = {}
+    for piece in [p for p in str(text).split(",") if p.strip()]:
+        key, _, value = piece.partition("=")
+        key, value = key.strip(), value.strip()
+        if key not in LINK_KEYS or not value:
+            raise ConfigError(f"config field '{name}': {piece!r} is not one of load=SIZE, cache=SIZE, "
+                              f"net=SIZE, latency=TIME (sizes per second, e.g. load=2GB,net=1GB,latency=50us)")
+        if key == "latency":
+            unit = next((u for u in ("us", "ms", "s") if value.endswith(u)), "")
+            try:
+                seconds = float(value[:len(value) - len(unit)]) * _TIME_UNITS.get(unit, 1.0)
+            except ValueError:
+                seconds = -1.0
+            if not seconds >= 0:
+                raise ConfigError(f"config field '{name}': latency {value!r} is not a time (e.g. 50us, 0.2ms)")
+            out[key] = seconds
+        else:
+            out[key] = float(parse_bytes(value, name))
+    return out

@@ -19,7 +19,7 @@ from gnnmesh import cli
 from gnnmesh.atomic import check_replaceable, staged_directory
 from gnnmesh.config import Config
 from gnnmesh.datasets import load
-from gnnmesh.datasets.shard_writer import write_graph_shards
+from gnnmesh.datasets.sharding import write_graph_shards
 from gnnmesh.datasets.sharded import open_shards
 from gnnmesh.errors import ConfigError
 from gnnmesh.partition import partition

@@ -1,6 +1,8 @@
 """The command line, run as a user would: a subprocess, its output and exit status."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -183,3 +185,12 @@ def test_a_list_value_may_start_with_a_minus():
     one_error_line(gnnmesh_in_process("train", "--class-weights", "-1,2,3"), "'class_weights': '-1,2,3'")
     one_error_line(gnnmesh_in_process("plan", "--nproc", "2", "--dataset", "cora", "--allow-sampling",
                                       "--fanouts", "-2,10"), "fanouts")
+
+
+def test_the_command_line_sets_up_before_torch_is_imported():
+    """``gnnmesh`` and ``gnnmesh.cli`` import without torch (seconds of import), so that the
+    command line's signal handling is in place first; building the parser then imports it."""
+    probe = ("import sys, gnnmesh, gnnmesh.cli; before = 'torch' in sys.modules; "
+             "gnnmesh.cli.build_parser(); print(before, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["False", "True"]

@@ -3,16 +3,17 @@ import re
 import pytest
 
 from gnnmesh import ConfigError
-from gnnmesh.config import FIELDS, MODEL_DEFAULTS, Config, strategy_default
+from gnnmesh.config import FIELDS, Config, strategy_default
+from gnnmesh.models import registry as models
 
 
 def test_defaults_resolve_per_model():
     cfg = Config.of(model="gat").resolved()
     assert (cfg.model.hidden, cfg.training.lr, cfg.model.dropout) == (8, 0.005, 0.6)
     assert Config.of(model="gat", hidden=32).resolved().model.hidden == 32
-    for name, defaults in MODEL_DEFAULTS.items():
+    for name, model in models.REGISTRY.items():
         resolved = Config.of(model=name).resolved()
-        assert all(resolved.get(k) == v for k, v in defaults.items())
+        assert all(resolved.get(k) == v for k, v in model.defaults.items())
 
 
 def test_toml_round_trip(tmp_path):
@@ -155,9 +156,9 @@ def test_a_model_option_the_model_does_not_take_is_refused_whatever_its_value(fi
 
 
 def test_the_options_a_model_takes_are_its_classs_and_resolve_to_its_defaults():
-    from gnnmesh.models import DECOUPLED, MODELS, options_of
+    from gnnmesh.models import options_of
     from gnnmesh.settings import MODEL_OPTIONS
-    forms = [(name, False) for name in MODELS] + [(name, True) for name in DECOUPLED]
+    forms = [(name, False) for name in models.names()] + [(name, True) for name in models.names(decoupled=True)]
     for name, decoupled in forms:
         taken = {o for o in options_of(name, decoupled) if o in MODEL_OPTIONS}
         resolved = Config.of(model=name, decoupled=decoupled).resolved()
@@ -173,3 +174,9 @@ def test_a_setting_is_given_whatever_its_value_and_defaults_filled_in_are_not(tm
     path = tmp_path / "run.toml"
     path.write_text('[data]\ndataset = "cora"\n')
     assert "dataset" in Config.from_toml(path).updated(epochs=2).given
+
+
+def test_the_former_name_of_strategy_spec_still_answers_with_a_warning():
+    config = Config.of(strategy="tensor", nproc=2)
+    with pytest.warns(DeprecationWarning, match="Config.engine is now named Config.strategy_spec"):
+        assert config.engine is config.strategy_spec

@@ -188,7 +188,7 @@ def test_a_task_of_ones_own_trains_with_its_metrics():
     trainer = Trainer(Config.of(epochs=3, seed=1, dropout=0.0), graph, task=task)
     assert trainer.config.training.task is None  # a task of one's own is not a setting
     summary = trainer.fit()
-    out = trainer.model.eval()(trainer.shard.view, trainer.shard.x)[:, 0].detach()
+    out = trainer.model.eval()(trainer.rank_data.view, trainer.rank_data.x)[:, 0].detach()
     m = graph.val_mask
     assert trainer.metrics[1]["neg_mae"] == pytest.approx(-float((out[m] - graph.y[m]).abs().mean()), rel=1e-6)
     assert summary.metric == "neg_mae" and summary.history[-1].extra["val_close_rate"] == trainer.metrics[1]["close_rate"]
@@ -198,6 +198,6 @@ def test_a_task_of_ones_own_trains_with_its_metrics():
 
 
 def test_task_is_recorded_and_refuses_what_does_not_apply(tmp_path):
-    assert tasks.TASKS == ("classification", "multilabel", "regression")
+    assert tasks.names() == ("classification", "multilabel", "regression")
     toml = Config.of(task="regression", regression_loss="mae").to_toml()
     assert 'task = "regression"' in toml and 'regression_loss = "mae"' in toml

@@ -68,7 +68,7 @@ def _shard(args) -> int:
         raise ConfigError("--fetch and --shard are separate commands; run one, then the other")
     if args.data_root and not os.path.isdir(args.data_root):
         raise ConfigError(f"--data-root {args.data_root}: no such directory")
-    from ..datasets.shard_writer import write_shards
+    from ..datasets.sharding import write_shards
     began = time.perf_counter()
     shards = write_shards(args.shard, args.out, args.shards, root=args.data_root)
     print(f"wrote {shards.directory}: {shards.num_nodes:,} nodes, {shards.num_edges:,} edges, "

@@ -74,7 +74,7 @@ def run(args) -> int:
         write_plan(args.json, "all", [candidate(e) for e in shown])
     nodes = -(-args.nproc // per_node)
     model = f"{'decoupled ' if config.model.decoupled else ''}{config.model.name} {'-'.join(str(w) for w in widths)}"
-    if config.model.name == "gat":
+    if config.model.heads is not None:
         model += f" ({config.model.heads} heads)"
     print(f"plan of every strategy: {described}; {model}{', with evaluation pass' if args.eval else ''}")
     print(f"ranks:   {args.nproc} on {nodes} node{'s' if nodes > 1 else ''} ({per_node} per node)")
@@ -104,7 +104,7 @@ def _sampled(config: Config, graph, widths, options: dict, rates, network, per_n
     predictions = rank_routes(graph, config.run.nproc, net, rates, network, per_node, fanouts=config.minibatch.fanouts,
                               batch_size=config.minibatch.batch_size, owner=owner, seed=config.training.seed,
                               cache_bytes=config.minibatch.cache_bytes(),
-                              attention=config.model.name == "gat")
+                              attention=config.model.attention)
     best = predictions[0]
     cache = f", a {config.minibatch.cache_memory} feature cache per rank" if config.minibatch.cache_memory else ""
     return ([f"mini-batch strategies (--allow-sampling), ranked apart: fanouts {config.minibatch.fanouts}, "

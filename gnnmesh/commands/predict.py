@@ -1,6 +1,6 @@
 """``gnnmesh predict``: the outputs of a trained model (logits, class probabilities, labels or a
 layer's embeddings) for every node or a chosen set, on one process or many, under any
-full-graph strategy; written as one shard per rank and a manifest (``gnnmesh.predict``)."""
+full-graph strategy; written as one part per rank and a manifest (``gnnmesh.predict``)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     cmd.add_argument("--nodes", default="all", help="which nodes: all, train, val, test, or a file of node ids "
                                                     "(.npy, or text with one id per line; default: all)")
     cmd.add_argument("--format", dest="fmt", default="npy", choices=("npy", "parquet"),
-                     help="shard format (parquet needs gnnmesh[parquet]; default: npy)")
+                     help="the parts' file format (parquet needs gnnmesh[parquet]; default: npy)")
     cmd.add_argument("--weights", default="best", choices=("best", "last"),
                      help="the best-validation epoch's weights (what training reports) or the last epoch's")
     cmd.add_argument("--model", dest="user_model", metavar="FILE.py:CLASS",

@@ -20,7 +20,7 @@ Every dataset accepts ``seed`` (generator seed, default split seed), ``cache`` a
 else ``$XDG_CACHE_HOME/gnnmesh``, else ``~/.cache/gnnmesh``; see ``cache.py``.
 ``gnnmesh datasets --fetch NAME`` downloads a dataset into a data root; see ``fetch.py``.
 ``gnnmesh datasets --shard SOURCE --out DIR`` writes one as a shard set, read in slices by
-``sharded.open_shards``; see ``sharded.py`` and ``shard_writer.py``.
+``sharded.open_shards``; see ``sharded.py`` and ``sharding.py``.
 
 Conventions: undirected graphs store both directions, without self-loops, duplicates
 merged; directed ones keep their file's edges (self-loops included). Datasets without

@@ -1,4 +1,4 @@
-"""Each kind of source written as a shard set (``shard_writer.write_shards``), each giving the
+"""Each kind of source written as a shard set (``sharding.write_shards``), each giving the
 graph that ``gnnmesh.datasets.load`` gives for the same spec (``ShardSet.graph()`` equals it).
 
 Streamed with bounded memory, never building the Graph:

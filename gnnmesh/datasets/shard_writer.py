@@ -1,8 +1,6 @@
-"""Writing shard sets (the format: ``sharded.py``).
-
-``write_shards(source, directory, shards)`` converts any dataset spec; what it streams and
-what it loads whole is decided in ``shard_sources.py``. ``ShardWriter`` is the streaming
-writer underneath: edges are appended block by block into K edge shards of near-equal
+"""The streaming writer of a shard set (the format: ``sharded.py``; the entry that converts
+any dataset spec: ``sharding.write_shards``; what each source streams and what it loads
+whole: ``shard_sources.py``). ``ShardWriter``: edges are appended block by block into K edge shards of near-equal
 counts, node rows field by field into K contiguous ranges of node ids, every ``.npy`` file
 written in pieces under a header that is completed when the file is closed. The set is
 built in a staged temporary directory that replaces ``directory`` only once meta.json is
@@ -22,13 +20,12 @@ import numpy as np
 import torch
 
 from .. import progress
-from ..atomic import check_replaceable, checksum, staged_directory
+from ..atomic import checksum
 from ..errors import ConfigError, GraphError
 from ..structured import loads_json
 from ..tasks import infer
 from ._build import sorted_unique
-from .sharded import (FORMAT, META, NODE_FIELDS, OUTPUT, VERSION, ShardSet, edge_shard_name, node_shard_name,
-                      open_shards)
+from .sharded import FORMAT, META, NODE_FIELDS, VERSION, edge_shard_name, node_shard_name
 
 BLOCK_EDGES = 1 << 22        # edges per block read back or copied (64 MiB with weights)
 BLOCK_BYTES = 16 << 20       # node rows per block: about this many bytes of features
@@ -462,46 +459,3 @@ def degree_features(in_degrees: np.ndarray, out_degrees: Optional[np.ndarray]) -
     columns = [in_degrees] + ([] if out_degrees is None else [out_degrees])
     stacked = torch.from_numpy(np.stack(columns, axis=1))
     return torch.log1p(stacked.to(torch.float32)).numpy()
-
-
-# -- the command's entry ----------------------------------------------------------------------
-
-def write_shards(source, directory, shards: int = 8, *, root=None, **options) -> ShardSet:
-    """Write the dataset ``source`` (any spec ``gnnmesh.datasets.load`` takes, with ``root``
-    and keyword options as there) as a shard set of ``shards`` edge shards and as many node
-    shards into ``directory``, and return it opened. ``directory`` may be absent, empty, or
-    an earlier shard set (replaced only once the new one is complete); anything else is a
-    ConfigError. Generators, edge lists, MatrixMarket coordinate files and OGB directories
-    stream with bounded memory; other sources are loaded whole first."""
-    from .registry import load, resolve_target
-    from .shard_sources import convert
-    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
-        raise ConfigError(f"--shards must be an integer >= 1, got {shards!r}")
-    directory = Path(directory)
-    check_replaceable(directory, OUTPUT)
-    target = resolve_target(source, root, **options)
-    return _staged(directory, shards, lambda writer: convert(target, writer, str(source),
-                                                             lambda: load(source, root, **options)))
-
-
-def write_graph_shards(graph, directory, shards: int = 8, spec: Optional[str] = None) -> ShardSet:
-    """Write the Graph ``graph`` (in memory) as a shard set that rebuilds exactly its
-    adjacency, features, labels and masks; ``spec`` is recorded as its source (default:
-    the graph's name)."""
-    from .shard_sources import write_graph
-    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
-        raise ConfigError(f"shards must be an integer >= 1, got {shards!r}")
-    directory = Path(directory)
-    check_replaceable(directory, OUTPUT)
-    return _staged(directory, shards, lambda writer: write_graph(graph, writer, spec or graph.name))
-
-
-def _staged(directory: Path, shards: int, write) -> ShardSet:
-    """``write(writer)`` into a staged set that replaces ``directory`` once complete."""
-    with staged_directory(directory, OUTPUT) as tmp:
-        writer = ShardWriter(tmp, shards)
-        try:
-            write(writer)
-        finally:
-            writer.abandon()
-    return open_shards(directory)

@@ -2,7 +2,7 @@
 no process ever needs the whole graph. Each reader takes the slices of edges and node rows
 it wants; ``ShardSet.graph()`` builds the whole graph in one process, which is what
 ``--dataset DIR`` loads (the single-process reference). ``gnnmesh datasets --shard SOURCE
---out DIR --shards K`` writes a set (``shard_writer.write_shards``).
+--out DIR --shards K`` writes a set (``sharding.write_shards``).
 
 Layout, version 1::
 
@@ -71,7 +71,7 @@ from ..atomic import OutputKind, checksum
 from ..errors import ConfigError, GraphError
 from ..graph import MAX_CLASSES, Graph
 from ..structured import loads_json
-from ..tasks import TASKS
+from .. import tasks
 from ._build import MASKS, adjacency_from_edges
 
 FORMAT = "gnnmesh-shards"
@@ -111,7 +111,7 @@ def written_files(directory) -> list:
     return [META] + ShardSet(directory).file_names()
 
 
-OUTPUT = OutputKind("shard set", META, written_files)  # what ``shard_writer`` may replace
+OUTPUT = OutputKind("shard set", META, written_files)  # what ``sharding`` may replace
 
 
 def open_shards(directory) -> "ShardSet":
@@ -272,7 +272,7 @@ class ShardSet:
         self.num_features = m.integer("num_features", 1)
         self.features = m.string("features", FEATURES)
         self.num_classes = m.integer("num_classes", 1, null=True, high=MAX_CLASSES)
-        self.task = m.string("task", TASKS, null=True)
+        self.task = m.string("task", tasks.names(), null=True)
         self.directed = m.boolean("directed")
         self.weighted = m.boolean("weighted")
         self.symmetrize = m.boolean("symmetrize")
@@ -349,10 +349,10 @@ class ShardSet:
         if field == "x":
             return np.dtype(np.float32), [(rows, self.num_features)]
         if field == "y":
-            if self.task == "classification":
+            labels = tasks.spec(self.task)
+            if labels.class_ids:
                 return np.dtype(np.int64), [(rows,)]
-            shapes = [(rows, self.num_classes)] + ([(rows,)] if self.task == "regression"
-                                                   and self.num_classes == 1 else [])
+            shapes = [(rows, self.num_classes)] + ([(rows,)] if labels.flat_target and self.num_classes == 1 else [])
             return np.dtype(np.float32), shapes
         return np.dtype(bool), [(rows,)]
 
@@ -503,7 +503,7 @@ class ShardSet:
             raise GraphError(f"{arrays['x'][0]}: row {offset + r} (node {shard['start'] + offset + r}) "
                              f"has a non-finite feature {x[r, c]} in column {c}")
         y = rows.get("y")
-        if y is not None and self.task == "classification":
+        if y is not None and tasks.spec(self.task).class_ids:
             bad = np.flatnonzero((y < 0) | (y >= self.num_classes))
             if bad.size:
                 r = int(bad[0])

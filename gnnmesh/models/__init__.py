@@ -1,7 +1,7 @@
 """GNN models written once on the GraphView primitives (spmm, sddmm, edge_softmax, dropout),
 and the pieces a user's model is built from: ``LayerStack``, ``GraphLayer``, ``Maths``, ``Term``
 (``SELF``: a term on the layer's input itself). What each strategy needs of a model:
-``gnnmesh.models.contract``."""
+``gnnmesh.models.contract``. The models are named once, in ``registry``."""
 
 from __future__ import annotations
 
@@ -12,44 +12,41 @@ from .decoupled import Decoupled
 from .gat import GAT
 from .gcn import GCN
 from .gin import GIN
+from .registry import ModelSpec, is_built_in, names, register, spec
 from .sage import SAGE
 
-MODELS = {"gcn": GCN, "sage": SAGE, "gat": GAT, "gin": GIN}
-
-
-# The decoupled form of each model that has one (Decoupled's keyword arguments).
-DECOUPLED = {"gcn": {}, "sage": {"op": "mean"}, "gat": {"attention": True}}
 
 
 def build_model(name: str, in_dim: int, num_classes: int, decoupled: bool = False, **options):
-    """Instantiate a model by name; ``options`` are its constructor's keyword arguments.
-    ``decoupled`` builds the model's decoupled form (its NN layers, then propagation)."""
+    """Instantiate a registered model by name; ``options`` are its constructor's keyword
+    arguments. ``decoupled`` builds the model's decoupled form (its NN layers, then propagation)."""
     key = name.lower()
-    if key not in MODELS:
-        raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
+    if not is_built_in(key):
+        raise ValueError(f"unknown model {name!r}; choose from {', '.join(names())}")
+    model = spec(key)
     if decoupled:
-        if key not in DECOUPLED:
-            raise ValueError(f"model {name!r} has no decoupled form; choose from gcn, sage, gat")
-        return Decoupled(in_dim, num_classes, **DECOUPLED[key], **options)
-    return MODELS[key](in_dim, num_classes, **options)
+        if model.decoupled is None:
+            raise ValueError(f"model {name!r} has no decoupled form; choose from {', '.join(names(decoupled=True))}")
+        return Decoupled(in_dim, num_classes, **model.decoupled, **options)
+    return model.model(in_dim, num_classes, **options)
 
 
 def options_of(name: str, decoupled: bool = False) -> tuple:
-    """The constructor options the built-in model ``name`` (its ``decoupled`` form) takes, as
+    """The constructor options the registered model ``name`` (its ``decoupled`` form) takes, as
     its class declares them in its signature: what a setting such as ``--heads`` must be one
     of to apply. The decoupled form's fixed arguments (``op``, ``attention``) are not options,
     nor are its attention options without attention."""
     key = name.lower()
-    if key not in MODELS or (decoupled and key not in DECOUPLED):
+    if not is_built_in(key) or (decoupled and spec(key).decoupled is None):
         raise ValueError(f"unknown model {name!r}{' (decoupled)' if decoupled else ''}")
-    cls = Decoupled if decoupled else MODELS[key]
+    model = spec(key)
     skipped = {"self", "in_dim", "num_classes"}
     if decoupled:
         skipped |= {"op", "attention"}
-        if not DECOUPLED[key].get("attention"):
+        if not model.decoupled.get("attention"):
             skipped |= set(Decoupled.ATTENTION_OPTIONS)
-    return tuple(p for p in inspect.signature(cls.__init__).parameters if p not in skipped)
+    return tuple(p for p in inspect.signature(model.form(decoupled).__init__).parameters if p not in skipped)
 
 
-__all__ = ["MODELS", "DECOUPLED", "build_model", "options_of", "GCN", "SAGE", "GAT", "GIN", "Decoupled", "LayerStack",
+__all__ = ["ModelSpec", "register", "names", "spec", "is_built_in", "build_model", "options_of", "GCN", "SAGE", "GAT", "GIN", "Decoupled", "LayerStack",
            "GraphLayer", "Maths", "Term", "SELF"]

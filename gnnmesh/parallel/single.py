@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 from ..view import GraphView
-from .strategy import Shard, Strategy
+from .strategy import RankData, Strategy
 
 
-def whole_graph(graph, x, seed: int, device) -> Shard:
-    """The whole graph and all its vertex data, on ``device``: a single process's shard, and
+def whole_graph(graph, x, seed: int, device) -> RankData:
+    """The whole graph and all its vertex data, on ``device``: a single process's data, and
     every rank's under a strategy that holds the whole graph everywhere (mini-batch)."""
     view = GraphView(graph.adj, seed=seed, device=device)
-    return Shard(view, x.to(device), graph.y.to(device), graph.train_mask.to(device),
+    return RankData(view, x.to(device), graph.y.to(device), graph.train_mask.to(device),
                  graph.val_mask.to(device), graph.test_mask.to(device))
 
 
 class SingleProcess(Strategy):
     name = "single"
 
-    def shard(self, graph, x, seed, device):
+    def rank_data(self, graph, x, seed, device):
         return whole_graph(graph, x, seed, device)

@@ -1,8 +1,9 @@
 """The contract between the trainer and a parallel strategy (``Strategy``), and what a rank
-trains on (``Shard``)."""
+trains on (``RankData``; ``Shard`` is its former name, kept as a deprecated alias)."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Optional
 
@@ -15,7 +16,7 @@ from ..view import GraphView
 
 
 @dataclass
-class Shard:
+class RankData:
     """What one rank trains on: its GraphView and the rows of vertex data it owns. ``ids``:
     the global ids of the rows of its labels, masks and outputs, where they are not the
     view's own rows (``GraphView.rows``)."""
@@ -29,7 +30,7 @@ class Shard:
     ids: Optional[torch.Tensor] = None
 
     def row_ids(self) -> torch.Tensor:
-        """Global ids of the rows of this shard's labels, masks and the strategy's output."""
+        """Global ids of the rows of this rank's labels, masks and the strategy's output."""
         if self.ids is not None:
             return self.ids
         rows = self.view.rows()
@@ -38,7 +39,7 @@ class Shard:
 
 class Strategy:
     """Base class. A strategy decides which rows of the graph and vertex data a rank holds
-    (``shard``), how the graph primitives run across ranks (its GraphView), and how dense
+    (``rank_data``), how the graph primitives run across ranks (its GraphView), and how dense
     parameters and metrics agree across ranks (``sync_gradients``, ``all_reduce``)."""
 
     name = "base"
@@ -46,11 +47,16 @@ class Strategy:
     world_size = 1
     holds_memory_budget = False  # whether it keeps its resident memory within a budget it plans
 
-    def shard(self, graph: Graph, x: torch.Tensor, seed: int, device) -> Shard:
-        raise NotImplementedError
+    def rank_data(self, graph: Graph, x: torch.Tensor, seed: int, device) -> RankData:
+        """What this rank trains on of ``graph`` and its features ``x``."""
+        former = getattr(self, "shard", None)  # a strategy written against the former name
+        if former is None:
+            raise NotImplementedError
+        warnings.warn(f"strategy '{self.name}': 'shard' is now named 'rank_data'", DeprecationWarning, stacklevel=2)
+        return former(graph, x, seed, device)
 
-    def shard_parts(self, parts, seed: int, device) -> Shard:
-        """The same as ``shard``, read from this rank's folder of a parts directory
+    def rank_data_from_parts(self, parts, seed: int, device) -> RankData:
+        """The same as ``rank_data``, read from this rank's folder of a parts directory
         (``gnnmesh.parts``) without ever holding the whole graph."""
         raise ConfigError(f"strategy '{self.name}' cannot train from --parts")
 
@@ -99,3 +105,11 @@ class Strategy:
 
     def describe(self) -> str:
         return self.name
+
+
+def __getattr__(name: str):
+    """``Shard``, the former name of ``RankData``, still imports (with a DeprecationWarning)."""
+    if name == "Shard":
+        warnings.warn("gnnmesh.parallel.Shard is now named RankData", DeprecationWarning, stacklevel=2)
+        return RankData
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,6 @@
-"""Vertex partitioning for 1D row-parallel training (Demirci, Haldar, Ferhatosmanoglu, PVLDB 2022).
+"""Vertex partitioning: which rank owns each vertex, for the partition strategy's row-parallel
+training (its halo exchanges: Demirci, Haldar, Ferhatosmanoglu, PVLDB 2022) and for the
+mini-batch routes that place vertices on ranks (snp, dnp).
 
     >>> from gnnmesh.partition import partition, halos, quality
     >>> part = partition(graph, 8, "hp", epsilon=0.01, seed=0)    # cached on disk

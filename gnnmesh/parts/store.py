@@ -28,12 +28,12 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .. import strategies
+from .. import strategies, tasks
 from ..atomic import OutputKind, checksum
 from ..errors import ConfigError, GraphError
 from ..graph import MAX_CLASSES, Adjacency, check_vertex_data
 from ..structured import load_json
-from ..tasks import TASKS, infer
+from ..tasks import infer
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -177,8 +177,8 @@ class Parts:
         self.num_features = int(manifest["num_features"])
         self.num_classes = int(manifest["num_classes"])  # the output width: classes, or targets
         self.task = str(manifest.get("task", "classification"))  # what the labels are, as inferred when written
-        if self.task not in TASKS:
-            raise ValueError(f"task {self.task!r}, expected one of {', '.join(TASKS)}")
+        if self.task not in tasks.names():
+            raise ValueError(f"task {self.task!r}, expected one of {', '.join(tasks.names())}")
         if len(manifest["ranks"]) != self.parts:
             raise ValueError(f"{len(manifest['ranks'])} rank entries for {self.parts} parts")
 
@@ -311,7 +311,7 @@ class RankPart:
         masks = {name: self.tensor(name) for name in ("train_mask", "val_mask", "test_mask")}
         where = str(self.folder) + ": "
         class_ids = y.dim() == 1 and not y.is_floating_point()
-        if class_ids != (self.parts.task == "classification"):
+        if class_ids != tasks.spec(self.parts.task).class_ids:
             raise GraphError(self.where("y") + f"holds {y.dtype} of shape {list(y.shape)}, not the "
                              f"{self.parts.task} labels the manifest says")
         check_vertex_data(where, rows, None, y, self.parts.num_classes, masks)

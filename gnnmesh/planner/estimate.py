@@ -69,10 +69,6 @@ def name_of(strategy: str, partitioner=None, grid=None, decoupled: bool = False,
     """A candidate's display name, the one a plan and a run's metrics (``candidate``) use:
     "partition hp", "tensor decoupled", "grid3d 2x1x2", "single", "offload gp"; ``grid``
     is "X,Y,Z" or a Grid."""
-    if partitioner and strategies.spec(strategy).training == "full":  # a partitioned full-graph strategy
-        return f"{strategy} {partitioner}"
-    if strategy == "tensor" and decoupled:
-        return "tensor decoupled"
-    if strategy == "grid3d" and grid is not None:
-        return f"grid3d {str(grid).replace(',', 'x')}"
-    return strategy
+    words = {"partitioner": partitioner, "decoupled": "decoupled" if decoupled else None,
+             "grid": str(grid).replace(",", "x") if grid is not None else None}
+    return " ".join([strategy] + [words[s] for s in strategies.spec(strategy).named_by if words[s]])

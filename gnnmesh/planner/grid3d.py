@@ -28,10 +28,16 @@ from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
 from ..layout.grid import AXES, RANK_ORDER, WORLD, Grid, factorizations, roles
+from ..models.base import GraphLayer, LayerStack
+from ..view import OPERATORS
+from .estimate import Estimate
+from .job import Dropped
 from .machine import (GEMM, GPU_NETWORK, GPU_RATES, ComputeRates, Elementwise, Network, SpMM, all_to_all_link,
                       collective_time, group_links)
+from .trace import build
 
 ELEMENT_BYTES = 4           # float32
+GCN_OPERATOR = "gcn"        # the one graph operator a Workload's layers aggregate with
 
 
 # ---------------------------------------------------------------------------- the work
@@ -253,3 +259,43 @@ def best_grid(world_size: int, nodes: int, nnz: int, widths: Sequence[int], *,
     work = Workload(nodes, nnz, tuple(widths))
     best = rank_grids(work, world_size, rates or GPU_RATES, network or GPU_NETWORK, ranks_per_node)[0]
     return {"x": best.grid.x, "y": best.grid.y, "z": best.grid.z}
+
+
+def candidates(job) -> list:
+    """The planner model of 3D-parallel training (the ``PlanJob`` protocol): every X x Y x Z
+    grid of several ranks, or grid3d dropped with the reason (``grid3d_refusal``). Its peak is
+    the rough ``peak_bytes``; its setup (permutations, cutting blocks) is not modelled (0)."""
+    if job.ranks == 1:
+        return []
+    net = build(job.widths, job.model, job.decoupled, **job.options)
+    refusal = grid3d_refusal(net, job.model, job.decoupled)
+    if refusal:
+        return [Dropped("grid3d", refusal)]
+    gcn_nnz = (job.graph.operator(GCN_OPERATOR) if job.sized else OPERATORS[GCN_OPERATOR](getattr(job.graph, "adj", job.graph))).nnz
+    work = Workload(job.nodes, gcn_nnz, tuple(int(w) for w in job.widths), evaluate=job.evaluate,
+                    dropout=net.dropout > 0, inference=job.inference)
+    return [grid3d_estimate(work, predict(work, grid, job.rates, job.network, job.ranks_per_node, job.order))
+            for grid in factorizations(job.ranks)]
+
+
+def grid3d_refusal(net, model: str, decoupled: bool) -> Optional[str]:
+    """Why grid3d is not a candidate for ``net`` (the built ``model``), or None. The strategy
+    runs models whose layers are sums of aggregation terms (what ``Grid3D`` checks); its
+    performance model prices layers of one term on the GCN operator (``Workload``)."""
+    name = f"decoupled {model}" if decoupled else model
+    if decoupled or not (isinstance(net, LayerStack) and all(isinstance(layer, GraphLayer) for layer in net.layers)):
+        return f"the grid3d strategy does not run {name}"
+    if any([term.op for term in layer.maths().terms] != [GCN_OPERATOR] for layer in net.layers):
+        return f"the grid3d strategy runs {name}, but its performance model prices GCN layers only"
+    return None
+
+
+def grid3d_estimate(work: Workload, prediction: Prediction) -> Estimate:
+    """A grid's Prediction as an Estimate: the collectives' seconds per process group
+    (``comm x``, ... ``comm world``), one phase ``collectives`` of ``payload_bytes`` per rank
+    (every rank alike under an even spread), the rough ``peak_bytes``; no setup."""
+    grid, ranks = prediction.grid, prediction.grid.size
+    comm = {f"comm {group}": seconds for group, seconds in prediction.comm.items()}
+    return Estimate.build({"aggregate": prediction.spmm, "dense": prediction.dense}, comm,
+                          {"collectives": [payload_bytes(work, grid)] * ranks}, [peak_bytes(work, grid)] * ranks,
+                          strategy="grid3d", grid=f"{grid.x},{grid.y},{grid.z}")

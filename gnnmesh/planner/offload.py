@@ -23,11 +23,13 @@ from typing import Optional
 
 import numpy as np
 
+from ..errors import ConfigError
 from ..partition.halo import check_assignment
 from ..parallel.offload import build_plan, costs
 from ..parallel.offload.stages import stages_of
 from . import partition as partition_model
 from .estimate import Estimate
+from .job import Dropped
 from .machine import ComputeRates, Network, collective_time, world_links
 from .trace import build
 
@@ -67,3 +69,25 @@ def estimate(graph, assignment, widths, model: str, rates: ComputeRates, network
     settings = {"partitioner": method or getattr(assignment, "method", None)} if parts > 1 else {}
     return Estimate.build(compute, comm, {"offload": list(traffic.peer), **counted}, peaks, inner.setup_s,
                           strategy="offload", device_memory=str(int(budget)), **settings)
+
+
+def candidates(job) -> list:
+    """The planner model of out-of-core training (the ``PlanJob`` protocol): a candidate only
+    under a memory limit, the fast tier's budget, on each partition (or the single process),
+    dropped with the reason where no plan fits. A graph known by its size has no chunks."""
+    if job.memory_limit is None:
+        return []
+    if job.sized:
+        return [Dropped("offload", "its chunks follow the graph's own structure: give --dataset")]
+    if job.ranks == 1:
+        return [_or_dropped(job, np.zeros(job.nodes, dtype=np.int64), "offload")]
+    return [_or_dropped(job, part, f"offload {method}") for method, part in job.partitions
+            if not isinstance(part, Exception)]
+
+
+def _or_dropped(job, assignment, name: str):
+    try:
+        return estimate(job.graph, assignment, job.widths, job.model, job.rates, job.network, job.ranks_per_node,
+                        job.evaluate, budget=job.memory_limit, **job.model_args)
+    except ConfigError as err:
+        return Dropped(name, str(err))

@@ -17,7 +17,7 @@ leaving it through the node's NIC, shared by its ranks); nothing overlaps.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Optional
 
@@ -27,6 +27,7 @@ from ..partition import rank_halos
 from ..partition.halo import check_assignment
 from ..view import OPERATORS
 from .estimate import Estimate
+from .job import Dropped
 from .machine import ComputeRates, Network, SpMM, world_links
 from .sized import SizedGraph
 from .trace import (ELEMENT_BYTES, Aggregate, EdgeScores, build, epoch_compute, peak_bytes, replicated_phases,
@@ -85,6 +86,40 @@ def estimate(graph, assignment, widths, model: str, rates: ComputeRates, network
     setup = setup_s if setup_s is not None else (getattr(assignment, "seconds", None) or 0.0)
     return priced(net, traced, halos, np.bincount(vector, minlength=parts), widths[0], rates, network,
                   ranks_per_node, evaluate, setup, name)
+
+
+def single_candidates(job) -> list:
+    """The planner model of the single process (the ``PlanJob`` protocol, ``job.py``): the
+    whole graph on one rank, the one candidate on one rank and none on several."""
+    return [one_process(job)] if job.ranks == 1 else []
+
+
+def one_process(job) -> Estimate:
+    """The single process's Estimate for ``job`` (its ranks aside): 1D partitioning on one part."""
+    if job.sized:
+        one = random_estimate(job.graph, 1, job.widths, job.model, job.rates, job.network, 1, job.evaluate,
+                              **job.model_args)
+    else:
+        alone = np.zeros(job.nodes, dtype=np.int64)
+        one = estimate(job.graph, alone, job.widths, job.model, job.rates, job.network, 1, job.evaluate,
+                       **job.model_args)
+    return replace(one, strategy="single", settings={"strategy": "single"})
+
+
+def candidates(job) -> list:
+    """The planner model of 1D partitioning (the ``PlanJob`` protocol): one candidate per
+    partitioner on several ranks. A graph known by its size has only the random partition's
+    expected halos; a partitioner whose package is missing is dropped with the reason."""
+    if job.ranks == 1:
+        return []
+    if job.sized:
+        return [random_estimate(job.graph, job.ranks, job.widths, job.model, job.rates, job.network,
+                                job.ranks_per_node, job.evaluate, **job.model_args) if method == "rp"
+                else Dropped(f"partition {method}", "it partitions the graph's own structure: give --dataset")
+                for method in job.partitioners]
+    return [Dropped(f"partition {method}", str(part)) if isinstance(part, Exception)
+            else estimate(job.graph, part, job.widths, job.model, job.rates, job.network, job.ranks_per_node,
+                          job.evaluate, **job.model_args) for method, part in job.partitions]
 
 
 def random_estimate(graph: SizedGraph, parts: int, widths, model: str, rates: ComputeRates, network: Network,

@@ -111,6 +111,16 @@ def sized_estimate(graph: SizedGraph, ranks: int, widths, model: str, rates: Com
                   decoupled)
 
 
+def candidates(job) -> list:
+    """The planner model of tensor parallelism (the ``PlanJob`` protocol): one candidate on
+    several ranks, the decoupled form's when the model is decoupled."""
+    if job.ranks == 1:
+        return []
+    price = sized_estimate if job.sized else estimate
+    return [price(job.graph, job.ranks, job.widths, job.model, job.rates, job.network, job.ranks_per_node,
+                  job.evaluate, **job.model_args)]
+
+
 def _traced(widths, model: str, decoupled: bool, inference: bool, **options) -> tuple:
     """(the model, its Trace as tensor parallelism runs it)."""
     net = build(widths, model, decoupled, **options)

@@ -25,7 +25,9 @@ from torch.overrides import TorchFunctionMode
 
 from ..errors import ConfigError
 from ..graph import Adjacency
-from ..models import MODELS, Decoupled, build_model
+from ..models import build_model, is_built_in
+from ..models import spec as model_spec
+from ..models.user import is_user_model
 from ..validate import format_bytes
 from ..view import GraphView
 from .machine import GEMM, ComputeRates, Elementwise, SpMM, collective_time
@@ -221,14 +223,14 @@ def build(widths, model: str = "gcn", decoupled: bool = False, **options) -> tor
 
 def _build(widths, model: str, decoupled: bool, **options) -> torch.nn.Module:
     widths = tuple(int(w) for w in widths)
-    if ":" in model:  # a user's class (FILE.py:CLASS): (input, classes) and its --model-args
+    if is_user_model(model):  # a user's class (FILE.py:CLASS): (input, classes) and its --model-args
         from ..models import user
         with torch.random.fork_rng(devices=[]):
             return user.build(model, widths[0], widths[-1], user.parse_args(options.get("args") or ""))
     if len(widths) < 2 or len(set(widths[1:-1])) > 1:
         raise ValueError(f"widths must be (input, hidden, ..., classes) with one hidden width, got {widths}")
     hidden = widths[1] if len(widths) > 2 else options.pop("hidden", 16)
-    built = Decoupled if decoupled else MODELS.get(model.lower())
+    built = model_spec(model.lower()).form(decoupled) if is_built_in(model.lower()) else None
     if built is not None:
         taken = inspect.signature(built).parameters
         options = {k: v for k, v in options.items() if k in taken or k not in _MODEL_SPECIFIC}

@@ -1,5 +1,5 @@
 """Using a trained model: its outputs for every node (or a chosen set) under every full-graph
-strategy, written as one shard per rank with a manifest (``gnnmesh predict``), and read back
+strategy, written as one part per rank with a manifest (``gnnmesh predict``), and read back
 in global id order (``read``). The library's entry is ``Trainer.predict``."""
 
 from .nodes import read_node_file, selected

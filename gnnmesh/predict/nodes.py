@@ -74,12 +74,12 @@ def _out_of_range(where: str, value: int, num_nodes: int) -> ConfigError:
                        f"{num_nodes - 1})")
 
 
-def selected(nodes: str, shard, ids: np.ndarray, listed=None) -> np.ndarray:
+def selected(nodes: str, rank_data, ids: np.ndarray, listed=None) -> np.ndarray:
     """Positions among this rank's rows (global ids ``ids``) that ``nodes`` selects; ``listed``:
     the ids a FILE names (``read_node_file``)."""
     if nodes == "all":
         return np.arange(len(ids))
     if nodes in SPLITS:
-        mask = getattr(shard, f"{nodes}_mask")
+        mask = getattr(rank_data, f"{nodes}_mask")
         return torch.nonzero(mask.cpu()).flatten().numpy()
     return np.flatnonzero(np.isin(ids, listed))

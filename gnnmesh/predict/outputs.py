@@ -77,8 +77,8 @@ def through_layer(model: nn.Module, layer: int) -> nn.Module:
 
 
 @torch.no_grad()
-def rank_output(strategy, model: nn.Module, shard, output: Output, task: Optional[Task] = None) -> torch.Tensor:
-    """``output`` for this rank's rows (``shard.row_ids()``), the model in eval mode: ``probs``
+def rank_output(strategy, model: nn.Module, rank_data, output: Output, task: Optional[Task] = None) -> torch.Tensor:
+    """``output`` for this rank's rows (``rank_data.row_ids()``), the model in eval mode: ``probs``
     and ``labels`` as the ``task`` makes them of the logits (default: classification's softmax
     and argmax; multilabel: sigmoid and logit > 0; refused for regression)."""
     task = task or Classification()
@@ -89,7 +89,7 @@ def rank_output(strategy, model: nn.Module, shard, output: Output, task: Optiona
     try:
         if run is not model:
             strategy.prepare(run)  # what a strategy plans of the model (out-of-core stages)
-        values = strategy.forward(run, shard.view, shard.x)
+        values = strategy.forward(run, rank_data.view, rank_data.x)
     finally:
         if run is not model:
             strategy.prepare(model)

@@ -17,7 +17,7 @@ from typing import Optional
 
 import numpy as np
 
-from .. import checkpoint, comm, locks, tasks, trained
+from .. import checkpoint, comm, locks, strategies, tasks, trained
 from ..atomic import check_replaceable
 from ..config import Config
 from ..errors import ConfigError
@@ -26,7 +26,7 @@ from ..train.run import adopt_parts, given_dataset, load_once_per_host
 from ..train.trainer import Trainer, rank_device
 from . import FORMATS, Output, write
 from .nodes import CHOICES
-from .store import OUTPUT
+from .store import OUTPUT, PARTS
 
 
 @dataclass(frozen=True)
@@ -56,8 +56,8 @@ class Request:
         Output(self.output, self.layer)
         if self.fmt not in FORMATS:
             raise ConfigError(f"--format {self.fmt!r}: choose from {', '.join(FORMATS)}")
-        if self.weights not in trained.WEIGHTS:
-            raise ConfigError(f"--weights {self.weights!r}: choose from {', '.join(trained.WEIGHTS)}")
+        if self.weights not in checkpoint.WEIGHTS:
+            raise ConfigError(f"--weights {self.weights!r}: choose from {', '.join(checkpoint.WEIGHTS)}")
         if self.nodes not in CHOICES and not Path(self.nodes).is_file():
             raise ConfigError(f"--nodes {self.nodes}: neither {', '.join(CHOICES)} nor a file of node ids")
         check_replaceable(self.out, OUTPUT)
@@ -80,7 +80,7 @@ def _run(config: Config, request: Request, quiet: bool) -> Optional[dict]:
     if saved.training.task is not None:  # an output its task does not make is refused before loading
         tasks.build(saved.training.task).check_output(request.output)
     config, parts = adopt_parts(with_model(config, saved, request.checkpoint))
-    if world and config.run.strategy == "single" and world_size > 1:
+    if world and strategies.spec(config.run.strategy).one_process and world_size > 1:
         raise ConfigError(f"this job has {world_size} ranks; choose a parallel --strategy (e.g. partition)")
     config = config.resolved()
     device = rank_device(config)
@@ -142,7 +142,7 @@ def _predict(config, request, state, saved, parts, quiet, rank, world_size) -> O
         width = "" if manifest["width"] is None else f" x {manifest['width']}"
         print(f"wrote {request.output} ({manifest['rows']:,}{width} {manifest['dtype']}) for "
               f"{request.nodes} nodes to {request.out} in {time.perf_counter() - t0:.2f}s, "
-              f"{len(manifest['shards'])} shard{'s' if world_size > 1 else ''}")
+              f"{len(manifest[PARTS])} part{'s' if world_size > 1 else ''}")
     return manifest
 
 

@@ -1,13 +1,14 @@
-"""A prediction directory: every rank's rows as a shard, and a manifest.
+"""A prediction directory: every rank's rows as a part, and a manifest.
 
 Each rank writes its own rows with their global node ids (no rank holds more than its
-share); rank 0 writes ``manifest.json``, which lists the shards, their shapes and dtypes,
+share); rank 0 writes ``manifest.json``, which lists the parts (under ``"shards"``, the key the
+format has always used), their shapes and dtypes,
 the checkpoint the model came from and the graph's content key. The directory is staged and
 moved into place whole (``gnnmesh.atomic.staged_directory``): a failure on any rank leaves
 nothing, and only an absent or empty directory or an earlier prediction holding nothing but
 its own files (``OUTPUT``) is replaced.
 
-Shards are NumPy ``.npy`` files (``ids-RRRRR.npy`` and ``values-RRRRR.npy``) or, with
+Parts are NumPy ``.npy`` files (``ids-RRRRR.npy`` and ``values-RRRRR.npy``) or, with
 ``format="parquet"`` (pyarrow), one ``part-RRRRR.parquet`` per rank with an ``id`` column and
 a ``value`` column (a list per row for a matrix). ``read`` checks everything it reads back.
 """
@@ -30,6 +31,7 @@ MANIFEST = "manifest.json"
 KIND = "gnnmesh prediction"
 VERSION = 1
 FORMATS = ("npy", "parquet")
+PARTS = "shards"  # the manifest's key for its list of parts: the format's name, kept for directories written
 
 
 @dataclass
@@ -47,7 +49,7 @@ class Prediction:
 def write(directory, ids: np.ndarray, values: np.ndarray, info: dict, fmt: str = "npy", comm=None) -> Optional[dict]:
     """Write this rank's rows (global ``ids``, ``values``) into ``directory``; ``comm``: the
     job's communicator (None: one process). ``info``: what the manifest records besides the
-    shards. Every rank calls it; rank 0 returns the manifest."""
+    parts. Every rank calls it; rank 0 returns the manifest."""
     if fmt not in FORMATS:
         raise ConfigError(f"--format {fmt!r}: choose from {', '.join(FORMATS)}")
     if fmt == "parquet":
@@ -59,15 +61,15 @@ def write(directory, ids: np.ndarray, values: np.ndarray, info: dict, fmt: str =
                           if rank == 0 else None)
         if comm is not None:
             staged = comm.broadcast_object(staged)
-        shard = together(lambda: _guarded(directory, lambda: _write_shard(Path(staged), rank, ids, values, fmt)))
-        shards = comm.all_gather_object(shard) if comm is not None else [shard]
+        part = together(lambda: _guarded(directory, lambda: _write_part(Path(staged), rank, ids, values, fmt)))
+        parts = comm.all_gather_object(part) if comm is not None else [part]
 
         def finish():
             if rank != 0:
                 return None
             manifest = {"kind": KIND, "version": VERSION, "format": fmt, **info,
-                        "rows": sum(s["rows"] for s in shards), "width": None if values.ndim == 1 else
-                        int(values.shape[1]), "dtype": str(values.dtype), "shards": shards}
+                        "rows": sum(p["rows"] for p in parts), "width": None if values.ndim == 1 else
+                        int(values.shape[1]), "dtype": str(values.dtype), PARTS: parts}
             text = json.dumps(manifest, indent=1) + "\n"
             _guarded(directory, lambda: (Path(staged) / MANIFEST).write_text(text, encoding="utf-8"))
             _guarded(directory, stack.close)  # moved into place
@@ -91,7 +93,7 @@ def _guarded(directory, fn):
         raise ConfigError(f"{directory}: cannot write the prediction ({err.strerror or err})") from None
 
 
-def _write_shard(staged: Path, rank: int, ids: np.ndarray, values: np.ndarray, fmt: str) -> dict:
+def _write_part(staged: Path, rank: int, ids: np.ndarray, values: np.ndarray, fmt: str) -> dict:
     entry = {"rank": rank, "rows": int(len(ids))}
     if fmt == "npy":
         entry.update(ids=f"ids-{rank:05d}.npy", values=f"values-{rank:05d}.npy")
@@ -123,10 +125,10 @@ def read(directory) -> Prediction:
     directory = Path(directory)
     manifest = _manifest(directory)
     ids, values = [], []
-    for shard in manifest["shards"]:
-        shard_ids, shard_values = _read_shard(directory, manifest, shard)
-        ids.append(shard_ids)
-        values.append(shard_values)
+    for part in manifest[PARTS]:
+        part_ids, part_values = _read_part(directory, manifest, part)
+        ids.append(part_ids)
+        values.append(part_values)
     ids = np.concatenate(ids) if ids else np.empty(0, dtype=np.int64)
     values = np.concatenate(values) if values else np.empty((0,), dtype=manifest["dtype"])
     order = np.argsort(ids, kind="stable")
@@ -135,16 +137,16 @@ def read(directory) -> Prediction:
     if len(ids) and (ids[0] < 0 or ids[-1] >= nodes):
         raise ConfigError(f"{directory}: node ids outside 0 to {nodes - 1} (the graph's)")
     if len(ids) > 1 and (ids[1:] == ids[:-1]).any():
-        raise ConfigError(f"{directory}: node {int(ids[1:][ids[1:] == ids[:-1]][0])} is written by two shards")
+        raise ConfigError(f"{directory}: node {int(ids[1:][ids[1:] == ids[:-1]][0])} is written by two parts")
     return Prediction(ids, values, manifest)
 
 
 def written_files(directory) -> list:
-    """The files the prediction in ``directory`` consists of: its manifest and the shards it
+    """The files the prediction in ``directory`` consists of: its manifest and the parts it
     lists (ConfigError when the manifest is not a prediction's)."""
     manifest = _manifest(Path(directory))
     names = ("ids", "values") if manifest["format"] == "npy" else ("file",)
-    return [MANIFEST] + [shard[name] for shard in manifest["shards"] for name in names]
+    return [MANIFEST] + [part[name] for part in manifest[PARTS] for name in names]
 
 
 OUTPUT = OutputKind("prediction directory", MANIFEST, written_files)  # what ``write`` may replace
@@ -186,14 +188,14 @@ def _manifest_problem(m) -> str:
     graph = m.get("graph")
     if not (isinstance(graph, dict) and _count(graph.get("nodes"))):
         return "'graph' does not give the number of nodes"
-    shards = m.get("shards")
-    if not (isinstance(shards, list) and all(isinstance(s, dict) and _count(s.get("rows")) for s in shards)):
-        return "'shards' is not a list of shards"
-    names = [s.get(k) for s in shards for k in (("ids", "values") if m["format"] == "npy" else ("file",))]
+    parts = m.get(PARTS)
+    if not (isinstance(parts, list) and all(isinstance(p, dict) and _count(p.get("rows")) for p in parts)):
+        return f"'{PARTS}' is not a list of parts"
+    names = [p.get(k) for p in parts for k in (("ids", "values") if m["format"] == "npy" else ("file",))]
     if not all(isinstance(n, str) and n and Path(n).name == n and not n.startswith(".") for n in names):
-        return "a shard's file name is not a plain file name in the directory"
-    if not (_count(m.get("rows")) and m["rows"] == sum(s["rows"] for s in shards)):
-        return "'rows' is not the shards' rows"
+        return "a part's file name is not a plain file name in the directory"
+    if not (_count(m.get("rows")) and m["rows"] == sum(p["rows"] for p in parts)):
+        return "'rows' is not the parts' rows"
     return ""
 
 
@@ -206,14 +208,14 @@ def _show(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _read_shard(directory: Path, manifest: dict, shard: dict) -> tuple:
-    rows, width, dtype = shard["rows"], manifest["width"], np.dtype(manifest["dtype"])
+def _read_part(directory: Path, manifest: dict, part: dict) -> tuple:
+    rows, width, dtype = part["rows"], manifest["width"], np.dtype(manifest["dtype"])
     shape = (rows,) if width is None else (rows, width)
     if manifest["format"] == "npy":
-        ids = _npy(directory / shard["ids"], (rows,), np.dtype(np.int64))
-        return ids, _npy(directory / shard["values"], shape, dtype)
+        ids = _npy(directory / part["ids"], (rows,), np.dtype(np.int64))
+        return ids, _npy(directory / part["values"], shape, dtype)
     pa, pq = _pyarrow()
-    path = directory / shard["file"]
+    path = directory / part["file"]
     try:
         table = pq.read_table(path)
         ids = table.column("id").to_numpy()
@@ -221,7 +223,7 @@ def _read_shard(directory: Path, manifest: dict, shard: dict) -> tuple:
         values = column.to_numpy(zero_copy_only=False) if width is None else \
             column.flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
     except Exception as err:  # pyarrow raises several types for a damaged file
-        raise ConfigError(f"{path}: unreadable shard ({type(err).__name__})") from None
+        raise ConfigError(f"{path}: unreadable part ({type(err).__name__})") from None
     if ids.shape != (rows,) or values.shape != shape or values.dtype != dtype or ids.dtype != np.int64:
         raise ConfigError(f"{path}: holds {values.dtype} {values.shape}, the manifest says {dtype} {shape}")
     return ids, values

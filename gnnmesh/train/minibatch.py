@@ -16,6 +16,7 @@ import math
 import numpy as np
 import torch
 
+from .. import strategies
 from ..errors import ConfigError
 from ..parallel.minibatch import BatchSetup, share
 from ..sampling import DEFAULT_BATCH, BlockView, NeighborSampler, draw_batches, parse_fanouts, sampled_operator
@@ -28,7 +29,7 @@ class MiniBatchTrainer(Trainer):
 
     def __init__(self, config, data, strategy=None, task=None):
         super().__init__(config, data, strategy, task=task)
-        cfg, s = self.config, self.shard
+        cfg, s = self.config, self.rank_data
         self.split_sizes = [float(m.sum()) for m in (s.train_mask, s.val_mask, s.test_mask)]  # every rank has all
         self.train_ids = torch.nonzero(s.train_mask.cpu()).flatten().numpy()
         self.batch_size = cfg.minibatch.batch_size or min(DEFAULT_BATCH, len(self.train_ids))
@@ -71,7 +72,7 @@ class MiniBatchTrainer(Trainer):
         view = BlockView(sample, self.op, self.config.training.seed, self.device)
         view.set_epoch((epoch << 32) | step)  # one stream of dropout draws per step
         if not self.model.training:  # evaluation reads the features directly where this rank has them all
-            x = self.shard.x
+            x = self.rank_data.x
             return self.model(view, self.eval_features.load(sample.input_nodes) if x is None else
                               x[torch.from_numpy(sample.input_nodes).to(x.device)])
         self.sampled_edges += sample.sampled_entries()
@@ -100,7 +101,7 @@ class MiniBatchTrainer(Trainer):
 
     @torch.no_grad()
     def evaluate(self) -> list:
-        s = self.shard
+        s = self.rank_data
         self.model.eval()
         evaluation = self._evaluation()
         masks = [m.cpu() for m in (s.train_mask, s.val_mask, s.test_mask)]

@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from .. import comm, datasets, memory
+from .. import comm, datasets, memory, strategies
 from ..config import Config
 from ..errors import ConfigError, GraphError
 from ..graph import Graph
@@ -41,7 +41,7 @@ def run_training(config: Config, quiet: bool = False) -> Summary:
     world = world_from_env()
     rank, world_size = world or (0, 1)
     config, parts = adopt_parts(config)
-    if world and config.run.strategy == "single" and world_size > 1:
+    if world and strategies.spec(config.run.strategy).one_process and world_size > 1:
         raise ConfigError(f"this job has {world_size} ranks; choose a parallel --strategy (e.g. partition)")
     config = config.resolved()  # once, before anything is built from it
     device = rank_device(config)
@@ -62,10 +62,11 @@ def adopt_parts(config: Config) -> tuple:
     if not config.data.parts:
         return config, None
     parts = open_parts(config.data.parts)
-    if config.run.strategy == "single":
+    if strategies.spec(config.run.strategy).one_process:
         config = config.updated(strategy=parts.kind)
-    if parts.kind == "grid3d" and config.grid3d.grid is None:
-        config = config.updated(grid=",".join(map(str, parts.manifest["grid"])))
+    for name in strategies.spec(parts.kind).from_parts:   # what the parts were written with
+        if config.get(name) is None:
+            config = config.updated(**{name: ",".join(map(str, parts.manifest[name]))})
     return config, parts
 
 

@@ -1,7 +1,7 @@
 """The full-graph trainer: Adam on the train-mask loss, accuracy on every split each epoch,
 best-validation model selection, checkpoints and per-epoch metrics.
 
-The trainer is the same for every strategy: the strategy hands it a Shard (GraphView and
+The trainer is the same for every strategy: the strategy hands it a RankData (GraphView and
 local vertex rows), reduces counts across ranks and keeps gradients in sync.
 """
 
@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: F401  (the losses are gnnmesh.tasks'; tests time them through F)
 
-from .. import checkpoint, comm, launch, locks, memory, tasks, trained
+from .. import checkpoint, comm, launch, locks, memory, strategies, tasks, trained
 from ..atomic import check_writable
 from ..config import Config
 from ..datasets import structural_features
@@ -73,7 +73,8 @@ class Summary:
 def candidate_name(config: Config, world_size: int) -> str:
     """The strategy's name as a plan gives it ("partition hp", "grid3d 1x2x2", ...;
     ``planner.estimate.name_of``): what a metrics record's ``candidate`` says."""
-    grid = ParallelLayout.for_strategy("grid3d", world_size, config.grid3d.grid).grid if config.run.strategy == "grid3d" \
+    named_by_grid = "grid" in strategies.spec(config.run.strategy).named_by
+    grid = ParallelLayout.for_strategy(config.run.strategy, world_size, config.grid3d.grid).grid if named_by_grid \
         else None
     partitioner = config.partition.partitioner if world_size > 1 else None   # one rank is not partitioned
     return name_of(config.run.strategy, partitioner, grid, config.model.decoupled)
@@ -103,19 +104,19 @@ class Trainer:
         self.device = rank_device(self.config)
         if strategy is None:
             layout = ParallelLayout.for_strategy(self.config.run.strategy, comm.world_size(), self.config.grid3d.grid)
-            strategy = self.config.engine.build(self.config, layout, self.device)
+            strategy = self.config.strategy_spec.build(self.config, layout, self.device)
         self.strategy = strategy
         if self.config.run.nproc > self.strategy.world_size:
             raise ConfigError(f"config field 'nproc': {self.config.run.nproc} ranks requested but this is one "
                               f"process; start them with 'gnnmesh train --nproc {self.config.run.nproc}' or torchrun")
         profile.sync_cuda["on"] = self.device.type == "cuda"
-        self.task, self.task_note = self._task(data, task)  # labels that do not fit are refused before sharding
+        self.task, self.task_note = self._task(data, task)  # labels that do not fit are refused before the graph is split
         if isinstance(data, Graph):
             x = _features(data) if widths is None else input_features(data)
-            self.shard = self.strategy.shard(data, x, self.config.training.seed, self.device)
+            self.rank_data = self.strategy.rank_data(data, x, self.config.training.seed, self.device)
             num_features = x.shape[1]
         else:  # its writer checked labels and split, and stored the features as _features does
-            self.shard = self.strategy.shard_parts(data, self.config.training.seed, self.device)
+            self.rank_data = self.strategy.rank_data_from_parts(data, self.config.training.seed, self.device)
             num_features = data.num_features
         if widths is not None:
             widths.check(num_features, self.output_width, f"dataset '{data.name}'")
@@ -131,7 +132,7 @@ class Trainer:
         elif not self.config.model.user:  # what checkpoints record: the class, to build it again
             built_in = {f: getattr(ModelSection(), f) for f in BUILT_IN_OPTIONS}
             self.config = self.config.updated(model=user_models.name_of(model), **built_in).resolved()
-        problem = self.config.engine.model_problem(model, self.config.training.minibatch) or _parameter_problem(model)
+        problem = self.config.strategy_spec.model_problem(model, self.config.training.minibatch) or _parameter_problem(model)
         if problem:
             raise ConfigError(f"config field 'model' ({self.config.model.name}): {problem}")
         # what a checkpoint keeps of a user's model: its name and its file's hash, never its code
@@ -140,7 +141,7 @@ class Trainer:
         self.strategy.prepare(self.model)
         self._optimizer: Optional[torch.optim.Optimizer] = None
         counts = torch.tensor([float(m.sum()) for m in
-                               (self.shard.train_mask, self.shard.val_mask, self.shard.test_mask)])
+                               (self.rank_data.train_mask, self.rank_data.val_mask, self.rank_data.test_mask)])
         self.split_sizes = self.strategy.all_reduce(counts).tolist()
         self._setup_task()
         # what every epoch's record carries besides its measurements (a plan adds its prediction)
@@ -176,7 +177,7 @@ class Trainer:
             except ConfigError as err:
                 raise ConfigError(f"{err} (inferred from the labels of dataset '{data.name}': {why})" if note
                                   else str(err)) from None
-            if not isinstance(data, Graph) and name != kind and name != "regression":
+            if not isinstance(data, Graph) and name != kind and not tasks.spec(name).reads_any_labels:
                 raise ConfigError(f"{where}config field 'task': the parts hold {kind} labels, not {name} labels")
             if cfg.task != name:
                 self.config = self.config.updated(task=name).resolved()
@@ -184,14 +185,14 @@ class Trainer:
             task.check_labels(data.y, [data.train_mask, data.val_mask, data.test_mask], where)
             label_width = data.y.shape[1] if data.y.dim() == 2 else 1
         else:
-            label_width = 1 if data.task == "classification" else data.num_classes
+            label_width = 1 if tasks.spec(data.task).class_ids else data.num_classes
         self.output_width = task.width(data.num_classes, label_width)
         return task, note
 
     def _setup_task(self) -> None:
         """The task's view of the labels, what it sums over the training set, and the loss's
         divisor: the sum over ranks of every training row's share (``Task.count``)."""
-        s = self.shard
+        s = self.rank_data
         self.targets = self.task.targets(s.y)
         reduce = (lambda t: t) if self.holds_every_row else self.strategy.all_reduce
         train = self.targets[s.train_mask]
@@ -221,7 +222,7 @@ class Trainer:
 
     # -- one epoch -----------------------------------------------------------------------------
     def train_step(self) -> float:
-        s = self.shard
+        s = self.rank_data
         self.model.train()
         s.view.set_epoch(self.epoch)
 
@@ -273,7 +274,7 @@ class Trainer:
     def evaluate(self) -> list[float]:
         """The task's selection metric on the train, validation and test rows; every metric of
         each split goes to ``self.metrics``."""
-        s = self.shard
+        s = self.rank_data
         self.model.eval()
         evaluation = self._evaluation()
         masks, ids = [s.train_mask, s.val_mask, s.test_mask], s.row_ids() if self.task.gathers else None
@@ -355,7 +356,7 @@ class Trainer:
             trainer = cls(config, data, strategy, widths=widths, task=task, model=built)
         except ConfigError as err:
             raise ConfigError(f"{path}: {err}") from None
-        values, trainer.epoch = trained.weights_of(state, weights)
+        values, trainer.epoch = checkpoint.weights(state, weights)
         trained.load_state(trainer.model, values, str(path))
         return trainer
 
@@ -378,26 +379,26 @@ class Trainer:
             nodes = "listed"
         elif nodes not in ("all", "train", "val", "test"):
             listed = read_node_file(nodes, self.num_nodes)
-        ids = self.shard.row_ids().cpu().numpy()
+        ids = self.rank_data.row_ids().cpu().numpy()
         if original is not None:  # rows are named, and chosen, by the ids the user knows
             ids = np.asarray(original, dtype=np.int64)[ids]
-        values = rank_output(self.strategy, self.model, self.shard, out, self.task)
-        keep = selected(nodes, self.shard, ids, listed)
+        values = rank_output(self.strategy, self.model, self.rank_data, out, self.task)
+        keep = selected(nodes, self.rank_data, ids, listed)
         return ids[keep], values.cpu().numpy()[keep]
 
     # -- checkpoints -----------------------------------------------------------------------------
     def state(self) -> dict:
-        return {"epoch": self.epoch, "model": self.model.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "best": self.best,
-                "history": [asdict(r) for r in self.history], "config": self.config.to_dict(),
-                "widths": {"features": self.num_features, "classes": self.num_classes},
-                "job": launch.job_id(),  # a restart of this job resumes from it (``_restart``)
-                **({"user_model": self.model_record} if self.model_record else {})}
+        """This run's checkpoint (``gnnmesh.checkpoint`` holds its format)."""
+        return checkpoint.written(epoch=self.epoch, model=self.model.state_dict(), optimizer=self.optimizer.state_dict(),
+                                  best=self.best, history=[asdict(r) for r in self.history],
+                                  config=self.config.to_dict(), features=self.num_features, classes=self.num_classes,
+                                  job=launch.job_id(),  # a restart of this job resumes from it (``_restart``)
+                                  user_model=self.model_record)
 
     def restore(self, state: dict) -> None:
         unset = Config().to_dict()  # a field newer than the checkpoint: it was written with the default
         unset["task"] = "classification"  # the one task before there were others
-        recorded = trained.saved_settings(state["config"])
+        recorded = trained.saved_settings(checkpoint.settings(state))
         saved = {k: recorded.get(k, unset[k]) for k in _RESULT_FIELDS}
         mine = {k: self.config.to_dict()[k] for k in _RESULT_FIELDS}
         if saved["model"] != mine["model"] and user_models.is_user_model(saved["model"]):
@@ -407,13 +408,13 @@ class Trainer:
             diff = sorted(k for k in mine if saved.get(k) != mine[k])
             raise ConfigError(f"checkpoint was written with different settings: {', '.join(diff)}")
         if self.model_record:
-            trained.check_model(state, state["config"]["model"], self.model_record["name"])
+            trained.check_model(state, checkpoint.settings(state)["model"], self.model_record["name"])
         trained.widths_of(state).check(self.num_features, self.num_classes, "the checkpoint's model")
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.best = state["best"]
-        self.history = [EpochResult(**r) for r in state["history"]]
-        self.epoch = state["epoch"]
+        epoch, weights, optimizer, self.best, history = checkpoint.progress(state)
+        self.model.load_state_dict(weights)
+        self.optimizer.load_state_dict(optimizer)
+        self.history = [EpochResult(**r) for r in history]
+        self.epoch = epoch
 
     def _resume(self, path, state: Optional[dict] = None) -> None:
         """``restore`` from the checkpoint at ``path`` (``state``: its content, already read);
@@ -439,7 +440,7 @@ class Trainer:
         path, resumed = self.config.run.checkpoint, self.config.run.resume  # --resume: resumed already
         if path and not resumed and Path(path).is_file():
             state = checkpoint.load(path)
-            if state.get("job") is not None and state.get("job") == launch.job_id():
+            if checkpoint.job(state) is not None and checkpoint.job(state) == launch.job_id():
                 self._resume(path, state)
                 resumed = True
         return {"restart": restart, "epoch": self.epoch, "ranks": self.strategy.world_size,
@@ -516,12 +517,12 @@ def _parameter_problem(model: torch.nn.Module) -> str:
 
 def _labelled(graph: Graph, classes: int, task: Optional[str] = None) -> Graph:
     """``graph``, with labels 0 of ``classes`` (or 0 targets of ``classes`` for a ``task`` other
-    than classification) and an empty split where it has none: what the strategies shard, for
+    than classification) and an empty split where it has none: what the strategies split, for
     a model that only predicts."""
     n, empty = graph.num_nodes, torch.zeros(graph.num_nodes, dtype=torch.bool)
     filled = {name: empty for name in ("train_mask", "val_mask", "test_mask") if getattr(graph, name) is None}
     if graph.y is None:
-        y = torch.zeros(n, dtype=torch.long) if task in (None, "classification") else torch.zeros(n, classes)
+        y = torch.zeros(n, dtype=torch.long) if task is None or tasks.spec(task).class_ids else torch.zeros(n, classes)
         filled.update(y=y, num_classes=classes)
     return graph.replace(**filled) if filled else graph
 

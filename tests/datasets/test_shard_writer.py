@@ -14,7 +14,7 @@ import torch
 from gnnmesh import ConfigError, GraphError
 from gnnmesh.cli import main
 from gnnmesh.datasets import load, registry, shard_sources, shard_writer, structural_features
-from gnnmesh.datasets.shard_writer import write_shards
+from gnnmesh.datasets.sharding import write_shards
 from gnnmesh.datasets.sharded import open_shards
 from gnnmesh.graph import Graph
 from tests.datasets.test_ogb import fixture_arrays, fixture_texts, write

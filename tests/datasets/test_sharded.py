@@ -11,7 +11,7 @@ import torch
 
 from gnnmesh import ConfigError, GraphError
 from gnnmesh.datasets import load, shard_writer, sharded
-from gnnmesh.datasets.shard_writer import write_shards
+from gnnmesh.datasets.sharding import write_shards
 from gnnmesh.datasets.sharded import ShardSet, is_shard_set, open_shards
 from tests.helpers import gnnmesh_in_process, one_error_line, same_graph
 

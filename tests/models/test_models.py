@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from gnnmesh.models import MODELS, build_model
+from gnnmesh.models import build_model, names
 from gnnmesh.view import GraphView
 
 from tests.helpers import random_graph
@@ -82,7 +82,7 @@ def test_decoupled_propagation_matches_appnp(graph, pyg):
     assert torch.allclose(model(view, graph.x), ref(h0, graph.edge_index(), graph.adj.values), atol=1e-5)
 
 
-@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("name", names())
 def test_every_model_trains_a_step(name):
     g = random_graph(n=30, e=100, features=7)
     torch.manual_seed(0)

@@ -96,8 +96,8 @@ def test_the_checker_sees_a_missing_a_forgotten_and_a_mismarked_file():
     row = "| tensor | `parallel/tensor/strategy.py`, `parallel/tensor/parts.py`, `planner/tensor.py` |"
     found = problems(table(guide.replace(guide.splitlines()[-1], row)))
     assert "tensor: parallel/tensor/layout_switch.py is one of its files but not listed" in found
-    marked = {"single": (True, ["parallel/single.py"])}
-    assert problems(marked) == ["single: 1 files in 1 folders, marked over"]
-    many = [f"parallel/minibatch/{m}.py" for m in ("strategy", "contract", "route", "nfp", "route_choice", "dryrun",
-                                                   "exchange", "feature_homes", "snp")]
-    assert problems({"nfp": (False, many)}) == ["nfp: 9 files in 1 folders, not marked over"]
+    marked = {"single": (True, ["parallel/single.py", "planner/partition.py"])}
+    assert problems(marked) == ["single: 2 files in 2 folders, marked over"]
+    many = [f"parallel/minibatch/{m}.py" for m in ("strategy", "contract", "route", "routes", "nfp", "snp", "dnp",
+                                                   "route_choice", "dryrun", "exchange", "feature_homes")]
+    assert problems({"nfp": (False, many)}) == ["nfp: 11 files in 1 folders, not marked over"]

@@ -106,7 +106,7 @@ def _open_each(rank, world, cases):
     for name, (kind, directory) in cases.items():
         mine = directory if isinstance(directory, str) else directory[rank]  # a host per rank
         try:
-            strategy(kind).shard_parts(open_parts(mine), 0, torch.device("cpu"))
+            strategy(kind).rank_data_from_parts(open_parts(mine), 0, torch.device("cpu"))
             errors[name] = None
         except GraphError as err:
             errors[name] = str(err)

@@ -27,7 +27,7 @@ def _peak_above_startup(rank, world, parts_dir):
     code, the same in every process; what is left is the data, which parts divide."""
     config = CONFIG.updated(strategy="partition" if parts_dir else "single")
     config = config.resolved()
-    strategy = config.engine.build(config, layout(config.run.strategy, config.grid3d.grid), "cpu")
+    strategy = config.strategy_spec.build(config, layout(config.run.strategy, config.grid3d.grid), "cpu")
     torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])
     compiled.load()
     base = peak_rss_mib()

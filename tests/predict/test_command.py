@@ -229,7 +229,7 @@ def test_a_failed_prediction_leaves_no_temporary(checkpoint, tmp_path, capsys, m
         (staged / "ids-00000.npy").write_bytes(b"part")
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(staged / "ids-00000.npy"))
 
-    monkeypatch.setattr(prediction_store, "_write_shard", full_disk)
+    monkeypatch.setattr(prediction_store, "_write_part", full_disk)
     status, _, err = predict(capsys, "--checkpoint", checkpoint, "--out", out)
     assert status == 2 and err.strip() == f"gnnmesh: error: {out}: cannot write the prediction " \
                                           f"({os.strerror(errno.ENOSPC)})"

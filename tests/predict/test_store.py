@@ -38,7 +38,7 @@ DAMAGE = {
                       "manifest.json: unreadable manifest"),
     "foreign": (lambda d: edit_manifest(d, kind="something"), "not a gnnmesh prediction manifest"),
     "newer": (lambda d: edit_manifest(d, version=2), "version 2; this gnnmesh reads version 1"),
-    "rows": (lambda d: edit_manifest(d, rows=4), "'rows' is not the shards' rows"),
+    "rows": (lambda d: edit_manifest(d, rows=4), "'rows' is not the parts' rows"),
     "dtype": (lambda d: edit_manifest(d, dtype="object"), "dtype object is not numeric"),
     "escaping name": (lambda d: edit_manifest(d, shards=[{"rank": 0, "rows": 3, "ids": "../ids-00000.npy",
                                                           "values": "values-00000.npy"}]),
@@ -51,7 +51,7 @@ DAMAGE = {
     "pickled shard": (lambda d: np.save(d / "ids-00000.npy", np.array([object()] * 3), allow_pickle=True),
                       "ids-00000.npy: unreadable .npy file"),
     "id out of range": (lambda d: np.save(d / "ids-00000.npy", np.array([2, 5, 10])), "outside 0 to 9"),
-    "id twice": (lambda d: np.save(d / "ids-00000.npy", np.array([2, 5, 5])), "node 5 is written by two shards"),
+    "id twice": (lambda d: np.save(d / "ids-00000.npy", np.array([2, 5, 5])), "node 5 is written by two parts"),
     "not a prediction": (lambda d: (d / "manifest.json").unlink(), "not a prediction directory"),
 }
 

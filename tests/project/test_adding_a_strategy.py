@@ -1,11 +1,14 @@
 """The guide "Adding a strategy": its toy strategy is the file the guide shows, it registers with
-one line, and it trains to the single process's losses and parameters on real gloo ranks."""
+one line, ``gnnmesh plan`` ranks it through its planner model, and it trains to the single
+process's losses and parameters on real gloo ranks."""
 
 from pathlib import Path
 
 import pytest
 
 from gnnmesh import strategies
+from gnnmesh.cli import main
+from gnnmesh.commands.plugins import PLUGINS_ENV
 from gnnmesh.config import Config
 from gnnmesh.errors import ConfigError
 
@@ -49,11 +52,26 @@ def replicated_strategy():
 
 def test_registering_makes_it_a_strategy_everywhere(replicated_strategy):
     assert "replicated" in strategies.names("full")
-    assert Config.of(strategy="replicated", nproc=2).engine is replicated_strategy.SPEC
+    assert Config.of(strategy="replicated", nproc=2).strategy_spec is replicated_strategy.SPEC
     with pytest.raises(ConfigError, match=r"'blocks' \(--blocks\) applies only to --strategy grid3d"):
         Config.of(strategy="replicated", blocks=2)   # it reads no other strategy's settings
     with pytest.raises(ValueError, match="registered already"):
         strategies.register(replicated_strategy.SPEC)
+
+
+def test_gnnmesh_plan_ranks_a_strategy_registered_from_a_users_module(replicated_strategy, monkeypatch, capsys):
+    monkeypatch.setenv(PLUGINS_ENV, "examples.replicated_strategy")
+    assert main(["plan", "--nproc", "2", "--nodes", "2000", "--edges", "20000"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line[:4].strip().isdigit()]  # rank column
+    candidates = [row.split()[1] for row in rows]
+    assert "replicated" in candidates and "tensor" in candidates
+
+
+def test_a_plugin_module_that_is_not_there_is_one_line(monkeypatch, capsys):
+    monkeypatch.setenv(PLUGINS_ENV, "no_such_strategy_module")
+    assert main(["plan", "--nproc", "2", "--nodes", "2000", "--edges", "20000"]) == 2
+    assert capsys.readouterr().err == ("gnnmesh: error: environment variable GNNMESH_PLUGINS: no module named "
+                                       "'no_such_strategy_module'\n")
 
 
 @pytest.mark.timeout(200)

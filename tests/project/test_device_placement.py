@@ -29,13 +29,13 @@ HOST_SIDE = {
     ("parallel/partition/halo.py", "local_operator"): "the row of each block entry, to split the block (host structure)",
     ("parallel/partition/halo.py", "LocalOperator._build_block"): "a block's CSR rebuilt from its parts (host structure)",
     ("parallel/minibatch/snp.py", "SourceNodeRoute.serve"): "self-loop values of a host CSR block",
-    ("parallel/strategy.py", "Shard.row_ids"): "global ids, for metrics gathered and predictions written",
+    ("parallel/strategy.py", "RankData.row_ids"): "global ids, for metrics gathered and predictions written",
     ("parallel/tensor/layout_switch.py", "LayoutSwitch.owned_in"): "row ids to exchange, moved by the switch",
     ("parallel/tensor/host_store.py", "_TensorPasses.__init__"): "row ranges of host-tier reads",
-    ("parallel/tensor/host_store.py", "TensorOffload.shard"): "global ids of the host tier's rows",
-    ("parallel/offload/host_tier.py", "HostTier.shard"): "an empty stand-in for features kept in the host tier",
+    ("parallel/tensor/host_store.py", "TensorOffload.rank_data"): "global ids of the host tier's rows",
+    ("parallel/offload/host_tier.py", "HostTier.rank_data"): "an empty stand-in for features kept in the host tier",
     # host memory by design
-    ("parallel/minibatch/feature_homes.py", "ShardedSource.read"): "feature rows read from a host store",
+    ("parallel/minibatch/feature_homes.py", "HomedSource.read"): "feature rows read from a host store",
     # the parts writer of P ranks: it runs before training, on the host, over gloo
     ("parallel/partition/parts_from_shards.py", "_assign"): "a node count summed over the writer's ranks",
     ("parallel/partition/parts_from_shards.py", "_full"): "a vector over all nodes, assembled on the host",
@@ -48,7 +48,7 @@ HOST_SIDE = {
     # metrics, counts and setup: reduced on the host, once per epoch or run
     ("train/trainer.py", "Trainer.__init__"): "split sizes, summed over ranks on the host",
     ("train/trainer.py", "Trainer._setup_task"): "the loss divisor, summed over ranks",
-    ("train/trainer.py", "_labelled"): "labels and masks of a graph that has none, before sharding",
+    ("train/trainer.py", "_labelled"): "labels and masks of a graph that has none, before the graph is split",
     ("tasks.py", "Task.sums"): "metric sums, kept on the host",
     ("tasks.py", "Classification.setup"): "class weights (the loss moves them to the logits' device)",
     ("tasks.py", "Classification.sums"): "metric sums, kept on the host",

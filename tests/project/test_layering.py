@@ -1,5 +1,6 @@
-"""The package's import graph: every import points down the layers (README, Layout), and no
-module takes a private name from another package."""
+"""The package's import graph: every import points down the layers (README, Layout), no two
+modules import each other (directly or around a circle), and no module takes a private name
+from another package. Every import counts, a function's own (lazy) imports included."""
 
 import ast
 import sys
@@ -16,9 +17,10 @@ LAYERS = [
     ["comm"],
     ["strategies", "layout"],
     ["partition", "parts"],
+    ["settings"],
     ["parallel"],
     ["planner"],
-    ["settings", "config", "trained", "predict", "train", "predict.run"],
+    ["config", "trained", "predict", "train", "predict.run"],
     ["report", "export"],
     ["commands", "cli", "__main__"],
 ]
@@ -87,6 +89,89 @@ def test_imports_point_down():
             if theirs is not None and unit_of(target) != unit_of(name) and theirs > mine:
                 upward.append(f"{name} -> {target}")
     assert not upward, "imports running up the layers:\n" + "\n".join(upward)
+
+
+def module_of(target: str, known: set) -> str:
+    """The module ``target`` names (``a.b``, or the package ``a.b.__init__``); a name that is
+    not a module is taken from its package's ``__init__``. '' for the package root."""
+    while target:
+        for candidate in (target, f"{target}.__init__"):
+            if candidate in known:
+                return candidate
+        target = target.rpartition(".")[0]
+    return ""
+
+
+def import_graph() -> dict:
+    """Every module's imports of other modules of the package."""
+    found = dict((name, path) for path, name in modules())
+    graph = {}
+    for name, path in found.items():
+        edges = set()
+        for target, names in imports(path):
+            edges |= {module_of(f"{target}.{n}", found.keys()) for n in names} | {module_of(target, found.keys())}
+        graph[name] = edges - {"", name}
+    return graph
+
+
+def cycles(graph: dict) -> list:
+    """The circles of ``graph`` (Tarjan's strongly connected components of more than one module)."""
+    index, low, stack, found = {}, {}, [], []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in graph.get(node, ()):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            members = stack[stack.index(node):]
+            del stack[stack.index(node):]
+            if len(members) > 1:
+                found.append(sorted(members))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circles():
+    found = cycles(import_graph())
+    assert not found, "modules importing each other:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def names_a_module(target: str, names: list, known: set) -> bool:
+    """Whether ``target`` is a module or package of ``known``; where nothing was taken from it
+    by name (``from . import x``), ``x`` may be a name in its package instead."""
+    exists = (lambda t: t in known or f"{t}.__init__" in known)
+    return exists(target) or (not names and exists(target.rpartition(".")[0]))
+
+
+def test_every_import_names_a_module_of_the_package():
+    """A relative import that names no module (one left behind by a move) fails only when its
+    function runs; here it fails at once."""
+    known = {name for _, name in modules()} | {""}  # "": the package's own __init__
+    missing = [f"{name} -> {target}" for path, name in modules() for target, names in imports(path)
+               if not names_a_module(target, names, known)]
+    assert not missing, "imports of modules that do not exist:\n" + "\n".join(missing)
+
+
+def test_the_checker_sees_a_circle_and_a_lazy_upward_import(tmp_path, monkeypatch):
+    """The tests above can fail: a circle closed by an import inside a function is found, and
+    so is a lazy import from a higher layer."""
+    fake = tmp_path / "gnnmesh"
+    (fake / "datasets").mkdir(parents=True)
+    (fake / "datasets" / "a.py").write_text("from .b import x\n")
+    (fake / "datasets" / "b.py").write_text("def x():\n    from .a import y\n    from ..train import run\n"
+                                            "    from .gone import z\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
+    assert cycles(import_graph()) == [["datasets.a", "datasets.b"]]
+    assert not names_a_module("datasets.gone", ["z"], {"datasets.a", "datasets.b"})
+    assert ("train", ["run"]) in list(imports(fake / "datasets" / "b.py"))
 
 
 def test_no_private_names_across_units():

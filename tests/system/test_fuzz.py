@@ -321,7 +321,7 @@ def _checkpoint_state(path):
     return torch.load(path, weights_only=True)
 
 
-CHECKED_KEYS = ("epoch", "model", "optimizer", "best", "history", "config", "widths", "job")
+CHECKED_KEYS = ("version", "epoch", "model", "optimizer", "best", "history", "config", "widths", "job")
 
 
 @fuzz(50, 800, data=st.data())
@@ -349,13 +349,18 @@ def _count(value, low=0) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= low
 
 
+VERSION = 2  # the checkpoint layout the trainer writes
+
+
 def checkpoint_legal(path, value) -> bool:
     """Whether a checkpoint with ``value`` at ``path`` is one the trainer could have written
     (other numbers, another history): the loader's contract, written out independently."""
     key, rest = path[0], path[1:]
-    if value is DELETE:
-        return key in ("widths", "config", "history", "job") and len(path) <= 2 or \
+    if value is DELETE:  # without its version, a checkpoint is read as the unversioned layout
+        return key in ("version", "config", "history") and len(path) <= 2 or key in ("widths", "job") and rest or \
             key == "history" and rest[1:] not in [("epoch",), ("loss",)] or path == ("best", "state")
+    if key == "version":  # the layout written; 1 is the unversioned layout, never written as a number
+        return _count(value) and value == VERSION
     if key == "epoch" or rest in [("epoch",)] or key == "history" and rest[1:] == ("epoch",):
         return _count(value)
     if key == "best" and rest in [("val_acc",), ("test_acc",)] or key == "history" and rest[1:] == ("loss",):
@@ -1031,7 +1036,7 @@ def read_shard_set(directory):
 
 @pytest.fixture(scope="module")
 def shard_set(valid):
-    from gnnmesh.datasets.shard_writer import write_shards
+    from gnnmesh.datasets.sharding import write_shards
     path = valid / "shard-set"
     write_shards("sbm:nodes=40,classes=3,features=3", path, 2)
     return Valid(path, plain(read_shard_set(path)))

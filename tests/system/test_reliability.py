@@ -583,7 +583,7 @@ def test_parts_with_an_engine_that_cannot_read_them_names_that_engine():
         Config.of(parts="p", decoupled=True, host_store="ram").updated(strategy="tensor")  # the parts' strategy
     with pytest.raises(ConfigError, match="'parts': --strategy offload trains from a dataset"):
         Config.of(parts="p", strategy="offload")
-    assert Config.of(parts="p", strategy="tensor").engine.parts  # the in-memory engine reads its parts
+    assert Config.of(parts="p", strategy="tensor").strategy_spec.parts  # the in-memory engine reads its parts
 
 
 def test_a_fanout_beyond_int64_is_one_line():

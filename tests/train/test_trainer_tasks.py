@@ -99,7 +99,7 @@ def test_class_weights_weigh_the_loss_as_torch_does():
         if w is None:  # n / (K n_k) over the training rows
             w = (m.sum() / (3 * torch.bincount(y[m], minlength=3))).float()
         with torch.no_grad():
-            logits = trainer.model(trainer.shard.view, trainer.shard.x)
+            logits = trainer.model(trainer.rank_data.view, trainer.rank_data.x)
         want = float(F.cross_entropy(logits[m], y[m], weight=w))
         assert trainer.train_step() == pytest.approx(want, rel=1e-6)
         assert want != pytest.approx(float(F.cross_entropy(logits[m], y[m])), rel=1e-3)

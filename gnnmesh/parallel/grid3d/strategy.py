@@ -64,7 +64,7 @@ from ...models.base import SELF, GraphLayer, LayerStack
 from ...parts.agreement import check_manifest, check_same
 from ...view import GraphView
 from ..distributed import DistributedStrategy
-from ..strategy import Shard
+from ..strategy import RankData
 from .blocks import GridBlocks
 from .collectives import Aggregate, PartialSum, Replicated, ScatterColumns, ToLossRows, logit_route
 from .parts import feature_block
@@ -174,7 +174,7 @@ class Grid3D(DistributedStrategy):
         self.permute, self.blocks, self.seed = permute, blocks, seed
         self.axis = {a: self.mesh.comm(a) for a in AXES}
         self.everyone = self.comm.all_gather_object(self.coords)  # world rank -> grid coordinates
-        self.grid_blocks = None  # set by shard: which block of every matrix this rank holds
+        self.grid_blocks = None  # set by rank_data: which block of every matrix this rank holds
         self._routes: dict = {}
         self._grad_reductions: dict = {}
         self._cut_cache: dict = {}
@@ -188,7 +188,7 @@ class Grid3D(DistributedStrategy):
         return [self.comm, *self.axis.values()]
 
     # -- data ----------------------------------------------------------------------------------
-    def shard(self, graph, x, seed, device):
+    def rank_data(self, graph, x, seed, device):
         self.grid_blocks = GridBlocks(self.dims, graph.num_nodes, self.permute, self.seed, adj=graph.adj)
         mine = torch.from_numpy(self.grid_blocks.loss_rows(self.rank, self.world_size))
         view = GridView(graph.adj, self.grid_blocks, self.coords, self.blocks, len(mine), seed, device)
@@ -196,16 +196,16 @@ class Grid3D(DistributedStrategy):
         rows = torch.from_numpy(self.grid_blocks.nodes(0, r.cols, self.coords))
         features = x[rows][:, self.grid_blocks.width(x.shape[1], r.feats, self.coords)]
         pick = (lambda t: t[mine].to(device))
-        return Shard(view, features.to(device), pick(graph.y), pick(graph.train_mask), pick(graph.val_mask),
+        return RankData(view, features.to(device), pick(graph.y), pick(graph.train_mask), pick(graph.val_mask),
                      pick(graph.test_mask), ids=mine)
 
-    def shard_parts(self, parts, seed, device):
+    def rank_data_from_parts(self, parts, seed, device):
         check_manifest(parts, self.rank)
         part, data = agreed(lambda: self._read_part(parts))
         check_same(part, "orders", self.grid_blocks.orders, "its node orders")  # peers' blocks follow them
         mine = self.grid_blocks.loss_rows(self.rank, self.world_size)
         view = GridView(None, self.grid_blocks, self.coords, self.blocks, len(mine), seed, device, part=part)
-        return Shard(view, *(t.to(device) for t in data), ids=torch.from_numpy(mine))
+        return RankData(view, *(t.to(device) for t in data), ids=torch.from_numpy(mine))
 
     def _read_part(self, parts) -> tuple:
         """(this rank's folder, its vertex data), checked: its feature block's rows and the

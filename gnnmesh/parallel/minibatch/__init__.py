@@ -9,9 +9,8 @@ from .route import Route, SplitRoute, StepCost
 from .dnp import DestinationNodeRoute
 from .nfp import NodeFeatureRoute
 from .snp import SourceNodeRoute
+from .routes import ROUTES
 from .strategy import MiniBatchParallel
-
-ROUTES = {r.name: r for r in (Route, NodeFeatureRoute, SourceNodeRoute, DestinationNodeRoute)}
 
 __all__ = ["ROUTES", "BatchSetup", "FeatureSupply", "MiniBatchParallel", "MiniBatchStrategy", "SingleProcessMiniBatch", "share", "Route", "SplitRoute", "StepCost", "NodeFeatureRoute",
            "SourceNodeRoute", "DestinationNodeRoute"]

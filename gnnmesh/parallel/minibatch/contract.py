@@ -1,11 +1,11 @@
 """What the mini-batch trainer (``train.minibatch``) asks of a strategy, beyond ``Strategy``.
 
-A mini-batch strategy holds the whole graph's structure on every rank (``shard``), takes its
+A mini-batch strategy holds the whole graph's structure on every rank (``rank_data``), takes its
 share of every batch's seeds (``share``), and computes a batch's first layer by a route it
 is told to use; every layer after it runs on the rank's own blocks. The trainer calls, in
 this order:
 
-* ``shard(graph, x, seed, device)``: the whole graph (``Strategy``'s contract);
+* ``rank_data(graph, x, seed, device)``: the whole graph (``Strategy``'s contract);
 * ``place(graph, sampling)``: assign vertices to ranks where a route needs it;
 * ``choose_route(setup)``: pick the route (``use`` it) and supply the features (a ``FeatureSupply``);
 * ``first_layer(model, view, sample, features)`` at every training step;
@@ -40,11 +40,11 @@ def share(ids: np.ndarray, world: int, rank: int) -> np.ndarray:
 @dataclass
 class BatchSetup:
     """What the mini-batch trainer has built when its strategy chooses a route: the resolved
-    config, the rank's shard, the sampler and model, the sampled operator (its name ``op``),
+    config, the rank's data, the sampler and model, the sampled operator (its name ``op``),
     the device and the first epoch's batches, which the dry run samples."""
 
     config: object
-    shard: object
+    rank_data: object
     sampler: object
     model: torch.nn.Module
     op: str
@@ -109,7 +109,7 @@ class SingleProcessMiniBatch(SingleProcess, MiniBatchStrategy):
         self.route = route
 
     def choose_route(self, setup: BatchSetup) -> FeatureSupply:
-        tier = FeatureTier.local(setup.shard.x.cpu(), setup.device)  # every row in this process's memory
+        tier = FeatureTier.local(setup.rank_data.x.cpu(), setup.device)  # every row in this process's memory
         return FeatureSupply(tier, tier)
 
     def epoch_counts(self, mine: dict) -> list:

@@ -16,6 +16,7 @@ from .route import Request, SplitRoute, Work, pack_rows, row_entries, unpack_row
 class DestinationNodeRoute(SplitRoute):
     name = "dnp"
     needs_partition = True
+    caches_in_neighbours = True   # its ranks read the sources of their rows' edges
 
     def reply_width(self, model) -> int:
         return model.layers[0].out_features

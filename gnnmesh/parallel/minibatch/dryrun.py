@@ -23,7 +23,7 @@ import torch
 from ...errors import ConfigError
 from ...sampling import row_positions
 from ...sampling.features import tier_counts
-from ...validate import parse_bytes
+from ...validate import LINK_KEYS
 from .contract import share
 
 FIELDS = ("graph_bytes", "shuffle_bytes", "load_bytes", "cache_bytes", "hits", "misses", "calls", "remote_bytes",
@@ -60,7 +60,7 @@ def cache_rows(route, counts: np.ndarray, capacity: int, rank: int, operator) ->
     candidates = np.arange(len(counts))
     if route.needs_partition:
         candidates = np.flatnonzero(route.owner == rank)
-        if route.name == "dnp":
+        if route.caches_in_neighbours:
             indptr, indices = np.asarray(operator.indptr), np.asarray(operator.indices)   # numpy, not torch
             candidates = np.union1d(candidates, indices[row_positions(indptr, candidates)])
     hot = np.lexsort((candidates, -counts[candidates]))[:capacity]
@@ -108,34 +108,6 @@ def route_totals(route, samples: dict, width: int, caches: list, row_bytes: list
             misses = [cost.load[~caches[q][cost.load]] for q, cost in enumerate(costs)]
             for name, values in homes.step_counts(misses, [b // 4 for b in row_bytes]).items():
                 out[FIELDS.index(name)] += values
-    return out
-
-
-LINK_KEYS = ("load", "cache", "net", "latency")
-_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
-
-
-def parse_links(text, name: str = "bandwidths") -> dict:
-    """``"load=2GB,cache=20GB,net=1GB,latency=50us"`` (any of them; sizes per second, as
-    ``--device-memory`` reads sizes): the figures the cost model takes instead of probing."""
-    out = {}
-    for piece in [p for p in str(text).split(",") if p.strip()]:
-        key, _, value = piece.partition("=")
-        key, value = key.strip(), value.strip()
-        if key not in LINK_KEYS or not value:
-            raise ConfigError(f"config field '{name}': {piece!r} is not one of load=SIZE, cache=SIZE, "
-                              f"net=SIZE, latency=TIME (sizes per second, e.g. load=2GB,net=1GB,latency=50us)")
-        if key == "latency":
-            unit = next((u for u in ("us", "ms", "s") if value.endswith(u)), "")
-            try:
-                seconds = float(value[:len(value) - len(unit)]) * _TIME_UNITS.get(unit, 1.0)
-            except ValueError:
-                seconds = -1.0
-            if not seconds >= 0:
-                raise ConfigError(f"config field '{name}': latency {value!r} is not a time (e.g. 50us, 0.2ms)")
-            out[key] = seconds
-        else:
-            out[key] = float(parse_bytes(value, name))
     return out
 
 

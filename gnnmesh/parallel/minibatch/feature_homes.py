@@ -1,4 +1,4 @@
-"""Input features sharded across machines (a job of several hosts, e.g. ``torchrun --nnodes
+"""Input features spread across machines (a job of several hosts, e.g. ``torchrun --nnodes
 2``): each host holds the rows homed on it, every rank of the host a copy, and a rank asks
 the rows homed elsewhere of the rank with its own local index on their home host, so the
 requests spread over every rank of that host.
@@ -84,7 +84,7 @@ class FeatureHomes:
         return out
 
 
-class ShardedSource(Counted):
+class HomedSource(Counted):
     """The rows a rank reads, at its ``columns[rank]``: from ``store`` (this host's rows, every
     column, in ``homes.rows(host)`` order) when homed here, else from their home host."""
 

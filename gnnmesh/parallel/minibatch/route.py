@@ -103,6 +103,7 @@ class Route:
     name = "gdp"
     attention = True  # whether it runs attention layers (which need every source of a row)
     needs_partition = False
+    caches_in_neighbours = False   # whether a rank's cache also holds its rows' 1-hop in-neighbours
 
     def __init__(self, world: int, owner: Optional[np.ndarray] = None):
         self.world, self.owner = world, owner

@@ -10,13 +10,16 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ... import strategies
 from ...errors import ConfigError
 from ...host_store import made_together
 from ...sampling import FeatureTier
 from ...sampling.features import LocalSource, RowStore
+from ...validate import parse_links
 from . import dryrun
 from .contract import BatchSetup, FeatureSupply
-from .feature_homes import FeatureHomes, ShardedSource
+from .feature_homes import FeatureHomes, HomedSource
+from .routes import ROUTES
 
 # Bytes of one feature value (float32) in a row a cache or a store holds.
 VALUE_BYTES = 4
@@ -24,14 +27,12 @@ VALUE_BYTES = 4
 
 def candidate_names(strategy, setup: BatchSetup) -> list:
     """The routes to choose from: the one asked for, or under ``auto`` every route the model can take."""
-    from . import ROUTES
-    if strategy.name != "auto":
+    if not strategies.spec(strategy.name).planned:
         return [strategy.name]
-    return [n for n, r in ROUTES.items() if r.attention or setup.config.model.name != "gat"]
+    return [n for n, r in ROUTES.items() if r.attention or not setup.config.model.attention]
 
 
 def bound_routes(strategy, setup: BatchSetup, names: list) -> dict:
-    from . import ROUTES
     routes = {}
     for name in names:
         routes[name] = ROUTES[name](strategy.world_size, strategy.owner)
@@ -78,7 +79,7 @@ def check_cache(config, widths: dict) -> None:
 
 def measured_bandwidths(strategy, config, x, stores: _Stores, device) -> dict:
     """The links the dry run prices with: given ones, the rest probed (on a store like the run's)."""
-    given = dryrun.parse_links(config.minibatch.bandwidths) if config.minibatch.bandwidths else {}
+    given = parse_links(config.minibatch.bandwidths) if config.minibatch.bandwidths else {}
     probe = stores.host_rows or (RowStore(x, **stores.settings) if not {"load", "cache"} <= set(given) else None)
     bandwidths = dryrun.probe_bandwidths(strategy.comm, probe, device, given)
     if probe is not None and probe is not stores.host_rows:
@@ -103,25 +104,25 @@ def dry_run(strategy, setup: BatchSetup, routes: dict, widths: dict, stores: _St
 
 
 def supply(strategy, setup: BatchSetup, route, stores: _Stores, x) -> FeatureSupply:
-    """The feature tiers of ``route``; on several hosts the shard's own rows are dropped."""
-    world, s = strategy.world_size, setup.shard
+    """The feature tiers of ``route``; on several hosts the rank data's own rows are dropped."""
+    world, s = strategy.world_size, setup.rank_data
     columns = [route.feature_columns(x.shape[1], q) for q in range(world)]
     if not stores.homes:
         tier = FeatureTier(LocalSource(RowStore(x, columns[strategy.rank], **stores.settings)), x.shape[0],
                            setup.device)
         return FeatureSupply(tier, tier)
     s.x = None  # what this rank reads now comes through its host's store
-    tier = FeatureTier(ShardedSource(strategy.comm, stores.homes, stores.host_rows, columns), x.shape[0], setup.device)
+    tier = FeatureTier(HomedSource(strategy.comm, stores.homes, stores.host_rows, columns), x.shape[0], setup.device)
     whole = [slice(0, x.shape[1])] * world  # evaluation reads whole rows (nfp trains on slices)
     evaluation = tier if columns == whole else \
-        FeatureTier(ShardedSource(strategy.comm, stores.homes, stores.host_rows, whole), x.shape[0], setup.device)
+        FeatureTier(HomedSource(strategy.comm, stores.homes, stores.host_rows, whole), x.shape[0], setup.device)
     return FeatureSupply(tier, evaluation)
 
 
 def choose_route(strategy, setup: BatchSetup) -> FeatureSupply:
     """Pick the route (``auto``: the dry run's cheapest), tell ``strategy`` to use it, and
     supply its features, the caches filled from the dry run's access counts."""
-    config, x = setup.config, setup.shard.x.cpu()
+    config, x = setup.config, setup.rank_data.x.cpu()
     names = candidate_names(strategy, setup)
     routes = bound_routes(strategy, setup, names)
     stores = feature_stores(strategy, config, x)

@@ -9,6 +9,7 @@ from typing import Optional
 
 import numpy as np
 
+from ... import strategies
 from ..agreed_partition import agreed_partition
 from ..distributed import DistributedStrategy
 from ..single import whole_graph
@@ -16,6 +17,7 @@ from . import dryrun, route_choice
 from .contract import BatchSetup, FeatureSupply, MiniBatchStrategy
 from .exchange import GRAPH, SHUFFLE
 from .feature_homes import FEATURES, job_hosts
+from .routes import ROUTES
 
 
 class MiniBatchParallel(DistributedStrategy, MiniBatchStrategy):
@@ -26,7 +28,6 @@ class MiniBatchParallel(DistributedStrategy, MiniBatchStrategy):
 
     def __init__(self, layout, device, route: str = "gdp", method: Optional[str] = None, epsilon: float = 0.01,
                  seed: int = 0, partition_file: Optional[str] = None, hosts: Optional[int] = None):
-        from . import ROUTES
         super().__init__(layout, device, "rows")
         self.hosts = job_hosts(self.world_size) if hosts is None else hosts
         if self.hosts > 1:  # remote feature reads get a field of their own
@@ -42,11 +43,11 @@ class MiniBatchParallel(DistributedStrategy, MiniBatchStrategy):
     def describe(self) -> str:
         where = f", vertices by {self.partition.method}" if self.partition is not None and \
             (self.route is None or self.route.needs_partition) else ""
-        chosen = "auto: " if self.asked == "auto" else ""
+        chosen = f"{self.asked}: " if strategies.spec(self.asked).planned else ""
         spread = f", features spread over {self.hosts} hosts" if self.hosts > 1 else ""
         return f"{chosen}{self.name} ({self.world_size} ranks{where}{spread})"
 
-    def shard(self, graph, x, seed, device):
+    def rank_data(self, graph, x, seed, device):
         return whole_graph(graph, x, seed, device)  # the whole graph on every rank
 
     def place(self, graph, sampling: dict) -> None:

@@ -29,7 +29,7 @@ from ... import memory
 from ...comm import agreed
 from ...host_store import HostStore, made_together
 from ...view import GraphView
-from ..strategy import Shard
+from ..strategy import RankData
 from ..distributed import DistributedStrategy
 from . import costs
 from .chunk import chunk_views
@@ -136,8 +136,8 @@ class HostTier:
         self.plan_figures: dict = {}  # what every epoch reports of the plan
 
     # -- setup ----------------------------------------------------------------------------------
-    def shard(self, graph, table: str, x: torch.Tensor, rows, ids: torch.Tensor, seed: int, device) -> Shard:
-        """This rank's shard with its features ``x`` in the host table ``table`` (the shard's x
+    def rank_data(self, graph, table: str, x: torch.Tensor, rows, ids: torch.Tensor, seed: int, device) -> RankData:
+        """This rank's data with its features ``x`` in the host table ``table`` (its x
         is an empty stand-in): ``rows`` picks its labels and masks, ``ids`` are its global ids."""
         self.store.create(table, len(x), x.shape[1])
         self.store.write(table, range(len(x)), x)
@@ -145,12 +145,12 @@ class HostTier:
         self.comm.take()
         view = OffloadView(graph.adj, ids, seed, device)
         pick = (lambda t: t[rows].to(device))
-        shard = Shard(view, torch.empty((len(x), 0)), pick(graph.y), pick(graph.train_mask),
-                      pick(graph.val_mask), pick(graph.test_mask))
+        data = RankData(view, torch.empty((len(x), 0)), pick(graph.y), pick(graph.train_mask),
+                        pick(graph.val_mask), pick(graph.test_mask))
         if self.device.type == "cuda":  # labels and masks stay on the GPU, beside every chunk
             self.resident_bytes = sum(t.numel() * t.element_size()
-                                      for t in (shard.y, shard.train_mask, shard.val_mask, shard.test_mask))
-        return shard
+                                      for t in (data.y, data.train_mask, data.val_mask, data.test_mask))
+        return data
 
     def stages(self, model, in_dim: int) -> list:
         """``model`` as the stages the pipeline runs, with the tier's intermediates."""
@@ -161,7 +161,7 @@ class HostTier:
         """``build_plan`` with this tier's budget and settings, counted and cut down to this
         rank's steps now, before the budget's baseline. On CUDA the budget also holds cuBLAS's
         workspaces, one for the thread that runs the forward pass and one for autograd's, and
-        the shard's labels and masks; on the CPU the file store's own buffers."""
+        its labels and masks; on the CPU the file store's own buffers."""
         reserved += 2 * memory.blas_workspace_bytes(self.device) + self.resident_bytes + self.store.working_bytes()
         plan = build_plan(adj=adj, owned=owned, rank=rank, in_dim=in_dim, stages=stages, classes=classes,
                           heads=heads, budget=self.budget, chunks=self.chunks, dedup=self.dedup,

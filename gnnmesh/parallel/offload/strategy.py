@@ -44,7 +44,7 @@ class Offload(HostTierStrategy):
                 f"budget {self.host.budget / 2**20:.0f} MiB)")
 
     # -- setup ----------------------------------------------------------------------------------
-    def shard(self, graph, x, seed, device):
+    def rank_data(self, graph, x, seed, device):
         if self.world_size > 1:
             _, assignment = agreed_partition(graph, self.world_size, self.rank, self.method, self.epsilon,
                                              self.seed, self.partition_file)
@@ -55,7 +55,7 @@ class Offload(HostTierStrategy):
         self.owned = [np.flatnonzero(assignment == r) for r in range(self.world_size)]
         mine = torch.from_numpy(self.owned[self.rank])
         self.in_dim = x.shape[1]
-        return self.host.shard(graph, FEATURES, x[mine], mine, mine, seed, device)
+        return self.host.rank_data(graph, FEATURES, x[mine], mine, mine, seed, device)
 
     def prepare(self, model) -> None:
         host = self.host

@@ -20,7 +20,7 @@ from ...parts.agreement import check_manifest, check_halos, check_held_once
 from ...view import GraphView
 from ..agreed_partition import agreed_partition, check_ranks
 from ..distributed import DistributedStrategy
-from ..strategy import Shard
+from ..strategy import RankData
 from .halo import HaloGather, HaloSpMM, build_local_operator, local_operator
 
 
@@ -86,16 +86,16 @@ class PartitionParallel(DistributedStrategy):
         method = self.partition.method if self.partition is not None else self.method  # a stored one's
         return f"partition ({method}, {self.world_size} ranks)"
 
-    def shard(self, graph, x, seed, device):
+    def rank_data(self, graph, x, seed, device):
         assignment = self._assignment(graph)
         owned = torch.nonzero(assignment == self.rank).flatten()
         view = PartitionView(graph.adj, owned, self.comm, seed, device, assignment=assignment)
         pick = (lambda t: t[owned].to(device))
         self.comm.take()  # setup traffic (partition broadcast) is not part of any epoch
-        return Shard(view, pick(x), pick(graph.y), pick(graph.train_mask), pick(graph.val_mask),
+        return RankData(view, pick(x), pick(graph.y), pick(graph.train_mask), pick(graph.val_mask),
                      pick(graph.test_mask))
 
-    def shard_parts(self, parts, seed, device):
+    def rank_data_from_parts(self, parts, seed, device):
         check_manifest(parts, self.rank)
         part, owned, data = agreed(lambda: _read_rank(parts, self.rank))
         check_held_once(part, owned.numpy())  # what one folder cannot tell: the ranks agree
@@ -103,7 +103,7 @@ class PartitionParallel(DistributedStrategy):
         self.method = parts.manifest["method"]
         view = PartitionView(None, owned, self.comm, seed, device, part=part)
         x, *rest = (t.to(device) for t in data)
-        return Shard(view, x.float(), *rest)
+        return RankData(view, x.float(), *rest)
 
     def _assignment(self, graph) -> torch.Tensor:
         if self.fixed_assignment is not None:

@@ -186,14 +186,14 @@ class TensorOffload(HostTierStrategy):
         return (f"tensor ({self.world_size} ranks, {kind} host store, {len(self.passes.steps)} row "
                 f"chunks{cols}, budget {budget / 2**20:.0f} MiB)")
 
-    def shard(self, graph, x, seed, device):
+    def rank_data(self, graph, x, seed, device):
         if self.world_size > graph.num_nodes:
             raise ConfigError(f"{self.world_size} ranks for a graph of {graph.num_nodes} nodes: "
                               "every rank needs at least one node")
         self.switch = LayoutSwitch(self.comm, graph.num_nodes)
         self.adj, self.mask_seed, self.in_dim = graph.adj, seed, x.shape[1]
         rows = slice(self.switch.start, self.switch.stop)
-        return self.host.shard(graph, ROWS, x[rows], rows, torch.arange(self.switch.start, self.switch.stop),
+        return self.host.rank_data(graph, ROWS, x[rows], rows, torch.arange(self.switch.start, self.switch.stop),
                                seed, device)
 
     def prepare(self, model) -> None:

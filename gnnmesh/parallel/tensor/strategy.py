@@ -29,7 +29,7 @@ from ...parts.agreement import check_manifest, check_same
 from ...transforms import row_range
 from ...view import GraphView
 from ..distributed import DistributedStrategy
-from ..strategy import Shard
+from ..strategy import RankData
 from .chunked_aggregation import ChunkedAggregation, Chunks
 from .layout_switch import LayoutSwitch, rank_switch_bytes
 
@@ -143,7 +143,7 @@ class TensorParallel(DistributedStrategy):
         chunks = f"chunks of {self.chunk_size} rows" if self.chunk_size else "one chunk"
         return f"{self.name} ({self.world_size} ranks, {chunks}{', pipelined' if self.pipeline else ''})"
 
-    def shard(self, graph, x, seed, device):
+    def rank_data(self, graph, x, seed, device):
         if self.world_size > graph.num_nodes:
             raise ConfigError(f"{self.world_size} ranks for a graph of {graph.num_nodes} nodes: "
                               "every rank needs at least one node")
@@ -152,10 +152,10 @@ class TensorParallel(DistributedStrategy):
         view = TensorView(graph.adj, self.switch, self.engine, self.chunk_size, seed, device)
         rows = slice(self.switch.start, self.switch.stop)
         pick = (lambda t: t[rows].to(device))
-        return Shard(view, pick(x), pick(graph.y), pick(graph.train_mask), pick(graph.val_mask),
+        return RankData(view, pick(x), pick(graph.y), pick(graph.train_mask), pick(graph.val_mask),
                      pick(graph.test_mask))
 
-    def shard_parts(self, parts, seed, device):
+    def rank_data_from_parts(self, parts, seed, device):
         check_manifest(parts, self.rank)
         n = parts.num_nodes
         self.switch = LayoutSwitch(self.comm, n)
@@ -170,7 +170,7 @@ class TensorParallel(DistributedStrategy):
         check_same(part, "adj.indices", _topology(adj), "its copy of the topology (adj.*)")  # every rank holds it
         self.engine = ChunkedAggregation(self.switch, self.pipeline)
         view = TensorView(adj, self.switch, self.engine, self.chunk_size, seed, device)
-        return Shard(view, *(t.to(device) for t in data))
+        return RankData(view, *(t.to(device) for t in data))
 
     def forward(self, model, view, x):
         if not isinstance(model, Decoupled):

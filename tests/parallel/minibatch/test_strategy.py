@@ -104,7 +104,7 @@ def _train(rank, world, runs):
                     "sampled": [r.extra["sampled_edges"] for r in result.history],
                     "extra": result.history[0].extra, "dry_run": trainer.dry_run,
                     "strategy": trainer.strategy.name, "held_rows": trainer.features.source.store.num_rows,
-                    "whole_x": trainer.shard.x is not None, "describe": trainer.strategy.describe()})
+                    "whole_x": trainer.rank_data.x is not None, "describe": trainer.strategy.describe()})
     return out
 
 

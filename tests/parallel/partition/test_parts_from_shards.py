@@ -25,7 +25,7 @@ GRAPHS = {  # directed with self-loops and isolated nodes, weighted or not; 41 n
 
 
 def shard(graph, directory, shards=3):
-    from gnnmesh.datasets.shard_writer import write_graph_shards
+    from gnnmesh.datasets.sharding import write_graph_shards
     write_graph_shards(graph, directory, shards)
     return directory
 
@@ -154,7 +154,7 @@ def test_a_rank_killed_mid_way_leaves_no_parts(tmp_path):
     import psutil
 
     from gnnmesh.atomic import is_temporary
-    from gnnmesh.datasets.shard_writer import write_shards
+    from gnnmesh.datasets.sharding import write_shards
 
     source = tmp_path / "g"
     write_shards("rmat:nodes=100000,edges=1000000,features=64", source, 4)
