@@ -1,8 +1,8 @@
-"""Memory a reader of 2D shard files needs: the growth of a fresh process's peak resident
-memory (VmHWM) while it reads and merges some blocks of a shard set, against the size of
+"""Memory a reader of 2D block files needs: the growth of a fresh process's peak resident
+memory (VmHWM) while it reads and merges some blocks of a set of them, against the size of
 the whole graph's CSR (int64 row pointers and column ids).
 
-The shard set is written once (``write_shards``, the writer behind ``gnnmesh partition
+The block files are written once (``write_block_files``, the writer behind ``gnnmesh partition
 --method permute2 --write-shards DIR``); each reading is a new interpreter that imports
 gnnmesh and opens the manifest, then reads: one block, one row of blocks, every block. The
 readings alternate within each repeat; the table shows median (min-max) over the repeats.
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from driver import Spread
 from gnnmesh import datasets
-from gnnmesh.parallel.grid3d.block_files import read_cost, write_shards
+from gnnmesh.parallel.grid3d.block_files import read_cost, write_block_files
 
 
 def main():
@@ -28,7 +28,7 @@ def main():
     parser.add_argument("--dataset", default="rmat:nodes=250000,edges=4000000,features=0")
     parser.add_argument("--data-root", default=os.environ.get("GNNMESH_DATA"))
     parser.add_argument("--grid", default="4,4", help="blocks R,C")
-    parser.add_argument("--seed", type=int, default=0, help="permutation seed of the shard set")
+    parser.add_argument("--seed", type=int, default=0, help="permutation seed of the block files")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     rows, cols = map(int, args.grid.split(","))
@@ -39,7 +39,7 @@ def main():
              "every block": f"((0, {rows}), (0, {cols}))"}
     got = {name: [] for name in cases}
     with tempfile.TemporaryDirectory() as tmp:
-        path = write_shards(graph.replace(y=None, train_mask=None, val_mask=None, test_mask=None),
+        path = write_block_files(graph.replace(y=None, train_mask=None, val_mask=None, test_mask=None),
                             Path(tmp) / "shards", (rows, cols), seed=args.seed)
         del graph
         for _ in range(args.repeats):

@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _command(name: str):
-    return importlib.import_module(f"{__package__}.commands.{name}")
+    return importlib.import_module(f"{__package__}.commands.{name.replace('-', '_')}")
 
 
 def main(argv: Optional[list] = None) -> int:

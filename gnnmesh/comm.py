@@ -22,7 +22,7 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from .launch import restart_count
+from .launch import check_job_env, restart_count, world_from_env
 
 # How long a collective may wait for a peer before failing: a dead rank then surfaces as an
 # error on the others instead of a hang.
@@ -55,6 +55,21 @@ def init(device: torch.device, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
     else:
         dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s), store=store,
                                 rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+
+
+def join_job(device: torch.device) -> bool:
+    """Join the job the environment describes (torchrun's variables: ``torchrun``, ``srun
+    torchrun`` or ``gnnmesh train --nproc``) unless this process has joined a process group
+    already; what the command line does before it trains, for a script that builds a
+    ``Trainer`` under a launcher. Returns whether it joined one now (a job of one rank needs
+    none). Several Slurm tasks without torchrun's variables are a ConfigError
+    (``launch.check_job_env``)."""
+    check_job_env()
+    world = world_from_env()
+    if dist.is_initialized() or world is None or world[1] == 1:  # a job of one rank is this process alone
+        return False
+    init(device)
+    return True
 
 
 def _restart_store(timeout: timedelta):

@@ -126,6 +126,18 @@ def world_from_env():
     return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 
 
+def check_job_env() -> None:
+    """A ConfigError where this process is one of several tasks Slurm started (``srun``) but
+    the torchrun variables that say how they meet are missing: each task would otherwise
+    train the whole graph alone, every one of them claiming the result."""
+    from .errors import ConfigError
+    tasks = os.environ.get("SLURM_NTASKS", "").strip()
+    if world_from_env() is None and "SLURM_PROCID" in os.environ and tasks.isdigit() and int(tasks) > 1:
+        raise ConfigError(f"this is task {os.environ['SLURM_PROCID']} of {tasks} that Slurm started, without the "
+                          "torchrun variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); start the ranks with "
+                          "'srun torchrun ...' (one task per node) or set them")
+
+
 def launched_rank() -> bool:
     """Whether this process is a rank started by ``launch`` (which reports for it)."""
     return LAUNCHER_ENV in os.environ and "RANK" in os.environ

@@ -1,7 +1,7 @@
 """What a model sees of the graph: the primitives it is written with.
 
 A model never touches the adjacency or the process layout; it calls ``view.spmm``,
-``view.sddmm``, ``view.edge_softmax`` and ``view.dropout``. ``GraphView`` runs them on one
+``view.sddmm``, ``view.edge_softmax``, ``view.dropout`` and ``view.batch_norm``. ``GraphView`` runs them on one
 process; a parallel strategy subclasses it and supplies distributed versions, so the
 models stay the same under every strategy.
 
@@ -15,8 +15,10 @@ import hashlib
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from . import ops
+from .errors import ConfigError
 from .graph import Adjacency
 from .transforms import add_self_loops, gcn_norm, mean_norm
 
@@ -216,6 +218,48 @@ class GraphView:
     def edge_mask(self, op: str, edge_shape: tuple, p: float) -> torch.Tensor:
         """The next draw's keep-mask of this process's entries of operator ``op``."""
         return entries_mask(self.entries(op), edge_shape, p, self._next_seed(), self.device)
+
+    # -- statistics over every row, wherever the rows are held ---------------------------------
+    def row_sum(self, sums: torch.Tensor) -> torch.Tensor:
+        """``sums`` (computed over this process's rows) summed over every rank's rows, with its
+        gradient. A view that holds every row returns them as they are, and says so with
+        ``holds_every_row`` in its own class body; a parallel view that holds some rows sums
+        over its ranks (it overrides this). Any other view (one that holds its rows a piece
+        at a time) refuses: a statistic of a piece is not the whole graph's."""
+        if type(self) is GraphView or type(self).__dict__.get("holds_every_row"):
+            return sums
+        raise ConfigError(f"view.batch_norm (gnnmesh.models.BatchNorm) needs statistics over every row at "
+                          f"once, which this strategy's view ({type(self).__name__}) does not hold; train it "
+                          f"under --strategy single, partition or tensor")
+
+    def batch_norm(self, x: torch.Tensor, running_mean=None, running_var=None, weight=None, bias=None,
+                   training: bool = True, momentum: float = 0.1, eps: float = 1e-5) -> torch.Tensor:
+        """``F.batch_norm`` of vertex rows ``x`` (``[rows, channels, ...]``) whose statistics
+        cover every rank's rows, as ``nn.SyncBatchNorm``'s do: the single process's result
+        under every strategy that can sum over rows (``row_sum``). In training (or without
+        running statistics) it normalises by the rows' mean and biased variance, and updates
+        ``running_mean`` and ``running_var`` (unbiased) by ``momentum``; in eval, by those."""
+        if not training and running_mean is not None:
+            return F.batch_norm(x, running_mean, running_var, weight, bias, False, momentum, eps)
+        dims = [0] + list(range(2, x.dim()))
+        shape = [1, -1] + [1] * (x.dim() - 2)
+        per_row = int(np.prod(x.shape[2:])) if x.dim() > 2 else 1
+        count = float(self.row_sum(torch.tensor([float(x.shape[0] * per_row)], dtype=torch.float64,
+                                                device=x.device))[0])
+        mean = self.row_sum(x.sum(dims)) / count
+        centred = x - mean.view(shape)
+        variance = self.row_sum((centred * centred).sum(dims)) / count  # two passes: no cancellation
+        out = centred * torch.rsqrt(variance + eps).view(shape)
+        if weight is not None:
+            out = out * weight.view(shape)
+        if bias is not None:
+            out = out + bias.view(shape)
+        if training and running_mean is not None:
+            with torch.no_grad():
+                running_mean.mul_(1 - momentum).add_(mean.detach(), alpha=momentum)
+                unbiased = variance.detach() * (count / max(count - 1, 1.0))
+                running_var.mul_(1 - momentum).add_(unbiased, alpha=momentum)
+        return out
 
 
 def _apply_mask(x: torch.Tensor, keep: torch.Tensor, p: float) -> torch.Tensor:

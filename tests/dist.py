@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import tempfile
@@ -78,3 +79,11 @@ def run_ranks(fn, world_size: int, *args, timeout: float = 120.0) -> list:
         if missing:
             raise RuntimeError(f"ranks {missing} left no result (killed or crashed)")
         return [records[r]["ok"] for r in range(world_size)]
+
+
+@functools.lru_cache(maxsize=None)
+def run_ranks_once(fn, world_size: int, *args, timeout: float = 120.0) -> list:
+    """``run_ranks``, launched once per arguments in a session: tests that each check their
+    part of one launch's results (a strategy, a setting) share it, so the ranks start and meet
+    once for all of them. The arguments must be hashable; a launch that fails is not kept."""
+    return run_ranks(fn, world_size, *args, timeout=timeout)

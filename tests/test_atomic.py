@@ -23,7 +23,7 @@ from gnnmesh.datasets.sharding import write_graph_shards
 from gnnmesh.datasets.sharded import open_shards
 from gnnmesh.errors import ConfigError
 from gnnmesh.partition import partition
-from gnnmesh.parallel.grid3d.block_files import write_shards as write_block_shards
+from gnnmesh.parallel.grid3d.block_files import write_block_files
 from gnnmesh.parallel.partition.parts import write_partition_parts
 from gnnmesh.parallel.grid3d.parts import write_grid_parts
 from gnnmesh.parallel.tensor.parts import write_tensor_parts
@@ -77,8 +77,8 @@ WRITERS = {
                      "manifest.json", "parts directory"),
     "parts from shards": (_from_shards, "manifest.json", "parts directory"),
     "shard set": (lambda i, out: write_graph_shards(i["graph"], out, 2), "meta.json", "shard set"),
-    "block shards": (lambda i, out: write_block_shards(i["graph"], out, (2, 2), seed=0), "manifest.json",
-                     "shard directory"),
+    "block files": (lambda i, out: write_block_files(i["graph"], out, (2, 2), seed=0), "manifest.json",
+                    "block-file directory"),
     "export": (_export, "model.json", "PyG export"),
     "report": (_report, "report.md", "report directory"),
 }

@@ -52,7 +52,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      help="permute2: count A + I, the pattern GCN multiplies with")
     cmd.add_argument("--write-shards", dest="write_shards", metavar="DIR",
                      help="permute2: also write the double-permuted adjacency and vertex data "
-                          "as R x C shard files into DIR, for parallel loading")
+                          "as R x C block files into DIR, for parallel loading")
     cmd.add_argument("--write-parts", dest="write_parts", metavar="DIR",
                      help="also write the partitioned dataset into DIR, one folder per rank "
                           "with everything that rank trains on, for 'gnnmesh train --parts DIR'")
@@ -96,9 +96,9 @@ def run(args, argv=None) -> int:
 
 def _outputs(args) -> list:
     """(directory, its kind) of every directory this command is asked to write."""
-    from ..parallel.grid3d.block_files import OUTPUT as SHARDS
+    from ..parallel.grid3d.block_files import OUTPUT as BLOCK_FILES
     from ..parts.store import OUTPUT as PARTS
-    return [(path, kind) for path, kind in ((args.write_parts, PARTS), (args.write_shards, SHARDS)) if path]
+    return [(path, kind) for path, kind in ((args.write_parts, PARTS), (args.write_shards, BLOCK_FILES)) if path]
 
 
 def _run(args) -> int:
@@ -260,7 +260,7 @@ def parse_block_grid(text) -> tuple:
 
 
 def run_grid(args) -> int:
-    """``--partitioner permute2``: block balance report, and the shard files if asked."""
+    """``--partitioner permute2``: block balance report, and the block files if asked."""
     from .. import datasets
     from ..errors import ConfigError
     from ..parallel.grid3d.permutation import balance, check_grid, max_over_mean, peak_bound
@@ -286,8 +286,8 @@ def run_grid(args) -> int:
     least = peak_bound(add_self_loops(graph.adj) if args.self_loops else graph.adj, grid)
     print(f"  {'no pair below:':<19}{least / (total / (grid[0] * grid[1])):.3f} (max {least:,})")
     if args.write_shards:
-        from ..parallel.grid3d.block_files import write_shards
-        path = write_shards(graph, args.write_shards, grid, seed=args.seed)
+        from ..parallel.grid3d.block_files import write_block_files
+        path = write_block_files(graph, args.write_shards, grid, seed=args.seed)
         files = [f for f in path.iterdir() if f.is_file()]
         print(f"shards:        {grid[0]} x {grid[1]} blocks of P_r A P_c^T written to {path} "
               f"({len(files)} files, {_size(sum(f.stat().st_size for f in files))})")

@@ -25,8 +25,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     cmd.add_argument("--checkpoint", required=True, help="checkpoint written by 'gnnmesh train --checkpoint'")
     cmd.add_argument("--out", required=True, help="output directory (absent, empty, or an earlier prediction)")
     cmd.add_argument("--output", default="logits", choices=("logits", "probs", "labels", "embeddings"),
-                     help="what to write: logits, class probabilities, predicted labels, or a layer's output "
-                          "(default: logits)")
+                     help="what to write: logits, class probabilities, predicted labels, or embeddings (what the "
+                          "model's embed(view, x) returns, else a hidden layer's output; default: logits)")
     cmd.add_argument("--layer", type=int, help="--output embeddings: the layer whose output to write, 1 to "
                                                "--layers (default: the last hidden layer)")
     cmd.add_argument("--nodes", default="all", help="which nodes: all, train, val, test, or a file of node ids "

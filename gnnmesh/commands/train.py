@@ -14,6 +14,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     cmd.add_argument("--config", help="TOML file with settings (flags override it)")
     cmd.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     cmd.add_argument("--quiet", action="store_true", help="print only the summary")
+    cmd.add_argument("--no-check-model", dest="check_model", action="store_false",
+                     help="on several ranks, train a model of your own without first checking that it equals the "
+                          "single process (see 'gnnmesh check-model')")
     add_config_flags(cmd)
     return cmd
 
@@ -29,5 +32,5 @@ def run(args, argv) -> int:
     from ..train.run import run_training  # heavy imports only when training
     if args.quiet:
         progress.disable()
-    run_training(config, quiet=args.quiet)
+    run_training(config, quiet=args.quiet, check_model=args.check_model)
     return 0

@@ -13,6 +13,7 @@ from .gat import GAT
 from .gcn import GCN
 from .gin import GIN
 from .registry import ModelSpec, is_built_in, names, register, spec
+from .row_wise import BatchNorm, Dropout
 from .sage import SAGE
 
 
@@ -49,4 +50,4 @@ def options_of(name: str, decoupled: bool = False) -> tuple:
 
 
 __all__ = ["ModelSpec", "register", "names", "spec", "is_built_in", "build_model", "options_of", "GCN", "SAGE", "GAT", "GIN", "Decoupled", "LayerStack",
-           "GraphLayer", "Maths", "Term", "SELF"]
+           "GraphLayer", "Maths", "Term", "SELF", "BatchNorm", "Dropout"]

@@ -39,6 +39,15 @@ class DistributedStrategy(Strategy):
         with self.comm.phase("metrics"):
             return self.comm.all_reduce(tensor)
 
+    @torch.no_grad()
+    def agree_parameters(self, model):
+        world = self.mesh.comm()
+        if world.world_size == 1:
+            return
+        with world.phase("setup"):
+            for tensor in model.state_dict().values():  # parameters and buffers, in place
+                world.broadcast_(tensor, 0)
+
     def sync_gradients(self, model):
         grads = [p.grad for p in model.parameters() if p.grad is not None]
         if not grads or self.world_size == 1:

@@ -68,6 +68,10 @@ class Strategy:
         printed under the run's header), if it made any."""
         return []
 
+    def agree_parameters(self, model: torch.nn.Module) -> None:
+        """Give every rank rank 0's parameters and buffers (a model the caller built under a
+        torch seed of each rank's own starts out different on each)."""
+
     def forward(self, model: torch.nn.Module, view: GraphView, x: torch.Tensor) -> torch.Tensor:
         """The model's output for this rank's rows. Strategies that change the data layout
         between a model's stages (tensor with a decoupled model, grid3d) override this."""

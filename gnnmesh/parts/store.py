@@ -194,7 +194,8 @@ class Parts:
                               f"--strategy {self.kind}, not {strategy}")
         if world_size != self.parts:
             raise ConfigError(f"{where}: these are {self.describe()}; this job has {world_size} "
-                              f"rank{'s' if world_size != 1 else ''}")
+                              f"rank{'s' if world_size != 1 else ''} (start one rank per part: 'gnnmesh train "
+                              f"--nproc {self.parts}', or 'torchrun --nproc-per-node {self.parts}' for a script)")
         if dataset is not None and dataset != self.dataset:
             raise ConfigError(f"{where}: these parts hold dataset {self.dataset!r}, not {dataset!r}")
 

@@ -126,6 +126,8 @@ class _Recorder(GraphView):
     """A whole-graph view that records the primitives called on it and, through ``dense``
     (a torch function mode), the dense products on its vertex rows outside the primitives."""
 
+    holds_every_row = True  # its statistics over rows are the whole graph's (``GraphView.row_sum``)
+
     def __init__(self, adj: Adjacency):
         super().__init__(adj)
         self.calls: list = []

@@ -1,5 +1,6 @@
 """What a prediction writes of a model, for one rank's rows: logits, class probabilities,
-predicted labels, or one layer's output (node embeddings).
+predicted labels, or node embeddings: what the model's own ``embed(view, x)`` returns, or
+else one layer's output of a layer stack.
 
 Inference is full-graph and exact: the model in eval mode (no dropout) through the
 strategy's own forward pass, so every strategy and rank count gives the single process's
@@ -38,11 +39,25 @@ class Output:
         if self.layer is not None and self.what != "embeddings":
             raise ConfigError("--layer applies to --output embeddings only")
 
-    def layer_of(self, model: nn.Module) -> int:
-        """The 1-based layer this output reads from ``model`` (its last for logits)."""
+    def layer_of(self, model: nn.Module) -> Optional[int]:
+        """The 1-based layer this output reads from ``model`` (its last for logits); None for
+        the embeddings its own ``embed(view, x)`` gives. A model that does not say what its
+        embeddings are (no ``embed``, no hidden layer of a stack) is refused: its logits are
+        not embeddings."""
         count = layer_count(model)
         if self.what != "embeddings":
             return count
+        name = type(model).__name__
+        if self.layer is None and has_embed(model):
+            return None
+        if self.layer is None and count < 2:
+            shape = "a plain nn.Module" if not isinstance(model, (LayerStack, Decoupled)) else "a stack of one layer"
+            raise ConfigError(f"--output embeddings: the model {name} ({shape}) does not say what its embeddings "
+                              "are; give it a method embed(view, x) that returns them, or build it as a LayerStack "
+                              "with a hidden layer (--layer N names one)")
+        if self.layer is not None and not isinstance(model, (LayerStack, Decoupled)):
+            own = "what its embed(view, x) returns (leave --layer out)" if has_embed(model) else "not defined"
+            raise ConfigError(f"--layer {self.layer}: the model {name} is not a LayerStack; its embeddings are {own}")
         layer = max(1, count - 1) if self.layer is None else self.layer
         if not 1 <= layer <= count:
             raise ConfigError(f"--layer {layer}: the model has {count} layer{'s' if count > 1 else ''} "
@@ -60,10 +75,29 @@ def layer_count(model: nn.Module) -> int:
     return 1  # a model of another shape: its output only
 
 
-def through_layer(model: nn.Module, layer: int) -> nn.Module:
-    """``model`` cut after ``layer`` (1-based), sharing its parameters: the cut model's output
-    is that layer's output, before the activation the next layer would apply. A decoupled
-    model's hidden layers are its MLP's (row-wise: no propagation)."""
+def has_embed(model: nn.Module) -> bool:
+    """Whether ``model`` says what its embeddings are with a method ``embed(view, x)``."""
+    return callable(getattr(model, "embed", None))
+
+
+class _Embedded(nn.Module):
+    """A model's own embeddings (its ``embed(view, x)``) run as a model, its parameters shared."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, view, x):
+        return self.model.embed(view, x)
+
+
+def through_layer(model: nn.Module, layer: Optional[int]) -> nn.Module:
+    """``model`` cut after ``layer`` (1-based; None: what its ``embed`` gives), sharing its
+    parameters: the cut model's output is that layer's output, before the activation the next
+    layer would apply. A decoupled model's hidden layers are its MLP's (row-wise: no
+    propagation)."""
+    if layer is None:
+        return _Embedded(model).train(model.training)
     if layer == layer_count(model):
         return model
     cut = copy.copy(model)

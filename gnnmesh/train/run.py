@@ -16,10 +16,11 @@ from .. import comm, datasets, memory, strategies
 from ..config import Config
 from ..errors import ConfigError, GraphError
 from ..graph import Graph
-from ..launch import ranks_share_cores, world_from_env
+from ..launch import check_job_env, ranks_share_cores, world_from_env
 from ..ops import buffers, compiled
 from ..parts import open_parts
 from ..transforms import reorder
+from .model_check import check_before_training
 from .trainer import EpochResult, Summary, Trainer, rank_device
 
 
@@ -37,7 +38,10 @@ def load_graph(config: Config) -> Graph:
     return graph
 
 
-def run_training(config: Config, quiet: bool = False) -> Summary:
+def run_training(config: Config, quiet: bool = False, check_model: bool = True) -> Summary:
+    """Train as ``config`` says. ``check_model``: on several ranks, first check that a model
+    of the user's own equals the single process split among them (``model_check``)."""
+    check_job_env()
     world = world_from_env()
     rank, world_size = world or (0, 1)
     config, parts = adopt_parts(config)
@@ -48,7 +52,7 @@ def run_training(config: Config, quiet: bool = False) -> Summary:
     if world:
         comm.init(device)
     try:
-        summary = _train(config, parts, quiet, rank, world_size, device)
+        summary = _train(config, parts, quiet, rank, world_size, device, check_model)
     except BaseException:
         comm.shutdown()
         raise
@@ -70,7 +74,7 @@ def adopt_parts(config: Config) -> tuple:
     return config, parts
 
 
-def _train(config, parts, quiet, rank, world_size, device) -> Summary:
+def _train(config, parts, quiet, rank, world_size, device, check_model=True) -> Summary:
     local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     torch.set_num_threads(config.run.threads or (ranks_share_cores(local_ranks) if world_size > 1
                                              else torch.get_num_threads()))
@@ -113,6 +117,8 @@ def _train(config, parts, quiet, rank, world_size, device) -> Summary:
         say(f"task {trainer.task_note}")
     say(f"model {cfg.model.name}: {sum(p.numel() for p in trainer.model.parameters()):,} parameters, "
         f"strategy {strategy.describe()}, device {device}, {torch.get_num_threads()} threads per rank")
+    if check_model and world_size > 1 and cfg.model.user:
+        _check_model(trainer, say)
     lines = strategy.dry_run_lines()
     if lines:
         say("dry run (one epoch sampled, nothing moved; predicted time per epoch of what the strategies do "
@@ -139,6 +145,13 @@ def _train(config, parts, quiet, rank, world_size, device) -> Summary:
         print(f"done: {summary.epochs} epochs in {summary.total_time:.2f}s ({1e3 * summary.mean_epoch_time:.1f} ms/epoch); "
         f"{_best(summary, metric)}, final loss {summary.final_loss:.4f}{_peak(summary, world_size)}")
     return summary
+
+
+def _check_model(trainer: Trainer, say) -> None:
+    """Before a model of the user's own trains on several ranks: its outputs split among them
+    equal the single process's, or the run stops with one line."""
+    gaps = check_before_training(trainer.config, trainer.num_features, trainer.num_classes)
+    say(f"model check: {'; '.join(gap.line() for gap in gaps)} (--no-check-model skips it)")
 
 
 def restart_line(record: dict) -> str:

@@ -7,6 +7,7 @@ local vertex rows), reduces counts across ranks and keeps gradients in sync.
 
 from __future__ import annotations
 
+import atexit
 import copy
 import math
 import time
@@ -27,6 +28,7 @@ from ..errors import ConfigError, TrainingDiverged
 from ..graph import Graph
 from ..layout import ParallelLayout
 from ..models import user as user_models
+from ..models.row_wise import row_mixing_problem
 from ..ops import profile
 from ..parallel import Strategy
 from ..planner.estimate import name_of
@@ -102,13 +104,18 @@ class Trainer:
         inferred from the labels (``gnnmesh.tasks.infer``)."""
         self.config = config.resolved()
         self.device = rank_device(self.config)
+        built_here = strategy is None
         if strategy is None:
+            if comm.join_job(self.device):  # a script under torchrun: this rank joins its job, as the CLI does
+                atexit.register(comm.shutdown)
             layout = ParallelLayout.for_strategy(self.config.run.strategy, comm.world_size(), self.config.grid3d.grid)
             strategy = self.config.strategy_spec.build(self.config, layout, self.device)
         self.strategy = strategy
         if self.config.run.nproc > self.strategy.world_size:
-            raise ConfigError(f"config field 'nproc': {self.config.run.nproc} ranks requested but this is one "
-                              f"process; start them with 'gnnmesh train --nproc {self.config.run.nproc}' or torchrun")
+            raise ConfigError(f"config field 'nproc': {self.config.run.nproc} ranks requested but this job has "
+                              f"{self.strategy.world_size}; start them with 'gnnmesh train --nproc "
+                              f"{self.config.run.nproc}' or 'torchrun --nproc-per-node {self.config.run.nproc} "
+                              f"SCRIPT.py'")
         profile.sync_cuda["on"] = self.device.type == "cuda"
         self.task, self.task_note = self._task(data, task)  # labels that do not fit are refused before the graph is split
         if isinstance(data, Graph):
@@ -116,6 +123,8 @@ class Trainer:
             self.rank_data = self.strategy.rank_data(data, x, self.config.training.seed, self.device)
             num_features = x.shape[1]
         else:  # its writer checked labels and split, and stored the features as _features does
+            if built_here:  # one line before any rank reads a folder that is not its own
+                data.check_run(self.config.run.strategy, self.strategy.world_size)
             self.rank_data = self.strategy.rank_data_from_parts(data, self.config.training.seed, self.device)
             num_features = data.num_features
         if widths is not None:
@@ -132,12 +141,15 @@ class Trainer:
         elif not self.config.model.user:  # what checkpoints record: the class, to build it again
             built_in = {f: getattr(ModelSection(), f) for f in BUILT_IN_OPTIONS}
             self.config = self.config.updated(model=user_models.name_of(model), **built_in).resolved()
-        problem = self.config.strategy_spec.model_problem(model, self.config.training.minibatch) or _parameter_problem(model)
+        problem = (row_mixing_problem(model)
+                   or self.config.strategy_spec.model_problem(model, self.config.training.minibatch)
+                   or _parameter_problem(model))
         if problem:
             raise ConfigError(f"config field 'model' ({self.config.model.name}): {problem}")
         # what a checkpoint keeps of a user's model: its name and its file's hash, never its code
         self.model_record = user_models.record(model, self.config.model.name) if self.config.model.user else None
         self.model = model.to(self.device)
+        self.strategy.agree_parameters(self.model)  # whatever torch seed each rank's caller set
         self.strategy.prepare(self.model)
         self._optimizer: Optional[torch.optim.Optimizer] = None
         counts = torch.tensor([float(m.sum()) for m in
@@ -363,8 +375,9 @@ class Trainer:
     def predict(self, output: str = "logits", layer: Optional[int] = None, nodes="all",
                 original=None) -> tuple:
         """``(ids, values)``: this rank's rows of the model's ``output`` (``logits``, ``probs``,
-        ``labels``, or ``embeddings``: layer ``layer``'s output, 1-based, by default the last
-        hidden layer's) for ``nodes`` (``all``, ``train``, ``val``, ``test``, a file of node
+        ``labels``, or ``embeddings``: what the model's ``embed(view, x)`` returns, else layer
+        ``layer``'s output of a layer stack, 1-based, by default the last hidden layer's; a
+        model that says neither is refused) for ``nodes`` (``all``, ``train``, ``val``, ``test``, a file of node
         ids or an array of them), as NumPy arrays with global node ids. Full-graph and exact,
         in eval mode, under every strategy: the ranks' rows together are the single
         process's. ``original``: where the graph was renumbered (``--reorder``), the original

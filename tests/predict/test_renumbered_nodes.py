@@ -2,6 +2,8 @@
 whatever renumbers the graph (``--reorder``, a partitioner, grid3d's permutations, parts),
 and the ids written with their values are the single process's without reordering."""
 
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -17,7 +19,7 @@ from gnnmesh.predict import read
 from gnnmesh.train import Trainer
 from gnnmesh.transforms import ORDERS, permute
 
-from tests.dist import run_ranks
+from tests.dist import run_ranks, run_ranks_once
 from tests.helpers import gnnmesh as run_cli
 
 SBM = "sbm:nodes=120,classes=3,features=6,seed=4"
@@ -106,15 +108,26 @@ def gathered(results: list) -> dict:
             for k in results[0]}
 
 
+NEEDS = {"partition hp": "mtkahypar", "partition gp": "pymetis"}  # the partitioners' packages
+
+
+def _installed(name: str) -> bool:
+    return name not in NEEDS or importlib.util.find_spec(NEEDS[name]) is not None
+
+
+def _every_setting(rank, world, checkpoint, names):
+    """Every setting of ``names`` in one launch."""
+    return {name: _every_selection(rank, world, checkpoint, RENUMBERING[name]) for name in names}
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", RENUMBERING)
 def test_every_strategy_selects_original_ids_under_every_reordering(checkpoint, name):
-    if name == "partition hp":
-        pytest.importorskip("mtkahypar")
-    if name == "partition gp":
-        pytest.importorskip("pymetis")
-    got = gathered(run_ranks(_every_selection, 2, str(checkpoint), RENUMBERING[name], timeout=240))
+    if name in NEEDS:
+        pytest.importorskip(NEEDS[name])
+    names = tuple(n for n in RENUMBERING if _installed(n))
+    got = gathered([r[name] for r in run_ranks_once(_every_setting, 2, str(checkpoint), names, timeout=540)])
     for (reorder, nodes), result in got.items():
         want = single(checkpoint, LISTED if nodes == str(LISTED) else nodes)
         same(result, want, (name, reorder, nodes))
@@ -129,18 +142,25 @@ def parts(tmp_path_factory):
     return root
 
 
-def _parts_selections(rank, world, directory, checkpoint, strategy, grid):
-    config = Config.of(strategy=strategy, **({"grid": grid} if grid else {}))
-    trainer = Trainer.from_checkpoint(checkpoint, open_parts(directory), config)
-    return {str(nodes): trainer.predict("logits", nodes=nodes) for nodes in (*SPLITS, LISTED)}
+PARTS = {"partition": None, "tensor": None, "grid3d": "2,1,1"}  # each kind of parts, its grid
+
+
+def _parts_selections(rank, world, root, checkpoint):
+    """Every kind of parts' selections in one launch."""
+    out = {}
+    for strategy, grid in PARTS.items():
+        config = Config.of(strategy=strategy, **({"grid": grid} if grid else {}))
+        trainer = Trainer.from_checkpoint(checkpoint, open_parts(f"{root}/{strategy}"), config)
+        out[strategy] = {str(nodes): trainer.predict("logits", nodes=nodes) for nodes in (*SPLITS, LISTED)}
+    return out
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("strategy,grid", [("partition", None), ("tensor", None), ("grid3d", "2,1,1")])
-def test_parts_select_original_ids(checkpoint, parts, strategy, grid):
-    got = gathered(run_ranks(_parts_selections, 2, str(parts / strategy), str(checkpoint), strategy, grid,
-                             timeout=240))
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("strategy", sorted(PARTS))
+def test_parts_select_original_ids(checkpoint, parts, strategy):
+    results = run_ranks_once(_parts_selections, 2, str(parts), str(checkpoint), timeout=540)
+    got = gathered([r[strategy] for r in results])
     for nodes, result in got.items():
         same(result, single(checkpoint, LISTED if nodes == str(LISTED) else nodes), (strategy, nodes))
 

@@ -15,7 +15,7 @@ mutation that leaves a valid input of another content is read as what it is wher
 format cannot tell (a flipped digit in an edge list): such a case must still read, or
 fail in one line, but is not compared.
 
-Readers: checkpoints, parts (each kind, read as its strategy reads a rank), shards, the
+Readers: checkpoints, parts (each kind, read as its strategy reads a rank), grid3d's block files, the
 partition store, metrics and plan files (``gnnmesh report``), rates files (with finite
 extremes, priced at the largest sizes), prediction directories, PyG export directories, shard
 sets' meta.json, config files, OGB directories, edge lists, MatrixMarket and ``.npz`` files.
@@ -515,58 +515,58 @@ def test_parts_manifest_fields(parts_dirs, kind, data):
         exact_or_refused(lambda: read_parts(where), original)
 
 
-# -- shards and the partition store ------------------------------------------------------------
+# -- grid block files and the partition store ------------------------------------------------------------
 
-def read_shards(directory):
+def read_block_files(directory):
     """The whole merged block, every block alone, and the vertex fields, as ranks read them."""
-    from gnnmesh.parallel.grid3d.block_files import open_shards
-    shards = open_shards(directory)
-    rows, cols = shards.grid
-    whole = shards.block((0, rows), (0, cols))
-    pieces = [shards.block(i, j) for i in range(rows) for j in range(cols)]
+    from gnnmesh.parallel.grid3d.block_files import open_block_files
+    files = open_block_files(directory)
+    rows, cols = files.grid
+    whole = files.block((0, rows), (0, cols))
+    pieces = [files.block(i, j) for i in range(rows) for j in range(cols)]
     return ([(a.indptr, a.indices, a.values, a.shape) for a in [whole, *pieces]],
-            shards.vertex_data((0, rows)), [shards.vertex_data(i) for i in range(rows)])
+            files.vertex_data((0, rows)), [files.vertex_data(i) for i in range(rows)])
 
 
 @pytest.fixture(scope="module")
-def shard_dir(graph, valid):
-    from gnnmesh.parallel.grid3d.block_files import write_shards
-    path = write_shards(graph, valid / "shards", (2, 2), seed=1)
-    return Valid(path, plain(read_shards(path)))
+def block_dir(graph, valid):
+    from gnnmesh.parallel.grid3d.block_files import write_block_files
+    path = write_block_files(graph, valid / "blocks", (2, 2), seed=1)
+    return Valid(path, plain(read_block_files(path)))
 
 
 @fuzz(50, 750, data=st.data())
-def test_shard_array(shard_dir, data):
-    source, original = shard_dir
+def test_block_file_array(block_dir, data):
+    source, original = block_dir
     with copy_of(source) as where:
         path = data.draw(st.sampled_from(sorted(where.glob("*.npy"))))
         np.save(path, extreme_array(data.draw, np.load(path), sorted_swaps(path))[1], allow_pickle=False)
-        exact_or_refused(lambda: read_shards(where), original)
+        exact_or_refused(lambda: read_block_files(where), original)
 
 
 @fuzz(30, 450, data=st.data())
-def test_shard_file_bytes(shard_dir, data):
-    """Shards carry no checksums: damage that leaves a valid array of other values reads as it is."""
-    source, _ = shard_dir
+def test_block_file_file_bytes(block_dir, data):
+    """Block files carry no checksums: damage that leaves a valid array of other values reads as it is."""
+    source, _ = block_dir
     with copy_of(source) as where:
         path = data.draw(st.sampled_from(sorted(where.iterdir())))
         path.write_bytes(data.draw(byte_damage(path.read_bytes())))
-        read_or_refused(lambda: read_shards(where))
+        read_or_refused(lambda: read_block_files(where))
 
 
 @fuzz(50, 500, data=st.data())
-def test_shard_manifest_fields(shard_dir, data):
+def test_block_file_manifest_fields(block_dir, data):
     from gnnmesh.parallel.grid3d.block_files import MANIFEST
-    source, original = shard_dir
+    source, original = block_dir
     with copy_of(source) as where:
         manifest = json.loads((where / MANIFEST).read_text())
         unread = ("name", "fingerprint", "seed", "swap", "directed")
         path, value = data.draw(json_damage(manifest, lambda p, v: not set(p) & set(unread)))
         (where / MANIFEST).write_bytes(dump_json(set_at(manifest, path, value)))
         if value is DELETE and len(path) == 2 and path[0] == "fields":
-            read_or_refused(lambda: read_shards(where))  # a graph without that field (masks are optional)
+            read_or_refused(lambda: read_block_files(where))  # a graph without that field (masks are optional)
         else:
-            exact_or_refused(lambda: read_shards(where), original)
+            exact_or_refused(lambda: read_block_files(where), original)
 
 
 @pytest.fixture(scope="module")
@@ -1118,7 +1118,7 @@ def _nest(path: Path) -> None:
     path.write_text("[" * 100_000 + "]" * 100_000 + "\n")
 
 
-def _shard_array(name: str, change):
+def _block_array(name: str, change):
     def damage(where: Path) -> None:
         path = where / name
         np.save(path, change(np.load(path)), allow_pickle=False)
@@ -1140,13 +1140,13 @@ def _nan_first(values):
 @pytest.mark.parametrize("what, damage, message", [
     ("report", lambda metrics, plan: _nest(metrics), "run.jsonl line 1: not a JSON metrics record (nested too deeply)"),
     ("report", lambda metrics, plan: _nest(plan), "plan.json: not a plan file (JSON nested too deeply)"),
-    ("shards", _shard_array("adj-0-0.indices.npy", _unsort), "adj-0-0: field 'indices' is not sorted"),
-    ("shards", _shard_array("adj-0-0.values.npy", _nan_first), "adj-0-0.values.npy: corrupt shard: a non-finite"),
-    ("shards", _shard_array("y-0.npy", lambda y: y + 5), "field 'y' has label"),
+    ("block files", _block_array("adj-0-0.indices.npy", _unsort), "adj-0-0: field 'indices' is not sorted"),
+    ("block files", _block_array("adj-0-0.values.npy", _nan_first), "adj-0-0.values.npy: corrupt block file: a non-finite"),
+    ("block files", _block_array("y-0.npy", lambda y: y + 5), "field 'y' has label"),
     ("partition", lambda path: path.with_suffix(".json").write_text('{"parts": NaN}'),
      "p.json: unreadable partition description (field 'parts' must be a count of parts >= 1, got nan)"),
 ])
-def test_known_cases_are_one_line(report_inputs, shard_dir, stored_partition, graph, what, damage, message):
+def test_known_cases_are_one_line(report_inputs, block_dir, stored_partition, graph, what, damage, message):
     """What the fuzzer found, as plain examples: each is refused in one line naming the file."""
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -1155,10 +1155,10 @@ def test_known_cases_are_one_line(report_inputs, shard_dir, stored_partition, gr
             metrics, plan = shutil.copy(metrics_source, tmp), shutil.copy(plan_source, tmp)
             damage(Path(metrics), Path(plan))
             read = lambda: read_report(metrics, plan)  # noqa: E731
-        elif what == "shards":
-            where = Path(shutil.copytree(shard_dir[0], tmp / "shards"))
+        elif what == "block files":
+            where = Path(shutil.copytree(block_dir[0], tmp / "blocks"))
             damage(where)
-            read = lambda: read_shards(where)  # noqa: E731
+            read = lambda: read_block_files(where)  # noqa: E731
         else:
             path = Path(shutil.copy(stored_partition[0], tmp))
             shutil.copy(stored_partition[0].with_suffix(".json"), tmp)

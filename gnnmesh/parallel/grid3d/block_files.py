@@ -1,7 +1,7 @@
-"""Parallel data loading (Plexus §5.4): cut a graph into 2D shard files once, then let each
-rank read only the shards of its own block, never the whole graph.
+"""Parallel data loading (Plexus §5.4): cut a graph into 2D block files once, then let each
+rank read only the files of its own block, never the whole graph.
 
-A shard directory holds:
+A block-file directory holds:
 
     manifest.json                        what was written; read first, written last
     adj-<i>-<j>.{indptr,indices}.npy     block (i, j) of the (permuted) adjacency: rows
@@ -12,7 +12,7 @@ A shard directory holds:
                                          adjacency's row order; a sparse x is stored as
                                          <field>-<i>.{indptr,indices,values}.npy
 
-Plain ``.npy`` files, so a reader memory-maps a shard and copies it once into its merged
+Plain ``.npy`` files, so a reader memory-maps a block file and copies it once into its merged
 block. The directory is built under a temporary name and renamed into place, so a reader
 sees either the old complete set or the new one.
 """
@@ -41,12 +41,12 @@ from .permutation import check_grid, inverse, permutations, permute_adjacency
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
-_ANY = object()  # "no expectation" for open_shards, where None is a meaningful seed
+_ANY = object()  # "no expectation" for open_block_files, where None is a meaningful seed
 
 
-def write_shards(graph: Graph, directory, grid, seed: Optional[int] = None, *,
+def write_block_files(graph: Graph, directory, grid, seed: Optional[int] = None, *,
                  swap: bool = False) -> Path:
-    """Write ``graph`` as ``R x C`` shards into ``directory`` (replacing an earlier shard set).
+    """Write ``graph`` as ``R x C`` block files into ``directory`` (replacing an earlier set of them).
 
     ``seed=None`` keeps the original order; otherwise rows and columns are renumbered with
     ``P_r, P_c = permutations(n, seed)``, i.e. the blocks are those of ``P_r A P_c^T`` and the
@@ -126,10 +126,10 @@ def _write_vertex_fields(graph: Graph, out: Path, row_bounds, order) -> dict:
 # -- reading -----------------------------------------------------------------------------
 
 def written_files(directory) -> list:
-    """The files the shard directory ``directory`` consists of: the manifest, and every block and
+    """The files the block-file directory ``directory`` consists of: the manifest, and every block and
     every vertex field's row blocks it describes (a GraphError when the manifest is not a
-    shard directory's)."""
-    m = open_shards(directory).manifest
+    block-file directory's)."""
+    m = open_block_files(directory).manifest
     (rows, cols), names = m["grid"], [MANIFEST]
     parts = ("indptr", "indices") + (("values",) if m["weighted"] else ())
     names += [f"adj-{i}-{j}.{part}.npy" for i in range(rows) for j in range(cols) for part in parts]
@@ -140,11 +140,11 @@ def written_files(directory) -> list:
     return names
 
 
-OUTPUT = OutputKind("shard directory", MANIFEST, written_files)  # what ``write_shards`` may replace
+OUTPUT = OutputKind("block-file directory", MANIFEST, written_files)  # what ``write_block_files`` may replace
 
 
-def open_shards(directory, *, fingerprint=None, grid=None, seed=_ANY) -> "Shards":
-    """The shard set in ``directory``. Given ``fingerprint`` (``partition.graph_key`` of the
+def open_block_files(directory, *, fingerprint=None, grid=None, seed=_ANY) -> "BlockFiles":
+    """The block files in ``directory``. Given ``fingerprint`` (``partition.graph_key`` of the
     graph), ``grid`` or ``seed``, a set written for another graph, grid or permutation is a
     ConfigError naming the manifest; a missing or damaged manifest is a GraphError."""
     path = Path(directory) / MANIFEST
@@ -154,26 +154,26 @@ def open_shards(directory, *, fingerprint=None, grid=None, seed=_ANY) -> "Shards
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_VERSION:
             found = manifest.get("format") if isinstance(manifest, dict) else manifest
             raise ValueError(f"format {_show(found)}, expected {FORMAT_VERSION}")
-        shards = Shards(Path(directory), manifest)
+        files = BlockFiles(Path(directory), manifest)
     except FileNotFoundError:
-        raise GraphError(f"{path}: missing; not a shard directory (write one with "
+        raise GraphError(f"{path}: missing; not a block-file directory (write one with "
                          "'gnnmesh partition --method permute2 --grid R,C --write-shards DIR')") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise GraphError(f"{path}: unreadable shard manifest: {' '.join(str(exc).split())}") from None
+        raise GraphError(f"{path}: unreadable block-file manifest: {' '.join(str(exc).split())}") from None
     if fingerprint is not None and manifest["fingerprint"] != fingerprint:
-        raise ConfigError(f"{path}: the shards are of another graph ({manifest['name']}, "
+        raise ConfigError(f"{path}: the block files are of another graph ({manifest['name']}, "
                           f"fingerprint {manifest['fingerprint']}, expected {fingerprint})")
-    if grid is not None and tuple(int(g) for g in grid) != shards.grid:
-        raise ConfigError(f"{path}: the shards are cut {shards.grid[0]} x {shards.grid[1]}, "
+    if grid is not None and tuple(int(g) for g in grid) != files.grid:
+        raise ConfigError(f"{path}: the blocks are cut {files.grid[0]} x {files.grid[1]}, "
                           f"expected {int(grid[0])} x {int(grid[1])}")
     if seed is not _ANY and manifest["seed"] != seed:
-        raise ConfigError(f"{path}: the shards use permutation seed {manifest['seed']}, "
+        raise ConfigError(f"{path}: the block files use permutation seed {manifest['seed']}, "
                           f"expected {seed}")
-    return shards
+    return files
 
 
-class Shards:
-    """An opened shard set: reads and merges the blocks one rank needs."""
+class BlockFiles:
+    """An opened set of block files: reads and merges the blocks one rank needs."""
 
     def __init__(self, directory: Path, manifest: dict):
         _check_manifest(manifest)
@@ -205,7 +205,7 @@ class Shards:
         del degree
         indices = np.empty(int(indptr[-1]), dtype=np.int64)
         values = np.empty(int(indptr[-1]), dtype=np.float32) if weighted else None
-        # Pass 2: each shard's entries go after those of the shards to its left, row by row.
+        # Pass 2: each file's entries go after those of the files to its left, row by row.
         for i in rows:
             lo, hi = self.row_bounds[i] - row_lo, self.row_bounds[i + 1] - row_lo
             cursor = indptr[lo:hi].copy()  # next free slot of every row of this row block
@@ -216,7 +216,7 @@ class Shards:
                 check_csr(piece_ptr, piece_idx, (len(piece_ptr) - 1, width),  # as every graph's, before use
                           str(self.directory / f"adj-{i}-{j}"), names=("indptr", "indices"), canonical=True)
                 offset = self.col_bounds[j] - col_lo
-                if len(cols) == 1:  # one shard per row: copy straight into place
+                if len(cols) == 1:  # one file per row: copy straight into place
                     dest = slice(indptr[lo], indptr[hi])
                     np.add(piece_idx, offset, out=indices[dest])
                 else:
@@ -286,9 +286,9 @@ class Shards:
                 raise ValueError("an archive of several arrays, not one")
             return array
         except FileNotFoundError:
-            raise GraphError(f"{file}: missing shard file (the shard directory is incomplete)") from None
+            raise GraphError(f"{file}: missing block file (the block-file directory is incomplete)") from None
         except Exception as exc:  # numpy raises several types for a damaged header
-            raise GraphError(f"{file}: unreadable shard file: {' '.join(str(exc).split())[:200]}") from None
+            raise GraphError(f"{file}: unreadable block file: {' '.join(str(exc).split())[:200]}") from None
 
     def _indptr(self, i: int, j: int) -> np.ndarray:
         file = self.directory / f"adj-{i}-{j}.indptr.npy"
@@ -296,7 +296,7 @@ class Shards:
         n_rows = int(self.row_bounds[i + 1] - self.row_bounds[i])
         if ptr.dtype != np.int64 or ptr.shape != (n_rows + 1,) or ptr[0] != 0 \
                 or ptr[-1] != self.nnz[i, j] or np.any(np.diff(ptr) < 0):
-            raise GraphError(f"{file}: corrupt shard: expected a nondecreasing int64 row pointer "
+            raise GraphError(f"{file}: corrupt block file: expected a nondecreasing int64 row pointer "
                              f"of {n_rows + 1} entries from 0 to {self.nnz[i, j]}")
         return ptr
 
@@ -305,12 +305,12 @@ class Shards:
         file = self.directory / f"adj-{i}-{j}.{part}.npy"
         arr = self._load(file)
         if arr.dtype != dtype or arr.shape != (int(length),):
-            raise GraphError(f"{file}: corrupt shard: holds {arr.dtype} {list(arr.shape)}, "
+            raise GraphError(f"{file}: corrupt block file: holds {arr.dtype} {list(arr.shape)}, "
                              f"expected {np.dtype(dtype)} [{int(length)}]")
         if bound is not None and arr.size and (arr.min() < 0 or arr.max() >= bound):
-            raise GraphError(f"{file}: corrupt shard: column ids outside 0..{bound - 1}")
+            raise GraphError(f"{file}: corrupt block file: column ids outside 0..{bound - 1}")
         if arr.dtype.kind == "f" and not np.isfinite(arr).all():
-            raise GraphError(f"{file}: corrupt shard: a non-finite value at entry "
+            raise GraphError(f"{file}: corrupt block file: a non-finite value at entry "
                              f"{int(np.flatnonzero(~np.isfinite(arr))[0])}")
         return arr
 
@@ -319,7 +319,7 @@ class Shards:
         ptr, idx, val = (self._load(Path(f"{stem}.{p}.npy")) for p in ("indptr", "indices", "values"))
         n_rows = int(self.row_bounds[i + 1] - self.row_bounds[i])
         if ptr.shape != (n_rows + 1,) or idx.shape != val.shape or val.dtype != np.float32:
-            raise GraphError(f"{stem}.indptr.npy: corrupt shard: does not match its indices/values")
+            raise GraphError(f"{stem}.indptr.npy: corrupt block file: does not match its indices/values")
         check_csr(ptr, idx, (n_rows, width), str(stem), canonical=True)
         return sp.csr_matrix((np.array(val), np.array(idx), np.array(ptr)), shape=(n_rows, width))
 
@@ -333,8 +333,8 @@ _LIMIT = 2**48  # no graph reaches it; past it a count is damage
 
 
 def _check_manifest(m: dict) -> None:
-    """Raise ValueError naming the first field of the manifest ``m`` that ``write_shards``
-    never writes, so that the shards are read against sound sizes (and each array is
+    """Raise ValueError naming the first field of the manifest ``m`` that ``write_block_files``
+    never writes, so that the files are read against sound sizes (and each array is
     checked as it loads)."""
     def need(field: str, ok, what: str) -> None:
         if not ok:
@@ -397,7 +397,7 @@ def _span(spec, count: int, what: str) -> range:
 
 def read_cost(directory, blocks: str, timeout: float = 300) -> tuple:
     """(growth of the peak resident memory in bytes, nonzeros read) of reading ``blocks`` of
-    the shard set in ``directory`` (``Shards.block``'s arguments as a Python literal, e.g.
+    the block files in ``directory`` (``BlockFiles.block``'s arguments as a Python literal, e.g.
     ``"(0, (0, 4))"``) in a fresh interpreter that has imported gnnmesh and opened the
     manifest: what one reader pays, apart from any other process's history. A peak started
     anew is the child's own high-water mark: ru_maxrss would start at the parent's peak."""
@@ -410,9 +410,9 @@ def read_cost(directory, blocks: str, timeout: float = 300) -> tuple:
 
 
 def _print_read_cost(directory: str, blocks: str) -> None:
-    shards = open_shards(directory)
+    files = open_block_files(directory)
     before = peak_rss_mib()
-    block = shards.block(*ast.literal_eval(blocks))
+    block = files.block(*ast.literal_eval(blocks))
     print(int((peak_rss_mib() - before) * 2**20), block.nnz)
 
 

@@ -9,7 +9,7 @@ by ``P_c`` for even ``k`` and by ``P_r`` for odd ``k``; without it every axis ke
 original ids. The roles of the grid's axes in each layer are ``gnnmesh.layout.grid.roles``.
 
 Blocks are contiguous ranges of near-equal size, the larger ones first (``block_bounds``,
-the rule the 2D shard files use too, so a rank's blocks are whole shards where grids agree).
+the rule the 2D block files use too, so a rank's blocks are whole files where grids agree).
 """
 
 from __future__ import annotations

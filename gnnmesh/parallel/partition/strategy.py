@@ -22,6 +22,7 @@ from ..agreed_partition import agreed_partition, check_ranks
 from ..distributed import DistributedStrategy
 from ..strategy import RankData
 from .halo import HaloGather, HaloSpMM, build_local_operator, local_operator
+from .row_sums import SumOverRanks
 
 
 class PartitionView(GraphView):
@@ -69,6 +70,9 @@ class PartitionView(GraphView):
 
     def entries(self, op):
         return self.local(op).edge_ids
+
+    def row_sum(self, sums):
+        return SumOverRanks.apply(sums, self.comm)  # the ranks' rows are disjoint and cover the graph
 
 
 class PartitionParallel(DistributedStrategy):

@@ -29,6 +29,7 @@ from ...parts.agreement import check_manifest, check_same
 from ...transforms import row_range
 from ...view import GraphView
 from ..distributed import DistributedStrategy
+from ..row_sums import SumOverRanks
 from ..strategy import RankData
 from .chunked_aggregation import ChunkedAggregation, Chunks
 from .layout_switch import LayoutSwitch, rank_switch_bytes
@@ -103,6 +104,9 @@ class TensorView(GraphView):
 
     def entries(self, op):
         return range(*self._entry_range(op))
+
+    def row_sum(self, sums):
+        return SumOverRanks.apply(sums, self.switch.comm)  # vertex data in row blocks, one per rank
 
 
 def aggregation_switches(width: int, mid: int = 1, passes: int = 1, backward: bool = True,

@@ -5,7 +5,7 @@ import pytest
 from gnnmesh.config import Config
 from gnnmesh.parallel.tensor.strategy import TensorParallel
 
-from tests.dist import run_ranks
+from tests.dist import run_ranks, run_ranks_once
 from tests.helpers import layout, random_graph, taken
 from tests.parity import assert_same_run, train
 
@@ -68,9 +68,13 @@ def test_every_model_and_schedule_matches_single_process(reference, world):
                                      f"rank {rank} of {world}: {err}") from None
 
 
-def _rank_traffic_all(rank, world, chunk):
-    return {(decoupled, k): _rank_traffic(rank, world, decoupled, k, chunk)
-            for decoupled, k in ((False, 3), (True, 2), (True, 5))}
+TRAFFIC_CHUNKS = [None, 4]  # one chunk, and chunks of 4 rows
+
+
+def _rank_traffic_all(rank, world):
+    """Every case under every chunk size in one launch (each test checks one size's)."""
+    return {(chunk, decoupled, k): _rank_traffic(rank, world, decoupled, k, chunk)
+            for chunk in TRAFFIC_CHUNKS for decoupled, k in ((False, 3), (True, 2), (True, 5))}
 
 
 def _rank_traffic(rank, world, decoupled, k, chunk):
@@ -85,20 +89,20 @@ def _rank_traffic(rank, world, decoupled, k, chunk):
                    "decoupled_eval": strategy.predicted_layout_bytes([3])}
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(400)
 @pytest.mark.slow  # the planner's tests count the same bytes (tests/planner/test_estimates.py)
-@pytest.mark.parametrize("chunk", [None, 4])
+@pytest.mark.parametrize("chunk", TRAFFIC_CHUNKS)
 def test_layout_bytes_and_rounds_equal_the_prediction(chunk):
     """GCN 6 -> 8 -> 3 naive: layer 1 aggregates the features (width 6, forward only), layer 2
     aggregates h W (width 3, forward and backward). Decoupled: the 3-wide MLP output is split
     once and gathered once per pass, whatever k is. Chunking moves the same bytes."""
     for world in (3, 4):
-        runs = run_ranks(_rank_traffic_all, world, chunk, timeout=180)[0]  # one launch per world
-        naive, predicted = runs[False, 3]
+        runs = run_ranks_once(_rank_traffic_all, world, timeout=360)[0]
+        naive, predicted = runs[chunk, False, 3]
         assert [e["layout_bytes"] for e in naive] == [predicted["naive"], predicted["naive_eval"]]
         assert [e["layout_rounds"] for e in naive] == [2 + 2 + 2, 2 + 2 + 2 + 4]
         for k in (2, 5):
-            dec, predicted = runs[True, k]
+            dec, predicted = runs[chunk, True, k]
             assert [e["layout_bytes"] for e in dec] == [predicted["decoupled"], predicted["decoupled_eval"]]
             assert [e["layout_rounds"] for e in dec] == [4, 6]  # 4 per training step, whatever k
             if chunk:
