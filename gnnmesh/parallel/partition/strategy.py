@@ -20,9 +20,9 @@ from ...parts.agreement import check_manifest, check_halos, check_held_once
 from ...view import GraphView
 from ..agreed_partition import agreed_partition, check_ranks
 from ..distributed import DistributedStrategy
+from ..row_sums import SumOverRanks
 from ..strategy import RankData
 from .halo import HaloGather, HaloSpMM, build_local_operator, local_operator
-from .row_sums import SumOverRanks
 
 
 class PartitionView(GraphView):
