@@ -123,7 +123,7 @@ for _spec in (
     StrategySpec("partition", ("rows",), ("partition",), named_by=("partitioner",),
                  model_check={"partitioner": "rp"},   # a random cut: rows split every way
                  factory="gnnmesh.parallel.factories:partition",
-                 planner="gnnmesh.planner.partition:candidates", parts="gnnmesh.parts.partition:write_partition_parts",
+                 planner="gnnmesh.planner.partition:candidates", parts="gnnmesh.parallel.partition.parts:write_partition_parts",
                  summary="1D: vertex rows split by a partitioner, halo rows exchanged (Demirci et al.)"),
     StrategySpec("tensor", ("cols",), ("tensor",), named_by=("decoupled",), model_check={},
                  factory="gnnmesh.parallel.factories:tensor",

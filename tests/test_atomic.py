@@ -24,7 +24,7 @@ from gnnmesh.datasets.sharded import open_shards
 from gnnmesh.errors import ConfigError
 from gnnmesh.partition import partition
 from gnnmesh.parallel.grid3d.block_files import write_block_files
-from gnnmesh.parts import write_partition_parts
+from gnnmesh.parallel.partition.parts import write_partition_parts
 from gnnmesh.parallel.grid3d.parts import write_grid_parts
 from gnnmesh.parallel.tensor.parts import write_tensor_parts
 from gnnmesh.predict import store
@@ -52,7 +52,7 @@ def _prediction(inputs, out):
 
 
 def _from_shards(inputs, out):
-    from gnnmesh.parts.from_shards import write_parts_from_shards
+    from gnnmesh.parallel.partition.parts_from_shards import write_parts_from_shards
     write_parts_from_shards(open_shards(inputs["set"]), out, method="contiguous", epsilon=0.05, seed=0, dataset="g")
 
 

@@ -201,7 +201,7 @@ def test_a_second_run_is_refused_the_store_directory(tmp_path, stopped):
 SLOW_WRITER = """
 import sys, time
 from pathlib import Path
-import gnnmesh.parts.partition as writer
+import gnnmesh.parallel.partition.parts as writer
 from gnnmesh.cli import main
 
 ready, go = Path(sys.argv[1]), Path(sys.argv[2])

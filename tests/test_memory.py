@@ -7,7 +7,7 @@ import pytest
 
 from gnnmesh import memory
 from gnnmesh.config import Config
-from gnnmesh.parallel.partition import PartitionParallel
+from gnnmesh.parallel.partition.strategy import PartitionParallel
 from gnnmesh.parallel.tensor.strategy import TensorParallel
 from gnnmesh.train import Trainer
 

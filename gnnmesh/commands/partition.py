@@ -155,7 +155,7 @@ def run_input(args, argv) -> int:
     from ..errors import ConfigError
     from ..launch import world_from_env
     from ..memory import peak_rss_mib
-    from ..parts.from_shards import write_parts_from_shards
+    from ..parallel.partition.parts_from_shards import write_parts_from_shards
     from ..parts.store import OUTPUT as PARTS
     from ..validate import check_seed
     from .flags import start_ranks

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..config import Config, strategy_default
 from ..errors import ConfigError
-from ..planner import minibatch_dryrun as dryrun
+from ..parallel.minibatch import dryrun
 from ..partition import MissingExtraError, partition
 from ..partition import registry as partitioners
 from ..planner.explain import choice, dropped, table

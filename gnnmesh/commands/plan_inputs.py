@@ -119,10 +119,3 @@ def _gflops(rates: ComputeRates, width: int) -> float:
     rows = 1 << 20
     op = SpMM(rows, rows, 16 * rows, width)
     return 2.0 * op.nnz * width / rates.spmm(op) / 1e9
-
-
-def _gflops(rates: ComputeRates, width: int) -> float:
-    """SpMM speed on a large square block with 16 nonzeros per row, for the header."""
-    rows = 1 << 20
-    op = SpMM(rows, rows, 16 * rows, width)
-    return 2.0 * op.nnz * width / rates.spmm(op) / 1e9

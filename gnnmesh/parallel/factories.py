@@ -8,12 +8,17 @@ from ..validate import parse_bytes
 
 
 def single(config, layout, device):
+    """One process; under ``--minibatch`` the mini-batch contract's single-process form (its
+    every first layer its own)."""
+    if config.training.minibatch:
+        from .minibatch import SingleProcessMiniBatch
+        return SingleProcessMiniBatch()
     from .single import SingleProcess
     return SingleProcess()
 
 
 def partition(config, layout, device):
-    from .partition import PartitionParallel
+    from .partition.strategy import PartitionParallel
     part = config.partition
     return PartitionParallel(layout, device, method=part.partitioner, epsilon=part.epsilon,
                              seed=config.training.seed, partition_file=part.partition_file)

@@ -63,6 +63,11 @@ class Strategy:
     def prepare(self, model: torch.nn.Module) -> None:
         """Plan what depends on the model (called once it is built, before training)."""
 
+    def dry_run_lines(self) -> list:
+        """What the strategy predicted of its own choices before training (a table's lines,
+        printed under the run's header), if it made any."""
+        return []
+
     def agree_parameters(self, model: torch.nn.Module) -> None:
         """Give every rank rank 0's parameters and buffers (a model the caller built under a
         torch seed of each rank's own starts out different on each)."""

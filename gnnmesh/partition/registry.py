@@ -73,7 +73,7 @@ def register(spec: PartitionerSpec) -> PartitionerSpec:
 
 
 _METHODS = "gnnmesh.partition.methods"
-_BLOCKS = "gnnmesh.parts.from_shards"
+_BLOCKS = "gnnmesh.parallel.partition.parts_from_shards"
 for _spec in (
     PartitionerSpec("rp", f"{_METHODS}:random", "random", distributed=f"{_BLOCKS}:random_assignment", ranked=True,
                     structural=False),

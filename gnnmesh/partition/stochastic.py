@@ -61,7 +61,7 @@ import scipy.sparse as sp
 
 from .. import progress
 from ..errors import ConfigError
-from ..sampling import NeighborSampler, parse_fanouts
+from ..sampling import NeighborSampler, draw_batches, parse_fanouts
 from ..validate import Range
 from ..view import OPERATORS
 from .api import cached_partition, check_settings
@@ -101,13 +101,6 @@ def hoeffding_nets(parts: int, theta: float = 0.1, delta: float = 0.5) -> int:
     """The fewest nets whose mean connectivity (each in [1, parts]) is within ``theta`` of the
     expected one with probability at least 1 - ``delta``: (P - 1)^2 ln(2 / delta) / (2 theta^2)."""
     return math.ceil((parts - 1) ** 2 * math.log(2 / delta) / (2 * theta ** 2))
-
-
-def draw_batches(pool: np.ndarray, batch_size: int, seed: int, epoch: int) -> list:
-    """The seed batches of one epoch as mini-batch training draws them: a permutation of
-    ``pool`` keyed by (seed, epoch) cut into ``batch_size`` pieces (the last may be shorter)."""
-    order = np.random.default_rng([seed, epoch]).permutation(pool)
-    return [order[i:i + batch_size] for i in range(0, order.shape[0], batch_size)]
 
 
 def _draws(pool: np.ndarray, batch_size: int, seed: int):

@@ -9,6 +9,10 @@ nothing else, plus a manifest that says how it was made:
     rank-00000/         rank 0's arrays as plain .npy files (see the writer of each kind)
     rank-00001/ ...
 
+This module checks what every kind shares; the module of each kind's writer (the registry's
+``parts`` entry) checks the fields and names the arrays its kind adds (``check_fields``,
+``required_files``).
+
 A rank opens the manifest and its own folder only, so a host may hold just the folders of
 the ranks it runs. Files are verified against the manifest's checksums before use: a
 missing, truncated or altered file is a GraphError naming it.
@@ -16,6 +20,7 @@ missing, truncated or altered file is a GraphError naming it.
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 from typing import Optional
@@ -99,30 +104,49 @@ def _show(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def count(value, low: int = 0, high: int = COUNT_LIMIT) -> bool:
-    """Whether ``value`` is an int (not a bool) in [``low``, ``high``]: a manifest's count."""
+def is_count(value, low: int = 0, high: int = COUNT_LIMIT) -> bool:
+    """Whether ``value`` is an int (not a bool) in ``[low, high]``."""
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
-def _check_manifest(m: dict) -> None:
-    """Raise ValueError naming the first field of the manifest ``m`` that no writer writes (a
-    count that is no count, a name that is no string, a list of the wrong length), so that a
-    rank reads its arrays against sound sizes; the arrays are checked as they load."""
-    def need(field: str, ok, what: str) -> None:
+VERTEX_FILES = ("x", "y", "train_mask", "val_mask", "test_mask")  # in every rank's folder of every kind
+
+
+class ManifestFields:
+    """A parts manifest being checked: ``need`` raises a ValueError naming the first field no
+    writer writes (a count that is no count, a name that is no string, a list of the wrong length)."""
+
+    def __init__(self, manifest: dict):
+        self.m = manifest
+
+    def need(self, field: str, ok, what: str) -> None:
         if not ok:
-            value = m
+            value = self.m
             for key in field.replace("]", "").replace("[", ".").split("."):
                 value = value.get(key) if isinstance(value, dict) else \
                     value[int(key)] if isinstance(value, list) and key.isdigit() and int(key) < len(value) else None
             raise ValueError(f"field '{field}' must be {what}, got {_show(value)}")
 
+
+def kind_format(kind: str):
+    """The module of ``kind``'s parts writer (the registry's ``parts`` entry): it checks the
+    manifest fields its kind adds (``check_fields``) and names its arrays (``required_files``)."""
+    writer = next(s.parts for s in strategies.REGISTRY.values() if s.name == kind and s.parts)
+    return importlib.import_module(writer.partition(":")[0])
+
+
+def _check_manifest(m: dict) -> None:
+    """Check the fields every kind shares, then the kind's own (its writer's ``check_fields``),
+    so that a rank reads its arrays against sound sizes; the arrays are checked as they load."""
+    fields = ManifestFields(m)
+    need = fields.need
     need("kind", m.get("kind") in KINDS, f"one of {', '.join(KINDS)}")
-    need("parts", count(m.get("parts"), 1, 2**31), "a count of parts >= 1")
+    need("parts", is_count(m.get("parts"), 1, 2**31), "a count of parts >= 1")
     for field in ("name", "dataset", "how", "fingerprint"):
         need(field, isinstance(m.get(field), str), "a string")
-    need("num_nodes", count(m.get("num_nodes"), 1), "a node count >= 1")
-    need("num_features", count(m.get("num_features"), 1, 2**31), "a width >= 1")
-    need("num_classes", count(m.get("num_classes"), 1, MAX_CLASSES), f"a width in [1, {MAX_CLASSES:,}]")
+    need("num_nodes", is_count(m.get("num_nodes"), 1), "a node count >= 1")
+    need("num_features", is_count(m.get("num_features"), 1, 2**31), "a width >= 1")
+    need("num_classes", is_count(m.get("num_classes"), 1, MAX_CLASSES), f"a width in [1, {MAX_CLASSES:,}]")
     parts, ranks = m["parts"], m.get("ranks")
     need("ranks", isinstance(ranks, list) and len(ranks) == parts, f"a list of {parts} rank entries")
     for r, rank in enumerate(ranks):
@@ -131,26 +155,12 @@ def _check_manifest(m: dict) -> None:
         need(f"ranks[{r}].files", isinstance(files, dict) and all(
             isinstance(k, str) and k and "/" not in k and not k.startswith(".") and isinstance(v, str)
             for k, v in files.items()), "an object of file names and checksums")
-    writer = writer_module(m["kind"])
-    writer.check_manifest(m, need)   # the fields of its own kind
-    required = _required_files(m)
+    kind = kind_format(m["kind"])
+    kind.check_fields(fields)
+    required = list(VERTEX_FILES) + kind.required_files(m)
     for r, rank in enumerate(ranks):
         missing = [name for name in required if name not in rank["files"]]
         need(f"ranks[{r}].files", not missing, f"an object listing every file of the rank (no {missing[:1]})")
-
-
-def _required_files(m: dict) -> list:
-    """The arrays every rank's folder of the parts ``m`` describes holds (``m`` checked so far):
-    the vertex data, and what the writer of its kind lists (``rank_files``)."""
-    return ["x", "y", "train_mask", "val_mask", "test_mask"] + writer_module(m["kind"]).rank_files(m)
-
-
-def writer_module(kind: str):
-    """The module of the parts writer of strategy ``kind`` (``StrategySpec.parts``), which also
-    checks its kind's manifest (``check_manifest(m, need)``), lists a rank's files
-    (``rank_files(m)``) and may say where a rank's features are a block (``feature_block``)."""
-    import importlib
-    return importlib.import_module(strategies.spec(kind).parts.partition(":")[0])
 
 
 class Parts:
@@ -306,9 +316,6 @@ class RankPart:
             raise GraphError(self.where("y") + f"holds {y.dtype} of shape {list(y.shape)}, not the "
                              f"{self.parts.task} labels the manifest says")
         check_vertex_data(where, rows, None, y, self.parts.num_classes, masks)
-        block = getattr(writer_module(self.parts.kind), "feature_block", None)
-        if x_rows is None and block:  # its block of the features, as written
-            x_rows, width = block(self.parts.manifest, self.rank)
         features = x.shape[0] if x_rows is None and x.dim() == 2 else rows if x_rows == -1 else x_rows
         check_vertex_data(where, features, x, None, None, {}, width)
         if x.dtype != torch.float32:

@@ -1,6 +1,6 @@
 """APT's mini-batch strategies (gdp, nfp, snp, dnp) for ``gnnmesh plan --allow-sampling``.
 
-The dry run a ``--minibatch --strategy auto`` job makes (``minibatch_dryrun``: one
+The dry run a ``--minibatch --strategy auto`` job makes (``parallel.minibatch.dryrun``: one
 epoch's batches sampled once, each route's per-rank bytes and calls counted from them), here
 for every rank in one process, priced with the planner's link rates instead of probed ones.
 Like APT's model (§3.2, Eq. 2) it prices what differs between the routes, the feature reads
@@ -17,11 +17,10 @@ from typing import Optional
 import numpy as np
 
 from ..parallel.minibatch import ROUTES
-from ..partition.stochastic import draw_batches
-from ..sampling import DEFAULT_BATCH, NeighborSampler, parse_fanouts, sampled_operator
+from ..parallel.minibatch.dryrun import access_counts, cache_masks, predict, route_totals, sample_epoch
+from ..sampling import DEFAULT_BATCH, NeighborSampler, draw_batches, parse_fanouts, sampled_operator
 from ..view import OPERATORS
 from .machine import ComputeRates, Network, world_links
-from .minibatch_dryrun import access_counts, cache_masks, predict, route_totals, sample_epoch
 from .trace import ELEMENT_BYTES
 
 

@@ -16,13 +16,9 @@ import math
 import numpy as np
 import torch
 
-from .. import strategies
 from ..errors import ConfigError
-from ..host_store import made_together
-from ..partition.stochastic import draw_batches
-from ..sampling import DEFAULT_BATCH, BlockView, FeatureTier, NeighborSampler, parse_fanouts, sampled_operator
-from ..sampling.features import LocalSource, RowStore
-from ..validate import parse_links
+from ..parallel.minibatch import BatchSetup, share
+from ..sampling import DEFAULT_BATCH, BlockView, NeighborSampler, draw_batches, parse_fanouts, sampled_operator
 from ..view import OPERATORS
 from .trainer import Trainer
 
@@ -48,17 +44,12 @@ class MiniBatchTrainer(Trainer):
         self.eval_sampler = NeighborSampler(operator, eval_fanouts, cfg.training.seed) if set(eval_fanouts) != {-1} else None
         self.labelled = torch.nonzero((s.train_mask | s.val_mask | s.test_mask).cpu()).flatten().numpy()
         self.sampled_edges = 0
-        self.operator, self.dry_run = operator, []
-        self.features = self.eval_features = None
-        from ..parallel.minibatch import MiniBatchParallel, SingleProcessMiniBatch
-        self.parallel = isinstance(self.strategy, MiniBatchParallel)
-        self.batching = self.strategy if self.parallel else SingleProcessMiniBatch()  # the first layer's way
-        if self.parallel:
-            self.strategy.place(data, dict(fanouts=self.sampler.fanouts, batch_size=self.batch_size,
-                                           seeds_pool=self.train_ids, operator=self.op))
-            self._plan()
-        else:
-            self.features = self.eval_features = FeatureTier.local(s.x.cpu(), self.device)
+        self.operator = operator
+        self.strategy.place(data, dict(fanouts=self.sampler.fanouts, batch_size=self.batch_size,
+                                       seeds_pool=self.train_ids, operator=self.op))
+        supply = self.strategy.choose_route(BatchSetup(cfg, s, self.sampler, self.model, self.op, operator,
+                                                       self.device, self.batches(1)))
+        self.features, self.eval_features, self.dry_run = supply.features, supply.eval_features, supply.predictions
         if s.x is None and self.eval_sampler is None:  # features spread over hosts: no whole-graph pass
             self.eval_sampler = NeighborSampler(operator, [-1] * len(self.sampler.fanouts), cfg.training.seed)
 
@@ -67,75 +58,12 @@ class MiniBatchTrainer(Trainer):
         (as ``shp`` draws them)."""
         return draw_batches(self.train_ids, self.batch_size, self.config.training.seed, epoch)
 
-    def _plan(self) -> None:
-        """Pick the route (``auto``: the dry run's cheapest), fill the caches from the dry run's
-        access counts, and keep its predictions (``dry_run``) for the metrics. On several
-        hosts, this rank keeps only the feature rows homed on its host."""
-        from ..parallel.minibatch import ROUTES
-        from ..planner import minibatch_dryrun as dryrun
-        from ..parallel.minibatch.feature_homes import FeatureHomes, HomedSource
-        cfg, s, strategy = self.config, self.rank_data, self.strategy
-        x, world, rank = s.x.cpu(), strategy.world_size, strategy.rank
-        cache_bytes = cfg.minibatch.cache_bytes()
-        names = [strategy.name] if not strategies.spec(strategy.name).planned else \
-            [n for n, r in ROUTES.items() if r.attention or not cfg.model.attention]
-        routes = {}
-        for name in names:
-            routes[name] = ROUTES[name](world, strategy.owner)
-            routes[name].bind(self.sampler, self.model, self.op, cfg.training.seed, self.device)
-        kind, folder = cfg.host_tier.host_store or "ram", cfg.host_tier.store_dir
-        shared = made_together(folder, strategy.comm) if kind == "file" and folder else ()
-        store = dict(store=kind, store_dir=folder, shared=shared)
-        homes = FeatureHomes(x.shape[0], world, strategy.hosts, strategy.owner) if strategy.hosts > 1 else None
-        host_rows = RowStore(x[homes.rows(homes.host(rank))], **store) if homes else None
-        widths = {n: [r.feature_columns(x.shape[1], q).stop - r.feature_columns(x.shape[1], q).start
-                      for q in range(world)] for n, r in routes.items()}
-        if 0 < cache_bytes < 4 * min(min(w) for w in widths.values()):
-            raise ConfigError(f"config field 'cache_memory': {cfg.minibatch.cache_memory} holds no feature row "
-                              f"({4 * min(min(w) for w in widths.values())} bytes each)")
-        counts, chosen = None, names[0]
-        if cache_bytes or len(names) > 1:
-            samples = dryrun.sample_epoch(self.sampler, self.batches(1), world, rank, 1)
-            counts = self._summed(dryrun.access_counts(samples, x.shape[0]))
-            given = parse_links(cfg.minibatch.bandwidths) if cfg.minibatch.bandwidths else {}
-            probe = host_rows or (RowStore(x, **store) if not {"load", "cache"} <= set(given) else None)
-            bandwidths = dryrun.probe_bandwidths(strategy.comm, probe, self.device, given)
-            if probe is not None and probe is not host_rows:
-                probe.close()
-            for name, route in routes.items():
-                row_bytes = [4 * w for w in widths[name]]
-                masks = dryrun.cache_masks(route, counts, cache_bytes, row_bytes, self.operator)
-                totals = self._summed(dryrun.route_totals(route, samples, route.reply_width(self.model), masks,
-                                                          row_bytes, homes))
-                self.dry_run.append(dryrun.predict(route, totals, bandwidths))
-            chosen = min(self.dry_run, key=lambda p: p.time).name
-        strategy.use(routes[chosen])
-        columns = [routes[chosen].feature_columns(x.shape[1], q) for q in range(world)]
-        source = HomedSource(strategy.comm, homes, host_rows, columns) if homes else \
-            LocalSource(RowStore(x, columns[rank], **store))
-        self.features = self.eval_features = FeatureTier(source, x.shape[0], self.device)
-        if homes:
-            s.x = None  # what this rank reads now comes through its host's store
-            whole = [slice(0, x.shape[1])] * world  # evaluation reads whole rows (nfp trains on slices)
-            self.eval_features = self.features if columns == whole else \
-                FeatureTier(HomedSource(strategy.comm, homes, host_rows, whole), x.shape[0], self.device)
-        if counts is not None and cache_bytes:
-            self.features.fill(dryrun.cache_rows(routes[chosen], counts, cache_bytes // (4 * widths[chosen][rank]),
-                                                 rank, self.operator))
-        self.dry_run_lines = dryrun.table_lines(self.dry_run, chosen) if self.dry_run else []
-        strategy.reset_counters()
-
-    def _summed(self, array: np.ndarray) -> np.ndarray:
-        """An integer array summed over ranks."""
-        return self.strategy.all_reduce(torch.from_numpy(array.astype(np.int64))).numpy()
-
     @property
     def steps_per_epoch(self) -> int:
         return math.ceil(len(self.train_ids) / self.batch_size)
 
     def _mine(self, ids: np.ndarray) -> np.ndarray:
         """This rank's share of a batch."""
-        from ..parallel.minibatch import share
         return share(ids, self.strategy.world_size, self.strategy.rank)
 
     def _logits(self, sampler, seeds: np.ndarray, epoch: int, step: int) -> torch.Tensor:
@@ -147,7 +75,7 @@ class MiniBatchTrainer(Trainer):
             return self.model(view, self.eval_features.load(sample.input_nodes) if x is None else
                               x[torch.from_numpy(sample.input_nodes).to(x.device)])
         self.sampled_edges += sample.sampled_entries()
-        first = self.batching.first_layer(self.model, view, sample, self.features)
+        first = self.strategy.first_layer(self.model, view, sample, self.features)
         return self.model(view, first, start=1)
 
     def train_step(self) -> float:
@@ -201,8 +129,7 @@ class MiniBatchTrainer(Trainer):
         result = super().run_epoch()
         reads = self.features.take()
         mine = dict(reads, sampled_edges=self.sampled_edges)
-        everyone = self.strategy.comm.all_gather_object(mine) if self.parallel else [mine]
-        self.strategy.reset_counters() if self.parallel else None
+        everyone = self.strategy.epoch_counts(mine)
 
         def total(key):
             return sum(r[key] for r in everyone)

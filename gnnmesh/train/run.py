@@ -119,7 +119,7 @@ def _train(config, parts, quiet, rank, world_size, device, check_model=True) -> 
         f"strategy {strategy.describe()}, device {device}, {torch.get_num_threads()} threads per rank")
     if check_model and world_size > 1 and cfg.model.user:
         _check_model(trainer, say)
-    lines = getattr(trainer, "dry_run_lines", [])
+    lines = strategy.dry_run_lines()
     if lines:
         say("dry run (one epoch sampled, nothing moved; predicted time per epoch of what the strategies do "
             "differently, the slowest rank's):")

@@ -13,10 +13,11 @@ import torch
 from gnnmesh.config import Config
 from gnnmesh.errors import ConfigError, GraphError
 from gnnmesh.parallel.grid3d.strategy import Grid3D
-from gnnmesh.parallel.partition import PartitionParallel
+from gnnmesh.parallel.partition.strategy import PartitionParallel
 from gnnmesh.parallel.tensor.strategy import TensorParallel
 from gnnmesh.partition import partition, rank_halo
-from gnnmesh.parts import MANIFEST, open_parts, write_partition_parts
+from gnnmesh.parts import MANIFEST, open_parts
+from gnnmesh.parallel.partition.parts import write_partition_parts
 from gnnmesh.parallel.grid3d.parts import write_grid_parts
 from gnnmesh.parallel.tensor.parts import write_tensor_parts
 from gnnmesh.view import OPERATORS

@@ -10,7 +10,8 @@ from gnnmesh.config import Config
 from gnnmesh.memory import peak_rss_mib
 from gnnmesh.ops import compiled
 from gnnmesh.partition import partition
-from gnnmesh.parts import open_parts, write_partition_parts
+from gnnmesh.parts import open_parts
+from gnnmesh.parallel.partition.parts import write_partition_parts
 from gnnmesh.train import Trainer
 
 from tests.dist import run_ranks

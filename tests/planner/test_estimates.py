@@ -11,7 +11,7 @@ import pytest
 
 from gnnmesh import datasets
 from gnnmesh.config import Config
-from gnnmesh.parallel.partition import PartitionParallel
+from gnnmesh.parallel.partition.strategy import PartitionParallel
 from gnnmesh.parallel.tensor.strategy import TensorParallel
 from gnnmesh.partition import partition, save_partition
 from gnnmesh.planner import partition as partition_model

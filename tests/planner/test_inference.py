@@ -8,7 +8,7 @@ import pytest
 from gnnmesh import datasets
 from gnnmesh.config import Config
 from gnnmesh.layout.grid import Grid
-from gnnmesh.parallel.partition import PartitionParallel
+from gnnmesh.parallel.partition.strategy import PartitionParallel
 from gnnmesh.parallel.tensor.strategy import TensorParallel
 from gnnmesh.partition import partition
 from gnnmesh.planner import grid3d

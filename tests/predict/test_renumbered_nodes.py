@@ -10,7 +10,8 @@ import pytest
 from gnnmesh import datasets
 from gnnmesh.cli import main
 from gnnmesh.config import Config
-from gnnmesh.parts import open_parts, write_partition_parts
+from gnnmesh.parts import open_parts
+from gnnmesh.parallel.partition.parts import write_partition_parts
 from gnnmesh.parallel.grid3d.parts import write_grid_parts
 from gnnmesh.parallel.tensor.parts import write_tensor_parts
 from gnnmesh.partition import partition

@@ -26,9 +26,9 @@ HOST_SIDE = {
     ("models/gin.py", "GINLayer.__init__"): "parameters, moved with the model",
     ("models/row_wise.py", "BatchNorm.__init__"): "parameters and buffers, moved with the model",
     # structure and index arrays: built on the host; the kernels copy what they use
-    ("parallel/halo.py", "_sub_block"): "a block's CSR row pointers (host structure)",
-    ("parallel/halo.py", "local_operator"): "the row of each block entry, to split the block (host structure)",
-    ("parallel/halo.py", "LocalOperator._build_block"): "a block's CSR rebuilt from its parts (host structure)",
+    ("parallel/partition/halo.py", "_sub_block"): "a block's CSR row pointers (host structure)",
+    ("parallel/partition/halo.py", "local_operator"): "the row of each block entry, to split the block (host structure)",
+    ("parallel/partition/halo.py", "LocalOperator._build_block"): "a block's CSR rebuilt from its parts (host structure)",
     ("parallel/minibatch/snp.py", "SourceNodeRoute.serve"): "self-loop values of a host CSR block",
     ("parallel/strategy.py", "RankData.row_ids"): "global ids, for metrics gathered and predictions written",
     ("parallel/tensor/layout_switch.py", "LayoutSwitch.owned_in"): "row ids to exchange, moved by the switch",
@@ -37,6 +37,10 @@ HOST_SIDE = {
     ("parallel/offload/host_tier.py", "HostTier.rank_data"): "an empty stand-in for features kept in the host tier",
     # host memory by design
     ("parallel/minibatch/feature_homes.py", "HomedSource.read"): "feature rows read from a host store",
+    # the parts writer of P ranks: it runs before training, on the host, over gloo
+    ("parallel/partition/parts_from_shards.py", "_assign"): "a node count summed over the writer's ranks",
+    ("parallel/partition/parts_from_shards.py", "_full"): "a vector over all nodes, assembled on the host",
+    ("parallel/partition/parts_from_shards.py", "_operators"): "a count of missing self-loops summed over ranks",
     ("host_store.py", "HostStore.create"): "the host tier's tables",
     ("host_store.py", "HostStore.read"): "pinned staging (the device's tensor is made with its device)",
     ("comm.py", "Comm.irecv"): "gloo receives CUDA tensors through host memory",

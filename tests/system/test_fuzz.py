@@ -428,7 +428,7 @@ def read_parts(directory):
     facts = (parts.kind, parts.parts, parts.num_nodes, parts.num_features, parts.num_classes,
              getattr(parts, "task", None))
     if parts.kind == "partition":
-        from gnnmesh.parallel.partition import _read_rank, read_operator
+        from gnnmesh.parallel.partition.strategy import _read_rank, read_operator
         part, owned, data = _read_rank(parts, 0)
         operators = []
         for name in OPERATORS:  # what a model asks for, whatever the manifest says
@@ -460,7 +460,7 @@ def read_parts(directory):
 @pytest.fixture(scope="module")
 def parts_dirs(graph, valid):
     from gnnmesh.partition import partition
-    from gnnmesh.parts import write_partition_parts
+    from gnnmesh.parallel.partition.parts import write_partition_parts
     from gnnmesh.parallel.grid3d.parts import write_grid_parts
     from gnnmesh.parallel.tensor.parts import write_tensor_parts
     out = {}

@@ -165,7 +165,8 @@ def test_hostile_partition_file_from_the_cli(tmp_path):
 
 
 def test_hostile_part_file_runs_nothing(graph, tmp_path):
-    from gnnmesh.parts import MANIFEST, open_parts, write_partition_parts
+    from gnnmesh.parts import MANIFEST, open_parts
+    from gnnmesh.parallel.partition.parts import write_partition_parts
     from gnnmesh.parts.store import checksum
     from gnnmesh.partition import partition
     marker = tmp_path / "ran"

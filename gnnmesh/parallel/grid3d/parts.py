@@ -28,7 +28,7 @@ from ...graph import Graph
 from ...layout import ParallelLayout
 from ...layout.grid import AXES, roles
 from ...layout.ranges import cut
-from ...parts.store import OUTPUT, count, graph_facts, rank_folder, save_array, write_manifest
+from ...parts.store import OUTPUT, ManifestFields, graph_facts, is_count, rank_folder, save_array, write_manifest
 from ...parts.vertex import VertexData
 from ...view import OPERATORS
 from .blocks import GridBlocks
@@ -81,26 +81,31 @@ def write_grid_parts(graph: Graph, dims: dict, directory, dataset: str, *, layer
     return Path(directory)
 
 
-def check_manifest(m: dict, need) -> None:
-    """The fields of a grid3d manifest (``need(field, ok, what)`` refuses one): the process
-    grid, whose product is the parts, and the depth the blocks were written for."""
-    parts, grid = m["parts"], m.get("grid")
-    need("grid", isinstance(grid, list) and len(grid) == 3 and all(count(g, 1, parts) for g in grid)
+def check_fields(fields: ManifestFields) -> None:
+    """The manifest fields grid3d parts add: the grid, and the layers the blocks were written for
+    (``parts/store.py`` checks what every kind shares)."""
+    m, need, parts = fields.m, fields.need, fields.m["parts"]
+    grid = m.get("grid")
+    need("grid", isinstance(grid, list) and len(grid) == 3 and all(is_count(g, 1, parts) for g in grid)
          and grid[0] * grid[1] * grid[2] == parts, f"three grid sizes whose product is the {parts} parts")
-    need("layers", m.get("layers") is None or count(m.get("layers"), 1, 5), "a count of layers below 6 or null")
+    need("layers", m.get("layers") is None or is_count(m.get("layers"), 1, PERIOD - 1),
+         f"a count of layers below {PERIOD} or null")
 
 
-def rank_files(m: dict) -> list:
-    """A rank's arrays besides its vertex data: the node orders and each layer's blocks (they
-    repeat with period six)."""
-    return ["orders"] + [f"adj-{k}.{part}" for k in range(m["layers"] or 6) for part in ("indptr", "indices", "values")]
+def required_files(m: dict) -> list:
+    """The arrays of a rank's folder beyond its vertex data: the node orders and the adjacency
+    blocks of every layer written."""
+    names = ["orders"]
+    for k in range(m["layers"] or PERIOD):  # the blocks repeat with period six
+        names += [f"adj-{k}.{part}" for part in ("indptr", "indices", "values")]
+    return names
 
 
-def feature_block(m: dict, rank: int) -> tuple:
-    """(rows, columns) of ``rank``'s block of the input features as the writer cuts it: layer
-    0's column block of the nodes, its share of the features."""
-    dims = dict(zip(AXES, m["grid"]))
+def feature_block(manifest: dict, rank: int) -> tuple:
+    """(rows, columns) of rank ``rank``'s block of the input features as ``write_grid_parts``
+    cuts it: layer 0's column block of the nodes, its share of the features."""
+    dims = dict(zip(AXES, manifest["grid"]))
     me, r = ParallelLayout.of_grid(dims).coordinates(rank), roles(0)
-    rows = cut(m["num_nodes"], dims[r.cols], me[r.cols])
-    columns = cut(m["num_features"], dims[r.feats], me[r.feats])
+    rows = cut(manifest["num_nodes"], dims[r.cols], me[r.cols])
+    columns = cut(manifest["num_features"], dims[r.feats], me[r.feats])
     return rows.stop - rows.start, columns.stop - columns.start

@@ -66,8 +66,8 @@ from ...view import GraphView
 from ..distributed import DistributedStrategy
 from ..strategy import RankData
 from .blocks import GridBlocks
-from .collectives import Aggregate, PartialSum, Replicated, ScatterColumns, ToLossRows
-from .logits import logit_route
+from .collectives import Aggregate, PartialSum, Replicated, ScatterColumns, ToLossRows, logit_route
+from .parts import feature_block
 
 __all__ = ["Grid3D", "GridView"]
 
@@ -213,7 +213,8 @@ class Grid3D(DistributedStrategy):
         part = self._my_part(parts)
         self.grid_blocks = GridBlocks.from_orders(self.dims, part.orders("orders", parts.num_nodes))
         labels = len(self.grid_blocks.loss_rows(self.rank, self.world_size))
-        return part, part.vertex_data(labels, x_rows=None)  # x: this rank's feature block
+        rows, width = feature_block(parts.manifest, self.rank)  # x: this rank's feature block
+        return part, part.vertex_data(labels, width, x_rows=rows)
 
     def _my_part(self, parts):
         written = dict(zip(AXES, parts.manifest["grid"]))

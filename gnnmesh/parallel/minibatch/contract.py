@@ -7,8 +7,9 @@ this order:
 
 * ``rank_data(graph, x, seed, device)``: the whole graph (``Strategy``'s contract);
 * ``place(graph, sampling)``: assign vertices to ranks where a route needs it;
-* ``use(route)``: run ``route`` (bound to the sampler and the model) from now on;
+* ``choose_route(setup)``: pick the route (``use`` it) and supply the features (a ``FeatureSupply``);
 * ``first_layer(model, view, sample, features)`` at every training step;
+* ``epoch_counts(mine)``: every rank's feature-read counts of an epoch;
 
 and reads ``rank``, ``world_size``, ``name`` (the route asked for, ``auto`` until ``use``),
 ``owner`` (every vertex's rank, or None), ``hosts`` (the machines the input features are
@@ -19,11 +20,13 @@ spread over) and ``comm`` (a ``Comm`` over the ranks, or None on one process).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
 import torch
 
+from ...sampling import FeatureTier
 from ..single import SingleProcess
 from .route import Route, read_and_run
 
@@ -32,6 +35,31 @@ def share(ids: np.ndarray, world: int, rank: int) -> np.ndarray:
     """Rank ``rank``'s share of a batch: a contiguous run, the runs' sizes differing by at most one."""
     n = len(ids)
     return ids[(n * rank) // world:(n * (rank + 1)) // world]
+
+
+@dataclass
+class BatchSetup:
+    """What the mini-batch trainer has built when its strategy chooses a route: the resolved
+    config, the rank's data, the sampler and model, the sampled operator (its name ``op``),
+    the device and the first epoch's batches, which the dry run samples."""
+
+    config: object
+    rank_data: object
+    sampler: object
+    model: torch.nn.Module
+    op: str
+    operator: object
+    device: torch.device
+    first_batches: list
+
+
+@dataclass
+class FeatureSupply:
+    """Where a rank's input features come from: for training steps and for evaluation."""
+
+    features: FeatureTier
+    eval_features: FeatureTier
+    predictions: list = field(default_factory=list)  # the dry run's, one per route it priced
 
 
 class MiniBatchStrategy(ABC):
@@ -55,6 +83,14 @@ class MiniBatchStrategy(ABC):
         """Run ``route`` (bound) from now on."""
 
     @abstractmethod
+    def choose_route(self, setup: BatchSetup) -> FeatureSupply:
+        """Pick the route this strategy runs (``use`` it) and supply the rank's input features."""
+
+    @abstractmethod
+    def epoch_counts(self, mine: dict) -> list:
+        """Every rank's ``mine`` (an epoch's feature-read counts), in rank order."""
+
+    @abstractmethod
     def first_layer(self, model, view, sample, features) -> torch.Tensor:
         """Layer 1's output (before its activation) for this rank's first-layer destinations of
         ``sample``, its input rows read from ``features`` (a ``FeatureTier``)."""
@@ -71,6 +107,13 @@ class SingleProcessMiniBatch(SingleProcess, MiniBatchStrategy):
 
     def use(self, route: Route) -> None:
         self.route = route
+
+    def choose_route(self, setup: BatchSetup) -> FeatureSupply:
+        tier = FeatureTier.local(setup.rank_data.x.cpu(), setup.device)  # every row in this process's memory
+        return FeatureSupply(tier, tier)
+
+    def epoch_counts(self, mine: dict) -> list:
+        return [mine]
 
     def first_layer(self, model, view, sample, features) -> torch.Tensor:
         return read_and_run(model, view, sample, features)

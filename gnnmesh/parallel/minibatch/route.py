@@ -8,7 +8,7 @@ the rows to compute as sampled ids and send back partial or finished embeddings.
 A route says who computes what. A split route is four steps and two exchanges: ``request``
 (what this rank's first-layer block asks of each rank) and ``serve`` (what a rank computes
 from what it was asked), both pure, then ``compute`` and ``combine``. The dry run
-(``planner.minibatch_dryrun``) runs the pure steps for every rank without moving features or
+(``dryrun``) runs the pure steps for every rank without moving features or
 embeddings, so its byte counts are the ones training counts.
 """
 

@@ -10,10 +10,11 @@ from typing import Optional
 import numpy as np
 
 from ... import strategies
+from ..agreed_partition import agreed_partition
 from ..distributed import DistributedStrategy
-from ..partition import agreed_partition
 from ..single import whole_graph
-from .contract import MiniBatchStrategy
+from . import dryrun, route_choice
+from .contract import BatchSetup, FeatureSupply, MiniBatchStrategy
 from .exchange import GRAPH, SHUFFLE
 from .feature_homes import FEATURES, job_hosts
 from .routes import ROUTES
@@ -37,6 +38,7 @@ class MiniBatchParallel(DistributedStrategy, MiniBatchStrategy):
         self.owner: Optional[np.ndarray] = None
         self.route = None
         self.partition = None
+        self.predictions: list = []  # the dry run's, when it chose the route
 
     def describe(self) -> str:
         where = f", vertices by {self.partition.method}" if self.partition is not None and \
@@ -61,6 +63,19 @@ class MiniBatchParallel(DistributedStrategy, MiniBatchStrategy):
     def use(self, route) -> None:
         """Run ``route`` (bound) from now on; ``auto`` takes the chosen route's name."""
         self.route, self.name = route, route.name
+
+    def choose_route(self, setup: BatchSetup) -> FeatureSupply:
+        supply = route_choice.choose_route(self, setup)
+        self.predictions = supply.predictions
+        return supply
+
+    def dry_run_lines(self) -> list:
+        return dryrun.table_lines(self.predictions, self.name) if self.predictions else []
+
+    def epoch_counts(self, mine: dict) -> list:
+        everyone = self.comm.all_gather_object(mine)
+        self.reset_counters()  # gathering the counts is no epoch's traffic
+        return everyone
 
     def first_layer(self, model, view, sample, features):
         return self.route.first_layer(self.comm, model, view, sample, features)

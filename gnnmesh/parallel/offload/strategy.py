@@ -13,7 +13,7 @@ import torch
 
 from ...layout import ParallelLayout
 from ...partition.registry import DEFAULT as DEFAULT_PARTITIONER
-from ..partition import agreed_partition
+from ..agreed_partition import agreed_partition
 from . import costs
 from .host_tier import HostTier, HostTierStrategy
 from .pipeline import FEATURES

@@ -22,7 +22,7 @@ from ... import progress
 from ...atomic import staged_directory
 from ...graph import Graph
 from ...layout.ranges import block_bounds
-from ...parts.store import OUTPUT, graph_facts, rank_folder, save_array, write_manifest
+from ...parts.store import OUTPUT, ManifestFields, graph_facts, rank_folder, save_array, write_manifest
 from ...parts.vertex import VertexData
 
 
@@ -59,9 +59,17 @@ def write_tensor_parts(graph: Graph, parts: int, directory, dataset: str) -> Pat
     return Path(directory)
 
 
-def check_manifest(m: dict, need) -> None:
-    """The fields of a tensor manifest (``need(field, ok, what)`` refuses one): whether the
-    graph is weighted, and every rank's files agreeing."""
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+def check_fields(fields: ManifestFields) -> None:
+    """The manifest fields tensor parts add: whether the graph is weighted, which every rank's
+    files agree with (``parts/store.py`` checks what every kind shares)."""
+    m, need = fields.m, fields.need
     need("weighted", isinstance(m.get("weighted"), bool), "true or false")
     for r, rank in enumerate(m["ranks"]):
         need(f"ranks[{r}].files", m["weighted"] == ("adj.values" in rank["files"]),
@@ -69,13 +77,6 @@ def check_manifest(m: dict, need) -> None:
              f"{'' if m['weighted'] else 'not '}weighted)")
 
 
-def rank_files(m: dict) -> list:
-    """A rank's arrays besides its vertex data: the whole topology."""
+def required_files(m: dict) -> list:
+    """The arrays of a rank's folder beyond its vertex data: the whole topology."""
     return ["adj.indptr", "adj.indices"]
-
-
-def _link_or_copy(source: Path, target: Path) -> None:
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)

@@ -18,7 +18,7 @@ from gnnmesh.parallel import SingleProcess
 from gnnmesh.parallel.grid3d.strategy import WHOLE, Grid3D, GridView, grad_blocks, reductions, share
 from gnnmesh.layout import ParallelLayout
 from gnnmesh.layout.grid import AXES, most_cubic_grid, parse_grid, roles
-from gnnmesh.parallel.grid3d.logits import logit_route
+from gnnmesh.parallel.grid3d.collectives import logit_route
 from gnnmesh.parallel.grid3d.blocks import GridBlocks
 from gnnmesh.view import GraphView
 

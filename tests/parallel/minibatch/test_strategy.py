@@ -339,7 +339,7 @@ def test_each_strategy_caches_the_rows_it_reads():
     # APT §4.3: gdp and nfp the globally hottest rows, snp its partition's, dnp its partition's
     # and their in-neighbours' (the sources its rows read); ties go to the lower id.
     from gnnmesh.parallel.minibatch import ROUTES
-    from gnnmesh.planner.minibatch_dryrun import cache_rows
+    from gnnmesh.parallel.minibatch.dryrun import cache_rows
     from gnnmesh.graph import Adjacency
     # 6 vertices; rank 0 owns 0-2, rank 1 owns 3-5; vertex 1 reads vertex 4 (an in-edge 4 -> 1).
     op = Adjacency(torch.tensor([0, 1, 3, 4, 5, 6, 7]), torch.tensor([0, 1, 4, 2, 3, 4, 5]), None, (6, 6))

@@ -3,7 +3,7 @@
 import pytest
 
 from gnnmesh.config import Config
-from gnnmesh.parallel.partition import PartitionParallel
+from gnnmesh.parallel.partition.strategy import PartitionParallel
 
 from tests.dist import run_ranks
 from tests.helpers import model_fields, random_graph, layout

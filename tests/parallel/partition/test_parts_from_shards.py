@@ -1,4 +1,4 @@
-"""Parts written by P ranks from a sharded input (``gnnmesh.parts.from_shards``), none of
+"""Parts written by P ranks from a sharded input (``gnnmesh.parallel.partition.parts_from_shards``), none of
 which holds the whole graph, equal what the one-process writer makes from the whole graph,
 file for file, for the same partition (real gloo ranks)."""
 
@@ -11,7 +11,8 @@ import pytest
 from gnnmesh.datasets.sharded import open_shards
 from gnnmesh.errors import ConfigError, GraphError
 from gnnmesh.partition import Partition, graph_key, partition
-from gnnmesh.parts import MANIFEST, open_parts, write_partition_parts
+from gnnmesh.parts import MANIFEST, open_parts
+from gnnmesh.parallel.partition.parts import write_partition_parts
 
 from tests.dist import run_ranks
 from tests.helpers import random_graph
@@ -31,7 +32,7 @@ def shard(graph, directory, shards=3):
 
 def write_on_ranks(rank, world, jobs):
     """Every job (shard set, output, method, seed) on these ranks, in one start of them."""
-    from gnnmesh.parts.from_shards import write_parts_from_shards
+    from gnnmesh.parallel.partition.parts_from_shards import write_parts_from_shards
     for directory, out, method, seed in jobs:
         write_parts_from_shards(open_shards(directory), out, method=method, epsilon=0.05, seed=seed, dataset="g")
     return True
@@ -100,7 +101,7 @@ def test_lp_parts_equal_the_one_process_writers_for_their_partition(tmp_path):
 
 
 def refuse_on_ranks(rank, world, inputs, out, method):
-    from gnnmesh.parts.from_shards import write_parts_from_shards
+    from gnnmesh.parallel.partition.parts_from_shards import write_parts_from_shards
     try:
         write_parts_from_shards(open_shards(inputs[rank]), out, method=method, epsilon=0.05, seed=0, dataset="g")
     except (GraphError, ConfigError) as err:
@@ -135,7 +136,7 @@ def test_a_failing_rank_leaves_the_earlier_parts_intact(tmp_path):
 
 
 def test_methods_that_need_the_whole_graph_are_refused(tmp_path):
-    from gnnmesh.parts.from_shards import write_parts_from_shards
+    from gnnmesh.parallel.partition.parts_from_shards import write_parts_from_shards
     source = open_shards(shard(random_graph(**GRAPHS["plain"], seed=1), tmp_path / "s"))
     with pytest.raises(ConfigError, match="--partitioner gp needs the whole graph in one process"):
         write_parts_from_shards(source, tmp_path / "p", method="gp", epsilon=0.05, seed=0, dataset="g")

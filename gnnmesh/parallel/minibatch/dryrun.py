@@ -20,11 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..errors import ConfigError
-from ..parallel.minibatch import share
-from ..sampling import row_positions
-from ..sampling.features import tier_counts
-from ..validate import LINK_KEYS
+from ...sampling import row_positions
+from ...sampling.features import tier_counts
+from ...validate import LINK_KEYS
+from .contract import share
 
 FIELDS = ("graph_bytes", "shuffle_bytes", "load_bytes", "cache_bytes", "hits", "misses", "calls", "remote_bytes",
           "features_bytes")

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..comm import Comm
-from ..graph import Adjacency
-from ..ops import compiled, profile
-from ..ops.spmm import edge_dot, multiply
-from ..partition import rank_halo
+from ...comm import Comm
+from ...graph import Adjacency
+from ...ops import compiled, profile
+from ...ops.spmm import edge_dot, multiply
+from ...partition import rank_halo
 
 
 @dataclass

@@ -12,18 +12,18 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .. import ops
-from ..comm import agreed, setup_comm
-from ..errors import ConfigError, GraphError
-from ..layout import ParallelLayout
-from ..partition.registry import DEFAULT as DEFAULT_PARTITIONER
-from ..partition.registry import spec as partitioner_spec
-from ..parts.agreement import check_manifest, check_halos, check_held_once
-from ..view import GraphView
-from .strategy import RankData
-from .distributed import DistributedStrategy
+from ... import ops
+from ...comm import agreed
+from ...errors import GraphError
+from ...layout import ParallelLayout
+from ...partition.registry import DEFAULT as DEFAULT_PARTITIONER
+from ...parts.agreement import check_manifest, check_halos, check_held_once
+from ...view import GraphView
+from ..agreed_partition import agreed_partition, check_ranks
+from ..distributed import DistributedStrategy
+from ..row_sums import SumOverRanks
+from ..strategy import RankData
 from .halo import HaloGather, HaloSpMM, build_local_operator, local_operator
-from .row_sums import SumOverRanks
 
 
 class PartitionView(GraphView):
@@ -129,41 +129,10 @@ def _read_rank(parts, rank: int) -> tuple:
     return part, torch.from_numpy(owned), part.vertex_data(rows, parts.num_features)
 
 
-def check_ranks(world: int, nodes: int) -> None:
-    if world > nodes:
-        raise ConfigError(f"{world} ranks for a graph of {nodes} nodes: every rank needs at least one node")
-
-
-def agreed_partition(graph, world: int, rank: int, method: str, epsilon: float, seed: int,
-                     partition_file: Optional[str] = None, sampling: Optional[dict] = None):
-    """(the partition, its vertex -> rank tensor): rank 0 computes (or loads) it and every
-    rank receives the same one. ``sampling``: the mini-batch settings ``shp`` samples with."""
-    check_ranks(world, graph.num_nodes)
-    result = None
-    if rank == 0:
-        result = _compute_partition(graph, world, method, epsilon, seed, partition_file, sampling)
-    result = setup_comm().broadcast_object(result)  # partitioning may take long
-    if isinstance(result, Exception):
-        raise result
-    return result, torch.from_numpy(np.asarray(result.assignment, dtype=np.int64))
-
-
-def _compute_partition(graph, world, method, epsilon, seed, partition_file, sampling=None):
-    try:
-        from .. import partition as partitioning
-        if partition_file:
-            return partitioning.load_partition(partition_file, graph, parts=world)
-        if partitioner_spec(method).sampled:
-            return partitioning.stochastic_partition(graph, world, epsilon=epsilon, seed=seed, **sampling)
-        return partitioning.partition(graph, world, method, epsilon=epsilon, seed=seed)
-    except Exception as err:  # shipped to the other ranks so that all stop with the same error
-        return err
-
-
 def read_operator(part, name: str, comm) -> tuple:
     """(block, send ids per peer, rows received per peer, a function reading its entry ids) of
     operator ``name`` as written in this rank's folder of a parts directory
-    (``gnnmesh.parts.partition``), every array checked."""
+    (``gnnmesh.parallel.partition.parts``), every array checked."""
     manifest = part.parts.manifest
     info = manifest["operators"].get(name)
     if info is None:

@@ -1,4 +1,4 @@
-"""One rank's block of an operator, kept as its owned and halo parts (gnnmesh.parallel.halo)."""
+"""One rank's block of an operator, kept as its owned and halo parts (gnnmesh.parallel.partition.halo)."""
 
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ import torch
 
 from gnnmesh.ops import compiled
 from gnnmesh.ops.spmm import multiply
-from gnnmesh.parallel.halo import local_operator
+from gnnmesh.parallel.partition.halo import local_operator
 from gnnmesh.partition import rank_halo
 from gnnmesh.view import OPERATORS
 

@@ -22,13 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import progress
-from ..atomic import staged_directory
-from ..graph import Graph
-from ..partition import Partition, graph_key, rank_halos
-from ..view import OPERATORS
-from .store import OUTPUT, count, graph_facts, rank_folder, save_array, write_manifest
-from .vertex import VertexData
+from ... import progress
+from ...atomic import staged_directory
+from ...graph import Graph
+from ...partition import Partition, graph_key, rank_halos
+from ...parts.store import OUTPUT, ManifestFields, graph_facts, is_count, rank_folder, save_array, write_manifest
+from ...parts.vertex import VertexData
+from ...view import OPERATORS
 
 
 def write_partition_parts(graph: Graph, partition: Partition, directory, dataset: str) -> Path:
@@ -78,41 +78,6 @@ def write_partition_parts(graph: Graph, partition: Partition, directory, dataset
     return Path(directory)
 
 
-def check_manifest(m: dict, need) -> None:
-    """The fields of a partition manifest (``need(field, ok, what)`` refuses one): the nodes each
-    rank owns, the partitioner, each structure's entry and send counts, each operator's structure."""
-    parts, ranks = m["parts"], m["ranks"]
-    for r, rank in enumerate(ranks):
-        need(f"ranks[{r}].owned", count(rank.get("owned"), 0, m["num_nodes"]), "a count of nodes")
-    need("num_nodes", sum(rank["owned"] for rank in ranks) == m["num_nodes"], "the nodes the ranks own")
-    need("method", isinstance(m.get("method"), str), "a string")
-    structures, operators = m.get("structures"), m.get("operators")
-    need("structures", isinstance(structures, dict), "an object")
-    for name, info in structures.items():
-        where = f"structures.{name}"
-        need(where, isinstance(info, dict), "an object")
-        need(f"{where}.nnz", isinstance(info.get("nnz"), list) and len(info["nnz"]) == parts
-             and all(count(v) for v in info["nnz"]), f"a list of {parts} entry counts")
-        send = info.get("send_counts")
-        need(f"{where}.send_counts", isinstance(send, list) and len(send) == parts and all(
-            isinstance(row, list) and len(row) == parts and all(count(v) for v in row) for row in send),
-            f"{parts} lists of {parts} row counts")
-    need("operators", isinstance(operators, dict), "an object")
-    for name, info in operators.items():
-        need(f"operators.{name}", isinstance(info, dict) and isinstance(info.get("structure"), str)
-             and info["structure"] in structures and isinstance(info.get("values"), bool),
-             "an object naming one of the structures and whether it has values")
-
-
-def rank_files(m: dict) -> list:
-    """A rank's arrays besides its vertex data: what it owns, each structure's block, halo and
-    sends, each valued operator's values."""
-    names = ["owned"]
-    for structure in m["structures"]:
-        names += [f"{structure}.{part}" for part in ("indptr", "indices", "entries", "halo", "send")]
-    return names + [f"{op}.values" for op, info in m["operators"].items() if info["values"]]
-
-
 def _write_structure(name, op, assignment, parts, folders, files) -> dict:
     """Every rank's block of ``op`` (structure, entry ids, halo and send lists)."""
     send_counts, nnz = [], []
@@ -127,3 +92,37 @@ def _write_structure(name, op, assignment, parts, folders, files) -> dict:
         nnz.append(block.nnz)
         del halo, block  # before the next rank's halo is built, not after
     return {"name": name, "send_counts": send_counts, "nnz": nnz}
+
+
+def check_fields(fields: ManifestFields) -> None:
+    """The manifest fields partition parts add: every rank's owned nodes, the method, and each
+    structure's per-rank entries and sends (``store.py`` checks what every kind shares)."""
+    m, need, parts = fields.m, fields.need, fields.m["parts"]
+    for r, rank in enumerate(m["ranks"]):
+        need(f"ranks[{r}].owned", is_count(rank.get("owned"), 0, m["num_nodes"]), "a count of nodes")
+    need("num_nodes", sum(rank["owned"] for rank in m["ranks"]) == m["num_nodes"], "the nodes the ranks own")
+    need("method", isinstance(m.get("method"), str), "a string")
+    structures, operators = m.get("structures"), m.get("operators")
+    need("structures", isinstance(structures, dict), "an object")
+    for name, info in structures.items():
+        where = f"structures.{name}"
+        need(where, isinstance(info, dict), "an object")
+        need(f"{where}.nnz", isinstance(info.get("nnz"), list) and len(info["nnz"]) == parts
+             and all(is_count(v) for v in info["nnz"]), f"a list of {parts} entry counts")
+        send = info.get("send_counts")
+        need(f"{where}.send_counts", isinstance(send, list) and len(send) == parts and all(
+            isinstance(row, list) and len(row) == parts and all(is_count(v) for v in row) for row in send),
+            f"{parts} lists of {parts} row counts")
+    need("operators", isinstance(operators, dict), "an object")
+    for name, info in operators.items():
+        need(f"operators.{name}", isinstance(info, dict) and isinstance(info.get("structure"), str)
+             and info["structure"] in structures and isinstance(info.get("values"), bool),
+             "an object naming one of the structures and whether it has values")
+
+
+def required_files(m: dict) -> list:
+    """The arrays of a rank's folder beyond its vertex data (``m`` checked)."""
+    names = ["owned"]
+    for structure in m["structures"]:
+        names += [f"{structure}.{part}" for part in ("indptr", "indices", "entries", "halo", "send")]
+    return names + [f"{op}.values" for op, info in m["operators"].items() if info["values"]]

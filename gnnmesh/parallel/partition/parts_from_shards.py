@@ -16,7 +16,7 @@ Rank r of P:
    (``partition.halo.local_halo``), and writes its folder.
 
 The folders are those ``write_partition_parts`` writes from the whole graph, bit for bit,
-for the same graph and partition (``tests/parts/test_from_shards.py``). Besides its share
+for the same graph and partition (``tests/parallel/partition/test_parts_from_shards.py``). Besides its share
 of the graph a rank holds a few vectors over all nodes: the part, the row counts and the
 degree of every node, a few tens of bytes a node.
 
@@ -35,17 +35,17 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .. import comm as comms
-from .. import locks
-from ..atomic import staged_directory
-from ..datasets import sorted_unique
-from ..errors import ConfigError, GraphError
-from ..partition import registry as partitioners
-from ..partition.base import add_sums, entry_sums, structure_key
-from ..partition.halo import local_halo
-from ..partition.methods import contiguous_parts, random_parts
-from ..view import OPERATORS
-from .store import FORMAT_VERSION, MANIFEST, OUTPUT, rank_folder, save_array, write_manifest
+from ... import comm as comms
+from ... import locks
+from ...atomic import staged_directory
+from ...datasets import sorted_unique
+from ...errors import ConfigError, GraphError
+from ...partition import registry as partitioners
+from ...partition.base import add_sums, entry_sums, structure_key
+from ...partition.halo import local_halo
+from ...partition.methods import contiguous_parts, random_parts
+from ...parts.store import FORMAT_VERSION, OUTPUT, rank_folder, save_array, write_manifest
+from ...view import OPERATORS
 
 ROUND_ITEMS = 1 << 21  # items (edges, rows) one rank sends in one all-to-all round
 BUILT_IN = ("gcn", "mean", "sum", "loop")  # the operators built here from rows alone
@@ -192,7 +192,7 @@ def _node_count(comm, rows: _Rows) -> int:
 def propagated_assignment(comm, rows: _Rows, parts: int, epsilon: float, seed: int) -> np.ndarray:
     """``lp`` on the ranks' blocks: multilevel label propagation across the ranks."""
     n = _node_count(comm, rows)
-    from ..partition.propagate import propagate
+    from ...partition.propagate import propagate
     indptr = np.concatenate([[0], np.cumsum(rows.counts)])
     lo = int(rows.owned[0]) if len(rows.owned) else _share(n, parts, comm.rank)[0]
     labels = propagate(comm, lo, lo + len(rows.owned), indptr, rows.cols, n, parts, epsilon, seed)
