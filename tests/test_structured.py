@@ -36,8 +36,8 @@ def test_every_reader_parses_through_it():
     """No module but this one calls json.load(s) or tomllib: a new reader cannot forget the bound."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        if path.name == "structured.py":
-            continue
+        if path.name in ("structured.py", "edge_index_view.py"):  # the latter is copied into exports
+            continue                                               # and imports nothing of gnnmesh
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and (
                     node.value.id == "json" and node.attr in ("load", "loads") or node.value.id == "tomllib"):

@@ -15,6 +15,7 @@ import json
 import os
 import tempfile
 
+from ..structured import load_json
 from .flags import add_config_flags
 
 RANKS = (2, 3)
@@ -42,7 +43,7 @@ def run(args, argv) -> int:
             if status:
                 return status
             with open(report) as fh:
-                gaps += json.load(fh)
+                gaps += load_json(fh)
     return _summary(gaps, args.model)
 
 

@@ -443,11 +443,13 @@ def read_parts(directory):
         return facts, adj.indptr, adj.indices, adj.values, part.vertex_data(n, parts.num_features)
     from gnnmesh.layout.grid import roles
     from gnnmesh.parallel.grid3d.blocks import GridBlocks
+    from gnnmesh.parallel.grid3d.parts import feature_block
     part = parts.rank(0)
     dims = dict(zip(("x", "y", "z"), (int(g) for g in parts.manifest["grid"])))
     blocks = GridBlocks.from_orders(dims, part.orders("orders", parts.num_nodes))
     me = {"x": 0, "y": 0, "z": 0}
-    data = part.vertex_data(len(blocks.loss_rows(0, 1)), x_rows=None)
+    rows, width = feature_block(parts.manifest, 0)  # the strategy's reading of its block
+    data = part.vertex_data(len(blocks.loss_rows(0, 1)), width, x_rows=rows)
     adjs = []
     for k in range(2):  # a model of two layers
         r = roles(k)
