@@ -109,6 +109,7 @@ def test_report_draws_every_picture_of_real_runs(runs, tmp_path):
     assert "Not drawn" not in text
 
 
+@pytest.mark.slow  # real runs of several ranks (the fixture 'runs')
 @pytest.mark.timeout(600)
 def test_summary_rows_agree_with_the_records(runs, tmp_path):
     out = tmp_path / "report"
@@ -124,6 +125,7 @@ def test_summary_rows_agree_with_the_records(runs, tmp_path):
     assert rows["single"][-1] == "-" and rows["partition"][-1].endswith("MiB")
 
 
+@pytest.mark.slow  # real runs of several ranks (the fixture 'runs')
 @pytest.mark.timeout(600)
 def test_plan_file_ranks_every_grid_and_matches_the_measured_bytes(runs, tmp_path):
     plan = json.loads((runs / "plan.json").read_text())
@@ -149,6 +151,7 @@ def test_plan_file_ranks_every_grid_and_matches_the_measured_bytes(runs, tmp_pat
     assert png_size(out / "plan.png") == figures.SIZE
 
 
+@pytest.mark.slow  # real runs of several ranks (the fixture 'runs')
 @pytest.mark.timeout(600)
 def test_a_candidate_field_in_the_records_names_the_candidate(runs, tmp_path):
     named = tmp_path / "whatever.jsonl"
@@ -158,6 +161,7 @@ def test_a_candidate_field_in_the_records_names_the_candidate(runs, tmp_path):
     assert table(out / "report.md", PLAN, 1)["grid3d 1x1x2"][4] == "whatever"
 
 
+@pytest.mark.slow  # real runs of several ranks (the fixture 'runs')
 @pytest.mark.timeout(600)
 def test_a_single_process_run_skips_the_pictures_it_has_no_data_for(runs, tmp_path):
     out = tmp_path / "report"
