@@ -6,7 +6,6 @@ import sys
 
 import pytest
 
-from gnnmesh.datasets import load
 from tests.helpers import gnnmesh, gnnmesh_in_process, one_error_line
 
 
@@ -70,15 +69,6 @@ def test_malformed_graph_file_names_line(tmp_path):
     path = tmp_path / "edges.txt"
     path.write_text("# a comment\n0 1\n1 2\n2 x\n")
     one_error_line(gnnmesh_in_process("train", "--dataset", str(path)), "edges.txt", "line 4")
-
-
-def test_datasets_lists_sizes(data_root):
-    result = gnnmesh("datasets", "--data-root", str(data_root))
-    assert result.returncode == 0
-    cora = next(line for line in result.stdout.splitlines() if line.startswith("cora"))
-    edges = load("cora").num_edges  # the listing counts edges as the loaded Graph does
-    assert "2,708" in cora and f"{edges:,}" in cora.split() and "yes" in cora
-    assert "rmat" in result.stdout and "sbm" in result.stdout
 
 
 @pytest.mark.slow

@@ -10,7 +10,6 @@ import pytest
 from gnnmesh import strategies, tasks
 from gnnmesh.config import Config
 from gnnmesh.errors import ConfigError
-from gnnmesh.layout import ParallelLayout
 from gnnmesh.models import registry as models
 from gnnmesh.partition import registry as partitioners
 
@@ -41,14 +40,6 @@ def test_the_command_line_offers_the_registry():
     strategy = next(a for a in train._actions if a.dest == "strategy")
     assert tuple(strategy.choices) == strategies.names()
     assert all(strategies.spec(name).summary in strategy.help for name in strategies.names())
-
-
-def test_layouts_split_what_the_registry_says():
-    for name in strategies.names():
-        layout = ParallelLayout.for_strategy(name, 8 if strategies.dims_of(name) else 1)
-        assert set(layout.degrees()) == set(strategies.dims_of(name)), name
-    with pytest.raises(ConfigError, match="does not split along cols"):
-        ParallelLayout(cols=2, strategy="partition")
 
 
 def test_an_unknown_strategy_names_the_field_and_the_choices():

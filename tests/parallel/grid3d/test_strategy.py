@@ -17,7 +17,7 @@ from gnnmesh.models import build_model
 from gnnmesh.parallel import SingleProcess
 from gnnmesh.parallel.grid3d.strategy import WHOLE, Grid3D, GridView, grad_blocks, reductions, share
 from gnnmesh.layout import ParallelLayout
-from gnnmesh.layout.grid import AXES, most_cubic_grid, parse_grid, roles
+from gnnmesh.layout.grid import AXES, roles
 from gnnmesh.parallel.grid3d.collectives import logit_route
 from gnnmesh.parallel.grid3d.blocks import GridBlocks
 from gnnmesh.view import GraphView
@@ -60,16 +60,6 @@ def grids(world):
 
 def every_coords(dims):
     return [dict(zip(AXES, c)) for c in np.ndindex(dims["x"], dims["y"], dims["z"])]
-
-
-# -- grid arguments ------------------------------------------------------------------------------
-def test_grid_string_and_default_factorization():
-    assert parse_grid(" 2, 1 ,4").dims() == {"x": 2, "y": 1, "z": 4}
-    assert ParallelLayout.for_strategy("grid3d", 8).grid.dims() == most_cubic_grid(8).dims() == {"x": 2, "y": 2, "z": 2}
-    assert most_cubic_grid(1).dims() == {"x": 1, "y": 1, "z": 1}
-    assert most_cubic_grid(4).dims() == {"x": 2, "y": 2, "z": 1}
-    assert most_cubic_grid(12).dims() == {"x": 3, "y": 2, "z": 2}
-    assert most_cubic_grid(7).dims() == {"x": 7, "y": 1, "z": 1}
 
 
 @pytest.mark.parametrize("grid", ["2,2", "2,x,1", "0,1,1", "1,1,-1", "2,1,1", ""])
