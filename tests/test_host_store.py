@@ -314,15 +314,6 @@ def test_store_sweeps_files_of_dead_processes(tmp_path):
     assert [p.name for p in tmp_path.rglob("*")] == ["store"]
 
 
-def test_feature_file_goes_with_its_store(tmp_path):
-    from gnnmesh.sampling.features import RowStore
-    x = torch.arange(12.0).reshape(6, 2)
-    rows = RowStore(x, store="file", store_dir=str(tmp_path / "features"))
-    assert torch.equal(rows.read(np.array([5, 0, 5])), x[[5, 0, 5]])
-    del rows  # no close: the owner's end deletes the file
-    assert list(tmp_path.iterdir()) == []
-
-
 def _cli(args, **kwargs) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.Popen([sys.executable, "-m", "gnnmesh", *args], stdout=subprocess.PIPE,
