@@ -29,7 +29,7 @@ HOST_SIDE = {
     ("parallel/partition/halo.py", "_sub_block"): "a block's CSR row pointers (host structure)",
     ("parallel/partition/halo.py", "local_operator"): "the row of each block entry, to split the block (host structure)",
     ("parallel/partition/halo.py", "LocalOperator._build_block"): "a block's CSR rebuilt from its parts (host structure)",
-    ("parallel/minibatch/snp.py", "SourceNodeRoute.serve"): "self-loop values of a host CSR block",
+    ("parallel/minibatch/routes.py", "SourceNodeRoute.serve"): "self-loop values of a host CSR block",
     ("parallel/strategy.py", "RankData.row_ids"): "global ids, for metrics gathered and predictions written",
     ("parallel/tensor/layout_switch.py", "LayoutSwitch.owned_in"): "row ids to exchange, moved by the switch",
     ("parallel/tensor/host_store.py", "_TensorPasses.__init__"): "row ranges of host-tier reads",

@@ -28,7 +28,7 @@ import torch
 
 from ...sampling import FeatureTier
 from ..single import SingleProcess
-from .route import Route, read_and_run
+from .routes import Route, read_and_run
 
 
 def share(ids: np.ndarray, world: int, rank: int) -> np.ndarray:
