@@ -30,8 +30,9 @@ from driver import TrainFailed, epochs, out_of_core_parser, split_specs, spread,
 from gnnmesh import datasets  # noqa: E402
 from gnnmesh.commands.plan_offload import host_bytes  # noqa: E402
 from gnnmesh.models import build_model  # noqa: E402
-from gnnmesh.parallel.offload import Plan, build_plan, costs  # noqa: E402
-from gnnmesh.parallel.offload.stages import stages_of  # noqa: E402
+from gnnmesh.parallel.offload import Plan, build_plan  # noqa: E402
+from gnnmesh.parallel.offload.pipeline import stages_of  # noqa: E402
+from gnnmesh.parallel.offload.plan import epoch_traffic, footprint_floor  # noqa: E402
 
 MiB = 2**20
 MODES = ("none", "inter", "intra", "both")
@@ -47,7 +48,7 @@ def plans(spec: str, root, ratio: float, ranks: int) -> dict:
     host = host_bytes(Plan(graph.adj, whole, 1, "both", False, 0, in_dim), stages)[0]
     # A budget must hold the largest chunk's working set: a hub row's neighbourhood at the
     # widest layer sets a floor (wide input features raise it); below it no plan works.
-    floor = costs.footprint_floor(graph.adj, [np.arange(graph.num_nodes)], stages, graph.num_classes, 1,
+    floor = footprint_floor(graph.adj, [np.arange(graph.num_nodes)], stages, graph.num_classes, 1,
                                   in_dim, "both")
     budget = max(int(host / ratio), int(1.05 * floor))
     single = build_plan(adj=graph.adj, owned=whole, rank=0, in_dim=in_dim, stages=stages, classes=graph.num_classes,
@@ -62,7 +63,7 @@ def plans(spec: str, root, ratio: float, ranks: int) -> dict:
     for mode in MODES:
         for reorganized in (False, True):
             plan = Plan(graph.adj, owned, k, mode, reorganized, 0, in_dim)
-            rows[mode, reorganized] = costs.epoch_traffic(plan, stages).total("load")
+            rows[mode, reorganized] = epoch_traffic(plan, stages).total("load")
             alpha = plan.replication()
     return {"graph": graph, "host": host, "budget": budget, "k": single.k, "k_ranks": k, "alpha": alpha,
             "load": rows}

@@ -8,9 +8,9 @@ import numpy as np
 
 from ..config import Config
 from ..errors import ConfigError
-from ..parallel.offload import build_plan, costs
-from ..parallel.offload.pipeline import tables
-from ..parallel.offload.stages import stages_of
+from ..parallel.offload import build_plan
+from ..parallel.offload.pipeline import stages_of, tables
+from ..parallel.offload.plan import FLOAT, epoch_traffic, footprint, savings, trained_params
 from ..planner.trace import within_bounds
 from ..validate import parse_bytes
 from .. import trained
@@ -45,7 +45,7 @@ def run(args) -> int:
     heads = getattr(model, "heads", 1)
     plan = build_plan(adj=graph.adj, owned=owned, rank=0, in_dim=in_dim, stages=stages, classes=stages[-1].width,
                       heads=heads, budget=budget, chunks=chunks, dedup=config.host_tier.dedup,
-                      reorganize=config.host_tier.reorganize, params=costs.trained_params(model),
+                      reorganize=config.host_tier.reorganize, params=trained_params(model),
                       overlap=bool(config.host_tier.overlap))
     if args.json:
         write_plan(args.json, "offload", [candidate(plan, stages, stages[-1].width, heads)])
@@ -57,9 +57,9 @@ def run(args) -> int:
 def candidate(plan, stages: list, classes: int, heads: int) -> Candidate:
     """The plan's entry in the plan file. The offload model predicts bytes and memory, not
     time: no epoch time and nothing dominant."""
-    traffic = costs.epoch_traffic(plan, stages, 1, 1)
+    traffic = epoch_traffic(plan, stages, 1, 1)
     moved = [traffic.load[r] + traffic.store[r] + traffic.peer[r] for r in range(plan.world)]
-    return Candidate("offload", None, int(max(moved)), int(max(costs.footprint(plan, stages, classes, heads))),
+    return Candidate("offload", None, int(max(moved)), int(max(footprint(plan, stages, classes, heads))),
                      None)
 
 
@@ -75,16 +75,16 @@ def _owned(graph, nproc: int, config: Config) -> list:
 def host_bytes(plan, stages: list) -> list:
     """Each rank's host tier: the features and every table a run creates."""
     width = plan.in_dim + sum(tables(stages, plan.in_dim).values())
-    return [plan.chunks[r][-1].hi * width * costs.FLOAT for r in range(plan.world)]
+    return [plan.chunks[r][-1].hi * width * FLOAT for r in range(plan.world)]
 
 
 def describe(graph, config, plan, stages, classes, heads, budget, auto) -> list:
-    traffic = costs.epoch_traffic(plan, stages, 1, 1)
-    base = costs.epoch_traffic(plan, stages, 1, 1, mode="none").total("load")
-    inter = costs.epoch_traffic(plan, stages, 1, 1, mode="inter").total("load")
+    traffic = epoch_traffic(plan, stages, 1, 1)
+    base = epoch_traffic(plan, stages, 1, 1, mode="none").total("load")
+    inter = epoch_traffic(plan, stages, 1, 1, mode="inter").total("load")
     load = traffic.total("load")
-    saved = costs.savings(load, base, inter, plan.mode)
-    peaks = costs.footprint(plan, stages, classes, heads)
+    saved = savings(load, base, inter, plan.mode)
+    peaks = footprint(plan, stages, classes, heads)
     host = host_bytes(plan, stages)
     widths = "-".join(str(w) for w in [plan.in_dim] + [s.width for s in stages])
     how = ", ".join(sorted({"cached aggregates" if s.cached else "recomputed" for s in stages}))

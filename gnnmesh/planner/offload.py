@@ -3,8 +3,8 @@ for a given partition.
 
 Bytes are the strategy's own plan's: the chunks ``build_plan`` picks for the budget (the fewest
 that fit, dedup ``both``, reorganized, the run's defaults), the rows they move between the
-host tier and the fast tier (``costs.epoch_traffic``) and to other ranks (the ``offload``
-phase the run counts), and the fast tier's estimated peak (``costs.footprint``).
+host tier and the fast tier (``offload.plan.epoch_traffic``) and to other ranks (the ``offload``
+phase the run counts), and the fast tier's estimated peak (``offload.plan.footprint``).
 
 Time: the compute of 1D partitioning on the same partition (``partition.estimate``; layers the
 plan recomputes in the backward pass are not priced again), every byte between the tiers at
@@ -13,7 +13,7 @@ ranks read; nothing overlaps.
 
 One inference pass (``inference``) is the evaluation pass alone: its traffic between the
 tiers and to other ranks, and its compute. Its peak stays the training plan's
-(``costs.footprint``, which keeps the logits' gradient and the loss beside each chunk's
+(``offload.plan.footprint``, which keeps the logits' gradient and the loss beside each chunk's
 working set): an upper bound of the forward's, on the plan a run with that budget builds.
 """
 
@@ -25,8 +25,9 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..partition.halo import check_assignment
-from ..parallel.offload import build_plan, costs
-from ..parallel.offload.stages import stages_of
+from ..parallel.offload import build_plan
+from ..parallel.offload.pipeline import stages_of
+from ..parallel.offload.plan import epoch_traffic, footprint, trained_params
 from . import partition as partition_model
 from .estimate import Estimate
 from .job import Dropped
@@ -49,9 +50,9 @@ def estimate(graph, assignment, widths, model: str, rates: ComputeRates, network
     heads = getattr(net, "heads", 1)
     plan = build_plan(adj=adj, owned=owned, rank=0, in_dim=widths[0], stages=stages, classes=stages[-1].width,
                       heads=heads, budget=budget, chunks=None, dedup="both", reorganize=True,
-                      params=costs.trained_params(net))
+                      params=trained_params(net))
     trained, evaluated = (0, 1) if inference else (1, int(evaluate))   # passes: training, evaluation
-    traffic = costs.epoch_traffic(plan, stages, trained, evaluated)
+    traffic = epoch_traffic(plan, stages, trained, evaluated)
     inner = partition_model.estimate(graph, assignment, widths, model, rates, network, ranks_per_node, evaluate,
                                      decoupled=decoupled, method=method, inference=inference, **options)
     _, all_to_all = world_links(parts, ranks_per_node, network)
@@ -65,7 +66,7 @@ def estimate(graph, assignment, widths, model: str, rates: ComputeRates, network
     moved = [traffic.load[r] + traffic.store[r] for r in range(parts)]
     comm["host"] = max(moved) / network.host_bw
     compute = {term: inner.terms[term] for term in ("aggregate", "dense")}
-    peaks = costs.footprint(plan, stages, stages[-1].width, heads)   # the training step's, also for inference
+    peaks = footprint(plan, stages, stages[-1].width, heads)   # the training step's, also for inference
     settings = {"partitioner": method or getattr(assignment, "method", None)} if parts > 1 else {}
     return Estimate.build(compute, comm, {"offload": list(traffic.peer), **counted}, peaks, inner.setup_s,
                           strategy="offload", device_memory=str(int(budget)), **settings)

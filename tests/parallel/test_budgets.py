@@ -17,7 +17,7 @@ from gnnmesh import cli, datasets
 from gnnmesh.errors import ConfigError
 from gnnmesh.models import build_model
 from gnnmesh.parallel.offload import build_plan
-from gnnmesh.parallel.offload.stages import stages_of
+from gnnmesh.parallel.offload.pipeline import stages_of
 from gnnmesh.validate import parse_bytes
 
 SMALL = "sbm:nodes=300,classes=3,features=8"

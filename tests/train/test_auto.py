@@ -10,7 +10,7 @@ import pytest
 from gnnmesh import datasets
 from gnnmesh.config import Config
 from gnnmesh.errors import ConfigError
-from gnnmesh.parallel.offload import costs
+from gnnmesh.parallel.offload.plan import RESIDENT
 from gnnmesh.planner import rates as machine_rates
 from gnnmesh.planner.machine import GPU_NETWORK, GPU_RATES
 from gnnmesh.planner.rank import rank_strategies
@@ -128,7 +128,7 @@ def test_the_offload_candidate_counts_what_its_run_counts(tmp_path):
     """With a memory limit, out-of-core training joins the ranking; its bytes between ranks,
     gradients and metrics are what a run with that budget counts."""
     graph = datasets.load(SBM)
-    budget = costs.RESIDENT + 2**21  # 2 MiB beside what any plan holds
+    budget = RESIDENT + 2**21  # 2 MiB beside what any plan holds
     ranking = rank_strategies(graph, 2, "gcn", (12, 16, 3), GPU_RATES, GPU_NETWORK, partitioners=("rp",),
                               cache=False, memory_limit=budget, seed=0)
     found = [e for e in ranking.ranked if e.strategy == "offload rp"]

@@ -31,11 +31,9 @@ from ...host_store import HostStore, made_together
 from ...view import GraphView
 from ..strategy import RankData
 from ..distributed import DistributedStrategy
-from . import costs
 from .chunk import chunk_views
-from .pipeline import Pipeline
-from .plan import Plan, build_plan
-from .stages import stages_of
+from .pipeline import Pipeline, stages_of
+from .plan import Plan, build_plan, savings
 
 
 class OffloadView(GraphView):
@@ -114,7 +112,7 @@ class PipelinePasses:
 class HostTier:
     """One rank's host tier, talking over ``comm``, with a fast tier of ``device_memory``
     bytes on ``device``. ``chunks``: K, or None to take the smallest K whose estimated
-    footprint fits. ``overlap``: transfers overlap compute (``overlap.Overlap``); None: on
+    footprint fits. ``overlap``: transfers overlap compute (``transfers.Overlap``); None: on
     with CUDA, where copy streams hide them, off on the CPU, where nothing would."""
 
     def __init__(self, comm, device, device_memory: int, host_store: str = "ram", store_dir: Optional[str] = None,
@@ -242,7 +240,7 @@ class HostTier:
         base, inter = ((passes["train"] * train + passes["eval"] * evaluate)
                        for train, evaluate in (self._loads["none"], self._loads["inter"]))
         out["offload_baseline_load_bytes"] = base
-        out.update(costs.savings(out["offload_load_bytes"], base, inter, self.dedup))
+        out.update(savings(out["offload_load_bytes"], base, inter, self.dedup))
         out.update(self.plan_figures)
         self._passes = {"train": 0, "eval": 0}
         memory.restart_peaks(self.device)  # the next epoch's peak is its own

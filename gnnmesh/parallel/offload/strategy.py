@@ -14,7 +14,7 @@ import torch
 from ...layout import ParallelLayout
 from ...partition.registry import DEFAULT as DEFAULT_PARTITIONER
 from ..agreed_partition import agreed_partition
-from . import costs
+from .plan import epoch_traffic, footprint, trained_params
 from .host_tier import HostTier, HostTierStrategy
 from .pipeline import FEATURES
 
@@ -63,17 +63,17 @@ class Offload(HostTierStrategy):
         stages = host.stages(model, self.in_dim)
         classes, heads = stages[-1].width, getattr(model, "heads", 1)
         plan = host.plan(self.adj, self.owned, self.rank, self.in_dim, stages, classes, heads,
-                         params=costs.trained_params(model))
+                         params=trained_params(model))
         self.passes = host.run(self.adj, plan, stages, self.comm, self.rank, self.mask_seed)
         self.pipeline, self.stages = host.pipeline, stages
         host.count_baselines(self.pass_traffic)
         host.plan_figures = {"replication": round(plan.replication(), 4), "chunks": plan.k,
                              "budget_bytes": host.budget, "host_tier_bytes": host.host_bytes(),
-                             "footprint_estimate_bytes": max(costs.footprint(plan, stages, classes, heads))}
+                             "footprint_estimate_bytes": max(footprint(plan, stages, classes, heads))}
 
     def pass_traffic(self, mode: str) -> dict:
         """``{"load": (training, evaluation), "store": (...)}``: host->fast and fast->host bytes of
         one training pass and of one evaluation pass, all ranks', with dedup ``mode`` (the plan's,
         or none or inter: the baselines the report compares with)."""
-        passes = [costs.epoch_traffic(self.pipeline.plan, self.stages, *p, mode=mode) for p in ((1, 0), (0, 1))]
+        passes = [epoch_traffic(self.pipeline.plan, self.stages, *p, mode=mode) for p in ((1, 0), (0, 1))]
         return {kind: tuple(t.total(kind) for t in passes) for kind in ("load", "store")}

@@ -33,10 +33,9 @@ from ...layout.ranges import even_bounds
 from ...models import Decoupled
 from ...validate import format_bytes
 from ...view import GraphView
-from ..offload import costs
 from ..offload.host_tier import HostTier, HostTierStrategy, PipelinePasses
 from ..offload.pipeline import FEATURES, grad_table
-from ..offload.plan import BudgetTooSmall
+from ..offload.plan import FLOAT, BudgetTooSmall, epoch_traffic, fixed_bytes, footprint, row_footprint, trained_params
 from .layout_switch import LayoutSwitch
 
 ROWS = "x"  # the features, this rank's row block
@@ -205,20 +204,20 @@ class TensorOffload(HostTierStrategy):
         classes, sw, budget = transform.width, self.switch, host.budget
         # The logits stay beside every pass, and the loss's backward (the logits' gradient, the
         # softmax it saved) beside the backward pass: about four times the logits, as offload's;
-        # beside them, what the fast tier holds whatever the chunks (``costs.fixed_bytes``).
-        row_logits = 4 * max(sw.row_counts) * classes * costs.FLOAT
-        params = costs.trained_params(model)
-        beside = row_logits + costs.fixed_bytes(params)
+        # beside them, what the fast tier holds whatever the chunks (``offload.plan.fixed_bytes``).
+        row_logits = 4 * max(sw.row_counts) * classes * FLOAT
+        params = trained_params(model)
+        beside = row_logits + fixed_bytes(params)
         room = budget - beside
         widest = max([self.in_dim] + [lin.out_features for lin in model.mlp])
-        per_row = costs.row_footprint(self.in_dim, widest, classes)
+        per_row = row_footprint(self.in_dim, widest, classes)
         cols = sw.col_width(classes)
         self.columns = [replace(s, inputs=tuple(FEATURES if n == transform.output else n for n in s.inputs),
                                 width=cols) for s in propagation]
         columns, plan, plan_need = None, None, 0
         # The propagation's output over every row (this rank's columns) and its gradient stay
         # beside its chunks: its pipeline hands over the whole output, not a chunk at a time.
-        column_output = 2 * sw.num_nodes * cols * costs.FLOAT
+        column_output = 2 * sw.num_nodes * cols * FLOAT
         if self.columns and cols:
             everything = [np.arange(sw.num_nodes)]
             try:
@@ -238,10 +237,10 @@ class TensorOffload(HostTierStrategy):
         if plan is not None:
             host.store.create(FEATURES, sw.num_nodes, cols)
             columns = host.run(self.adj, plan, self.columns, _Alone(), 0, self.mask_seed, input_grad=True)
-            plan_need = column_output + max(costs.footprint(plan, self.columns, cols))
+            plan_need = column_output + max(footprint(plan, self.columns, cols))
         self.pipeline = host.pipeline
         self.passes = _TensorPasses(self, transform, bool(self.columns), columns, steps)
-        rows_need = costs.fixed_bytes(params) + math.ceil(max(sw.row_counts) / steps) * per_row
+        rows_need = fixed_bytes(params) + math.ceil(max(sw.row_counts) / steps) * per_row
         host.count_baselines(self.pass_traffic)
         host.plan_figures = {"replication": round(plan.replication(), 4) if plan else 1.0,
                              "chunks": plan.k if plan else 0, "row_chunks": steps, "budget_bytes": budget,
@@ -251,13 +250,13 @@ class TensorOffload(HostTierStrategy):
     def pass_traffic(self, mode: str) -> dict:
         """As ``Offload.pass_traffic``: the propagation's traffic, and the transform's: its rows
         read forward and again to recompute, H_0's columns written, its gradient read back."""
-        x_rows = self.switch.num_owned * self.in_dim * costs.FLOAT
+        x_rows = self.switch.num_owned * self.in_dim * FLOAT
         load, store = [2 * x_rows, x_rows], [0, 0]
         if self.pipeline is not None:
             plan = self.pipeline.plan
-            h0 = plan.rows * plan.in_dim * costs.FLOAT
+            h0 = plan.rows * plan.in_dim * FLOAT
             for i, passes in enumerate(((1, 0), (0, 1))):
-                t = costs.epoch_traffic(plan, self.columns, *passes, mode=mode, input_grad=True)
+                t = epoch_traffic(plan, self.columns, *passes, mode=mode, input_grad=True)
                 load[i] += t.total("load") + (h0 if i == 0 else 0)
                 store[i] += t.total("store") + h0
         # Summed over ranks, as the counters are (the ranks' column slices differ).

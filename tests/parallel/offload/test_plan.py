@@ -18,8 +18,9 @@ from tests.helpers import gnnmesh_in_process, random_graph
 from gnnmesh.errors import ConfigError
 from gnnmesh.validate import parse_bytes
 from gnnmesh.models import build_model
-from gnnmesh.parallel.offload import Plan, build_plan, costs
-from gnnmesh.parallel.offload.stages import stages_of
+from gnnmesh.parallel.offload import Plan, build_plan
+from gnnmesh.parallel.offload.pipeline import stages_of
+from gnnmesh.parallel.offload.plan import RESIDENT, epoch_traffic, fixed_bytes, footprint
 
 MODES = ("none", "inter", "intra", "both")
 
@@ -42,7 +43,7 @@ def stages(in_dim=16, model="sage"):
 def test_dedup_modes_never_load_more(world, k):
     g, s = graph(), stages()
     owned = owned_by(g, world)
-    load = {mode: costs.epoch_traffic(Plan(g.adj, owned, k, mode, False, 0, 16), s).total("load")
+    load = {mode: epoch_traffic(Plan(g.adj, owned, k, mode, False, 0, 16), s).total("load")
             for mode in MODES}
     assert load["both"] <= load["inter"] <= load["none"]
     assert load["both"] <= load["intra"] <= load["none"]
@@ -59,7 +60,7 @@ def test_reorganized_order_costs_no_more(mode, world):
     owned = owned_by(g, world, seed=world)
     plain = Plan(g.adj, owned, 8, mode, False, 0, 16)
     organized = Plan(g.adj, owned, 8, mode, True, 0, 16)
-    assert costs.epoch_traffic(organized, s).total("load") <= costs.epoch_traffic(plain, s).total("load")
+    assert epoch_traffic(organized, s).total("load") <= epoch_traffic(plain, s).total("load")
     for r in range(world):  # every rank still runs each of its chunks once
         assert sorted(organized.order[r]) == list(range(8))
 
@@ -69,13 +70,13 @@ def test_auto_takes_the_smallest_fitting_k():
     owned = owned_by(g, 1)
 
     def need(k):
-        return max(costs.footprint(Plan(g.adj, owned, k, "both", False, 0, 16), s, 4))
+        return max(footprint(Plan(g.adj, owned, k, "both", False, 0, 16), s, 4))
 
     budget = need(6)
     chosen = build_plan(adj=g.adj, owned=owned, rank=0, in_dim=16, stages=s, classes=4, heads=1,
                         budget=budget, chunks=None, dedup="both", reorganize=False)
     assert need(chosen.k) <= budget and (chosen.k == 1 or need(chosen.k - 1) > budget)
-    fixed = costs.fixed_bytes()  # held beside the chunks whatever K: half of the rest
+    fixed = fixed_bytes()  # held beside the chunks whatever K: half of the rest
     smaller = build_plan(adj=g.adj, owned=owned, rank=0, in_dim=16, stages=s, classes=4, heads=1,
                          budget=fixed + (budget - fixed) // 2, chunks=None, dedup="both", reorganize=False)
     assert smaller.k > chosen.k
@@ -90,14 +91,14 @@ def test_overlap_holds_the_neighbouring_batches_transfers(world):
     owned = owned_by(g, world)
     for k in (1, 4):
         plain, ahead = (Plan(g.adj, owned, k, "both", False, 0, 16, overlap=o) for o in (False, True))
-        low, high = (costs.footprint(p, s, 4) for p in (plain, ahead))
+        low, high = (footprint(p, s, 4) for p in (plain, ahead))
         assert (high == low) if k == 1 else all(h > lo for h, lo in zip(high, low)), (k, low, high)
-        assert costs.epoch_traffic(plain, s) == costs.epoch_traffic(ahead, s)
+        assert epoch_traffic(plain, s) == epoch_traffic(ahead, s)
     settings = dict(adj=g.adj, owned=owned, rank=0, in_dim=16, stages=s, classes=4, heads=1, chunks=None,
                     dedup="both", reorganize=False)
-    budget = max(costs.footprint(Plan(g.adj, owned, 4, "both", False, 0, 16), s, 4))
+    budget = max(footprint(Plan(g.adj, owned, 4, "both", False, 0, 16), s, 4))
     plain, ahead = (build_plan(budget=budget, overlap=o, **settings) for o in (False, True))
-    assert ahead.overlap and max(costs.footprint(ahead, s, 4)) <= budget
+    assert ahead.overlap and max(footprint(ahead, s, 4)) <= budget
     assert ahead.k > plain.k
 
 
@@ -164,7 +165,7 @@ def test_plan_command_prints_what_training_counts(tmp_path):
 
 # A uniform R-MAT (no hubs) of 90k nodes: all layers' vertex data, gradients and cached
 # aggregates take about 120 MiB of host tier with offload's gcn, over 4x what the larger budget
-# leaves beside the process's own growth (costs.RESIDENT; the file store's buffers come on
+# leaves beside the process's own growth (RESIDENT; the file store's buffers come on
 # top); with wider features, about 137 MiB with tensor parallelism's decoupled gcn.
 RMAT = "rmat:nodes=90000,edges=900000,features={},classes=4,a=0.25,b=0.25,c=0.25"
 ENGINES = {"offload": (RMAT.format(128), ["--strategy", "offload"], (44, 32)),
@@ -187,7 +188,7 @@ def test_training_stays_within_the_budget(tmp_path, engine):
         runs[budget] = [json.loads(line) for line in metrics.read_text().splitlines()]
     for budget, records in runs.items():
         for r in records:
-            assert r["host_tier_bytes"] >= 4 * (budget * 2**20 - costs.RESIDENT)
+            assert r["host_tier_bytes"] >= 4 * (budget * 2**20 - RESIDENT)
             assert r["footprint_estimate_bytes"] <= budget * 2**20
             assert r["fast_peak_bytes_max"] <= budget * 2**20
     large, small = (runs[b][0] for b in budgets)

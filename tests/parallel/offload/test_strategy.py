@@ -58,7 +58,7 @@ def offload_config(model, k, dedup, reorganize, world, intermediates="auto", ove
 
 
 def _rank_runs(rank, world, cases, make=graph, overlap=None):
-    from gnnmesh.parallel.offload import costs
+    from gnnmesh.parallel.offload.plan import epoch_traffic
     from gnnmesh.train import Trainer
     out = []
     for model, k, dedup, reorganize, intermediates in cases:
@@ -66,7 +66,7 @@ def _rank_runs(rank, world, cases, make=graph, overlap=None):
         result = trainer.fit()
         strategy = trainer.strategy
         assert strategy.pipeline.overlap.ahead is bool(overlap)
-        per_pass = costs.epoch_traffic(strategy.pipeline.plan, strategy.stages, 1, 1)
+        per_pass = epoch_traffic(strategy.pipeline.plan, strategy.stages, 1, 1)
         out.append({"losses": [r.loss for r in result.history], "tables": [s.output for s in strategy.stages],
                     "params": {n: v.detach().clone() for n, v in trainer.model.state_dict().items()},
                     "extra": [r.extra for r in result.history],

@@ -15,13 +15,13 @@ from tests.parity import assert_same_run, train
 
 from gnnmesh.config import Config
 from gnnmesh.errors import ConfigError
-from gnnmesh.parallel.offload import costs
+from gnnmesh.parallel.offload.plan import RESIDENT
 
 MODELS = ["decoupled-gcn", "decoupled-sage"]
 CHUNKS = [1, 3, 8]
 MODES = list(itertools.product(["none", "intra", "both"], [True, False]))
 # a budget the transform meets in several row chunks: 48 KiB beside what any plan holds
-SMALL = f"{(costs.RESIDENT >> 10) + 48}KiB"
+SMALL = f"{(RESIDENT >> 10) + 48}KiB"
 EPOCHS = 5  # several steps of Adam: parameters and moments carried from epoch to epoch
 
 

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from gnnmesh.parallel.offload import chunk_order
-from gnnmesh.parallel.offload.chunk_order import cut, overlap, reorganize, union
+from gnnmesh.parallel.offload import chunk
+from gnnmesh.parallel.offload.chunk import cut, overlap, reorganize, union
 
 
 def chunk_sums(weights, bounds):
@@ -81,13 +81,13 @@ def test_overlap_and_union_match_python_sets():
 
 @pytest.mark.parametrize("block", [1 << 22, 5, 1])
 def test_overlap_matrix_matches_pairwise(monkeypatch, block):
-    monkeypatch.setattr(chunk_order, "_BLOCK", block)  # the blocked expansion too
+    monkeypatch.setattr(chunk, "_BLOCK", block)  # the blocked expansion too
     rng = np.random.default_rng(block)
     for _ in range(30):
         rows = [random_set(rng, 50, rng.integers(0, 20)) for _ in range(rng.integers(1, 6))]
         cols = [random_set(rng, 50, rng.integers(0, 20)) for _ in range(rng.integers(1, 6))]
         expected = [[overlap(a, b) for b in cols] for a in rows]
-        assert chunk_order._overlaps(rows, cols).tolist() == expected
+        assert chunk._overlaps(rows, cols).tolist() == expected
 
 
 # --- reorganize --------------------------------------------------------------------------
