@@ -19,7 +19,7 @@ from gnnmesh.predict import read
 from gnnmesh.train import Trainer
 from gnnmesh.transforms import ORDERS, permute
 
-from tests.dist import run_ranks, run_ranks_once
+from tests.dist import run_ranks_once
 from tests.helpers import gnnmesh as run_cli
 
 SBM = "sbm:nodes=120,classes=3,features=6,seed=4"
