@@ -54,6 +54,7 @@ def test_more_ranks_than_nodes_is_refused():
     assert "4 ranks for a graph of 3 nodes" in result.stderr
 
 
+@pytest.mark.slow  # fault injection on two ranks, with the fault tests
 @pytest.mark.timeout(180)
 def test_a_killed_rank_stops_the_job_and_is_named():
     proc = subprocess.Popen([sys.executable, "-m", "gnnmesh", "train", "--dataset", SBM, "--epochs", "100000",
