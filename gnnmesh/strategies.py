@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from .errors import ConfigError
+from .registries import add
 
 # The sections (or "section.field" settings) every mini-batch strategy with several ranks reads.
 _MINIBATCH_PARALLEL = ("minibatch.cache_memory", "minibatch.bandwidths", "host_tier.host_store",
@@ -110,10 +111,7 @@ def register(spec: StrategySpec, engine: Optional[str] = None) -> StrategySpec:
     """Add ``spec`` to the registry (``engine``: a second engine of an existing strategy's name,
     chosen by ``engine_for``)."""
     key = spec.name if engine is None else f"{spec.name}:{engine}"
-    if key in REGISTRY:
-        raise ValueError(f"strategy {key!r} is registered already")
-    REGISTRY[key] = spec
-    return spec
+    return add(REGISTRY, key, spec, "strategy")
 
 
 for _spec in (

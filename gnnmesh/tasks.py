@@ -47,6 +47,7 @@ import torch
 import torch.nn.functional as F
 
 from .errors import ConfigError
+from .registries import add
 
 REGRESSION_LOSSES = ("mse", "mae")
 SPLITS = ("train", "val", "test")
@@ -393,10 +394,7 @@ REGISTRY: dict = {}
 
 def register(task_spec: TaskSpec) -> TaskSpec:
     """Add ``task_spec`` to the registry."""
-    if task_spec.name in REGISTRY:
-        raise ValueError(f"task {task_spec.name!r} is registered already")
-    REGISTRY[task_spec.name] = task_spec
-    return task_spec
+    return add(REGISTRY, task_spec.name, task_spec, "task")
 
 
 def names() -> tuple:

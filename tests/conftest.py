@@ -34,3 +34,16 @@ def isolated_cache(tmp_path_factory):
     if "GNNMESH_CACHE" not in os.environ:
         os.environ["GNNMESH_CACHE"] = str(tmp_path_factory.mktemp("gnnmesh-cache"))
     yield
+
+
+@pytest.fixture
+def stopped():
+    """Processes to kill at the end whatever happens, so that no test leaves any behind."""
+    procs = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        if proc.stderr and not proc.stderr.closed:
+            proc.stderr.close()

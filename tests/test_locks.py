@@ -75,19 +75,6 @@ def lock_file(output):
     return output.parent / f".{output.name}.lock"
 
 
-@pytest.fixture
-def stopped():
-    """Processes to kill at the end whatever happens, so that no test leaves any behind."""
-    procs = []
-    yield procs
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        if proc.stderr and not proc.stderr.closed:
-            proc.stderr.close()
-
-
 @pytest.mark.slow  # two training runs
 def test_a_second_run_is_refused_the_metrics_file(tmp_path, stopped):
     metrics = tmp_path / "m.jsonl"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import ConfigError
+from ..registries import add
 from .decoupled import Decoupled
 from .gat import GAT
 from .gcn import GCN
@@ -66,10 +67,7 @@ REGISTRY: dict = {}
 
 def register(model_spec: ModelSpec) -> ModelSpec:
     """Add ``model_spec`` to the registry."""
-    if model_spec.name in REGISTRY:
-        raise ValueError(f"model {model_spec.name!r} is registered already")
-    REGISTRY[model_spec.name] = model_spec
-    return model_spec
+    return add(REGISTRY, model_spec.name, model_spec, "model")
 
 
 def names(decoupled: bool = False) -> tuple:

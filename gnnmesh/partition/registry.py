@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ..errors import ConfigError
+from ..registries import add
 
 # The partitioner a run uses when none is given: the hypergraph partitioner, for the lowest
 # communication volume. It needs the [partitioners] extra; a plain install is refused in one
@@ -66,10 +67,7 @@ REGISTRY: dict = {}
 
 def register(spec: PartitionerSpec) -> PartitionerSpec:
     """Add ``spec`` to the registry."""
-    if spec.name in REGISTRY:
-        raise ValueError(f"partitioner {spec.name!r} is registered already")
-    REGISTRY[spec.name] = spec
-    return spec
+    return add(REGISTRY, spec.name, spec, "partitioner")
 
 
 _METHODS = "gnnmesh.partition.methods"

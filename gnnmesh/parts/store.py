@@ -67,16 +67,22 @@ def write_manifest(folder: Path, manifest: dict) -> None:
         json.dump(manifest, fh)
 
 
+def load_versioned(path: Path, version: int) -> dict:
+    """The JSON object in ``path`` when its "format" is ``version``: a manifest of parts or of
+    block files (a ValueError naming the format it holds otherwise)."""
+    with open(path) as fh:
+        manifest = load_json(fh)
+    if not isinstance(manifest, dict) or manifest.get("format") != version:
+        found = manifest.get("format") if isinstance(manifest, dict) else manifest
+        raise ValueError(f"format {_show(found)}, expected {version}")
+    return manifest
+
+
 def open_parts(directory) -> "Parts":
     """The parts written into ``directory``; a missing or unreadable manifest is a GraphError."""
     path = Path(directory) / MANIFEST
     try:
-        with open(path) as fh:
-            manifest = load_json(fh)
-        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_VERSION:
-            found = manifest.get("format") if isinstance(manifest, dict) else manifest
-            raise ValueError(f"format {_show(found)}, expected {FORMAT_VERSION}")
-        return Parts(Path(directory), manifest)
+        return Parts(Path(directory), load_versioned(path, FORMAT_VERSION))
     except FileNotFoundError:
         if not Path(directory).is_dir():
             raise ConfigError(f"{directory}: no such parts directory ({WRITE_HINT})") from None

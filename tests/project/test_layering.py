@@ -10,7 +10,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "gnnmesh"
 
 # Bottom to top; a module may import from its own layer's earlier entries and from lower layers.
 LAYERS = [
-    ["edge_index_view", "errors", "structured", "progress", "validate", "locks", "atomic", "checkpoint", "memory", "launch", "host_store"],
+    ["edge_index_view", "errors", "registries", "structured", "progress", "validate", "locks", "atomic", "checkpoint", "memory", "launch", "host_store"],
     ["graph", "transforms", "tasks", "datasets"],
     ["ops"],
     ["view", "models", "sampling"],

@@ -72,17 +72,6 @@ def ranks_of(proc) -> list:
             if "gnnmesh" in " ".join(p.cmdline())]
 
 
-@pytest.fixture
-def stopped():
-    """Processes to kill at the end whatever happens, so that no test leaves any behind."""
-    procs = []
-    yield procs
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-
-
 @pytest.fixture(scope="module")
 def graph():
     return load(SBM)

@@ -36,7 +36,7 @@ from ...graph import Adjacency, Graph, check_csr, check_vertex_data, sparse_csr
 from ...layout.ranges import block_bounds
 from ...memory import peak_rss_mib
 from ...partition.base import graph_key
-from ...structured import load_json
+from ...parts.store import load_versioned
 from .permutation import check_grid, inverse, permutations, permute_adjacency
 
 FORMAT_VERSION = 1
@@ -149,11 +149,7 @@ def open_block_files(directory, *, fingerprint=None, grid=None, seed=_ANY) -> "B
     ConfigError naming the manifest; a missing or damaged manifest is a GraphError."""
     path = Path(directory) / MANIFEST
     try:
-        with open(path) as fh:
-            manifest = load_json(fh)
-        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_VERSION:
-            found = manifest.get("format") if isinstance(manifest, dict) else manifest
-            raise ValueError(f"format {_show(found)}, expected {FORMAT_VERSION}")
+        manifest = load_versioned(path, FORMAT_VERSION)
         files = BlockFiles(Path(directory), manifest)
     except FileNotFoundError:
         raise GraphError(f"{path}: missing; not a block-file directory (write one with "
