@@ -232,7 +232,7 @@ import gnnmesh.predict.store as store
 from gnnmesh.cli import main
 
 ready, go = Path(sys.argv[1]), Path(sys.argv[2])
-write = store._write_shard
+write = store._write_part
 
 def slow_write(*args, **kwargs):  # the shard about to be written: wait, a long prediction stopped midway
     ready.write_text("writing")
@@ -240,7 +240,7 @@ def slow_write(*args, **kwargs):  # the shard about to be written: wait, a long 
         time.sleep(0.02)
     return write(*args, **kwargs)
 
-store._write_shard = slow_write
+store._write_part = slow_write
 sys.exit(main(sys.argv[3:]))
 """
 
