@@ -6,10 +6,7 @@ same modules. In Python, importing the module is enough."""
 
 from __future__ import annotations
 
-import importlib
 import os
-
-from ..errors import ConfigError
 
 PLUGINS_ENV = "GNNMESH_PLUGINS"
 
@@ -18,13 +15,9 @@ def import_plugins() -> list:
     """Import every module ``$GNNMESH_PLUGINS`` names (each once); a module that is not there is
     a ConfigError naming it. Returns the modules."""
     names = [name.strip() for name in os.environ.get(PLUGINS_ENV, "").split(",") if name.strip()]
-    return [_imported(name) for name in names]
+    if not names:
+        return []
+    from ..models.user import import_module  # brings torch: only when modules are named
+    return [import_module(name, f"environment variable {PLUGINS_ENV}") for name in names]
 
 
-def _imported(name: str):
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as err:
-        if err.name and name.startswith(err.name):   # the module itself, not one it imports
-            raise ConfigError(f"environment variable {PLUGINS_ENV}: no module named {name!r}") from None
-        raise

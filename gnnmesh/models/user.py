@@ -50,7 +50,7 @@ def model_class(name: str) -> type:
     file, module or class, or a class that is not a module, is a ConfigError naming it."""
     check_spec("model", name)
     where, _, attribute = name.rpartition(":")
-    module = _import_file(where) if where.endswith(".py") else _import_module(where)
+    module = _import_file(where) if where.endswith(".py") else import_module(where)
     obj = module
     for part in attribute.split("."):
         obj = getattr(obj, part, None)
@@ -82,12 +82,14 @@ def _import_file(path: str):
     return module
 
 
-def _import_module(name: str):
+def import_module(name: str, where: str = "config field 'model'"):
+    """The module ``name``; one that is not there is a ConfigError naming ``where`` it was
+    asked for (a module it imports that is missing is the module's own error)."""
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as err:
         if err.name and name.startswith(err.name):  # the module itself, not one it imports
-            raise ConfigError(f"config field 'model': no module named {name!r}") from None
+            raise ConfigError(f"{where}: no module named {name!r}") from None
         raise
 
 
