@@ -156,7 +156,15 @@ def _record_problem(state) -> str:
     return ""
 
 
-_CHECKS = (_progress_problem, _record_problem)
+def _decoder_problem(state) -> str:
+    saved = state.get("decoder")  # a link-prediction run's decoder, where it has one
+    if saved is not None and not (isinstance(saved, dict) and _tensors(saved.get("last"))
+                                  and (saved.get("best") is None or _tensors(saved["best"]))):
+        return "'decoder' is not a decoder's last and best weights"
+    return ""
+
+
+_CHECKS = (_progress_problem, _record_problem, _decoder_problem)
 
 
 def migrated(state: dict) -> dict:
@@ -215,6 +223,11 @@ def schedule(state: dict) -> Optional[dict]:
 def job(state: dict) -> Optional[str]:
     """The id of the elastic job that wrote the checkpoint, None outside one."""
     return state["job"]
+
+
+def decoder(state: dict) -> Optional[dict]:
+    """A link-prediction run's decoder: its ``last`` and ``best`` state dicts (None: no decoder)."""
+    return state.get("decoder")
 
 
 def user_model_sha256(state: dict) -> Optional[str]:

@@ -387,6 +387,17 @@ class TaskSpec:
     flat_target: bool = False
     reads_any_labels: bool = False
     summary: str = ""
+    links: bool = False              # it learns from node pairs, not labels (``gnnmesh.link``)
+    trainer: Optional[str] = None    # "module:attribute" of its trainer class (None: ``Trainer``)
+
+    def trainer_class(self):
+        """The class that trains this task."""
+        if self.trainer is None:
+            from .train.trainer import Trainer
+            return Trainer
+        from importlib import import_module
+        module, _, attribute = self.trainer.partition(":")
+        return getattr(import_module(module), attribute)
 
 
 REGISTRY: dict = {}
@@ -417,6 +428,12 @@ for _spec in (
              reads_any_labels=True, summary="numeric targets: MSE or MAE loss, R2, MAE"),
 ):
     register(_spec)
+
+
+def _register_link() -> None:
+    from .link.task import LinkTask  # after Task exists: the link task is one
+    register(TaskSpec("link", LinkTask, links=True, trainer="gnnmesh.link.trainer:LinkTrainer",
+                      summary="which node pairs are edges: a decoder on the embeddings, MRR, Hits@K, ROC-AUC"))
 
 
 def _split_rows(masks: list, n: int) -> torch.Tensor:
@@ -604,3 +621,6 @@ def custom(loss: Callable, metrics: Optional[Callable] = None, finish: Optional[
 
 __all__ = ["TaskSpec", "REGISTRY", "register", "names", "spec", "REGRESSION_LOSSES", "Task", "Classification", "MultiLabel", "Regression", "Evaluation",
            "build", "custom", "infer", "parse_class_weights", "record_fields", "roc_auc", "average_ranks"]
+
+
+_register_link()

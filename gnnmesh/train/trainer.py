@@ -236,7 +236,7 @@ class Trainer:
         schedule: a trainer that only predicts never pays for it (torch's optimizers import its
         compiler stack: about a second and 70 MiB)."""
         if self._optimizer is None:
-            self._optimizer = optim.optimizer(self.model.parameters(), self.config.training)
+            self._optimizer = optim.optimizer(self.trained_parameters(), self.config.training)
             self._learning_rate = optim.LearningRate(self._optimizer, self.config.training)
         return self._optimizer
 
@@ -280,14 +280,14 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if every_grad:
-            for p in self.model.parameters():
+            for p in self.trained_parameters():
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
-        self.strategy.sync_gradients(self.model)
+        self.sync_gradients()
         # Every rank sees the same summed loss and, after the sync, the same gradients, so all
         # stop alike, before the update is applied, at no extra communication.
         value = float(self.strategy.all_reduce(loss.detach().reshape(1).cpu())[0])
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        grads = [p.grad for p in self.trained_parameters() if p.grad is not None]
         bad_grads = bool(grads) and not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
         if bad_grads or not math.isfinite(value):
             what = f"loss {value}" + (", a gradient not finite" if bad_grads else "")
@@ -297,12 +297,20 @@ class Trainer:
         self.optimizer.step()
         return value
 
+    def trained_parameters(self) -> list:
+        """What the optimizer updates: the model's parameters (a task's own modules add theirs)."""
+        return list(self.model.parameters())
+
+    def sync_gradients(self) -> None:
+        """Make every rank's gradients the full graph's (``Strategy.sync_gradients``)."""
+        self.strategy.sync_gradients(self.model)
+
     def _clip(self) -> None:
         """Scale the gradients to ``--clip-grad-norm`` where their norm is larger. After the
         sync every rank holds the whole model's gradient (``Strategy.sync_gradients``), so the
         norm each computes is the single process's, with no further reduction."""
         limit = self.config.training.clip_grad_norm
-        trained = [p for p in self.model.parameters() if p.grad is not None]
+        trained = [p for p in self.trained_parameters() if p.grad is not None]
         if limit is not None and trained:
             self.grad_norm = float(torch.nn.utils.clip_grad_norm_(trained, limit))
 
