@@ -387,14 +387,11 @@ class TaskSpec:
     flat_target: bool = False
     reads_any_labels: bool = False
     summary: str = ""
-    links: bool = False              # it learns from node pairs, not labels (``gnnmesh.link``)
-    trainer: Optional[str] = None    # "module:attribute" of its trainer class (None: ``Trainer``)
+    links: bool = False        # it learns from node pairs, not labels (``gnnmesh.link``)
+    trainer: str = "gnnmesh.train.trainer:Trainer"   # "module:attribute" of the class that trains it
 
     def trainer_class(self):
-        """The class that trains this task."""
-        if self.trainer is None:
-            from .train.trainer import Trainer
-            return Trainer
+        """The class that trains this task (imported by name: it sits above the tasks)."""
         from importlib import import_module
         module, _, attribute = self.trainer.partition(":")
         return getattr(import_module(module), attribute)
@@ -430,10 +427,24 @@ for _spec in (
     register(_spec)
 
 
-def _register_link() -> None:
-    from .link.task import LinkTask  # after Task exists: the link task is one
-    register(TaskSpec("link", LinkTask, links=True, trainer="gnnmesh.link.trainer:LinkTrainer",
-                      summary="which node pairs are edges: a decoder on the embeddings, MRR, Hits@K, ROC-AUC"))
+class LinkTask(Task):
+    """The link task as the registry sees it (``--task link``): its name, its metrics and the one
+    that selects the model. Its loss and metrics are over node pairs, not a graph's labels:
+    ``gnnmesh.link.trainer.LinkTrainer`` computes them."""
+
+    name = "link"
+    metric = "mrr"
+
+    def __init__(self, hits: tuple = (10, 50, 100)):
+        self.hits = tuple(hits)
+        self.metrics = (self.metric, *(f"hits@{k}" for k in self.hits), "auc", "ap")
+
+    def check_labels(self, y, masks, where: str) -> None:
+        """Link prediction reads no labels: the edges are its supervision."""
+
+
+register(TaskSpec("link", LinkTask, links=True, trainer="gnnmesh.link.trainer:LinkTrainer",
+                  summary="which node pairs are edges: a decoder on node embeddings, MRR, Hits@K, ROC-AUC"))
 
 
 def _split_rows(masks: list, n: int) -> torch.Tensor:
@@ -621,6 +632,3 @@ def custom(loss: Callable, metrics: Optional[Callable] = None, finish: Optional[
 
 __all__ = ["TaskSpec", "REGISTRY", "register", "names", "spec", "REGRESSION_LOSSES", "Task", "Classification", "MultiLabel", "Regression", "Evaluation",
            "build", "custom", "infer", "parse_class_weights", "record_fields", "roc_auc", "average_ranks"]
-
-
-_register_link()

@@ -21,7 +21,9 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import rankdata
 
-SELECTION = "mrr"
+from ..tasks import LinkTask
+
+SELECTION = LinkTask.metric
 
 
 def ranks(positive: np.ndarray, negatives: np.ndarray) -> np.ndarray:

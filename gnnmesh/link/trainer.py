@@ -25,12 +25,12 @@ from .. import checkpoint
 from ..errors import ConfigError
 from ..graph import Graph
 from ..settings import parse_hits
-from ..train.trainer import Trainer, _labelled
+from ..tasks import LinkTask
+from ..train.trainer import Trainer, labelled
 from . import counter, decoders
 from .metrics import link_metrics
 from .rows import RowDirectory, fetch_rows
 from .split import BATCH_KEY, TRAIN_NEGATIVES_KEY, TRAIN_SAMPLE_KEY, LinkSplit, parse_fractions, split_edges
-from .task import LinkTask
 
 MARGIN = 1.0
 SPLIT_NAMES = ("train", "valid", "test")
@@ -50,7 +50,7 @@ class LinkTrainer(Trainer):
                                 cfg.link.eval_negatives)
         self.split = split
         width = widths.classes if widths is not None else embedding_width(cfg)
-        super().__init__(config, _labelled(split.graph, width), strategy, widths=widths, model=model,
+        super().__init__(config, labelled(split.graph, width), strategy, widths=widths, model=model,
                          task=task or LinkTask(parse_hits(cfg.link.hits)))
 
     def _task(self, data, given) -> tuple:

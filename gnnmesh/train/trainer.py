@@ -394,7 +394,7 @@ class Trainer:
             config = config.updated(task=saved.training.task, class_weights=None, regression_loss=None)
         widths = trained.widths_of(state)
         if isinstance(data, Graph):
-            data = _labelled(data, widths.classes, saved.training.task)
+            data = labelled(data, widths.classes, saved.training.task)
         try:
             built = None
             if isinstance(model, type):  # the caller's class itself: built, not imported again by name
@@ -609,7 +609,7 @@ def _parameter_problem(model: torch.nn.Module) -> str:
     return ""
 
 
-def _labelled(graph: Graph, classes: int, task: Optional[str] = None) -> Graph:
+def labelled(graph: Graph, classes: int, task: Optional[str] = None) -> Graph:
     """``graph``, with labels 0 of ``classes`` (or 0 targets of ``classes`` for a ``task`` other
     than classification) and an empty split where it has none: what the strategies split, for
     a model that only predicts."""

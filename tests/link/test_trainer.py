@@ -3,7 +3,6 @@ parameters (the decoder's too) and every metric, on real gloo ranks."""
 
 import numpy as np
 import pytest
-import torch
 
 from gnnmesh.config import Config
 from gnnmesh.link.trainer import LinkTrainer
@@ -28,7 +27,7 @@ def train(**fields) -> dict:
     names = [k for k in summary.history[0].extra if k.split("_", 1)[0] in ("train", "val", "test")]
     params = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
     params.update({f"decoder.{k}": v.detach().clone() for k, v in trainer.decoder.state_dict().items()})
-    return {"losses": [r.loss for r in summary.history], "params": params,
+    return {"losses": [r.loss for r in summary.history], "params": params, "val_mrr": [r.val_acc for r in summary.history],
             "metrics": [[r.extra[k] for k in names] for r in summary.history]}
 
 
@@ -73,5 +72,5 @@ def test_link_prediction_under_tensor_and_grid3d_equals_the_single_process():
 def test_training_moves_the_scores():
     """A run that learns: the validation MRR after training beats the untrained model's."""
     got = train(epochs=40, lr=0.02, dropout=0.0)
-    first, last = got["metrics"][0], got["metrics"][-1]
-    assert got["losses"][-1] < got["losses"][0]
+    assert got["losses"][-1] < 0.9 * got["losses"][0]
+    assert got["val_mrr"][-1] > got["val_mrr"][0]
