@@ -1,6 +1,7 @@
 """``gnnmesh export --to pyg`` of your own model: its source, weights and a stand-alone view of
 the primitives on an ``edge_index`` give gnnmesh's predictions, with gnnmesh or without it; the
-model file comes from ``--model`` or from beside the checkpoint, and a changed file is one line."""
+model file comes from ``--model`` or from where the checkpoint records it, and a changed file is
+one line."""
 
 import shutil
 import subprocess
