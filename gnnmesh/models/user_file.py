@@ -44,8 +44,8 @@ class Trained:
 
     @classmethod
     def of(cls, model: nn.Module, name: str) -> "Trained":
-        file = user.class_file(type(model))
-        return cls(name, file, user.file_hash(file))
+        file = user.class_file(type(model))  # as imported: made absolute now, whatever the directory later
+        return cls(name, file.resolve() if file is not None else None, user.file_hash(file))
 
     def record(self, checkpoint=None) -> dict:
         """What the checkpoint written at ``checkpoint`` keeps of the model: the file's path is
@@ -54,8 +54,8 @@ class Trained:
         if checkpoint is not None and self.file is not None:
             try:
                 relative = Path(os.path.relpath(self.file.resolve(), Path(checkpoint).resolve().parent)).as_posix()
-            except ValueError:  # on another drive: no relative path
-                relative = None
+            except ValueError:  # on another drive: there is no relative path
+                pass
         return checkpoints.user_model_record(self.name, self.sha256, relative)
 
 
@@ -107,7 +107,8 @@ def _check_given(recorded: str, expected: Optional[str], given) -> None:
     if not expected:
         return
     if file is None or not file.is_file():
-        raise ConfigError(f"--model {name}: {file or 'its file'}: no such file; {_GIVE}")
+        missing = f"{file}: no such file" if file is not None else "Python finds no file of it"
+        raise ConfigError(f"--model {name}: {missing}; {_GIVE}")
     if user.file_hash(file) != expected:
         raise _changed(f"--model {name}: its file {file}", expected)
 

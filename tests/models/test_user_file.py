@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import gnnmesh
-from gnnmesh import ConfigError
+from gnnmesh import ConfigError, checkpoint
 from gnnmesh.datasets import load
 from gnnmesh.models import user_file
 from gnnmesh.predict import read
@@ -167,3 +167,19 @@ def test_a_checkpoint_without_a_path_of_its_own_looks_up_the_name_alone(trained)
     state = torch.load(trained["project"] / "runs" / "c.pt", weights_only=True)
     with pytest.raises(ConfigError, match=r"in none of the places looked in \(models/net.py\)"):
         user_file.resolve(None, state)
+
+
+def test_the_path_is_recorded_relative_to_where_the_checkpoint_is_written(tmp_path):
+    trained = user_file.Trained("net.py:Net", tmp_path / "src" / "net.py", "a" * 64)
+
+    def recorded(path):
+        return checkpoint.user_model_file({"user_model": trained.record(path)})
+    assert recorded(tmp_path / "runs" / "a" / "c.pt") == "../../src/net.py"
+    assert recorded(tmp_path / "src" / "c.pt") == "net.py"
+    assert recorded(None) is None
+
+
+def test_a_given_file_that_is_not_there_is_one_line(moved):
+    result = gnnmesh_in_process("predict", "--checkpoint", moved / "runs" / "c.pt", "--out", "p",
+                                "--model", "nowhere/net.py:GraphConv")
+    one_error_line(result, "--model nowhere/net.py:GraphConv: nowhere/net.py: no such file")
