@@ -643,10 +643,9 @@ def _found_model(path, state: Optional[dict], recorded: str) -> str:
     if path is None or state is None:
         return recorded
     try:
-        found = user_file.resolve(path, state)
-    except ConfigError:
+        return user_file.resolve(path, state)
+    except ConfigError:  # no file of its content found: the name it was trained as
         return recorded
-    return found
 
 
 def _same_setting(name: str, saved, mine) -> bool:
