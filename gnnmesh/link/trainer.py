@@ -204,8 +204,8 @@ class LinkTrainer(Trainer):
             self.decoder.load_state_dict(self.best_decoder)
         return summary
 
-    def state(self) -> dict:
-        state = super().state()
+    def state(self, path=None) -> dict:
+        state = super().state(path)
         state["decoder"] = {"last": self.decoder.state_dict(), "best": self.best_decoder}
         return state
 
