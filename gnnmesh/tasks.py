@@ -442,6 +442,14 @@ class LinkTask(Task):
     def check_labels(self, y, masks, where: str) -> None:
         """Link prediction reads no labels: the edges are its supervision."""
 
+    def check_output(self, what: str) -> None:
+        """A link model's outputs are its node embeddings and its pairs' scores: no node logits,
+        probabilities or labels."""
+        if what != "embeddings":
+            raise ConfigError(f"--output {what}: a link model predicts no node {what}; it scores node pairs "
+                              "(--pairs FILE), lists each node's best candidates (--top-k K) or writes its node "
+                              "embeddings (--output embeddings)")
+
 
 register(TaskSpec("link", LinkTask, links=True, trainer="gnnmesh.link.trainer:LinkTrainer",
                   summary="which node pairs are edges: a decoder on node embeddings, MRR, Hits@K, ROC-AUC"))

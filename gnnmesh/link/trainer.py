@@ -15,6 +15,7 @@ negatives. Neither depends on the strategy or the rank count.
 from __future__ import annotations
 
 import copy
+from dataclasses import fields
 from typing import Optional
 
 import numpy as np
@@ -24,10 +25,10 @@ import torch.nn.functional as F
 from .. import checkpoint
 from ..errors import ConfigError
 from ..graph import Graph
-from ..settings import parse_hits
+from ..settings import LinkSection, flag_name, parse_hits
 from ..tasks import LinkTask
 from ..train.trainer import Trainer, labelled
-from . import counter, decoders
+from . import counter, decoders, ranking
 from .metrics import link_metrics
 from .rows import RowDirectory, fetch_rows
 from .split import BATCH_KEY, TRAIN_NEGATIVES_KEY, TRAIN_SAMPLE_KEY, LinkSplit, parse_fractions, split_edges
@@ -191,6 +192,83 @@ class LinkTrainer(Trainer):
     def _chosen(self, split: str) -> torch.Tensor:
         return self.train_sample if split == "train" else torch.arange(self.split.pairs(split).shape[1])
 
+    # -- using the trained model -------------------------------------------------------------------
+    @torch.no_grad()
+    def embeddings(self) -> torch.Tensor:
+        """This rank's rows of the node embeddings (the encoder's output, ``rank_data.row_ids()``),
+        in eval mode."""
+        s = self.rank_data
+        training = self.model.training
+        self.model.eval()
+        try:
+            return self.strategy.forward(self.model, s.view, s.x)
+        finally:
+            self.model.train(training)
+
+    def predict(self, output: str = "embeddings", layer: Optional[int] = None, nodes="all",
+                original=None) -> tuple:
+        """As ``Trainer.predict``; a link model's node outputs are its embeddings: by default the
+        encoder's output, what the decoder reads (``layer``: a hidden layer's). Logits,
+        probabilities and labels are refused."""
+        return super().predict(output, layer, nodes, original)
+
+    def node_outputs(self, out) -> torch.Tensor:
+        if out.what == "embeddings" and out.layer is None:
+            self.task.check_output(out.what)
+            return self.embeddings()
+        return super().node_outputs(out)
+
+    def output_layer(self, output: str, layer: Optional[int]) -> Optional[int]:
+        """None for the encoder's output (the embeddings the decoder reads)."""
+        return layer
+
+    @torch.no_grad()
+    def score_pairs(self, pairs) -> tuple:
+        """``(places, scores)``: the decoder's scores of the pairs whose source this rank owns,
+        of ``pairs`` ([P, 2] global node ids, the same on every rank), and their places in it.
+        Every rank calls it together."""
+        pairs = torch.as_tensor(np.asarray(pairs, dtype=np.int64)).reshape(-1, 2)
+        if len(pairs) and (int(pairs.min()) < 0 or int(pairs.max()) >= self.num_nodes):
+            raise ConfigError(f"pairs: node ids must be 0 to {self.num_nodes - 1}")
+        self.decoder.eval()
+        z = self.embeddings()
+        places = torch.nonzero(self.directory.mine[pairs[:, 0]]).flatten()
+        src, dst = pairs[places, 0], pairs[places, 1]
+        rows = fetch_rows(z, self.directory.plan(torch.cat([src, dst])))
+        scores = self.decoder(rows[:len(src)], rows[len(src):])
+        return places.numpy(), scores.float().cpu().numpy()
+
+    @torch.no_grad()
+    def top_k(self, k: int, queries=None, exclude_known: bool = False) -> tuple:
+        """``(queries, candidates, scores)``: for each query node this rank owns (of ``queries``,
+        global ids; default every node), its ``k`` best candidates among every node, best
+        first, ties by the lower id, and their scores ([q, k] each). ``exclude_known``: leave
+        out the query and its known positives (the edges the encoder ran on). Every rank calls
+        it together; candidates are scored a block of ids at a time (``ranking``)."""
+        n = self.num_nodes
+        queries = np.arange(n) if queries is None else np.unique(np.asarray(queries, dtype=np.int64))
+        if len(queries) and (queries[0] < 0 or queries[-1] >= n):
+            raise ConfigError(f"queries: node ids must be 0 to {n - 1}")
+        known = ranking.known_positives(self.split.graph) if exclude_known else None
+        ranking.check_enough(k, queries, n, known)
+        self.decoder.eval()
+        z = self.embeddings()
+        owners = self.directory.owner[torch.from_numpy(queries)]
+        mine = queries[(owners == self.directory.rank).numpy()]
+        zq = z[self.directory.place[torch.from_numpy(mine)].to(z.device)]
+        mask = ranking.KnownMask(mine, known) if known is not None else None
+        largest = int(torch.bincount(owners, minlength=self.strategy.world_size).max()) if len(queries) else 0
+        block = ranking.block_size(largest, n)
+        best = ranking.RunningTopK(len(mine), k)
+        for start in range(0, n, block):
+            ids = torch.arange(start, min(n, start + block))
+            zc = fetch_rows(z, self.directory.plan(ids))
+            scores = ranking.block_scores(self.decoder, zq, zc).float().cpu()
+            if mask is not None:
+                mask.apply(scores, start, start + len(ids))
+            best.add(scores, ids)
+        return mine, best.ids.numpy(), best.scores.numpy()
+
     # -- selection and checkpoints -----------------------------------------------------------------
     def _select(self, accs):
         before = self.best["epoch"]
@@ -209,6 +287,20 @@ class LinkTrainer(Trainer):
         state["decoder"] = {"last": self.decoder.state_dict(), "best": self.best_decoder}
         return state
 
+    @classmethod
+    def settings_of_checkpoint(cls, saved) -> dict:
+        """The link settings a checkpoint was trained with: the split (recomputed from them, so
+        the encoder runs on the training edges it learned from) and the decoder."""
+        return {flag_name(f): saved.get(flag_name(f)) for f in fields(LinkSection)}
+
+    def load_task_weights(self, state: dict, weights: str, where: str) -> None:
+        """The decoder of the checkpoint ``state``: its best epoch's (where one was chosen) or its last."""
+        saved = checkpoint.decoder(state)
+        if saved is None:
+            raise ConfigError(f"{where}: it holds no link decoder (it is not a --task link run's)")
+        self.decoder.load_state_dict(saved["best"] if weights == "best" and saved["best"] is not None
+                                     else saved["last"])
+
     def restore(self, state: dict) -> None:
         super().restore(state)
         saved = checkpoint.decoder(state)
@@ -221,3 +313,4 @@ class LinkTrainer(Trainer):
 def embedding_width(config) -> int:
     """The encoder's output width under --task link: the model's hidden width."""
     return int(config.model.hidden or 64)
+

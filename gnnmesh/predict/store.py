@@ -11,13 +11,18 @@ its own files (``OUTPUT``) is replaced.
 Parts are NumPy ``.npy`` files (``ids-RRRRR.npy`` and ``values-RRRRR.npy``) or, with
 ``format="parquet"`` (pyarrow), one ``part-RRRRR.parquet`` per rank with an ``id`` column and
 a ``value`` column (a list per row for a matrix). ``read`` checks everything it reads back.
+
+A link model's predictions carry more than one array per row: the columns listed under the
+manifest's ``"extra"`` (the candidates of a top-K list; the pairs scored) sit beside the values,
+as ``NAME-RRRRR.npy`` files or parquet columns. Their rows are named by node ids, or, where
+the manifest's ``"index"`` is ``"pairs"``, by each pair's place in the file it was read from.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -32,24 +37,29 @@ KIND = "gnnmesh prediction"
 VERSION = 1
 FORMATS = ("npy", "parquet")
 PARTS = "shards"  # the manifest's key for its list of parts: the format's name, kept for directories written
+INDEXES = ("nodes", "pairs")  # what a row's id names: a node, or a pair's place in the pairs file
 
 
 @dataclass
 class Prediction:
     """Rows read back from a prediction directory, in global id order."""
 
-    ids: np.ndarray      # int64 [rows]
-    values: np.ndarray   # [rows, width] (labels: [rows])
+    ids: np.ndarray      # int64 [rows]: node ids (pairs: each pair's place in its file)
+    values: np.ndarray   # [rows, width] (labels, pair scores: [rows])
     manifest: dict
+    extra: dict = field(default_factory=dict)  # name -> [rows, ...]: a top-K list's candidates, the pairs
 
     def __len__(self) -> int:
         return len(self.ids)
 
 
-def write(directory, ids: np.ndarray, values: np.ndarray, info: dict, fmt: str = "npy", comm=None) -> Optional[dict]:
+def write(directory, ids: np.ndarray, values: np.ndarray, info: dict, fmt: str = "npy", comm=None,
+          extra: Optional[dict] = None) -> Optional[dict]:
     """Write this rank's rows (global ``ids``, ``values``) into ``directory``; ``comm``: the
     job's communicator (None: one process). ``info``: what the manifest records besides the
-    parts. Every rank calls it; rank 0 returns the manifest."""
+    parts. ``extra``: further arrays of the same rows, by name. Every rank calls it; rank 0
+    returns the manifest."""
+    extra = dict(extra or {})
     if fmt not in FORMATS:
         raise ConfigError(f"--format {fmt!r}: choose from {', '.join(FORMATS)}")
     if fmt == "parquet":
@@ -61,7 +71,7 @@ def write(directory, ids: np.ndarray, values: np.ndarray, info: dict, fmt: str =
                           if rank == 0 else None)
         if comm is not None:
             staged = comm.broadcast_object(staged)
-        part = together(lambda: _guarded(directory, lambda: _write_part(Path(staged), rank, ids, values, fmt)))
+        part = together(lambda: _guarded(directory, lambda: _write_part(Path(staged), rank, ids, values, fmt, extra)))
         parts = comm.all_gather_object(part) if comm is not None else [part]
 
         def finish():
@@ -70,6 +80,9 @@ def write(directory, ids: np.ndarray, values: np.ndarray, info: dict, fmt: str =
             manifest = {"kind": KIND, "version": VERSION, "format": fmt, **info,
                         "rows": sum(p["rows"] for p in parts), "width": None if values.ndim == 1 else
                         int(values.shape[1]), "dtype": str(values.dtype), PARTS: parts}
+            if extra:
+                manifest["extra"] = {name: {"dtype": str(a.dtype), "width": None if a.ndim == 1 else int(a.shape[1])}
+                                     for name, a in extra.items()}
             text = json.dumps(manifest, indent=1) + "\n"
             _guarded(directory, lambda: (Path(staged) / MANIFEST).write_text(text, encoding="utf-8"))
             _guarded(directory, stack.close)  # moved into place
@@ -93,19 +106,29 @@ def _guarded(directory, fn):
         raise ConfigError(f"{directory}: cannot write the prediction ({err.strerror or err})") from None
 
 
-def _write_part(staged: Path, rank: int, ids: np.ndarray, values: np.ndarray, fmt: str) -> dict:
+def _write_part(staged: Path, rank: int, ids: np.ndarray, values: np.ndarray, fmt: str, extra: dict) -> dict:
     entry = {"rank": rank, "rows": int(len(ids))}
     if fmt == "npy":
         entry.update(ids=f"ids-{rank:05d}.npy", values=f"values-{rank:05d}.npy")
+        entry.update({name: f"{name}-{rank:05d}.npy" for name in extra})
         np.save(staged / entry["ids"], np.ascontiguousarray(ids, dtype=np.int64))
         np.save(staged / entry["values"], np.ascontiguousarray(values))
+        for name, array in extra.items():
+            np.save(staged / entry[name], np.ascontiguousarray(array))
         return entry
     pa, pq = _pyarrow()
     entry["file"] = f"part-{rank:05d}.parquet"
-    column = pa.array(values) if values.ndim == 1 else \
-        pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(values).reshape(-1)), values.shape[1])
-    pq.write_table(pa.table({"id": pa.array(ids.astype(np.int64)), "value": column}), staged / entry["file"])
+    columns = {"id": pa.array(ids.astype(np.int64)), "value": _column(pa, values)}
+    columns.update({name: _column(pa, array) for name, array in extra.items()})
+    pq.write_table(pa.table(columns), staged / entry["file"])
     return entry
+
+
+def _column(pa, values: np.ndarray):
+    """A parquet column of ``values``: a list per row for a matrix."""
+    if values.ndim == 1:
+        return pa.array(values)
+    return pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(values).reshape(-1)), values.shape[1])
 
 
 def _pyarrow():
@@ -124,29 +147,45 @@ def read(directory) -> Prediction:
     a damaged or foreign directory is a ConfigError naming the file."""
     directory = Path(directory)
     manifest = _manifest(directory)
-    ids, values = [], []
-    for part in manifest[PARTS]:
-        part_ids, part_values = _read_part(directory, manifest, part)
-        ids.append(part_ids)
-        values.append(part_values)
-    ids = np.concatenate(ids) if ids else np.empty(0, dtype=np.int64)
-    values = np.concatenate(values) if values else np.empty((0,), dtype=manifest["dtype"])
-    order = np.argsort(ids, kind="stable")
-    ids, values = ids[order], values[order]
-    nodes = manifest["graph"]["nodes"]
-    if len(ids) and (ids[0] < 0 or ids[-1] >= nodes):
-        raise ConfigError(f"{directory}: node ids outside 0 to {nodes - 1} (the graph's)")
+    columns = ["ids", "values", *manifest.get("extra", {})]
+    read_parts = [_read_part(directory, manifest, part) for part in manifest[PARTS]]
+    got = {name: [p[name] for p in read_parts] for name in columns}
+    got = {name: np.concatenate(arrays) if arrays else
+           np.empty(0, dtype=np.int64 if name == "ids" else _dtype(manifest, name)) for name, arrays in got.items()}
+    order = np.argsort(got["ids"], kind="stable")
+    got = {name: array[order] for name, array in got.items()}
+    ids = got["ids"]
+    if manifest.get("index", "nodes") == "pairs":  # each row a pair, by its place in the pairs file
+        end, what, whose = manifest["rows"], "pair", "the pairs scored"
+    else:
+        end, what, whose = manifest["graph"]["nodes"], "node", "the graph's"
+    if len(ids) and (ids[0] < 0 or ids[-1] >= end):
+        raise ConfigError(f"{directory}: {what} ids outside 0 to {end - 1} ({whose})")
     if len(ids) > 1 and (ids[1:] == ids[:-1]).any():
-        raise ConfigError(f"{directory}: node {int(ids[1:][ids[1:] == ids[:-1]][0])} is written by two parts")
-    return Prediction(ids, values, manifest)
+        raise ConfigError(f"{directory}: {what} {int(ids[1:][ids[1:] == ids[:-1]][0])} is written by two parts")
+    return Prediction(ids, got["values"], manifest, {name: got[name] for name in columns[2:]})
+
+
+def _dtype(manifest: dict, name: str) -> np.dtype:
+    return np.dtype(manifest["dtype"] if name == "values" else manifest["extra"][name]["dtype"])
+
+
+def _width(manifest: dict, name: str):
+    return manifest["width"] if name == "values" else manifest["extra"][name]["width"]
 
 
 def written_files(directory) -> list:
     """The files the prediction in ``directory`` consists of: its manifest and the parts it
     lists (ConfigError when the manifest is not a prediction's)."""
     manifest = _manifest(Path(directory))
-    names = ("ids", "values") if manifest["format"] == "npy" else ("file",)
-    return [MANIFEST] + [part[name] for part in manifest[PARTS] for name in names]
+    return [MANIFEST] + [part[name] for part in manifest[PARTS] for name in _file_keys(manifest)]
+
+
+def _file_keys(manifest: dict) -> tuple:
+    """The keys of a part's entry that name its files."""
+    if manifest["format"] != "npy":
+        return ("file",)
+    return ("ids", "values", *manifest.get("extra", {}))
 
 
 OUTPUT = OutputKind("prediction directory", MANIFEST, written_files)  # what ``write`` may replace
@@ -185,17 +224,44 @@ def _manifest_problem(m) -> str:
     width = m.get("width", 0)
     if width is not None and not (_count(width) and width > 0):
         return "'width' is not a positive integer or null"
+    if m.get("index", "nodes") not in INDEXES:
+        return f"index {_show(m.get('index'))} is not one of {', '.join(INDEXES)}"
+    extra = m.get("extra", {})
+    if not isinstance(extra, dict):
+        return "'extra' is not a table of columns"
+    for name, column in extra.items():
+        problem = _column_problem(name, column)
+        if problem:
+            return problem
     graph = m.get("graph")
     if not (isinstance(graph, dict) and _count(graph.get("nodes"))):
         return "'graph' does not give the number of nodes"
     parts = m.get(PARTS)
     if not (isinstance(parts, list) and all(isinstance(p, dict) and _count(p.get("rows")) for p in parts)):
         return f"'{PARTS}' is not a list of parts"
-    names = [p.get(k) for p in parts for k in (("ids", "values") if m["format"] == "npy" else ("file",))]
+    names = [p.get(k) for p in parts for k in _file_keys(m)]
     if not all(isinstance(n, str) and n and Path(n).name == n and not n.startswith(".") for n in names):
         return "a part's file name is not a plain file name in the directory"
     if not (_count(m.get("rows")) and m["rows"] == sum(p["rows"] for p in parts)):
         return "'rows' is not the parts' rows"
+    return ""
+
+
+def _column_problem(name, column) -> str:
+    """What is wrong with the manifest's entry ``column`` of an extra column ``name`` ("" if nothing)."""
+    if not (isinstance(name, str) and name.isidentifier() and name not in ("ids", "values", "file", "rank", "rows")):
+        return f"extra column {_show(name)} is not a plain name"
+    if not isinstance(column, dict):
+        return f"extra column {name!r} is not described"
+    try:
+        dtype = np.dtype(column["dtype"]) if isinstance(column.get("dtype"), str) else None
+    except (TypeError, ValueError):
+        dtype = None
+    if dtype is None or dtype.kind not in "fiu":
+        return f"extra column {name!r}: dtype {_show(column.get('dtype'))} is not a numeric NumPy dtype"
+    width = column.get("width", 0)
+    if width is not None and not (_count(width) and width > 0):
+        return f"extra column {name!r}: 'width' is not a positive integer or null"
     return ""
 
 
@@ -208,25 +274,33 @@ def _show(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _read_part(directory: Path, manifest: dict, part: dict) -> tuple:
-    rows, width, dtype = part["rows"], manifest["width"], np.dtype(manifest["dtype"])
-    shape = (rows,) if width is None else (rows, width)
+def _read_part(directory: Path, manifest: dict, part: dict) -> dict:
+    """{"ids": ..., "values": ..., and each extra column} of one part, each checked."""
+    rows = part["rows"]
+    names = ["values", *manifest.get("extra", {})]
+    want = {name: (_dtype(manifest, name), (rows,) if _width(manifest, name) is None else
+                   (rows, _width(manifest, name))) for name in names}
     if manifest["format"] == "npy":
-        ids = _npy(directory / part["ids"], (rows,), np.dtype(np.int64))
-        return ids, _npy(directory / part["values"], shape, dtype)
+        got = {"ids": _npy(directory / part["ids"], (rows,), np.dtype(np.int64))}
+        got.update({name: _npy(directory / part[name], shape, dtype) for name, (dtype, shape) in want.items()})
+        return got
     pa, pq = _pyarrow()
     path = directory / part["file"]
     try:
         table = pq.read_table(path)
-        ids = table.column("id").to_numpy()
-        column = table.column("value").combine_chunks()
-        values = column.to_numpy(zero_copy_only=False) if width is None else \
-            column.flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
+        got = {"ids": table.column("id").to_numpy()}
+        for name, (dtype, shape) in want.items():
+            column = table.column("value" if name == "values" else name).combine_chunks()
+            got[name] = column.to_numpy(zero_copy_only=False) if len(shape) == 1 else \
+                column.flatten().to_numpy(zero_copy_only=False).reshape(-1, shape[1])
     except Exception as err:  # pyarrow raises several types for a damaged file
         raise ConfigError(f"{path}: unreadable part ({type(err).__name__})") from None
-    if ids.shape != (rows,) or values.shape != shape or values.dtype != dtype or ids.dtype != np.int64:
-        raise ConfigError(f"{path}: holds {values.dtype} {values.shape}, the manifest says {dtype} {shape}")
-    return ids, values
+    if got["ids"].shape != (rows,) or got["ids"].dtype != np.int64:
+        raise ConfigError(f"{path}: holds ids {got['ids'].dtype} {got['ids'].shape}, the manifest says int64 {(rows,)}")
+    for name, (dtype, shape) in want.items():
+        if got[name].shape != shape or got[name].dtype != dtype:
+            raise ConfigError(f"{path}: holds {got[name].dtype} {got[name].shape}, the manifest says {dtype} {shape}")
+    return got
 
 
 def _npy(path: Path, shape: tuple, dtype: np.dtype) -> np.ndarray:

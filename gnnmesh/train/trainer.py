@@ -393,7 +393,10 @@ class Trainer:
             raise ConfigError(f"{path}: {err}") from None
         config = (config or Config()).updated(**trained.model_settings(saved), seed=saved.training.seed)
         if saved.training.task is not None and task is None:
-            config = config.updated(task=saved.training.task, class_weights=None, regression_loss=None)
+            trains_it = tasks.spec(saved.training.task).trainer_class()
+            cls = trains_it if issubclass(trains_it, cls) else cls  # a link checkpoint: a LinkTrainer
+            config = config.updated(task=saved.training.task, class_weights=None, regression_loss=None,
+                                    **cls.settings_of_checkpoint(saved))
         widths = trained.widths_of(state)
         if isinstance(data, Graph):
             data = labelled(data, widths.classes, saved.training.task)
@@ -407,7 +410,18 @@ class Trainer:
             raise ConfigError(f"{path}: {err}") from None
         values, trainer.epoch = checkpoint.weights(state, weights)
         trained.load_state(trainer.model, values, str(path))
+        trainer.load_task_weights(state, weights, str(path))
         return trainer
+
+    @classmethod
+    def settings_of_checkpoint(cls, saved: Config) -> dict:
+        """The settings of ``saved`` (a checkpoint's config) besides the model's that this
+        trainer needs to use the checkpoint, by flat name (none: the model's are enough)."""
+        return {}
+
+    def load_task_weights(self, state: dict, weights: str, where: str) -> None:
+        """Take up what the checkpoint ``state`` holds besides the model (none here), its
+        ``weights`` (``best`` or ``last``)."""
 
     def predict(self, output: str = "logits", layer: Optional[int] = None, nodes="all",
                 original=None) -> tuple:
@@ -419,7 +433,7 @@ class Trainer:
         in eval mode, under every strategy: the ranks' rows together are the single
         process's. ``original``: where the graph was renumbered (``--reorder``), the original
         id of each of its nodes; the ids listed and the ids returned are then original ids."""
-        from ..predict import Output, rank_output, read_node_file, selected
+        from ..predict import Output, read_node_file, selected
         out = Output(output, layer)
         listed = None
         if not isinstance(nodes, str):
@@ -432,9 +446,20 @@ class Trainer:
         ids = self.rank_data.row_ids().cpu().numpy()
         if original is not None:  # rows are named, and chosen, by the ids the user knows
             ids = np.asarray(original, dtype=np.int64)[ids]
-        values = rank_output(self.strategy, self.model, self.rank_data, out, self.task)
+        values = self.node_outputs(out)
         keep = selected(nodes, self.rank_data, ids, listed)
         return ids[keep], values.cpu().numpy()[keep]
+
+    def node_outputs(self, out) -> torch.Tensor:
+        """This rank's rows of the ``gnnmesh.predict.Output`` ``out``, in eval mode."""
+        from ..predict import rank_output
+        return rank_output(self.strategy, self.model, self.rank_data, out, self.task)
+
+    def output_layer(self, output: str, layer: Optional[int]) -> Optional[int]:
+        """The 1-based layer whose output ``predict(output, layer)`` writes (None: the model's
+        ``embed``), as a prediction's manifest records it."""
+        from ..predict import Output
+        return Output(output, layer).layer_of(self.model)
 
     # -- checkpoints -----------------------------------------------------------------------------
     def state(self, path=None) -> dict:

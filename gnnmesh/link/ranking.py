@@ -1,0 +1,111 @@
+"""Each query node's K best candidates among every node (``gnnmesh predict --top-k K``).
+
+A rank scores the queries it owns against the candidates one block of node ids at a time,
+the block's rows fetched from their owners, and keeps a running top K: no rank ever holds a
+score per node pair, nor every node's row. Ties go to the lower node id, so that every
+strategy and rank count lists the same candidates in the same order. ``--exclude-known``
+leaves out the query itself and its known positives: the edges of the graph the encoder ran
+on (the training edges, both ways where the graph is undirected).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError
+
+SCORES_AT_ONCE = 1 << 24   # a block's scores on one rank: its queries x the block's candidates
+PAIRS_AT_ONCE = 1 << 18    # pairs given to the decoder in one call (each holds two rows)
+SMALLEST_BLOCK = 256
+
+
+def known_positives(graph) -> tuple:
+    """``(indptr, destinations)``: each node's known positives as a source, CSR by source, each
+    destination once; both ways where ``graph`` is undirected; no self-loops."""
+    n = graph.num_nodes
+    dst, src = graph.adj.row().numpy(), graph.adj.indices.numpy()
+    if not graph.directed:
+        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+    keep = src != dst  # a self-loop: the query itself, left out on its own
+    keys = np.unique(src[keep].astype(np.int64) * n + dst[keep])
+    src, dst = keys // n, keys % n
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    indptr[1:] = np.cumsum(np.bincount(src, minlength=n))
+    return indptr, dst
+
+
+def check_enough(k: int, queries: np.ndarray, num_nodes: int, known: Optional[tuple]) -> None:
+    """A ConfigError unless every query has at least ``k`` candidates (every node; with
+    ``known``, every node but itself and its known positives). Every rank checks every query,
+    so that all of them refuse together."""
+    if k < 1:
+        raise ConfigError(f"--top-k {k}: give a count of candidates, 1 or more")
+    if known is None:
+        if k > num_nodes:
+            raise ConfigError(f"--top-k {k} is more than the candidates: the graph has {num_nodes:,} nodes")
+        return
+    indptr, _ = known
+    left = num_nodes - 1 - (indptr[queries + 1] - indptr[queries])
+    worst = int(np.argmin(left))
+    if k > left[worst]:
+        raise ConfigError(f"--top-k {k} is more than the candidates: with --exclude-known, node {int(queries[worst])} "
+                          f"has {int(left[worst]):,} (the graph's {num_nodes:,} nodes but itself and its known "
+                          f"positives)")
+
+
+def block_size(largest_share: int, num_nodes: int) -> int:
+    """Candidates scored a block at a time, from the most queries any rank owns: the same on
+    every rank, which fetch each block together."""
+    return int(min(max(num_nodes, 1), max(SMALLEST_BLOCK, SCORES_AT_ONCE // max(largest_share, 1))))
+
+
+def block_scores(decoder, zq: torch.Tensor, zc: torch.Tensor) -> torch.Tensor:
+    """[queries, candidates] scores of every query row ``zq`` with every candidate row ``zc``,
+    by the decoder itself, a bounded number of pairs per call."""
+    q, b = zq.shape[0], zc.shape[0]
+    if q == 0 or b == 0:
+        return zq.new_zeros(q, b)
+    rows = max(1, PAIRS_AT_ONCE // b)
+    parts = [decoder(zq[i:i + rows].repeat_interleave(b, 0), zc.repeat(min(rows, q - i), 1)).view(-1, b)
+             for i in range(0, q, rows)]
+    return torch.cat(parts)
+
+
+class RunningTopK:
+    """The K best (score, candidate) of each query so far, best first, ties by lower id. Blocks
+    arrive in ascending id order, so a stable sort of what is held followed by the block keeps
+    every tie in id order."""
+
+    def __init__(self, queries: int, k: int):
+        self.k = k
+        self.scores = torch.empty(queries, 0)
+        self.ids = torch.empty(queries, 0, dtype=torch.int64)
+
+    def add(self, scores: torch.Tensor, ids: torch.Tensor) -> None:
+        """``scores`` [queries, block] of the candidates ``ids`` (ascending, above every id held)."""
+        scores = torch.cat([self.scores, scores.float().cpu()], 1)
+        ids = torch.cat([self.ids, ids.expand(scores.shape[0], -1)], 1)
+        order = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :self.k]
+        self.scores, self.ids = scores.gather(1, order), ids.gather(1, order)
+
+
+class KnownMask:
+    """Where a rank's queries' known positives (and the queries themselves) fall in each block."""
+
+    def __init__(self, queries: np.ndarray, known: tuple):
+        indptr, dst = known
+        counts = indptr[queries + 1] - indptr[queries]
+        rows = np.repeat(np.arange(len(queries)), counts)
+        firsts = np.repeat(np.cumsum(counts) - counts, counts)  # each row's first place among the pairs
+        cols = dst[np.repeat(indptr[queries], counts) + np.arange(len(rows)) - firsts]
+        rows, cols = np.concatenate([rows, np.arange(len(queries))]), np.concatenate([cols, queries])
+        order = np.argsort(cols, kind="stable")
+        self.rows, self.cols = torch.from_numpy(rows[order]), torch.from_numpy(cols[order].astype(np.int64))
+
+    def apply(self, scores: torch.Tensor, start: int, end: int) -> None:
+        """Known candidates of the block of ids ``start`` to ``end`` scored -inf, never chosen."""
+        lo, hi = torch.searchsorted(self.cols, torch.tensor([start, end])).tolist()
+        scores[self.rows[lo:hi], self.cols[lo:hi] - start] = float("-inf")
