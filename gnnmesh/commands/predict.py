@@ -1,6 +1,7 @@
 """``gnnmesh predict``: the outputs of a trained model (logits, class probabilities, labels or a
-layer's embeddings) for every node or a chosen set, on one process or many, under any
-full-graph strategy; written as one part per rank and a manifest (``gnnmesh.predict``)."""
+layer's embeddings) for every node or a chosen set, or a link model's scores of node pairs
+(``--pairs``) and each node's best candidates (``--top-k``), on one process or many, under
+any full-graph strategy; written as one part per rank and a manifest (``gnnmesh.predict``)."""
 
 from __future__ import annotations
 
@@ -24,13 +25,25 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     cmd = subparsers.add_parser("predict", help="write a trained model's outputs for every node")
     cmd.add_argument("--checkpoint", required=True, help="checkpoint written by 'gnnmesh train --checkpoint'")
     cmd.add_argument("--out", required=True, help="output directory (absent, empty, or an earlier prediction)")
-    cmd.add_argument("--output", default="logits", choices=("logits", "probs", "labels", "embeddings"),
+    cmd.add_argument("--output", choices=("logits", "probs", "labels", "embeddings"),
                      help="what to write: logits, class probabilities, predicted labels, or embeddings (what the "
-                          "model's embed(view, x) returns, else a hidden layer's output; default: logits)")
+                          "model's embed(view, x) returns, else a hidden layer's output; a link model's: the "
+                          "encoder's output; default: logits)")
     cmd.add_argument("--layer", type=int, help="--output embeddings: the layer whose output to write, 1 to "
                                                "--layers (default: the last hidden layer)")
     cmd.add_argument("--nodes", default="all", help="which nodes: all, train, val, test, or a file of node ids "
                                                     "(.npy, or text with one id per line; default: all)")
+    cmd.add_argument("--pairs", metavar="FILE", help="a link model: score the node pairs FILE lists (text, one "
+                                                     "source,destination pair a line, commas or spaces, an optional "
+                                                     "header), written in the file's order")
+    cmd.add_argument("--top-k", dest="top_k", type=int, metavar="K",
+                     help="a link model: write each query node's K best candidates among every node and their "
+                          "scores, best first (ties: the lower id first)")
+    cmd.add_argument("--queries", metavar="FILE", help="--top-k: the query nodes (.npy, or text with one id per "
+                                                       "line; default: every node)")
+    cmd.add_argument("--exclude-known", dest="exclude_known", action="store_true",
+                     help="--top-k: leave out the query itself and its known positives (the edges the model was "
+                          "trained on, both ways where the graph is undirected)")
     cmd.add_argument("--format", dest="fmt", default="npy", choices=("npy", "parquet"),
                      help="the parts' file format (parquet needs gnnmesh[parquet]; default: npy)")
     cmd.add_argument("--weights", default="best", choices=("best", "last"),
@@ -53,10 +66,11 @@ def run(args, argv) -> int:
     from .. import checkpoint  # heavy imports only when predicting
     from ..predict.run import Request, with_model
     request = Request(args.checkpoint, args.out, args.output, args.layer, args.nodes, args.fmt, args.weights,
-                      args.user_model)
+                      args.user_model, args.pairs, args.top_k, args.queries, args.exclude_known)
     request.check()
     _full_graph(args.strategy)
     saved = request.saved_config(checkpoint.load(args.checkpoint))
+    request.check_model(saved)
     config = with_model(config_from_args(args), saved, args.checkpoint)  # refused before ranks start
     _full_graph(config.run.strategy)
     if "dataset" not in config.given and not config.data.parts:  # given as a flag or in --config

@@ -18,10 +18,13 @@ SPLITS = ("train", "val", "test")
 CHOICES = ("all",) + SPLITS
 
 
-def read_node_file(path, num_nodes: int) -> np.ndarray:
-    """The sorted distinct node ids listed in ``path``, each checked to be below ``num_nodes``."""
+def read_node_file(path, num_nodes: int, flag: str = "--nodes") -> np.ndarray:
+    """The sorted distinct node ids listed in ``path``, each checked to be below ``num_nodes``;
+    ``flag``: the option that named the file."""
     path = Path(path)
     if not path.is_file():
+        if flag != "--nodes":
+            raise ConfigError(f"{flag} {path}: no such file")
         raise ConfigError(f"--nodes {path}: neither {', '.join(CHOICES)} nor a file of node ids")
     if path.suffix == ".npy":
         return _checked(_npy_ids(path), num_nodes, path)

@@ -25,23 +25,40 @@ from ..launch import world_from_env
 from ..train.run import adopt_parts, given_dataset, load_once_per_host
 from ..train.trainer import Trainer, rank_device
 from . import FORMATS, Output, write
-from .nodes import CHOICES
+from .nodes import CHOICES, read_node_file
+from .pairs import read_pairs_file
 from .store import OUTPUT, PARTS
 
 
 @dataclass(frozen=True)
 class Request:
     """What ``gnnmesh predict`` writes: the model of ``checkpoint`` (its ``weights``: best or
-    last), its ``output`` (and ``layer`` for embeddings) for ``nodes``, into ``out`` as ``fmt``."""
+    last), its ``output`` (and ``layer`` for embeddings; None: logits) for ``nodes``, into ``out``
+    as ``fmt``. A link model's instead: the scores of the ``pairs`` a file lists, or the ``top_k``
+    best candidates of each of the ``queries`` (a file of node ids; None: every node), without
+    its known positives where ``exclude_known``."""
 
     checkpoint: str
     out: str
-    output: str = "logits"
+    output: Optional[str] = None
     layer: Optional[int] = None
     nodes: str = "all"
     fmt: str = "npy"
     weights: str = "best"
     model: Optional[str] = None  # --model: the class of a checkpoint of the user's own model
+    pairs: Optional[str] = None
+    top_k: Optional[int] = None
+    queries: Optional[str] = None
+    exclude_known: bool = False
+
+    @property
+    def of_pairs(self) -> Optional[str]:
+        """The flag that asks a link model for pairs (``--pairs``, ``--top-k``), None for node outputs."""
+        return "--pairs" if self.pairs is not None else "--top-k" if self.top_k is not None else None
+
+    @property
+    def node_output(self) -> str:
+        return self.output or "logits"
 
     def saved_config(self, state: dict) -> Config:
         """The config of the checkpoint ``state`` (read from ``checkpoint``), its model ``model``
@@ -54,7 +71,8 @@ class Request:
 
     def check(self) -> None:
         """The request's own errors, before anything is loaded."""
-        Output(self.output, self.layer)
+        self._check_pairs()
+        Output(self.node_output, self.layer)
         if self.fmt not in FORMATS:
             raise ConfigError(f"--format {self.fmt!r}: choose from {', '.join(FORMATS)}")
         if self.weights not in checkpoint.WEIGHTS:
@@ -62,6 +80,39 @@ class Request:
         if self.nodes not in CHOICES and not Path(self.nodes).is_file():
             raise ConfigError(f"--nodes {self.nodes}: neither {', '.join(CHOICES)} nor a file of node ids")
         check_replaceable(self.out, OUTPUT)
+
+    def _check_pairs(self) -> None:
+        flag = self.of_pairs
+        if self.pairs is not None and self.top_k is not None:
+            raise ConfigError("--pairs and --top-k: give one (the scores of the pairs listed, or each node's best "
+                              "candidates)")
+        if self.top_k is None and (self.queries is not None or self.exclude_known):
+            raise ConfigError(f"{'--queries' if self.queries is not None else '--exclude-known'} applies to --top-k")
+        if flag is None:
+            return
+        given = [name for name, value in (("--output", self.output), ("--layer", self.layer)) if value is not None]
+        if self.nodes != "all":
+            given.append("--nodes")
+        if given:
+            writes = "the pairs' scores" if self.pairs is not None else "each query's best candidates"
+            raise ConfigError(f"{given[0]} applies to node outputs; {flag} writes {writes}")
+        if self.top_k is not None and self.top_k < 1:
+            raise ConfigError(f"--top-k {self.top_k}: give a count of candidates, 1 or more")
+        for name, path in (("--pairs", self.pairs), ("--queries", self.queries)):
+            if path is not None and not Path(path).is_file():
+                raise ConfigError(f"{name} {path}: no such file")
+
+    def check_model(self, saved: Config) -> None:
+        """What the checkpoint's model (of config ``saved``) cannot predict, refused before loading:
+        pairs of a model that scores none, an output its task does not make."""
+        task = saved.training.task
+        if self.of_pairs is not None:
+            if task is None or not tasks.spec(task).links:
+                raise ConfigError(f"{self.of_pairs}: {self.checkpoint} holds a {task or 'node'} model; scoring node "
+                                  "pairs takes a --task link checkpoint")
+            return
+        if task is not None:
+            tasks.build(task).check_output(self.node_output)
 
 
 def run_prediction(config: Config, request: Request, quiet: bool = False) -> Optional[dict]:
@@ -78,8 +129,10 @@ def _run(config: Config, request: Request, quiet: bool) -> Optional[dict]:
     rank, world_size = world or (0, 1)
     state = checkpoint.load(request.checkpoint)
     saved = request.saved_config(state)
-    if saved.training.task is not None:  # an output its task does not make is refused before loading
-        tasks.build(saved.training.task).check_output(request.output)
+    request.check_model(saved)
+    if request.of_pairs is not None and config.data.reorder != "none":
+        raise ConfigError(f"--reorder {config.data.reorder}: {request.of_pairs} names nodes by the ids the link "
+                          "model was trained on; leave --reorder out")
     config, parts = adopt_parts(with_model(config, saved, request.checkpoint))
     if world and strategies.spec(config.run.strategy).one_process and world_size > 1:
         raise ConfigError(f"this job has {world_size} ranks; choose a parallel --strategy (e.g. partition)")
@@ -131,20 +184,42 @@ def _predict(config, request, state, saved, parts, quiet, rank, world_size) -> O
         f"(epoch {trainer.epoch}, {request.weights} weights) loaded in {time.perf_counter() - t0:.2f}s; "
         f"strategy {trainer.strategy.describe()}")
     t0 = time.perf_counter()
-    ids, values = trainer.predict(request.output, request.layer, request.nodes, original=order)
-    out = Output(request.output, request.layer)
-    info = {"output": request.output, "layer": out.layer_of(trainer.model), "nodes": request.nodes,
-            "weights": request.weights, "strategy": trainer.strategy.describe(), "ranks": world_size,
-            "checkpoint": {"path": str(request.checkpoint), "epoch": trainer.epoch,
-                           "sha256": _sha256(request.checkpoint) if rank == 0 else None},
-            "graph": {"dataset": dataset, "nodes": int(data.num_nodes), "key": key}}
-    manifest = write(request.out, ids, values, info, request.fmt, comm.setup_comm() if world_size > 1 else None)
+    extra = {}
+    if request.of_pairs is not None:
+        ids, values, extra, info, what = _pair_prediction(trainer, request, int(data.num_nodes))
+    else:
+        ids, values = trainer.predict(request.node_output, request.layer, request.nodes, original=order)
+        info = {"output": request.node_output, "layer": trainer.output_layer(request.node_output, request.layer),
+                "nodes": request.nodes}
+        what = f"{request.node_output} (ROWS) for {request.nodes} nodes"
+    info.update({"weights": request.weights, "strategy": trainer.strategy.describe(), "ranks": world_size,
+                 "checkpoint": {"path": str(request.checkpoint), "epoch": trainer.epoch,
+                                "sha256": _sha256(request.checkpoint) if rank == 0 else None},
+                 "graph": {"dataset": dataset, "nodes": int(data.num_nodes), "key": key}})
+    manifest = write(request.out, ids, values, info, request.fmt, comm.setup_comm() if world_size > 1 else None,
+                     extra=extra)
     if rank == 0:
         width = "" if manifest["width"] is None else f" x {manifest['width']}"
-        print(f"wrote {request.output} ({manifest['rows']:,}{width} {manifest['dtype']}) for "
-              f"{request.nodes} nodes to {request.out} in {time.perf_counter() - t0:.2f}s, "
+        rows = f"{manifest['rows']:,}{width} {manifest['dtype']}"
+        print(f"wrote {what.replace('ROWS', rows)} to {request.out} in {time.perf_counter() - t0:.2f}s, "
               f"{len(manifest[PARTS])} part{'s' if world_size > 1 else ''}")
     return manifest
+
+
+def _pair_prediction(trainer, request: Request, num_nodes: int) -> tuple:
+    """(ids, values, extra columns, the manifest's record, what the summary says was written) of
+    a link model's ``--pairs`` or ``--top-k`` prediction on this rank."""
+    if request.pairs is not None:
+        pairs = read_pairs_file(request.pairs, num_nodes)
+        places, scores = trainer.score_pairs(pairs)
+        info = {"output": "scores", "index": "pairs", "pairs": str(request.pairs)}
+        return places, scores, {"pairs": pairs[places]}, info, f"scores (ROWS) of the pairs in {request.pairs}"
+    queries = None if request.queries is None else read_node_file(request.queries, num_nodes, "--queries")
+    ids, candidates, scores = trainer.top_k(request.top_k, queries, request.exclude_known)
+    info = {"output": "top-k", "k": request.top_k, "queries": request.queries or "all",
+            "exclude_known": request.exclude_known}
+    return ids, scores, {"candidates": candidates}, info, \
+        f"the {request.top_k} best candidates (ROWS scores) of {'every node' if queries is None else 'each query'}"
 
 
 def _load(config: Config) -> tuple:
