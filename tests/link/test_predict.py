@@ -23,7 +23,7 @@ DECODERS = ("dot", "mlp")
 
 
 def link_graph():
-    """60 nodes, undirected, three isolated (whose embeddings tie: their order is by id)."""
+    """60 nodes, directed, three isolated (whose embeddings tie: their order is by id)."""
     return random_graph(n=60, e=240, features=6, classes=3, isolated=3)
 
 
@@ -51,7 +51,7 @@ def files(tmp_path_factory):
 def requests(paths: dict, decoder: str) -> dict:
     ckpt = paths[decoder]
     return {"pairs": Request(ckpt, "", pairs=paths["pairs"]),
-            "top": Request(ckpt, "", top_k=7),
+            "top": Request(ckpt, "", top_k=60),  # every node ranked: the isolated ones tie
             "top-known": Request(ckpt, "", top_k=6, queries=paths["queries"], exclude_known=True)}
 
 
@@ -141,10 +141,10 @@ def test_top_k_is_every_pairs_ranking_cut_at_k_ties_by_id(files, decoder, monkey
     monkeypatch.setattr(ranking, "SMALLEST_BLOCK", 7)   # many blocks: the running top K is exercised
     monkeypatch.setattr(ranking, "SCORES_AT_ONCE", 7 * 60)
     trainer = Trainer.from_checkpoint(files[decoder], link_graph())
-    for exclude in (False, True):
-        queries, ids, scores = trainer.top_k(9, exclude_known=exclude)
+    for k, exclude in ((60, False), (9, True)):  # all 60: the isolated nodes' equal scores among them
+        queries, ids, scores = trainer.top_k(k, exclude_known=exclude)
         assert np.array_equal(queries, np.arange(60))
-        want_ids, want_scores = brute_force(trainer, queries, 9, exclude)
+        want_ids, want_scores = brute_force(trainer, queries, k, exclude)
         np.testing.assert_allclose(scores, want_scores, rtol=0, atol=1e-6)
         assert np.array_equal(ids, want_ids)
     isolated = [q for q in range(60) if trainer.split.graph.adj.indptr[q + 1] == trainer.split.graph.adj.indptr[q]]
