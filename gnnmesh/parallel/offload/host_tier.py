@@ -262,6 +262,7 @@ class HostTierStrategy(DistributedStrategy):
     ``prepare``, ``passes`` (``forward(epoch, training)``, ``backward(epoch, grad, params)``)."""
 
     holds_memory_budget = True
+    outputs_at_once = False  # the chunks' outputs come one at a time (``train_loss``, ``evaluate_rows``)
     host: HostTier
     passes = None
 
