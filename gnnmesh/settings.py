@@ -286,8 +286,9 @@ class TrainingSection(Section):
                                               "every rank; default: no clipping)", check=Range(0.0, open="low"))
     precision: str = setting("32", help="32: float32 throughout; bf16-mixed: the forward pass's dense "
                              "products (nn.Linear, matmul) in bfloat16 under torch.autocast, in training, "
-                             "evaluation and prediction alike; parameters, optimizer state, the graph "
-                             "aggregations and the loss stay float32", choices=PRECISIONS)
+                             "evaluation and prediction alike; the graph aggregations compute in float32, "
+                             "and parameters, optimizer state and the loss stay float32 (several ranks "
+                             "equal one process to a tolerance, not exactly)", choices=PRECISIONS)
     seed: int = setting(0, help="random seed (weights, dropout, generated data splits)", check=Range(*SEED_RANGE))
     eval_every: int = setting(1, help="evaluate every N epochs", check=COUNT)
     minibatch: bool = setting(False, help="train on sampled mini-batches instead of the whole graph "

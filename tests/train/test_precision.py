@@ -105,13 +105,13 @@ def test_an_old_checkpoint_without_the_setting_resumes_as_32(graph, tmp_path):
 
 # -- several ranks --------------------------------------------------------------------------------
 
-MODELS = ["gcn", "gat"]
+MODELS = ("gcn", "gat")
 
 
-def _rank_runs(rank, world, strategy):
+def _rank_runs(rank, world, strategy, models):
     graph = make_graph()
     return {(model, precision): train(graph, config(model, precision, strategy=strategy))
-            for model in MODELS for precision in ("32", BF16)}
+            for model in models for precision in ("32", BF16)}
 
 
 @pytest.fixture(scope="module")
@@ -126,14 +126,19 @@ def assert_within(got, want, tolerance):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("strategy,world", [("partition", 3), ("tensor", 2)])
-@pytest.mark.parametrize("model", MODELS)
-def test_several_ranks_equal_the_single_process_under_each_precision(reference, strategy, world, model):
-    runs = run_ranks_once(_rank_runs, world, strategy, timeout=240)
+@pytest.mark.parametrize("strategy,world,models", [
+    ("tensor", 2, ("gcn",)),  # one launch in the fast suite; every model on both strategies with the slow tests
+    pytest.param("tensor", 2, MODELS, marks=pytest.mark.slow),
+    pytest.param("partition", 3, MODELS, marks=pytest.mark.slow),
+])
+def test_several_ranks_equal_the_single_process_under_each_precision(reference, strategy, world, models):
+    runs = run_ranks_once(_rank_runs, world, strategy, models, timeout=240)
     for rank, got in enumerate(runs):
-        assert_same_run(got[model, "32"], reference[model, "32"])  # float32 stays exact
-        try:
-            assert_within(got[model, BF16], reference[model, BF16], TOLERANCE)
-        except AssertionError as err:
-            raise AssertionError(f"{strategy} x{world}, rank {rank}, {model}: {err}") from None
-        assert got[model, BF16]["losses"] != got[model, "32"]["losses"]
+        for model in models:
+            where = f"{strategy} x{world}, rank {rank}, {model}"
+            try:
+                assert_same_run(got[model, "32"], reference[model, "32"])  # float32 stays exact
+                assert_within(got[model, BF16], reference[model, BF16], TOLERANCE)
+            except AssertionError as err:
+                raise AssertionError(f"{where}: {err}") from None
+            assert got[model, BF16]["losses"] != got[model, "32"]["losses"], where
