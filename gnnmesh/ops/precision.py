@@ -30,8 +30,8 @@ def in_float32(fn):
         device = tensors[0].device.type if tensors else "cpu"
         if reduced is None and not torch.is_autocast_enabled(device):
             return fn(*args, **kwargs)
-        args = tuple(_widened(a) for a in args)
-        kwargs = {k: _widened(v) for k, v in kwargs.items()}
+        args = tuple(widened(a) for a in args)
+        kwargs = {k: widened(v) for k, v in kwargs.items()}
         with torch.autocast(device, enabled=False):
             out = fn(*args, **kwargs)
         if reduced is None:
@@ -53,5 +53,6 @@ def autocast_as(state: tuple):
     return torch.autocast(kind, dtype=dtype, enabled=enabled)
 
 
-def _widened(value):
+def widened(value):
+    """``value`` in float32 if it is a tensor of a reduced precision; anything else as it is."""
     return value.float() if torch.is_tensor(value) and value.dtype in REDUCED else value

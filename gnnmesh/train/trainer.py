@@ -32,6 +32,7 @@ from ..layout import ParallelLayout
 from ..models import user as user_models
 from ..models.row_wise import row_mixing_problem
 from ..ops import profile
+from ..ops.precision import widened
 from ..parallel import Strategy
 from ..planner.estimate import name_of
 from ..settings import BUILT_IN_OPTIONS, ModelSection
@@ -257,7 +258,7 @@ class Trainer:
             self.check_output(logits)
             # Sum over local train rows / global train count = the single-process mean loss.
             train, targets = s.train_mask[rows], self.targets[rows]
-            return self.task.loss(logits[train].float(), targets[train]) / self.loss_divisor  # an fp32 loss
+            return self.task.loss(widened(logits[train]), targets[train]) / self.loss_divisor  # a float32 loss
 
         with self.forward_precision():
             loss = self.strategy.train_loss(self.model, s.view, s.x, loss_of)
@@ -324,7 +325,7 @@ class Trainer:
         masks, ids = [s.train_mask, s.val_mask, s.test_mask], s.row_ids() if self.task.gathers else None
         with self.forward_precision():
             self.strategy.evaluate_rows(self.model, s.view, s.x, lambda logits, rows: evaluation.add(
-                logits.float(), self.targets[rows], [m[rows] for m in masks], None if ids is None else ids[rows]))
+                widened(logits), self.targets[rows], [m[rows] for m in masks], None if ids is None else ids[rows]))
         self.metrics = evaluation.result(self.strategy.all_reduce, self.split_sizes)
         return self._selected(self.metrics)
 
@@ -433,7 +434,7 @@ class Trainer:
         if original is not None:  # rows are named, and chosen, by the ids the user knows
             ids = np.asarray(original, dtype=np.int64)[ids]
         with self.forward_precision():
-            values = rank_output(self.strategy, self.model, self.rank_data, out, self.task).float()
+            values = rank_output(self.strategy, self.model, self.rank_data, out, self.task)
         keep = selected(nodes, self.rank_data, ids, listed)
         return ids[keep], values.cpu().numpy()[keep]
 

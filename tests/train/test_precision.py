@@ -86,6 +86,33 @@ def test_evaluation_and_prediction_run_in_the_trained_precision(graph, tmp_path)
     assert not (in_float32 == logits).all()
 
 
+def test_predicted_labels_stay_integers_and_probabilities_float32(graph):
+    trainer = Trainer(config(precision=BF16), graph)
+    trainer.fit()
+    _, labels = trainer.predict("labels")
+    _, probs = trainer.predict("probs")
+    assert labels.dtype.kind == "i" and probs.dtype == "float32"
+
+
+def test_minibatch_training_runs_in_the_precision_too(graph):
+    settings = dict(minibatch=True, batch_size=8, fanouts="3,3")
+    wide, narrow = train(graph, config(**settings)), train(graph, config(precision=BF16, **settings))
+    assert wide["losses"] != narrow["losses"]
+    assert wide["losses"] == pytest.approx(narrow["losses"], rel=5e-2)
+
+
+def test_a_device_without_bfloat16_is_refused_in_one_line(monkeypatch):
+    from gnnmesh.train import precision
+    precision.check_device("32", torch.device("meta"))  # float32 runs anywhere
+    with pytest.raises(ConfigError, match="'precision': bf16-mixed runs on cpu or cuda, not meta"):
+        precision.check_device(BF16, torch.device("meta"))
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "an old GPU")
+    with pytest.raises(ConfigError, match=r"^config field 'precision': bf16-mixed needs a GPU with bfloat16 "
+                                          r"support \(an old GPU has none\); use --precision 32$"):
+        precision.check_device(BF16, torch.device("cuda", 0))
+
+
 def test_a_resume_under_another_precision_is_refused_in_one_line(graph, tmp_path):
     path = str(tmp_path / "c.pt")
     Trainer(config(precision=BF16, checkpoint=path), graph).fit()
