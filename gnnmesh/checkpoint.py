@@ -1,7 +1,7 @@
 """The checkpoint format: what a training run writes (``written``, ``save``), how a file is
 checked and brought to the current layout (``load``: ``structure_problem``, ``migrated``), and
 what its readers take of it (``widths``, ``weights``, ``settings``, ``progress``, ``job``,
-``user_model_sha256``). No other module knows its keys.
+``user_model_sha256``, ``user_model_file``). No other module knows its keys.
 
 Layout (``VERSION`` 3): ``version``; ``epoch``; ``model`` and ``optimizer``, their state dicts;
 ``schedule``, the learning-rate schedule's state (``gnnmesh.train.optim.LearningRate``: its
@@ -9,9 +9,12 @@ warm-up's and its scheduler's state dicts, each None where the run has none); ``
 best-validation selection (epoch, val_acc, test_acc, its weights or None); ``history``, the
 epoch records; ``config``, the flat settings; ``widths``, the model's input width and number
 of classes; ``job``, the elastic job that wrote it (or None); ``user_model``, a user's model's
-name and file hash (or None). Version 2 had no ``schedule`` (its runs had a constant rate);
+name, its file's sha256 and its file's path relative to the checkpoint's directory
+(``user_model_record``; or None). Version 2 had no ``schedule`` (its runs had a constant rate);
 version 1, the layout before it, had no ``version`` and might lack ``widths``, ``job`` and
 ``user_model``. Both are migrated on reading (version 1's widths read from the weights' shapes).
+The file's path in ``user_model`` came later within version 3, an optional entry that older
+readers pass over: a record without it reads as recording no path.
 
 Checkpoints are written atomically (see ``gnnmesh.atomic``): a crash or a signal mid-write
 never leaves a truncated checkpoint behind, nor (after the next run) a temporary file.
@@ -149,14 +152,23 @@ def _record_problem(state) -> str:
         return "'widths' is not the model's input width and number of classes"
     if state.get("job") is not None and not isinstance(state["job"], str):
         return "'job' is not the id of the job that wrote it"
-    user_model = state.get("user_model")  # a user's model: its name and its file's hash, never its code
+    user_model = state.get("user_model")  # a user's model: its name and its file's hash and path, never its code
     if user_model is not None and not (isinstance(user_model, dict) and isinstance(user_model.get("name"), str)
-                                       and (user_model.get("sha256") is None or _sha256(user_model["sha256"]))):
-        return "'user_model' is not a model's name and sha256"
+                                       and (user_model.get("sha256") is None or _sha256(user_model["sha256"]))
+                                       and (user_model.get("file") is None or _relative(user_model["file"]))):
+        return "'user_model' is not a model's name, sha256 and file"
     return ""
 
 
-_CHECKS = (_progress_problem, _record_problem)
+def _decoder_problem(state) -> str:
+    saved = state.get("decoder")  # a link-prediction run's decoder, where it has one
+    if saved is not None and not (isinstance(saved, dict) and _tensors(saved.get("last"))
+                                  and (saved.get("best") is None or _tensors(saved["best"]))):
+        return "'decoder' is not a decoder's last and best weights"
+    return ""
+
+
+_CHECKS = (_progress_problem, _record_problem, _decoder_problem)
 
 
 def migrated(state: dict) -> dict:
@@ -217,9 +229,26 @@ def job(state: dict) -> Optional[str]:
     return state["job"]
 
 
+def decoder(state: dict) -> Optional[dict]:
+    """A link-prediction run's decoder: its ``last`` and ``best`` state dicts (None: no decoder)."""
+    return state.get("decoder")
+
+
 def user_model_sha256(state: dict) -> Optional[str]:
     """The sha256 of the file a user's model was trained from, where the checkpoint records it."""
     return (state["user_model"] or {}).get("sha256")
+
+
+def user_model_file(state: dict) -> Optional[str]:
+    """The path, relative to the checkpoint's directory, of the file a user's model was trained
+    from, where the checkpoint records it."""
+    return (state["user_model"] or {}).get("file")
+
+
+def user_model_record(name: str, sha256: Optional[str], file: Optional[str]) -> dict:
+    """What a checkpoint keeps of a user's model (its ``user_model``): its name, the sha256 of
+    its file and the file's path relative to the checkpoint's directory (None: unknown)."""
+    return {"name": name, "sha256": sha256, "file": file}
 
 
 def _show(value) -> str:
@@ -229,6 +258,11 @@ def _show(value) -> str:
 
 def _sha256(value) -> bool:
     return isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value) is not None
+
+
+def _relative(value) -> bool:
+    """A relative path, as a string: a recorded file never names an absolute place."""
+    return isinstance(value, str) and bool(value) and "\0" not in value and not Path(value).is_absolute()
 
 
 def _count(value) -> bool:

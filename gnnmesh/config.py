@@ -24,12 +24,12 @@ from pathlib import Path
 
 import torch
 
-from . import strategies
+from . import strategies, tasks
 from .errors import ConfigError
 from .layout import ParallelLayout
 from .partition.registry import spec as partitioner_spec
 from .settings import (SECTIONS, STRATEGY_SECTIONS, DataSection, Grid3DSection,
-                       HostTierSection, MiniBatchSection, ModelSection, OffloadSection, PartitionSection, PlanSection,
+                       HostTierSection, LinkSection, MiniBatchSection, ModelSection, OffloadSection, PartitionSection, PlanSection,
                        RunSection, TensorSection, TrainingSection, field_index, flag_name)
 from .structured import load_toml
 
@@ -49,6 +49,7 @@ class Config:
     data: DataSection = field(default_factory=DataSection)
     model: ModelSection = field(default_factory=ModelSection)
     training: TrainingSection = field(default_factory=TrainingSection)
+    link: LinkSection = field(default_factory=LinkSection)
     run: RunSection = field(default_factory=RunSection)
     minibatch: MiniBatchSection = field(default_factory=MiniBatchSection)
     partition: PartitionSection = field(default_factory=PartitionSection)
@@ -158,6 +159,28 @@ class Config:
             raise ConfigError("config field 'parts': --strategy auto plans from the whole dataset; parts were "
                               "written for one strategy (leave --strategy out to train with it)")
         self._refuse_inapplicable(spec)
+        self._check_link(spec)
+
+    @property
+    def learns_links(self) -> bool:
+        """Whether the run's task learns from node pairs (``--task link``)."""
+        return self.training.task is not None and tasks.spec(self.training.task).links
+
+    def _check_link(self, spec) -> None:
+        """The link settings apply to --task link alone, which runs where pairs can be scored."""
+        if not self.learns_links:
+            given = self.link.given()
+            if given:
+                raise ConfigError(f"config field '{given[0]}' applies to --task link, not "
+                                  f"{self.training.task or 'a task inferred from the labels'}")
+            return
+        if not spec.scores_pairs:
+            able = ", ".join(s.name for s in strategies.REGISTRY.values() if s.scores_pairs)
+            raise ConfigError(f"config field 'task': {self._engine_name(spec)} cannot score node pairs yet; "
+                              f"--task link runs under --strategy {able}")
+        if self.training.minibatch or self.data.parts:
+            raise ConfigError(f"config field '{'minibatch' if self.training.minibatch else 'parts'}': --task link "
+                              "trains on the whole graph, loaded from a dataset")
 
     def _check_restart_counts(self) -> None:
         """A job restarted after losing ranks goes on with as few as ``min_nproc``: refused now,

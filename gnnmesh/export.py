@@ -70,8 +70,9 @@ def export_pyg(checkpoint, out_dir, weights: str = "best", model=None) -> dict:
     """Write the model of the gnnmesh ``checkpoint`` into ``out_dir`` as ``model.json`` and
     ``weights.pt`` (``weights``: ``best``, the best-validation epoch's, or ``last``). A
     checkpoint of your own model also gets its source file and a stand-alone view
-    (``gnnmesh.export_user``): ``model`` is its ``FILE.py:CLASS`` (default: the file beside the
-    checkpoint), which must be the file it was trained from. The directory is written whole or
+    (``gnnmesh.export_user``): ``model`` is its ``FILE.py:CLASS`` (default: the file the
+    checkpoint records, found as ``gnnmesh.models.user_file.resolve`` finds it), which must be
+    the file it was trained from. The directory is written whole or
     not at all; an existing one is replaced only if it holds an earlier export and nothing else
     (or nothing). Returns the description written to ``model.json``. A damaged, foreign or
     hostile checkpoint, or a model with no PyG form, is a ConfigError."""

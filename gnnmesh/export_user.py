@@ -6,9 +6,9 @@ so that the model loads and runs where gnnmesh is not installed:
     import gnnmesh_view                      # from the export's directory
     model = gnnmesh_view.load("export/")     # model(x, edge_index, edge_weight=None)
 
-The checkpoint names the model's class and records its file's sha256, never its code: the file
-comes from ``--model FILE.py:CLASS`` or, without it, from beside the checkpoint, and must be
-the file the model was trained from.
+The checkpoint names the model's class and records its file's sha256 and path, never its code:
+the file comes from ``--model FILE.py:CLASS`` or, without it, from where the checkpoint's
+record says (``gnnmesh.models.user_file``), and must be the file the model was trained from.
 """
 
 from __future__ import annotations
@@ -19,10 +19,9 @@ from pathlib import Path
 
 import torch
 
-from . import checkpoint as checkpoints
 from . import edge_index_view
 from .errors import ConfigError
-from .models import base, row_wise, user
+from .models import base, row_wise, user, user_file
 
 VIEW_FILE = "gnnmesh_view.py"
 PIECES_DIR = "gnnmesh_models"
@@ -30,21 +29,13 @@ _PIECES = (base, row_wise)  # what a model file imports from gnnmesh.models, all
 
 
 def model_name(checkpoint, state: dict, given) -> str:
-    """The ``--model`` name of the checkpoint's own model: ``given``, or the file of its name
-    beside the checkpoint where that file has the sha256 the checkpoint records (a checkpoint
-    that records none never has a file run on its word). A given file that differs from the
-    one trained from is refused when loaded (``gnnmesh.trained.check_model``)."""
-    if given is not None:
-        return given
-    recorded = checkpoints.settings(state)["model"]
-    where = recorded.rpartition(":")[0]
-    beside = Path(checkpoint).parent / Path(where).name
-    expected = checkpoints.user_model_sha256(state)
-    if not where.endswith(".py") or expected is None or user.file_hash(beside) != expected:
-        raise ConfigError(f"{Path(checkpoint)}: it holds your own model {recorded} and the file it was trained "
-                          f"from is not beside it; a checkpoint never imports the code it names: give it with "
-                          f"--model FILE.py:CLASS")
-    return f"{beside}:{user.class_name(recorded)}"
+    """The ``--model`` name of the checkpoint's own model: ``given``, else the file it was
+    trained from, found where every reader of a checkpoint looks for it
+    (``gnnmesh.models.user_file.resolve``); a file of other content is refused before it runs."""
+    try:
+        return user_file.resolve(checkpoint, state, given)
+    except ConfigError as err:
+        raise ConfigError(f"{Path(checkpoint)}: {err}") from None
 
 
 def describe(name: str, args: str, header: dict) -> dict:

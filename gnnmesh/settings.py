@@ -26,6 +26,7 @@ from typing import Optional
 
 from .errors import ConfigError
 from .layout.grid import parse_grid
+from .link.decoders import names as decoder_names
 from .models import registry as models
 from .partition.registry import DEFAULT as DEFAULT_PARTITIONER
 from .partition.registry import names as partitioner_names
@@ -332,6 +333,60 @@ class TrainingSection(Section):
                               f"{self.epochs} epochs after the warm-up")
 
 
+def _link_split(name: str, value) -> None:
+    from .link.split import parse_fractions
+    parse_fractions(value, name)
+
+
+def _hits(name: str, value) -> None:
+    parse_hits(value, name)
+
+
+def parse_hits(text: str, name: str = "hits") -> tuple:
+    """``'10,50,100'`` -> (10, 50, 100): the K of each Hits@K; a ConfigError naming ``name`` otherwise."""
+    try:
+        ks = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        ks = ()
+    if not ks or min(ks) < 1:
+        raise ConfigError(f"config field '{name}': {text!r} is not a comma list of integers >= 1 (e.g. 10,50,100)")
+    return ks
+
+
+LINK_LOSSES = ("bce", "bpr", "margin")
+CORRUPTIONS = ("destination", "both")
+
+
+@dataclass(frozen=True)
+class LinkSection(Section):
+    """The settings of ``--task link`` (``gnnmesh.link``); given for another task, refused."""
+
+    table = "link"
+    link_split: str = setting("valid=0.05,test=0.10", help="--task link: the shares of the edges held out "
+                              "for validation and test, placed by the seed and each edge alone",
+                              check=_link_split)
+    decoder: str = setting("dot", help="--task link: a pair's score from its ends' embeddings: dot (their dot "
+                           "product), mlp (an MLP on their Hadamard product), distmult (a learned diagonal)",
+                           choices=decoder_names())
+    negatives: int = setting(1, help="--task link: negatives drawn per training positive each epoch", check=COUNT)
+    corrupt: str = setting("destination", help="--task link: a negative keeps the positive's source and draws "
+                           "its destination (destination) or draws both ends (both), uniformly over the nodes",
+                           choices=CORRUPTIONS)
+    link_loss: str = setting("bce", help="--task link: bce (binary cross-entropy over positives and negatives), "
+                             "bpr (each positive above each of its negatives) or margin (ranking, margin 1)",
+                             choices=LINK_LOSSES)
+    eval_negatives: int = setting(100, help="--task link: fixed negatives per held-out positive, drawn once from "
+                                  "the seed (MRR and Hits@K rank each positive among its own)", check=COUNT)
+    hits: str = setting("10,50,100", help="--task link: the K of each Hits@K reported", check=_hits)
+    edge_batch_size: Optional[int] = setting(help="--task link: training positives per optimizer step, each "
+                                             "step a full-graph pass (default: all of them, one step an epoch)",
+                                             check=COUNT)
+
+    def given(self) -> list:
+        """The settings that differ from their defaults (refused for another task)."""
+        return [f.name for f in fields(self) if getattr(self, f.name) != f.default]
+
+
 @dataclass(frozen=True)
 class MiniBatchSection(Section):
     table = "minibatch"
@@ -489,7 +544,8 @@ class PlanSection(Section):
 
 
 # The config's sections by name, in the order a TOML file lists them.
-SECTIONS = {cls.table: cls for cls in (DataSection, ModelSection, TrainingSection, RunSection, MiniBatchSection,
+SECTIONS = {cls.table: cls for cls in (DataSection, ModelSection, TrainingSection, LinkSection, RunSection,
+                                      MiniBatchSection,
                                       PartitionSection, TensorSection, Grid3DSection, HostTierSection,
                                       OffloadSection, PlanSection)}
 # The sections of the strategies' settings (the rest apply to every run of their kind).

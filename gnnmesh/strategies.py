@@ -72,6 +72,7 @@ class StrategySpec:
     partition_view: Optional[str] = None   # 'gnnmesh partition --strategy NAME', when not a vertex partition
     partition_view_summary: str = ""       # what that view does, for the command's help
     model_check: Optional[dict] = None     # the settings a user's model is checked for exactness under it with
+    scores_pairs: bool = False             # its ranks' output rows can be fetched by id: it runs --task link
 
     @property
     def one_process(self) -> bool:
@@ -115,21 +116,21 @@ def register(spec: StrategySpec, engine: Optional[str] = None) -> StrategySpec:
 
 
 for _spec in (
-    StrategySpec("single", (), training="both", factory="gnnmesh.parallel.factories:single",
+    StrategySpec("single", (), training="both", factory="gnnmesh.parallel.factories:single", scores_pairs=True,
                  planner="gnnmesh.planner.partition:single_candidates",
                  summary="one process, the reference every other strategy equals"),
-    StrategySpec("partition", ("rows",), ("partition",), named_by=("partitioner",),
+    StrategySpec("partition", ("rows",), ("partition",), named_by=("partitioner",), scores_pairs=True,
                  model_check={"partitioner": "rp"},   # a random cut: rows split every way
                  factory="gnnmesh.parallel.factories:partition",
                  planner="gnnmesh.planner.partition:candidates", parts="gnnmesh.parallel.partition.parts:write_partition_parts",
                  summary="1D: vertex rows split by a partitioner, halo rows exchanged (Demirci et al.)"),
-    StrategySpec("tensor", ("cols",), ("tensor",), named_by=("decoupled",), model_check={},
+    StrategySpec("tensor", ("cols",), ("tensor",), named_by=("decoupled",), model_check={}, scores_pairs=True,
                  factory="gnnmesh.parallel.factories:tensor",
                  planner="gnnmesh.planner.tensor:candidates", parts="gnnmesh.parallel.tensor.parts:write_tensor_parts",
                  partition_view="gnnmesh.commands.partition:write_tensor", partition_view_summary="with --nparts P and "
                  "--write-parts DIR, its parts (the whole topology, near-equal row blocks of the vertex data)",
                  summary="feature columns split across ranks, chunked and pipelined (NeutronTP)"),
-    StrategySpec("grid3d", ("x", "y", "z"), ("grid3d",), named_by=("grid",), from_parts=("grid",),
+    StrategySpec("grid3d", ("x", "y", "z"), ("grid3d",), named_by=("grid",), from_parts=("grid",), scores_pairs=True,
                  models=("gcn", "sage", "gin"), forms=("plain",), needs="maths",
                  factory="gnnmesh.parallel.factories:grid3d", planner="gnnmesh.planner.grid3d:candidates",
                  parts="gnnmesh.parallel.grid3d.parts:write_grid_parts",

@@ -387,6 +387,14 @@ class TaskSpec:
     flat_target: bool = False
     reads_any_labels: bool = False
     summary: str = ""
+    links: bool = False        # it learns from node pairs, not labels (``gnnmesh.link``)
+    trainer: str = "gnnmesh.train.trainer:Trainer"   # "module:attribute" of the class that trains it
+
+    def trainer_class(self):
+        """The class that trains this task (imported by name: it sits above the tasks)."""
+        from importlib import import_module
+        module, _, attribute = self.trainer.partition(":")
+        return getattr(import_module(module), attribute)
 
 
 REGISTRY: dict = {}
@@ -417,6 +425,26 @@ for _spec in (
              reads_any_labels=True, summary="numeric targets: MSE or MAE loss, R2, MAE"),
 ):
     register(_spec)
+
+
+class LinkTask(Task):
+    """The link task as the registry sees it (``--task link``): its name, its metrics and the one
+    that selects the model. Its loss and metrics are over node pairs, not a graph's labels:
+    ``gnnmesh.link.trainer.LinkTrainer`` computes them."""
+
+    name = "link"
+    metric = "mrr"
+
+    def __init__(self, hits: tuple = (10, 50, 100)):
+        self.hits = tuple(hits)
+        self.metrics = (self.metric, *(f"hits@{k}" for k in self.hits), "auc", "ap")
+
+    def check_labels(self, y, masks, where: str) -> None:
+        """Link prediction reads no labels: the edges are its supervision."""
+
+
+register(TaskSpec("link", LinkTask, links=True, trainer="gnnmesh.link.trainer:LinkTrainer",
+                  summary="which node pairs are edges: a decoder on node embeddings, MRR, Hits@K, ROC-AUC"))
 
 
 def _split_rows(masks: list, n: int) -> torch.Tensor:

@@ -20,7 +20,7 @@ import torch
 from . import checkpoint
 from .config import FIELDS, Config
 from .errors import ConfigError
-from .models import options_of, user
+from .models import options_of, user, user_file
 from .settings import ModelSection, flag_name, options_not_taken
 
 # The settings a model is built from: its own section.
@@ -50,19 +50,20 @@ def widths_of(state: dict) -> Widths:
     return Widths(*checkpoint.widths(state))
 
 
-def config_of(state: dict, model=None) -> Config:
+def config_of(state: dict, model=None, path=None) -> Config:
     """The config a checkpoint was written with (a setting it does not know keeps its default).
-    A checkpoint of a user's model only names its class, and reading it never imports what it
-    names: ``model`` (``--model``: FILE.py:CLASS or module:CLASS, or the class itself) gives
-    the class, checked against the checkpoint's record (``check_model``), and the config then
-    names ``model``. A checkpoint of a built-in model takes no ``model``."""
+    A checkpoint of a user's model records its class's name and its file's sha256 and path,
+    never its code: its model is ``model`` (``--model``: FILE.py:CLASS or module:CLASS, or the
+    class itself) checked against that record, else the file found for it from ``path``, the
+    checkpoint's own (``gnnmesh.models.user_file.resolve``), and the config then names it. A
+    checkpoint of a built-in model takes no ``model``."""
     config = _saved_config(state)
     if not config.model.user:
         if model is not None:
             raise ConfigError(f"it holds the built-in model {config.model.name}; --model is for a checkpoint of "
                               f"your own model")
         return config
-    check_model(state, config.model.name, model)
+    model = user_file.resolve(path, state, model)
     return config.updated(model=model if isinstance(model, str) else user.name_of_class(model))
 
 
@@ -82,29 +83,6 @@ def saved_settings(recorded: dict) -> dict:
     if isinstance(name, str) and isinstance(decoupled, bool):
         saved.update(dict.fromkeys((k for k in options_not_taken(name, decoupled) if k in saved), None))
     return saved
-
-
-def check_model(state: dict, recorded: str, given) -> None:
-    """ConfigError unless ``given`` is the user's model ``recorded``, the model of the checkpoint
-    ``state``: a class of the same name, defined in a file of the same content where the
-    checkpoint records its sha256 (checkpoints written before it was recorded: the name only).
-    A file or module given by name is read for the check, not run."""
-    if given is None:
-        raise ConfigError(f"it holds your own model {recorded}; a checkpoint never imports the code it names: "
-                          f"give the model with --model FILE.py:CLASS (model= in Python)")
-    if isinstance(given, str):
-        name, file = given, user.spec_file(given)
-    elif isinstance(given, type) and issubclass(given, torch.nn.Module):
-        name, file = user.name_of_class(given), user.class_file(given)
-    else:
-        raise ConfigError(f"model: FILE.py:CLASS, module:CLASS or a torch.nn.Module subclass, got {given!r}")
-    if user.class_name(name) != user.class_name(recorded):
-        raise ConfigError(f"it holds the model {recorded}, not {name}")
-    expected = checkpoint.user_model_sha256(state)
-    if expected and user.file_hash(file) != expected:
-        missing = "" if file is not None and file.is_file() else "; no such file"
-        raise ConfigError(f"--model {name}: its file {file or ''} is not the one the model was trained from "
-                          f"(sha256 {expected[:12]}... recorded{missing})")
 
 
 def model_settings(config: Config) -> dict:
@@ -145,13 +123,13 @@ def load(path, weights: str = "best", model=None) -> tuple:
     last epoch's), in eval mode on the CPU, and the resolved config it was trained with.
     Run it as ``model(gnnmesh.view.GraphView(graph.adj), x)`` on any graph of its input width.
     A damaged or foreign file is a ConfigError naming it; nothing in it is run. A checkpoint
-    of your own model needs ``model``, its class or its name as ``--model`` gives it
-    (``config_of``): a checkpoint is never a reason to import code."""
+    of your own model takes ``model``, its class or its name as ``--model`` gives it, else the
+    file it was trained from found for it (``config_of``): never a file of other content."""
     state = checkpoint.load(path)
     where = str(Path(path))
     chosen = checkpoint.weights(state, weights)[0]
     try:
-        config = config_of(state, model).updated(device="cpu").resolved()
+        config = config_of(state, model, path).updated(device="cpu").resolved()
         widths, cls = widths_of(state), (model if isinstance(model, type) else None)
         _check_shapes(lambda: build(config, widths, cls), chosen)
         built = build(config, widths, cls)

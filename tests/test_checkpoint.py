@@ -116,3 +116,27 @@ def test_the_former_reader_names_still_answer_with_a_warning():
     from gnnmesh import trained
     with pytest.warns(DeprecationWarning, match="gnnmesh.trained.weights_of is now gnnmesh.checkpoint.weights"):
         assert trained.weights_of is checkpoint.weights
+
+
+def _with_user_model(written, tmp_path, record) -> str:
+    state = torch.load(written, weights_only=True)
+    path = tmp_path / "u.pt"
+    torch.save({**state, "config": {**state["config"], "model": "net.py:Net"}, "user_model": record}, path)
+    return str(path)
+
+
+def test_a_user_models_record_without_a_path_reads_as_recording_none(written, tmp_path):
+    """Version 3 as first written: a user's model's name and sha256, no path (an optional entry)."""
+    state = checkpoint.load(_with_user_model(written, tmp_path, {"name": "net.py:Net", "sha256": "a" * 64}))
+    assert checkpoint.user_model_file(state) is None and checkpoint.user_model_sha256(state) == "a" * 64
+    recorded = checkpoint.user_model_record("net.py:Net", "a" * 64, "../models/net.py")
+    state = checkpoint.load(_with_user_model(written, tmp_path, recorded))
+    assert checkpoint.user_model_file(state) == "../models/net.py"
+
+
+@pytest.mark.parametrize("file", ["/etc/net.py", "", 3])
+def test_a_recorded_path_that_is_not_relative_is_refused(written, tmp_path, file):
+    path = _with_user_model(written, tmp_path, checkpoint.user_model_record("net.py:Net", "a" * 64, file))
+    with pytest.raises(ConfigError, match=r"not a gnnmesh checkpoint \('user_model' is not a model's name, sha256 "
+                                          r"and file\)"):
+        checkpoint.load(path)

@@ -1,6 +1,7 @@
 """``gnnmesh export --to pyg`` of your own model: its source, weights and a stand-alone view of
 the primitives on an ``edge_index`` give gnnmesh's predictions, with gnnmesh or without it; the
-model file comes from ``--model`` or from beside the checkpoint, and a changed file is one line."""
+model file comes from ``--model`` or from where the checkpoint records it, and a changed file is
+one line."""
 
 import shutil
 import subprocess
@@ -158,9 +159,23 @@ def test_a_file_beside_the_checkpoint_that_is_not_the_trained_one_is_not_used(tr
     path, name = trained["graphconv"]
     copied = tmp_path / path.name
     shutil.copyfile(path, copied)
-    (tmp_path / "graphconv_graphconv.py").write_text("raise SystemExit('ran')\n")
+    bait = tmp_path / "graphconv_graphconv.py"
+    bait.write_text("raise SystemExit('ran')\n")
     result = run_gnnmesh("export", "--checkpoint", copied, "--to", "pyg", "--out", tmp_path / "out")
-    one_error_line(result, "is not beside it", "give it with --model FILE.py:CLASS")
+    assert result.returncode == 0, result.stderr  # the trained file, at the name the checkpoint records
+    assert (tmp_path / "out" / bait.name).read_text() == open(name.rpartition(":")[0]).read()
+    bait.unlink()
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    shutil.copyfile(path, moved / path.name)
+    (moved / bait.name).write_text("raise SystemExit('ran')\n")
+    state = torch.load(moved / path.name, weights_only=True)
+    state["config"]["model"] = f"{bait.name}:GraphConv"  # a name the current directory does not hold
+    state["user_model"]["file"] = None
+    torch.save(state, moved / path.name)
+    result = run_gnnmesh("export", "--checkpoint", moved / path.name, "--to", "pyg", "--out", tmp_path / "out2")
+    one_error_line(result, f"the model file {moved / bait.name} is not the one the model was trained from: it "
+                   "changed since training", "give the file it was trained from with --model FILE.py:CLASS")
 
 
 def test_model_is_refused_for_a_built_in_models_checkpoint(graph, tmp_path):

@@ -19,8 +19,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      help="directory to write model.json and weights.pt into (created, or replaced if it "
                           "holds an earlier export)")
     cmd.add_argument("--model", metavar="FILE.py:CLASS",
-                     help="a checkpoint of your own model: the file it was trained from (default: the file of "
-                          "its name beside the checkpoint); written into the export with a stand-alone view")
+                     help="a checkpoint of your own model: the file it was trained from (default: found as "
+                          "predict finds it, where the checkpoint records it); written into the export with a "
+                          "stand-alone view")
     cmd.add_argument("--weights", choices=("best", "last"), default="best",
                      help="the best-validation epoch's weights (default; what training reports) or the last "
                           "epoch's")

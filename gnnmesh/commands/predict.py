@@ -37,7 +37,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      help="the best-validation epoch's weights (what training reports) or the last epoch's")
     cmd.add_argument("--model", dest="user_model", metavar="FILE.py:CLASS",
                      help="a checkpoint of your own model: its class (FILE.py:CLASS or package.module:CLASS), "
-                          "checked against the checkpoint's record of it; a checkpoint never imports code")
+                          "checked against the checkpoint's record of it (default: the file it was trained from, "
+                          "where the checkpoint records it, from the checkpoint's directory, the current one, or "
+                          "beside the checkpoint)")
     cmd.add_argument("--config", help="TOML file with settings (flags override it; its model settings are "
                                       "the checkpoint's)")
     cmd.add_argument("--quiet", action="store_true", help="print only the summary")

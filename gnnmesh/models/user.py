@@ -7,10 +7,10 @@ The class is imported, not unpickled: ``--model`` runs the user's code, exactly 
 imported once per process under a name of its own, so two files of the same name do not
 collide.
 
-A checkpoint of a user's model records its class's name and the sha256 of the file that
-defines it (``record``), never the code: reading a checkpoint imports nothing, and the model
-is built again only from a ``--model`` (``model=``) its reader gives, checked against that
-record first (``gnnmesh.trained``).
+A checkpoint of a user's model records its class's name and the sha256 and place of the file
+that defines it, never the code: reading a checkpoint imports nothing, and the model is built
+again from the ``--model`` (``model=``) its reader gives, or from the file it was trained
+from found again, each checked against that record first (``gnnmesh.models.user_file``).
 """
 
 from __future__ import annotations
@@ -126,12 +126,6 @@ def name_of_class(cls: type) -> str:
     if (cls.__module__ == "__main__" or cls.__module__.startswith("gnnmesh_user_model_")) and file:
         return f"{file}:{cls.__qualname__}"
     return f"{cls.__module__}:{cls.__qualname__}"
-
-
-def record(model: nn.Module, name: str) -> dict:
-    """What a checkpoint keeps of the user's ``model`` (trained as ``name``): the name, and the
-    sha256 of the file its class is defined in (None where it has none)."""
-    return {"name": name, "sha256": file_hash(class_file(type(model)))}
 
 
 def class_file(cls: type) -> Optional[Path]:

@@ -44,10 +44,11 @@ class Request:
     model: Optional[str] = None  # --model: the class of a checkpoint of the user's own model
 
     def saved_config(self, state: dict) -> Config:
-        """The config of the checkpoint ``state`` (read from ``checkpoint``), its model checked
-        against ``model`` (``gnnmesh.trained.config_of``: nothing it names is imported)."""
+        """The config of the checkpoint ``state`` (read from ``checkpoint``), its model ``model``
+        checked against its record, or the file it was trained from found for it
+        (``gnnmesh.trained.config_of``: nothing is imported here)."""
         try:
-            return trained.config_of(state, self.model)
+            return trained.config_of(state, self.model, self.checkpoint)
         except ConfigError as err:
             raise ConfigError(f"{self.checkpoint}: {err}") from None
 

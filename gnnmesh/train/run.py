@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from .. import comm, datasets, memory, strategies
+from .. import comm, datasets, memory, strategies, tasks
 from ..config import Config
 from ..errors import ConfigError, GraphError
 from ..graph import Graph
@@ -105,7 +105,8 @@ def _train(config, parts, quiet, rank, world_size, device, check_model=True) -> 
         from .minibatch import MiniBatchTrainer
         trainer = MiniBatchTrainer(config, data)
     else:
-        trainer = Trainer(config, data)
+        trainer_class = tasks.spec(config.training.task).trainer_class() if config.training.task else Trainer
+        trainer = trainer_class(config, data)
     cfg, strategy = trainer.config, trainer.strategy
     trainer.labels.update(planned)
     if device.type == "cpu":

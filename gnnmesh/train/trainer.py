@@ -30,6 +30,7 @@ from ..errors import ConfigError, TrainingDiverged
 from ..graph import Graph
 from ..layout import ParallelLayout
 from ..models import user as user_models
+from ..models import user_file
 from ..models.row_wise import row_mixing_problem
 from ..ops import profile
 from ..ops.precision import widened
@@ -153,8 +154,8 @@ class Trainer:
                    or _parameter_problem(model))
         if problem:
             raise ConfigError(f"config field 'model' ({self.config.model.name}): {problem}")
-        # what a checkpoint keeps of a user's model: its name and its file's hash, never its code
-        self.model_record = user_models.record(model, self.config.model.name) if self.config.model.user else None
+        # what a checkpoint keeps of a user's model: its name, its file's hash and path, never its code
+        self.own_model = user_file.Trained.of(model, self.config.model.name) if self.config.model.user else None
         self.model = model.to(self.device)
         self.strategy.agree_parameters(self.model)  # whatever torch seed each rank's caller set
         self.strategy.prepare(self.model)
@@ -238,7 +239,7 @@ class Trainer:
         schedule: a trainer that only predicts never pays for it (torch's optimizers import its
         compiler stack: about a second and 70 MiB)."""
         if self._optimizer is None:
-            self._optimizer = optim.optimizer(self.model.parameters(), self.config.training)
+            self._optimizer = optim.optimizer(self.trained_parameters(), self.config.training)
             self._learning_rate = optim.LearningRate(self._optimizer, self.config.training)
         return self._optimizer
 
@@ -289,14 +290,14 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if every_grad:
-            for p in self.model.parameters():
+            for p in self.trained_parameters():
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
-        self.strategy.sync_gradients(self.model)
+        self.sync_gradients()
         # Every rank sees the same summed loss and, after the sync, the same gradients, so all
         # stop alike, before the update is applied, at no extra communication.
         value = float(self.strategy.all_reduce(loss.detach().reshape(1).cpu())[0])
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        grads = [p.grad for p in self.trained_parameters() if p.grad is not None]
         bad_grads = bool(grads) and not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
         if bad_grads or not math.isfinite(value):
             what = f"loss {value}" + (", a gradient not finite" if bad_grads else "")
@@ -306,12 +307,20 @@ class Trainer:
         self.optimizer.step()
         return value
 
+    def trained_parameters(self) -> list:
+        """What the optimizer updates: the model's parameters (a task's own modules add theirs)."""
+        return list(self.model.parameters())
+
+    def sync_gradients(self) -> None:
+        """Make every rank's gradients the full graph's (``Strategy.sync_gradients``)."""
+        self.strategy.sync_gradients(self.model)
+
     def _clip(self) -> None:
         """Scale the gradients to ``--clip-grad-norm`` where their norm is larger. After the
         sync every rank holds the whole model's gradient (``Strategy.sync_gradients``), so the
         norm each computes is the single process's, with no further reduction."""
         limit = self.config.training.clip_grad_norm
-        trained = [p for p in self.model.parameters() if p.grad is not None]
+        trained = [p for p in self.trained_parameters() if p.grad is not None]
         if limit is not None and trained:
             self.grad_norm = float(torch.nn.utils.clip_grad_norm_(trained, limit))
 
@@ -384,11 +393,12 @@ class Trainer:
         from any strategy and rank count loads under any other; a model whose input width or
         number of classes is not the graph's is a ConfigError naming ``path``. The task is the
         checkpoint's (``task``: a task of the caller's, which checkpoints do not record).
-        A checkpoint of your own model needs ``model``: its class, or its name as ``--model``
-        gives it (``gnnmesh.trained.config_of``); a checkpoint never imports code."""
+        A checkpoint of your own model takes ``model``: its class, or its name as ``--model``
+        gives it; without it, the file it was trained from, found from the checkpoint's record
+        of it (``gnnmesh.trained.config_of``)."""
         state = checkpoint.load(path)
         try:
-            saved = trained.config_of(state, model)
+            saved = trained.config_of(state, model, path)
         except ConfigError as err:
             raise ConfigError(f"{path}: {err}") from None
         config = (config or Config()).updated(**trained.model_settings(saved), seed=saved.training.seed,
@@ -397,7 +407,7 @@ class Trainer:
             config = config.updated(task=saved.training.task, class_weights=None, regression_loss=None)
         widths = trained.widths_of(state)
         if isinstance(data, Graph):
-            data = _labelled(data, widths.classes, saved.training.task)
+            data = labelled(data, widths.classes, saved.training.task)
         try:
             built = None
             if isinstance(model, type):  # the caller's class itself: built, not imported again by name
@@ -439,18 +449,23 @@ class Trainer:
         return ids[keep], values.cpu().numpy()[keep]
 
     # -- checkpoints -----------------------------------------------------------------------------
-    def state(self) -> dict:
-        """This run's checkpoint (``gnnmesh.checkpoint`` holds its format)."""
+    def state(self, path=None) -> dict:
+        """This run's checkpoint (``gnnmesh.checkpoint`` holds its format), to be written at
+        ``path`` (default: ``--checkpoint``): a user's model's file is recorded relative to its
+        directory."""
+        path = path if path is not None else self.config.run.checkpoint
         return checkpoint.written(epoch=self.epoch, model=self.model.state_dict(), optimizer=self.optimizer.state_dict(),
                                   schedule=self.learning_rate.state_dict(), best=self.best,
                                   history=[asdict(r) for r in self.history], config=self.config.to_dict(), features=self.num_features, classes=self.num_classes,
                                   job=launch.job_id(),  # a restart of this job resumes from it (``_restart``)
-                                  user_model=self.model_record)
+                                  user_model=self.own_model.record(path or None) if self.own_model else None)
 
-    def restore(self, state: dict) -> None:
-        self._check_settings(trained.saved_settings(checkpoint.settings(state)))
-        if self.model_record:
-            trained.check_model(state, checkpoint.settings(state)["model"], self.model_record["name"])
+    def restore(self, state: dict, path=None) -> None:
+        """Take up the checkpoint ``state`` (read from ``path``): a ConfigError unless this run's
+        settings and model are the ones it was written with."""
+        self._check_settings(trained.saved_settings(checkpoint.settings(state)), path, state)
+        if self.own_model:  # the --model given, checked against the checkpoint's record of it
+            user_file.resolve(path, state, self.own_model.name)
         trained.widths_of(state).check(self.num_features, self.num_classes, "the checkpoint's model")
         epoch, weights, optimizer, self.best, history = checkpoint.progress(state)
         self.model.load_state_dict(weights)
@@ -459,16 +474,19 @@ class Trainer:
         self.history = [EpochResult(**r) for r in history]
         self.epoch = epoch
 
-    def _check_settings(self, recorded: dict) -> None:
+    def _check_settings(self, recorded: dict, path=None, state: Optional[dict] = None) -> None:
         """A checkpoint resumes only under the settings that change the numbers a run produces
-        (``_RESULT_FIELDS``); any other is one line naming each setting and both values."""
+        (``_RESULT_FIELDS``); any other is one line naming each setting and both values. A
+        user's model is the same by its class and file (``restore``), wherever the file is now."""
         unset = Config().to_dict()  # a field newer than the checkpoint: it was written with the default
         unset["task"] = "classification"  # the one task before there were others
         saved = {k: recorded.get(k, unset[k]) for k in _RESULT_FIELDS}
         mine = {k: self.config.to_dict()[k] for k in _RESULT_FIELDS}
-        if saved["model"] != mine["model"] and user_models.is_user_model(saved["model"]):
-            raise ConfigError(f"the checkpoint holds your own model {saved['model']}; give it with --model "
-                              f"{saved['model']}")
+        if user_models.is_user_model(saved["model"]):
+            if not self.own_model:
+                raise ConfigError(f"the checkpoint holds your own model {saved['model']}; give it with --model "
+                                  f"{_found_model(path, state, saved['model'])}")
+            saved["model"] = mine["model"]
         diff = [k for k in _RESULT_FIELDS if not _same_setting(k, saved[k], mine[k])]
         if diff:
             raise ConfigError("checkpoint was written with different settings: " + ", ".join(
@@ -483,7 +501,7 @@ class Trainer:
         any mismatch is a ConfigError naming it."""
         state = checkpoint.load(path) if state is None else state
         try:
-            self.restore(state)
+            self.restore(state, path)
         except ConfigError as err:
             raise ConfigError(f"{path}: {err}") from None
         except (RuntimeError, TypeError, ValueError, KeyError, IndexError) as err:  # another model's
@@ -613,7 +631,7 @@ def _parameter_problem(model: torch.nn.Module) -> str:
     return ""
 
 
-def _labelled(graph: Graph, classes: int, task: Optional[str] = None) -> Graph:
+def labelled(graph: Graph, classes: int, task: Optional[str] = None) -> Graph:
     """``graph``, with labels 0 of ``classes`` (or 0 targets of ``classes`` for a ``task`` other
     than classification) and an empty split where it has none: what the strategies split, for
     a model that only predicts."""
@@ -637,6 +655,17 @@ def input_features(graph: Graph) -> torch.Tensor:
     if x.layout != torch.strided:  # sparse bag-of-words features: the models take dense
         x = x.to_dense()
     return x.float()
+
+
+def _found_model(path, state: Optional[dict], recorded: str) -> str:
+    """The ``--model`` that would build the checkpoint's own model ``recorded``: where its file
+    is found now, else its recorded name."""
+    if path is None or state is None:
+        return recorded
+    try:
+        return user_file.resolve(path, state)
+    except ConfigError:  # no file of its content found: the name it was trained as
+        return recorded
 
 
 def _same_setting(name: str, saved, mine) -> bool:

@@ -158,7 +158,8 @@ def test_a_checkpoint_records_the_models_file_and_checks_the_one_given(tmp_path)
     marker = tmp_path / "ran"
     source.write_text(f"open({str(marker)!r}, 'w')\n" + source.read_text())
     with pytest.raises(ConfigError, match=r"--model \S+net.py:GraphConv: its file \S+net.py is not the one the "
-                                          r"model was trained from \(sha256 \w{12}\.\.\. recorded\)"):
+                                          r"model was trained from: it changed since training \(sha256 "
+                                          r"\w{12}\.\.\. recorded\); give the file it was trained from"):
         gnnmesh.load(path, model=f"{source}:GraphConv")
     assert not marker.exists()  # checked before it is imported
 

@@ -49,7 +49,7 @@ HOST_SIDE = {
     # metrics, counts and setup: reduced on the host, once per epoch or run
     ("train/trainer.py", "Trainer.__init__"): "split sizes, summed over ranks on the host",
     ("train/trainer.py", "Trainer._setup_task"): "the loss divisor, summed over ranks",
-    ("train/trainer.py", "_labelled"): "labels and masks of a graph that has none, before the graph is split",
+    ("train/trainer.py", "labelled"): "labels and masks of a graph that has none, before the graph is split",
     ("tasks.py", "Task.sums"): "metric sums, kept on the host",
     ("tasks.py", "Classification.setup"): "class weights (the loss moves them to the logits' device)",
     ("tasks.py", "Classification.sums"): "metric sums, kept on the host",

@@ -227,16 +227,18 @@ def test_widths_that_disagree_with_the_weights_allocate_nothing(graph, tmp_path,
 
 
 # -- a checkpoint that names code ------------------------------------------------------------------
-# A checkpoint of a user's model names its class; reading it must never import what it names.
+# A checkpoint of a user's model names its class; reading it must never import what it names
+# unchecked: only a file of the sha256 it records, and a checkpoint that records none runs none.
 
 PAYLOAD = ("from pathlib import Path\nPath({marker!r}).write_text('ran')\n"
            "import torch\n\nclass Net(torch.nn.Module):\n    pass\n")
 
 
 def _naming_checkpoint(graph, tmp_path, monkeypatch, form):
-    """A good checkpoint whose config names a file or a module that, imported, creates ``ran``."""
+    """A good checkpoint whose config names a file or a module that, imported, creates ``ran``
+    (``recorded``: a file of its name, at its recorded place, but of another recorded sha256)."""
     marker = tmp_path / "ran"
-    if form == "file":
+    if form in ("file", "recorded"):
         payload = tmp_path / "payload.py"
         name = f"{payload}:Net"
     else:  # an importable module, as 'this:X' names the standard library's
@@ -247,11 +249,13 @@ def _naming_checkpoint(graph, tmp_path, monkeypatch, form):
     path, state = _good_checkpoint(graph, tmp_path)
     from gnnmesh.settings import BUILT_IN_OPTIONS, ModelSection
     state["config"].update({option: getattr(ModelSection(), option) for option in BUILT_IN_OPTIONS}, model=name)
+    if form == "recorded":
+        state["user_model"] = {"name": name, "sha256": "0" * 64, "file": payload.name}
     torch.save(state, path)
     return path, marker
 
 
-@pytest.mark.parametrize("form", ["file", "module"])
+@pytest.mark.parametrize("form", ["file", "module", "recorded"])
 def test_a_checkpoint_naming_code_imports_nothing_and_asks_for_model(graph, tmp_path, monkeypatch, form):
     import gnnmesh
     from tests.helpers import gnnmesh_in_process
@@ -262,11 +266,16 @@ def test_a_checkpoint_naming_code_imports_nothing_and_asks_for_model(graph, tmp_
     for command, args in commands.items():
         result = gnnmesh_in_process(*args)
         one_error_line(result, str(path))
-        asked = "give it with --model" if command == "resume" else "give the model with --model"
-        assert (asked if command != "export" else "give it with --model") in result.stderr, \
-            result.stderr
+        if command == "resume":  # a run given no --model trains no model of the user's
+            asked = "give it with --model"
+        elif form == "recorded":
+            asked = "changed since training (sha256 000000000000... recorded); give the file it was trained from"
+        else:
+            asked = "give the model with --model"
+        assert asked in result.stderr, result.stderr
         assert not marker.exists(), command
+    refusal = "changed since training" if form == "recorded" else "never imports the code it names unchecked"
     for load in (lambda: gnnmesh.load(path), lambda: Trainer.from_checkpoint(path, graph)):
-        with pytest.raises(ConfigError, match="never imports the code it names: give the model with --model"):
+        with pytest.raises(ConfigError, match=refusal):
             load()
         assert not marker.exists()

@@ -1,0 +1,68 @@
+"""How well held-out pairs are scored: each positive against its negatives.
+
+- ``mrr``: the mean reciprocal rank of each positive among itself and its K negatives;
+- ``hits@K``: the share of positives ranked K-th or better;
+- ``auc``: ROC-AUC of every positive's score against every negative's;
+- ``ap``: average precision over the same scores.
+
+A positive tied with some negatives takes the mean of its best and worst rank among them, as
+OGB's evaluator does, and tied scores share their mean rank in the AUC, so no metric depends
+on the order pairs are listed in. Every rank computes the metrics from the same gathered
+scores, so every rank holds the same numbers.
+
+Another strategy or rank count computes every score to float32's rounding of the single
+process's (its sums are taken in another order), so a metric is the single process's unless
+two scores closer than that rounding are ordered the other way: the metric then moves by
+that one comparison's weight (1 / (positives x negatives) for the AUC).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.stats import rankdata
+
+from ..tasks import LinkTask
+
+SELECTION = LinkTask.metric
+
+
+def ranks(positive: np.ndarray, negatives: np.ndarray) -> np.ndarray:
+    """Each positive's rank (1-based) among itself and its row of ``negatives`` ([E, K])."""
+    above = (negatives > positive[:, None]).sum(1)
+    level = (negatives == positive[:, None]).sum(1)
+    return 1.0 + above + level / 2.0
+
+
+def auc(positive: np.ndarray, negative: np.ndarray) -> float:
+    if not len(positive) or not len(negative):
+        return float("nan")
+    r = rankdata(np.concatenate([positive, negative]))[:len(positive)]
+    return float((r.sum() - len(positive) * (len(positive) + 1) / 2) / (len(positive) * len(negative)))
+
+
+def average_precision(positive: np.ndarray, negative: np.ndarray) -> float:
+    """Sum over score thresholds (tied scores one threshold) of recall gained times precision."""
+    if not len(positive):
+        return float("nan")
+    scores = np.concatenate([positive, negative])
+    truth = np.concatenate([np.ones(len(positive)), np.zeros(len(negative))])
+    order = np.argsort(-scores, kind="stable")
+    scores, truth = scores[order], truth[order]
+    last = np.r_[np.flatnonzero(np.diff(scores)), len(scores) - 1]  # each threshold's last pair
+    hits = np.cumsum(truth)[last]
+    precision = hits / (last + 1)
+    gained = np.diff(np.r_[0.0, hits]) / len(positive)
+    return float((gained * precision).sum())
+
+
+def link_metrics(positive: np.ndarray, negatives: np.ndarray, hits: tuple) -> dict:
+    """The metrics of one split from its positives' scores [E] and their negatives' [E, K]."""
+    if not len(positive):
+        return {SELECTION: float("nan"), **{f"hits@{k}": float("nan") for k in hits},
+                "auc": float("nan"), "ap": float("nan")}
+    r = ranks(positive, negatives)
+    out = {SELECTION: float((1.0 / r).mean())}
+    out.update({f"hits@{k}": float((r <= k).mean()) for k in hits})
+    flat = negatives.reshape(-1)
+    out.update(auc=auc(positive, flat), ap=average_precision(positive, flat))
+    return out
