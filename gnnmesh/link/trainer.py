@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from .. import checkpoint
 from ..errors import ConfigError
 from ..graph import Graph
+from ..ops.precision import widened
 from ..settings import parse_hits
 from ..tasks import LinkTask
 from ..train.trainer import Trainer, labelled
@@ -107,7 +108,8 @@ class LinkTrainer(Trainer):
         s.view.set_epoch(self.epoch)
         losses = []
         for batch in self._batches():
-            z = self.strategy.forward(self.model, s.view, s.x)
+            with self.forward_precision():  # the encoder under --precision; its rows, the decoder and the loss float32
+                z = widened(self.strategy.forward(self.model, s.view, s.x))
             self.check_output(z)
             losses.append(self.update(self._loss(z, batch), f"epoch {self.epoch}", every_grad=True))
         return float(np.mean(losses))
@@ -153,7 +155,8 @@ class LinkTrainer(Trainer):
         s = self.rank_data
         self.model.eval()
         self.decoder.eval()
-        z = self.strategy.forward(self.model, s.view, s.x)
+        with self.forward_precision():
+            z = widened(self.strategy.forward(self.model, s.view, s.x))
         self.metrics = [self._split_metrics(z, k) for k in SPLIT_NAMES]
         return self._selected(self.metrics)
 

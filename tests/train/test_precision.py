@@ -174,3 +174,15 @@ def test_several_ranks_equal_the_single_process_under_each_precision(reference, 
             except AssertionError as err:
                 raise AssertionError(f"{where}: {err}") from None
             assert got[model, BF16]["losses"] != got[model, "32"]["losses"], where
+
+
+def test_link_prediction_encodes_in_the_precision_too():
+    from gnnmesh.link.trainer import LinkTrainer
+    graph = random_graph(n=60, e=240, features=6, classes=3, isolated=3)
+
+    def losses(precision):
+        link = Config.of(task="link", epochs=3, seed=3, hidden=8, eval_negatives=7, precision=precision)
+        return [r.loss for r in LinkTrainer(link, graph).fit().history]
+
+    wide, narrow = losses("32"), losses(BF16)
+    assert wide != narrow and wide == pytest.approx(narrow, rel=5e-2)
