@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from .. import checkpoint
 from ..errors import ConfigError
 from ..graph import Graph
+from ..ops.precision import widened
 from ..settings import parse_hits
 from ..tasks import LinkTask
 from ..train.trainer import Trainer, labelled
@@ -111,7 +112,8 @@ class LinkTrainer(Trainer):
             # afresh at its start: a strategy that passes twice draws the same masks both times
             s.view.set_epoch((self.epoch - 1) * len(batches) + b + 1)
             if self.strategy.outputs_at_once:
-                z = self.strategy.forward(self.model, s.view, s.x)
+                with self.forward_precision():  # the encoder under --precision; its rows, the decoder and the loss float32
+                    z = widened(self.strategy.forward(self.model, s.view, s.x))
                 self.check_output(z)
                 loss = self._loss(z, batch)
             else:
@@ -133,7 +135,9 @@ class LinkTrainer(Trainer):
         params = [p for p in self.decoder.parameters() if p.requires_grad]
         grads = torch.autograd.grad(loss, [z] + params, allow_unused=True)
         g = grads[0]
-        surrogate = self.strategy.train_loss(self.model, s.view, s.x, lambda logits, rows: (logits * g[rows]).sum())
+        with self.forward_precision():
+            surrogate = self.strategy.train_loss(self.model, s.view, s.x,
+                                                 lambda logits, rows: (widened(logits) * g[rows]).sum())
         injected = sum(((p * d).sum() for p, d in zip(params, grads[1:]) if d is not None), torch.zeros(()))
         return loss.detach() + (surrogate - surrogate.detach()) + (injected - injected.detach())
 
@@ -150,9 +154,9 @@ class LinkTrainer(Trainer):
                 out = logits.new_empty((len(s.row_ids()), logits.shape[1]))
             out[rows] = logits
 
-        with torch.no_grad():
+        with torch.no_grad(), self.forward_precision():
             self.strategy.evaluate_rows(self.model, s.view, s.x, add)
-        return out
+        return widened(out) if out is not None else torch.zeros(0, self.num_classes, device=self.device)
 
     def _batches(self) -> list:
         """Each optimizer step's training positives (global positions): all of them, or
