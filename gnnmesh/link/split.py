@@ -15,6 +15,7 @@ once per split from the seed, as OGB's citation2 gives them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 import torch
@@ -33,7 +34,10 @@ class LinkSplit:
     """The edges of a link-prediction run. ``graph``: what the encoder runs on (the training
     edges, both ways where undirected, with the original vertex data); ``train``: the pairs
     the loss scores as positives; ``valid``/``test``: held-out positives, each with its row of
-    ``valid_negatives``/``test_negatives`` (destination ids)."""
+    ``valid_negatives``/``test_negatives`` (destination ids). A split whose negatives are
+    shared by all its positives (OGB's collab and ddi, PyG's RandomLinkSplit) holds them as
+    pairs in ``valid_negative_pairs``/``test_negative_pairs`` ([2, E']), its rows of
+    ``*_negatives`` then empty ([E, 0]): each positive is ranked against every one of them."""
 
     graph: Graph
     train: torch.Tensor
@@ -41,6 +45,17 @@ class LinkSplit:
     test: torch.Tensor
     valid_negatives: torch.Tensor
     test_negatives: torch.Tensor
+    valid_negative_pairs: Optional[torch.Tensor] = None
+    test_negative_pairs: Optional[torch.Tensor] = None
+
+    @classmethod
+    def from_pyg(cls, data, graph: Optional[Graph] = None) -> "LinkSplit":
+        """The split of PyG's ``RandomLinkSplit``: ``data`` is its (train_data, val_data,
+        test_data); ``graph`` gives the vertex data (default: train_data's). See
+        ``sources.from_pyg``."""
+        from .sources import from_pyg
+        train_data, val_data, test_data = data
+        return from_pyg(train_data, val_data, test_data, graph)
 
     def pairs(self, split: str) -> torch.Tensor:
         return getattr(self, split)
@@ -48,9 +63,17 @@ class LinkSplit:
     def negatives(self, split: str) -> torch.Tensor:
         return getattr(self, f"{split}_negatives")
 
+    def negative_pairs(self, split: str) -> Optional[torch.Tensor]:
+        """The negatives every positive of ``split`` is ranked against, as pairs, or None
+        where each positive has its own (``negatives``)."""
+        return getattr(self, f"{split}_negative_pairs", None)
+
     def describe(self) -> str:
+        shared = self.valid_negative_pairs
+        each = (f"{self.valid_negatives.shape[1]} negatives each held out" if shared is None else
+                f"{shared.shape[1]:,} validation negatives shared")
         return (f"{self.train.shape[1]:,} training, {self.valid.shape[1]:,} validation and "
-                f"{self.test.shape[1]:,} test edges ({self.valid_negatives.shape[1]} negatives each held out)")
+                f"{self.test.shape[1]:,} test edges ({each})")
 
 
 def parse_fractions(text: str, name: str = "link_split") -> dict:

@@ -28,9 +28,10 @@ from ..settings import parse_hits
 from ..tasks import LinkTask
 from ..train.trainer import Trainer, labelled
 from . import counter, decoders
-from .metrics import link_metrics
+from .metrics import link_metrics, shared_link_metrics
 from .rows import RowDirectory, fetch_rows
-from .split import BATCH_KEY, TRAIN_NEGATIVES_KEY, TRAIN_SAMPLE_KEY, LinkSplit, parse_fractions, split_edges
+from .sources import load_split
+from .split import BATCH_KEY, TRAIN_NEGATIVES_KEY, TRAIN_SAMPLE_KEY, LinkSplit
 
 MARGIN = 1.0
 SPLIT_NAMES = ("train", "valid", "test")
@@ -40,14 +41,15 @@ class LinkTrainer(Trainer):
     def __init__(self, config, data, strategy=None, widths=None, model=None, task=None,
                  split: Optional[LinkSplit] = None):
         """As ``Trainer``, for ``--task link`` on ``data``, a Graph: its edges are split by
-        ``--link-split`` (``split``: a split of the caller's instead) and the encoder runs on
-        the training edges alone."""
+        ``--link-split`` (fractions or a directory of split files, ``sources``; ``split``: a
+        split of the caller's instead, e.g. ``LinkSplit.from_pyg``) and the encoder runs on the
+        training edges alone, less the ``--disjoint-train`` share."""
         if not isinstance(data, Graph):
             raise ConfigError("config field 'parts': --task link trains on the whole graph, loaded from a dataset")
         cfg = config.resolved()
         if split is None:
-            split = split_edges(data, parse_fractions(cfg.link.link_split), cfg.training.seed,
-                                cfg.link.eval_negatives)
+            split = load_split(data, cfg.link.link_split, cfg.training.seed, cfg.link.eval_negatives,
+                               cfg.link.disjoint_train)
         self.split = split
         width = widths.classes if widths is not None else embedding_width(cfg)
         super().__init__(config, labelled(split.graph, width), strategy, widths=widths, model=model,
@@ -175,7 +177,20 @@ class LinkTrainer(Trainer):
         table[at, 0] = pos.double().cpu()
         table[at, 1:] = negs.double().cpu()
         table = self.strategy.all_reduce(table)
+        shared = self.split.negative_pairs(split) if split != "train" else None
+        if shared is not None:
+            return shared_link_metrics(table[:, 0].numpy(), self._shared_scores(z, shared), self.task.hits)
         return link_metrics(table[:, 0].numpy(), table[:, 1:].numpy(), self.task.hits)
+
+    def _shared_scores(self, z: torch.Tensor, pairs: torch.Tensor) -> np.ndarray:
+        """The scores of negative ``pairs`` [2, E'] shared by a split's positives, each scored on
+        the rank owning its source and summed over ranks into one table."""
+        mine = torch.nonzero(self.directory.mine[pairs[0]]).flatten()
+        m = len(mine)
+        rows = fetch_rows(z, self.directory.plan(torch.cat([pairs[0, mine], pairs[1, mine]])))
+        table = torch.zeros(pairs.shape[1], dtype=torch.float64)
+        table[mine] = self.decoder(rows[:m], rows[m:]).double().cpu()
+        return self.strategy.all_reduce(table).numpy()
 
     def _evaluated(self, split: str) -> tuple:
         """(positives, their fixed negatives) of ``split``; the training positives are ranked
