@@ -9,7 +9,7 @@
   ``edge_neg`` [E', 2] (negatives shared by every positive), or ``source_node``/``target_node``
   [E] with ``target_node_neg`` [E, K] (each positive's own);
 
-and ``from_pyg`` reads PyG's ``RandomLinkSplit`` outputs. The graph messages pass over is the
+and ``LinkSplit.from_pyg`` (``split``) reads PyG's ``RandomLinkSplit`` outputs. The graph messages pass over is the
 dataset's nodes with the training edges alone (both ways where undirected). Held-out positives
 given without negatives get K drawn from the seed (``--eval-negatives``), as fractions do.
 Everything here is read from files or drawn by the counter, so every rank and strategy builds
@@ -25,12 +25,9 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..datasets._build import adjacency_from_edges
-from ..datasets._io import read_bytes
-from ..datasets._text import parse_table
-from ..datasets.files import check_ids
+from ..datasets.files import read_id_table
 from ..errors import ConfigError, GraphError
-from ..graph import Graph
+from ..graph import Adjacency, Graph
 from . import counter
 from .split import HELD_OUT, LinkSplit, fixed_negatives, parse_fractions, split_edges, without_pairs
 
@@ -87,8 +84,9 @@ def load_split(graph: Graph, link: str, seed: int, eval_negatives: int, disjoint
 def training_graph(graph: Graph, train: torch.Tensor) -> Graph:
     """``graph``'s nodes and vertex data with the edges ``train`` [2, E] alone (both ways where
     the graph is undirected)."""
-    src, dst = train.numpy()
-    return graph.replace(adj=adjacency_from_edges(src, dst, graph.num_nodes, symmetrize=not graph.directed))
+    n = graph.num_nodes
+    adj = Adjacency.from_coo(train[1], train[0], (n, n))
+    return graph.replace(adj=adj if graph.directed else adj.symmetrized())
 
 
 def assemble(graph: Graph, train: torch.Tensor, held: dict, negatives: dict, seed: int, eval_negatives: int,
@@ -133,10 +131,8 @@ def read_pair_files(graph: Graph, folder: Path, seed: int, eval_negatives: int) 
 
 
 def _pairs_file(path: Path, n: int) -> torch.Tensor:
-    table = parse_table(read_bytes(path), path, columns=(2,), int_columns=2,
-                        names=("source id", "destination id"), allow_header=True)
-    check_ids(table, table.ints, n, 0, ("source id", "destination id"))
-    return torch.from_numpy(np.ascontiguousarray(table.ints.T))
+    ids = read_id_table(path, n, ("source id", "destination id"))
+    return torch.from_numpy(np.ascontiguousarray(ids.T))
 
 
 def _negatives_file(path: Path, n: int, positives: int) -> Optional[torch.Tensor]:
@@ -144,23 +140,10 @@ def _negatives_file(path: Path, n: int, positives: int) -> Optional[torch.Tensor
     pairs file; None when there is no such file."""
     if not path.is_file():
         return None
-    data = read_bytes(path)
-    width = _first_row_width(data)
-    table = parse_table(data, path, columns=(max(width, 1),), int_columns=max(width, 1),
-                        names=("negative destination id",) * max(width, 1), allow_header=True)
-    check_ids(table, table.ints, n, 0, ("negative destination id",) * table.ints.shape[1])
-    if len(table) != positives:
-        raise GraphError(f"{path}: {len(table)} rows of negatives for {positives} positives (one row each)")
-    return torch.from_numpy(np.ascontiguousarray(table.ints))
-
-
-def _first_row_width(data: bytes) -> int:
-    """The column count of the first line holding numbers (a header or comments skipped)."""
-    for line in data.splitlines():
-        tokens = line.replace(b",", b" ").split()
-        if tokens and tokens[0][:1] not in (b"#", b"%") and tokens[0].lstrip(b"+-")[:1].isdigit():
-            return len(tokens)
-    return 0
+    ids = read_id_table(path, n, ("negative destination id",), width=0)
+    if len(ids) != positives:
+        raise GraphError(f"{path}: {len(ids)} rows of negatives for {positives} positives (one row each)")
+    return torch.from_numpy(np.ascontiguousarray(ids))
 
 
 # -- OGB link-prediction directories ---------------------------------------------------------------
@@ -233,46 +216,3 @@ def _tensor(d: dict, key: str, path: Path, n: int, shape: tuple) -> torch.Tensor
         raise GraphError(f"{path}: '{key}' entry {at} is node {int(value.reshape(-1)[at])}, out of range for "
                          f"{n} nodes (ids 0..{n - 1})")
     return value
-
-
-# -- PyG -------------------------------------------------------------------------------------------
-def from_pyg(train_data, val_data, test_data, graph: Optional[Graph] = None) -> LinkSplit:
-    """The split of PyG's ``RandomLinkSplit`` outputs: the graph messages pass over is
-    ``train_data.edge_index`` (its vertex data ``graph``'s, else ``train_data``'s); positives
-    are each split's ``edge_label_index`` columns whose ``edge_label`` is not 0 (or its
-    ``pos_edge_label_index`` under ``split_labels=True``), and the rest, its negatives, are
-    shared by the split's every positive. PyG scores validation and test over growing graphs
-    (train_data.edge_index plus the validation edges for test); here all three use the training
-    graph, as every other source does."""
-    base = graph if graph is not None else Graph.from_pyg(train_data, name="pyg")
-    train_graph = Graph.from_edge_index(train_data.edge_index, base.num_nodes, directed=True, source="train_data")
-    split = {}
-    for name, data in (("train", train_data), ("valid", val_data), ("test", test_data)):
-        split[name] = _pyg_labels(data, name, base.num_nodes)
-    held = {k: split[k][0] for k in HELD_OUT}
-    shared = {k: split[k][1] for k in HELD_OUT}
-    negatives = {k: torch.zeros(held[k].shape[1], 0, dtype=torch.int64) for k in HELD_OUT}
-    graph_out = base.replace(adj=train_graph.adj)
-    return LinkSplit(graph_out, split["train"][0], held["valid"], held["test"], negatives["valid"],
-                     negatives["test"], shared["valid"], shared["test"])
-
-
-def _pyg_labels(data, name: str, n: int) -> tuple:
-    """(positive pairs [2, E], negative pairs [2, E']) of one RandomLinkSplit output."""
-    where = f"{name} data"
-    if getattr(data, "pos_edge_label_index", None) is not None:
-        pos = data.pos_edge_label_index
-        neg = getattr(data, "neg_edge_label_index", None)
-        neg = torch.zeros(2, 0, dtype=torch.int64) if neg is None else neg
-    elif getattr(data, "edge_label_index", None) is not None:
-        index = data.edge_label_index
-        label = getattr(data, "edge_label", None)
-        positive = torch.ones(index.shape[1], dtype=torch.bool) if label is None else label.reshape(-1) != 0
-        pos, neg = index[:, positive], index[:, ~positive]
-    else:
-        raise ConfigError(f"{where}: no edge_label_index (nor pos_edge_label_index): not an output of "
-                          f"RandomLinkSplit")
-    for what, pairs in (("positive", pos), ("negative", neg)):
-        if pairs.dim() != 2 or pairs.shape[0] != 2 or (pairs.numel() and (pairs.min() < 0 or pairs.max() >= n)):
-            raise ConfigError(f"{where}: its {what} pairs are not a [2, E] tensor of node ids below {n}")
-    return pos.to(torch.int64).contiguous(), neg.to(torch.int64).contiguous()

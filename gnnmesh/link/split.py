@@ -52,8 +52,7 @@ class LinkSplit:
     def from_pyg(cls, data, graph: Optional[Graph] = None) -> "LinkSplit":
         """The split of PyG's ``RandomLinkSplit``: ``data`` is its (train_data, val_data,
         test_data); ``graph`` gives the vertex data (default: train_data's). See
-        ``sources.from_pyg``."""
-        from .sources import from_pyg
+        ``from_pyg``."""
         train_data, val_data, test_data = data
         return from_pyg(train_data, val_data, test_data, graph)
 
@@ -148,3 +147,46 @@ def without_pairs(graph: Graph, held_at: np.ndarray, src: np.ndarray, dst: np.nd
     indptr = torch.zeros(n + 1, dtype=torch.int64)
     indptr[1:] = torch.cumsum(torch.bincount(adj.row()[kept], minlength=n), 0)
     return graph.replace(adj=Adjacency(indptr, adj.indices[kept], values, adj.shape))
+
+
+# -- PyG -------------------------------------------------------------------------------------------
+def from_pyg(train_data, val_data, test_data, graph: Optional[Graph] = None) -> LinkSplit:
+    """The split of PyG's ``RandomLinkSplit`` outputs: the graph messages pass over is
+    ``train_data.edge_index`` (its vertex data ``graph``'s, else ``train_data``'s); positives
+    are each split's ``edge_label_index`` columns whose ``edge_label`` is not 0 (or its
+    ``pos_edge_label_index`` under ``split_labels=True``), and the rest, its negatives, are
+    shared by the split's every positive. PyG scores validation and test over growing graphs
+    (train_data.edge_index plus the validation edges for test); here all three use the training
+    graph, as every other source does."""
+    base = graph if graph is not None else Graph.from_pyg(train_data, name="pyg")
+    train_graph = Graph.from_edge_index(train_data.edge_index, base.num_nodes, directed=True, source="train_data")
+    split = {}
+    for name, data in (("train", train_data), ("valid", val_data), ("test", test_data)):
+        split[name] = _pyg_labels(data, name, base.num_nodes)
+    held = {k: split[k][0] for k in HELD_OUT}
+    shared = {k: split[k][1] for k in HELD_OUT}
+    negatives = {k: torch.zeros(held[k].shape[1], 0, dtype=torch.int64) for k in HELD_OUT}
+    graph_out = base.replace(adj=train_graph.adj)
+    return LinkSplit(graph_out, split["train"][0], held["valid"], held["test"], negatives["valid"],
+                     negatives["test"], shared["valid"], shared["test"])
+
+
+def _pyg_labels(data, name: str, n: int) -> tuple:
+    """(positive pairs [2, E], negative pairs [2, E']) of one RandomLinkSplit output."""
+    where = f"{name} data"
+    if getattr(data, "pos_edge_label_index", None) is not None:
+        pos = data.pos_edge_label_index
+        neg = getattr(data, "neg_edge_label_index", None)
+        neg = torch.zeros(2, 0, dtype=torch.int64) if neg is None else neg
+    elif getattr(data, "edge_label_index", None) is not None:
+        index = data.edge_label_index
+        label = getattr(data, "edge_label", None)
+        positive = torch.ones(index.shape[1], dtype=torch.bool) if label is None else label.reshape(-1) != 0
+        pos, neg = index[:, positive], index[:, ~positive]
+    else:
+        raise ConfigError(f"{where}: no edge_label_index (nor pos_edge_label_index): not an output of "
+                          f"RandomLinkSplit")
+    for what, pairs in (("positive", pos), ("negative", neg)):
+        if pairs.dim() != 2 or pairs.shape[0] != 2 or (pairs.numel() and (pairs.min() < 0 or pairs.max() >= n)):
+            raise ConfigError(f"{where}: its {what} pairs are not a [2, E] tensor of node ids below {n}")
+    return pos.to(torch.int64).contiguous(), neg.to(torch.int64).contiguous()
