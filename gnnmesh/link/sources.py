@@ -19,6 +19,7 @@ message passing (``--disjoint-train``), as PyG's ``disjoint_train_ratio``.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -166,7 +167,9 @@ def load_pt(path: Path) -> dict:
     """A split file's dict of tensors, read without running any code it holds (weights_only);
     a file that is not one is one GraphError naming it."""
     try:
-        value = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # e.g. torch's note on a pickle protocol: the error below says it all
+            warnings.simplefilter("ignore")
+            value = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # a hostile pickle, a truncated file, another format: all one line
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise GraphError(f"{path}: not a split file of tensors torch.load(weights_only=True) reads "
