@@ -12,7 +12,11 @@ from gnnmesh.errors import ConfigError, GraphError
 from gnnmesh.link.sources import check_link_split, load_split, with_disjoint_train
 from gnnmesh.link.split import LinkSplit, edge_pairs
 
+from tests.dist import run_ranks
 from tests.helpers import gnnmesh_in_process, one_error_line, random_graph
+from tests.link.test_trainer import link_graph
+from tests.link.test_trainer import train as train_link
+from tests.parity import assert_same_run
 
 N = 40
 
@@ -188,3 +192,33 @@ def test_disjoint_train_is_a_link_setting():
         Config.of(disjoint_train=0.2)
     with pytest.raises(ConfigError, match="disjoint_train"):
         Config.of(task="link", disjoint_train=1.0)
+
+
+# -- the same split and training on every rank -----------------------------------------------------
+def _sources(tmp_path) -> dict:
+    """The settings of a run from pair files (with --disjoint-train) and from an OGB link
+    directory (its validation negatives shared), for the trainer tests' graph."""
+    g = link_graph()
+    write_pairs(tmp_path / "pairs", g, negatives=(np.arange(40).reshape(10, 4) * 7) % g.num_nodes)
+    write_ogb(tmp_path / "ogb", g)
+    return {"pairs": {"link_split": str(tmp_path / "pairs"), "disjoint_train": 0.3},
+            "ogb": {"link_split": str(tmp_path / "ogb")}}
+
+
+def _rank_runs(rank, world, sources):
+    return {name: train_link(**fields, epochs=3, strategy="partition", partitioner="rp", nproc=world)
+            for name, fields in sources.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_training_from_split_files_under_partition_on_two_ranks_equals_the_single_process(tmp_path):
+    sources = _sources(tmp_path)
+    want = {name: train_link(**fields, epochs=3) for name, fields in sources.items()}
+    for rank, runs in enumerate(run_ranks(_rank_runs, 2, sources, timeout=90)):
+        for name, got in runs.items():
+            try:
+                assert_same_run(got, want[name])
+                assert np.allclose(got["metrics"], want[name]["metrics"], rtol=0, atol=1e-5, equal_nan=True)
+            except AssertionError as err:
+                raise AssertionError(f"{name}, rank {rank}: {err}") from None
