@@ -69,6 +69,16 @@ def kind_of(path: Path, name: str = "link_split") -> tuple:
                       f"link split (split/<name>/{{{','.join(OGB_FILES)}}})")
 
 
+def source_of(graph: Graph, link: str, given: bool) -> str:
+    """What ``--link-split`` reads for ``graph``: ``link`` as given, else the split folder of
+    the OGB link-prediction directory ``graph`` was loaded from (``--dataset DIR``), else the
+    default fractions."""
+    where = (graph.meta or {}).get("split") or {}
+    if not given and where.get("kind") == "ogb-link":
+        return where["dir"]
+    return link
+
+
 def load_split(graph: Graph, link: str, seed: int, eval_negatives: int, disjoint_train: float = 0.0) -> LinkSplit:
     """The split ``--link-split`` names for ``graph`` (its fractions or its directory), with
     ``disjoint_train`` of the training edges kept out of message passing."""

@@ -30,7 +30,7 @@ from ..train.trainer import Trainer, labelled
 from . import counter, decoders
 from .metrics import link_metrics, shared_link_metrics
 from .rows import RowDirectory, fetch_rows
-from .sources import load_split
+from .sources import load_split, source_of
 from .split import BATCH_KEY, TRAIN_NEGATIVES_KEY, TRAIN_SAMPLE_KEY, LinkSplit
 
 MARGIN = 1.0
@@ -41,15 +41,16 @@ class LinkTrainer(Trainer):
     def __init__(self, config, data, strategy=None, widths=None, model=None, task=None,
                  split: Optional[LinkSplit] = None):
         """As ``Trainer``, for ``--task link`` on ``data``, a Graph: its edges are split by
-        ``--link-split`` (fractions or a directory of split files, ``sources``; ``split``: a
+        ``--link-split`` (fractions or a directory of split files, ``sources``; by default the
+        split of an OGB link-prediction directory loaded as the dataset; ``split``: a
         split of the caller's instead, e.g. ``LinkSplit.from_pyg``) and the encoder runs on the
         training edges alone, less the ``--disjoint-train`` share."""
         if not isinstance(data, Graph):
             raise ConfigError("config field 'parts': --task link trains on the whole graph, loaded from a dataset")
         cfg = config.resolved()
         if split is None:
-            split = load_split(data, cfg.link.link_split, cfg.training.seed, cfg.link.eval_negatives,
-                               cfg.link.disjoint_train)
+            source = source_of(data, cfg.link.link_split, "link_split" in cfg.link.given())
+            split = load_split(data, source, cfg.training.seed, cfg.link.eval_negatives, cfg.link.disjoint_train)
         self.split = split
         width = widths.classes if widths is not None else embedding_width(cfg)
         super().__init__(config, labelled(split.graph, width), strategy, widths=widths, model=model,
