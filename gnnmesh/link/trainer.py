@@ -9,7 +9,8 @@ replicated; their gradients are summed over ranks like the encoder's.
 
 Negatives are drawn per training positive from a counter keyed on the seed, the epoch, the
 positive and the draw (``counter``); evaluation ranks each held-out positive among its fixed
-negatives. Neither depends on the strategy or the rank count.
+negatives, or among the negative pairs its split shares (OGB's collab and ddi, PyG), each
+scored once on the rank owning its source. Neither depends on the strategy or the rank count.
 """
 
 from __future__ import annotations
