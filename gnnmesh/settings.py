@@ -135,6 +135,9 @@ def _links(name: str, value) -> None:
 OPTIMIZERS = ("adam", "adamw", "sgd")
 LR_SCHEDULES = ("constant", "step", "cosine", "plateau")
 SCHEDULE_SETTINGS = {"step_size": ("step",), "gamma": ("step", "plateau"), "lr_patience": ("plateau",)}
+# The numeric precisions a run may train in (``gnnmesh.train.precision``): fp32 throughout, or
+# bf16 autocast of the forward pass's dense products with fp32 parameters, optimizer and loss.
+PRECISIONS = ("32", "bf16-mixed")
 
 
 # -- the run's common sections -------------------------------------------------------------------
@@ -282,6 +285,11 @@ class TrainingSection(Section):
     clip_grad_norm: Optional[float] = setting(help="scale the gradients down to this global norm where it is "
                                               "larger (the norm of the whole model's gradient, the same on "
                                               "every rank; default: no clipping)", check=Range(0.0, open="low"))
+    precision: str = setting("32", help="32: float32 throughout; bf16-mixed: the forward pass's dense "
+                             "products (nn.Linear, matmul) in bfloat16 under torch.autocast, in training, "
+                             "evaluation and prediction alike; the graph aggregations compute in float32, "
+                             "and parameters, optimizer state and the loss stay float32 (several ranks "
+                             "equal one process to a tolerance, not exactly)", choices=PRECISIONS)
     seed: int = setting(0, help="random seed (weights, dropout, generated data splits)", check=Range(*SEED_RANGE))
     eval_every: int = setting(1, help="evaluate every N epochs", check=COUNT)
     minibatch: bool = setting(False, help="train on sampled mini-batches instead of the whole graph "

@@ -140,7 +140,7 @@ for _spec in (
                  plan_view="gnnmesh.commands.plan_grid3d:run",
                  refusal="the grid3d strategy runs gcn, sage, gin (not their decoupled forms)",
                  summary="3D grid of ranks with double permutation (Plexus)"),
-    StrategySpec("offload", ("rows",), ("partition", "offload") + _HOST_TIER, named_by=("partitioner",),
+    StrategySpec("offload", ("rows",), ("partition", "offload") + _HOST_TIER, named_by=("partitioner",), scores_pairs=True,
                  factory="gnnmesh.parallel.factories:offload", planner="gnnmesh.planner.offload:candidates",
                  needs="stages",
                  plan_view="gnnmesh.commands.plan_offload:run",

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from . import ops
 from .errors import ConfigError
 from .graph import Adjacency
+from .ops.precision import in_float32
 from .transforms import add_self_loops, gcn_norm, mean_norm
 
 OPERATORS = {
@@ -111,8 +112,20 @@ def _mask(ids, shape: tuple, p: float, key: int, device, columns: slice) -> torc
     return torch.from_numpy(out).to(device)
 
 
+# The primitives that compute in float32 whatever precision autocast hands them
+# (``gnnmesh.ops.precision``): a parallel view's own versions of them, with their collectives,
+# are wrapped as they are defined (``GraphView.__init_subclass__``).
+FLOAT32_PRIMITIVES = ("spmm", "sddmm", "edge_softmax", "row_sum", "batch_norm")
+
+
 class GraphView:
     """The whole graph on one process."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in FLOAT32_PRIMITIVES:
+            if name in cls.__dict__:
+                setattr(cls, name, in_float32(cls.__dict__[name]))
 
     # Whether operators are moved to ``device``; a parallel view multiplies only its own
     # rows, so it keeps the global operators on the CPU.
@@ -147,6 +160,7 @@ class GraphView:
         return self
 
     # -- primitives ------------------------------------------------------------------------
+    @in_float32
     def spmm(self, x: torch.Tensor, op: str = "gcn", values=None) -> torch.Tensor:
         return ops.spmm(self.operator(op), x, values)
 
@@ -155,9 +169,11 @@ class GraphView:
         unless the view reads more rows than it writes (an out-of-core chunk)."""
         return x
 
+    @in_float32
     def sddmm(self, dst: torch.Tensor, src: torch.Tensor, op: str = "loop", kind: str = "add"):
         return ops.sddmm(self.operator(op), dst, src, kind)
 
+    @in_float32
     def edge_softmax(self, scores: torch.Tensor, op: str = "loop") -> torch.Tensor:
         return ops.edge_softmax(self.operator(op), scores)
 
@@ -220,6 +236,7 @@ class GraphView:
         return entries_mask(self.entries(op), edge_shape, p, self._next_seed(), self.device)
 
     # -- statistics over every row, wherever the rows are held ---------------------------------
+    @in_float32
     def row_sum(self, sums: torch.Tensor) -> torch.Tensor:
         """``sums`` (computed over this process's rows) summed over every rank's rows, with its
         gradient. A view that holds every row returns them as they are, and says so with
@@ -232,6 +249,7 @@ class GraphView:
                           f"once, which this strategy's view ({type(self).__name__}) does not hold; train it "
                           f"under --strategy single, partition or tensor")
 
+    @in_float32
     def batch_norm(self, x: torch.Tensor, running_mean=None, running_var=None, weight=None, bias=None,
                    training: bool = True, momentum: float = 0.1, eps: float = 1e-5) -> torch.Tensor:
         """``F.batch_norm`` of vertex rows ``x`` (``[rows, channels, ...]``) whose statistics

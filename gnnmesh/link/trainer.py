@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from .. import checkpoint
 from ..errors import ConfigError
 from ..graph import Graph
+from ..ops.precision import widened
 from ..settings import parse_hits
 from ..tasks import LinkTask
 from ..train.trainer import Trainer, labelled
@@ -104,13 +105,58 @@ class LinkTrainer(Trainer):
         s = self.rank_data
         self.model.train()
         self.decoder.train()
-        s.view.set_epoch(self.epoch)
         losses = []
-        for batch in self._batches():
-            z = self.strategy.forward(self.model, s.view, s.x)
-            self.check_output(z)
-            losses.append(self.update(self._loss(z, batch), f"epoch {self.epoch}", every_grad=True))
+        batches = self._batches()
+        for b, batch in enumerate(batches):
+            # each step's dropout masks are drawn for the step (one per epoch without batches),
+            # afresh at its start: a strategy that passes twice draws the same masks both times
+            s.view.set_epoch((self.epoch - 1) * len(batches) + b + 1)
+            if self.strategy.outputs_at_once:
+                with self.forward_precision():  # the encoder under --precision; its rows, the decoder and the loss float32
+                    z = widened(self.strategy.forward(self.model, s.view, s.x))
+                self.check_output(z)
+                loss = self._loss(z, batch)
+            else:
+                loss = self._loss_in_two_passes(batch)
+            losses.append(self.update(loss, f"epoch {self.epoch}", every_grad=True))
         return float(np.mean(losses))
+
+    def _loss_in_two_passes(self, batch: torch.Tensor) -> torch.Tensor:
+        """The batch's loss under a strategy whose rows come a chunk at a time (out of core):
+        a first pass gives this rank's embeddings without a graph of their computation, and
+        the loss's gradient G with respect to them (and the decoder's); the strategy's own
+        training pass then takes, chunk by chunk, the loss sum(rows * G[rows]), whose gradient
+        reaches the encoder as the true loss's does (the chain rule). Dropout masks are drawn
+        from the seed and the epoch, so both passes run the same network. The tensor returned
+        has the loss's value and, backward, gives every parameter its gradient."""
+        s = self.rank_data
+        z = self._embeddings().requires_grad_()
+        loss = self._loss(z, batch)
+        params = [p for p in self.decoder.parameters() if p.requires_grad]
+        grads = torch.autograd.grad(loss, [z] + params, allow_unused=True)
+        g = grads[0]
+        with self.forward_precision():
+            surrogate = self.strategy.train_loss(self.model, s.view, s.x,
+                                                 lambda logits, rows: (widened(logits) * g[rows]).sum())
+        injected = sum(((p * d).sum() for p, d in zip(params, grads[1:]) if d is not None), torch.zeros(()))
+        return loss.detach() + (surrogate - surrogate.detach()) + (injected - injected.detach())
+
+    def _embeddings(self) -> torch.Tensor:
+        """This rank's output rows, assembled from the strategy's chunks, without gradients
+        (in the model's current mode)."""
+        s = self.rank_data
+        out = None
+
+        def add(logits, rows):
+            nonlocal out
+            self.check_output(logits)
+            if out is None:
+                out = logits.new_empty((len(s.row_ids()), logits.shape[1]))
+            out[rows] = logits
+
+        with torch.no_grad(), self.forward_precision():
+            self.strategy.evaluate_rows(self.model, s.view, s.x, add)
+        return widened(out) if out is not None else torch.zeros(0, self.num_classes, device=self.device)
 
     def _batches(self) -> list:
         """Each optimizer step's training positives (global positions): all of them, or
@@ -150,10 +196,9 @@ class LinkTrainer(Trainer):
     # -- evaluation --------------------------------------------------------------------------------
     @torch.no_grad()
     def evaluate(self) -> list:
-        s = self.rank_data
         self.model.eval()
         self.decoder.eval()
-        z = self.strategy.forward(self.model, s.view, s.x)
+        z = self._embeddings()
         self.metrics = [self._split_metrics(z, k) for k in SPLIT_NAMES]
         return self._selected(self.metrics)
 

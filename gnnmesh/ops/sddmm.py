@@ -7,6 +7,7 @@ import torch
 from ..graph import Adjacency
 from . import compiled
 from ._index import cols, rows
+from .precision import in_float32
 from .profile import phase
 from .spmm import edge_dot, multiply
 
@@ -58,6 +59,7 @@ def _edge_add(adj: Adjacency, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return a[rows(adj, a.device)] + b[cols(adj, b.device)]
 
 
+@in_float32
 def sddmm(adj: Adjacency, a: torch.Tensor, b: torch.Tensor, op: str = "dot") -> torch.Tensor:
     """Per stored entry ``(i, j)`` of ``A``: ``<a[i], b[j]>`` (``op="dot"``, over the last dim)
     or ``a[i] + b[j]`` (``op="add"``, elementwise: GAT's attention logits)."""

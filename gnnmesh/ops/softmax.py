@@ -7,6 +7,7 @@ import torch
 from ..graph import Adjacency
 from . import compiled
 from ._index import csr, rows
+from .precision import in_float32
 from .profile import phase
 
 
@@ -52,6 +53,7 @@ class _EdgeSoftmax(torch.autograd.Function):
             return None, _softmax_backward(ctx.adj, out, grad)
 
 
+@in_float32
 def edge_softmax(adj: Adjacency, scores: torch.Tensor) -> torch.Tensor:
     """Softmax of ``scores`` ([E] or [E, H]) over the stored entries of each row of ``A``."""
     if scores.shape[0] != adj.nnz:

@@ -16,6 +16,7 @@ import torch
 from ..graph import Adjacency
 from . import compiled
 from ._index import cols, csr, rows, transpose_perm
+from .precision import in_float32
 from .profile import phase
 
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
@@ -32,7 +33,8 @@ def _multiply(adj: Adjacency, values: torch.Tensor, x: torch.Tensor, transpose: 
     else:
         shape = adj.shape
     mat = torch.sparse_csr_tensor(crow, col, values.to(x.dtype), size=shape, check_invariants=False)
-    return mat @ x
+    with torch.autocast(x.device.type, enabled=False):  # a backward re-entering autocast: still x's dtype
+        return mat @ x
 
 
 def multiply(adj, values, x, transpose: bool = False, pooled: bool = True):
@@ -82,6 +84,7 @@ class _SpMM(torch.autograd.Function):
         return None, grad_values, grad_x
 
 
+@in_float32
 def spmm(adj: Adjacency, x: torch.Tensor, values: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``A @ x`` with gradients for ``x`` and (if given and requiring grad) the edge ``values``.
 

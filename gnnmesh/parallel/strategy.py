@@ -46,6 +46,9 @@ class Strategy:
     rank = 0
     world_size = 1
     holds_memory_budget = False  # whether it keeps its resident memory within a budget it plans
+    # whether ``forward`` gives every row of the rank at once, differentiable; a strategy that
+    # gives them a chunk at a time (``train_loss``, ``evaluate_rows``) sets it False
+    outputs_at_once = True
 
     def rank_data(self, graph: Graph, x: torch.Tensor, seed: int, device) -> RankData:
         """What this rank trains on of ``graph`` and its features ``x``."""

@@ -20,6 +20,7 @@ from torch import nn
 from ..errors import ConfigError
 from ..models import Decoupled
 from ..models.base import LayerStack
+from ..ops.precision import widened
 from ..tasks import Classification, Task
 
 OUTPUTS = ("logits", "probs", "labels", "embeddings")
@@ -123,7 +124,7 @@ def rank_output(strategy, model: nn.Module, rank_data, output: Output, task: Opt
     try:
         if run is not model:
             strategy.prepare(run)  # what a strategy plans of the model (out-of-core stages)
-        values = strategy.forward(run, rank_data.view, rank_data.x)
+        values = widened(strategy.forward(run, rank_data.view, rank_data.x))  # float32 under --precision bf16-mixed
     finally:
         if run is not model:
             strategy.prepare(model)

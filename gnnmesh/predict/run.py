@@ -97,10 +97,11 @@ def _run(config: Config, request: Request, quiet: bool) -> Optional[dict]:
 
 
 def with_model(config: Config, saved: Config, path) -> Config:
-    """``config`` with the model settings (and seed) of ``saved``, the config of the checkpoint at
-    ``path``: a model the strategy cannot run is refused naming the checkpoint."""
+    """``config`` with the model settings (and seed and precision) of ``saved``, the config of the
+    checkpoint at ``path``: a model the strategy cannot run is refused naming the checkpoint."""
     try:
-        return config.updated(**trained.model_settings(saved), seed=saved.training.seed)
+        return config.updated(**trained.model_settings(saved), seed=saved.training.seed,
+                              precision=saved.training.precision)
     except ConfigError as err:
         raise ConfigError(f"{path}: the model it holds: {err}") from None
 

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
+from ..ops.precision import widened
 from ..parallel.minibatch import BatchSetup, share
 from ..sampling import DEFAULT_BATCH, BlockView, NeighborSampler, draw_batches, parse_fanouts, sampled_operator
 from ..view import OPERATORS
@@ -84,7 +85,8 @@ class MiniBatchTrainer(Trainer):
         total = 0.0
         for step, batch in enumerate(self.batches(epoch)):
             seeds = self._mine(batch)
-            logits = self._logits(self.sampler, seeds, epoch, step)
+            with self.forward_precision():
+                logits = widened(self._logits(self.sampler, seeds, epoch, step))  # a float32 loss
             self.check_output(logits)
             targets = self.targets[torch.from_numpy(seeds).to(self.targets.device)]
             # the sum over this rank's share / the whole batch's divisor: the ranks add up to its mean
@@ -111,7 +113,8 @@ class MiniBatchTrainer(Trainer):
             evaluation.add(logits.cpu(), targets[ids], [m[ids] for m in masks], ids)
 
         if self.eval_sampler is None:  # every rank computes all rows, counts its share
-            logits = self.model(s.view, s.x)
+            with self.forward_precision():
+                logits = widened(self.model(s.view, s.x))
             mine = self._mine(self.labelled)
             count(mine, logits[torch.from_numpy(mine).to(logits.device)])
         else:
@@ -119,7 +122,9 @@ class MiniBatchTrainer(Trainer):
             with self.eval_features.uncounted():  # an epoch's counts are its training steps'
                 for step, start in enumerate(range(0, len(self.labelled), size)):
                     seeds = self._mine(self.labelled[start:start + size])
-                    count(seeds, self._logits(self.eval_sampler, seeds, self.epoch, step))
+                    with self.forward_precision():
+                        logits = widened(self._logits(self.eval_sampler, seeds, self.epoch, step))
+                    count(seeds, logits)
         self.metrics = evaluation.result(self.strategy.all_reduce, self.split_sizes)
         return self._selected(self.metrics)
 

@@ -33,11 +33,12 @@ from ..models import user as user_models
 from ..models import user_file
 from ..models.row_wise import row_mixing_problem
 from ..ops import profile
+from ..ops.precision import widened
 from ..parallel import Strategy
 from ..planner.estimate import name_of
 from ..settings import BUILT_IN_OPTIONS, ModelSection
 from ..trained import Widths
-from . import optim
+from . import optim, precision
 from .callbacks import EarlyStopping, stop_reason
 from .metrics import MetricsFile, to_json
 
@@ -110,6 +111,7 @@ class Trainer:
         inferred from the labels (``gnnmesh.tasks.infer``)."""
         self.config = config.resolved()
         self.device = rank_device(self.config)
+        precision.check_device(self.config.training.precision, self.device)
         built_here = strategy is None
         if strategy is None:
             if comm.join_job(self.device):  # a script under torchrun: this rank joins its job, as the CLI does
@@ -257,10 +259,17 @@ class Trainer:
             self.check_output(logits)
             # Sum over local train rows / global train count = the single-process mean loss.
             train, targets = s.train_mask[rows], self.targets[rows]
-            return self.task.loss(logits[train], targets[train]) / self.loss_divisor
+            return self.task.loss(widened(logits[train]), targets[train]) / self.loss_divisor  # a float32 loss
 
-        loss = self.strategy.train_loss(self.model, s.view, s.x, loss_of)
+        with self.forward_precision():
+            loss = self.strategy.train_loss(self.model, s.view, s.x, loss_of)
         return self.update(loss, f"epoch {self.epoch}")
+
+    def forward_precision(self):
+        """The context every forward pass of the model runs in: ``--precision``'s autocast
+        (``gnnmesh.train.precision``), the same in training, evaluation and prediction.
+        Backward and the optimizer step run outside it."""
+        return precision.autocast(self.config.training.precision, self.device)
 
     def check_output(self, logits: torch.Tensor) -> None:
         """The model's output must be one row of the task's width per node: a model of another
@@ -323,8 +332,9 @@ class Trainer:
         self.model.eval()
         evaluation = self._evaluation()
         masks, ids = [s.train_mask, s.val_mask, s.test_mask], s.row_ids() if self.task.gathers else None
-        self.strategy.evaluate_rows(self.model, s.view, s.x, lambda logits, rows: evaluation.add(
-            logits, self.targets[rows], [m[rows] for m in masks], None if ids is None else ids[rows]))
+        with self.forward_precision():
+            self.strategy.evaluate_rows(self.model, s.view, s.x, lambda logits, rows: evaluation.add(
+                widened(logits), self.targets[rows], [m[rows] for m in masks], None if ids is None else ids[rows]))
         self.metrics = evaluation.result(self.strategy.all_reduce, self.split_sizes)
         return self._selected(self.metrics)
 
@@ -391,7 +401,8 @@ class Trainer:
             saved = trained.config_of(state, model, path)
         except ConfigError as err:
             raise ConfigError(f"{path}: {err}") from None
-        config = (config or Config()).updated(**trained.model_settings(saved), seed=saved.training.seed)
+        config = (config or Config()).updated(**trained.model_settings(saved), seed=saved.training.seed,
+                                              precision=saved.training.precision)  # predict as it was trained
         if saved.training.task is not None and task is None:
             config = config.updated(task=saved.training.task, class_weights=None, regression_loss=None)
         widths = trained.widths_of(state)
@@ -432,7 +443,8 @@ class Trainer:
         ids = self.rank_data.row_ids().cpu().numpy()
         if original is not None:  # rows are named, and chosen, by the ids the user knows
             ids = np.asarray(original, dtype=np.int64)[ids]
-        values = rank_output(self.strategy, self.model, self.rank_data, out, self.task)
+        with self.forward_precision():
+            values = rank_output(self.strategy, self.model, self.rank_data, out, self.task)
         keep = selected(nodes, self.rank_data, ids, listed)
         return ids[keep], values.cpu().numpy()[keep]
 
@@ -674,7 +686,7 @@ def _shown(value) -> str:
 _RESULT_FIELDS = ("dataset", "reorder", "model", "model_args", "decoupled", "hidden", "layers", "dropout", "heads",
                   "attn_dropout", "k", "alpha", "lr", "weight_decay", "seed", "minibatch", "fanouts", "batch_size", "eval_fanouts",
                   "task", "class_weights", "regression_loss", "optimizer", "momentum", "nesterov", "lr_schedule",
-                  "step_size", "gamma", "lr_patience", "warmup_epochs", "clip_grad_norm")
+                  "step_size", "gamma", "lr_patience", "warmup_epochs", "clip_grad_norm", "precision")
 
 
 def train(config: Config, data, **kwargs) -> Summary:

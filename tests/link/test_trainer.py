@@ -34,7 +34,7 @@ def train(**fields) -> dict:
 VARIANTS = {"dot": {}, "mlp-bpr-both": {"decoder": "mlp", "link_loss": "bpr", "corrupt": "both", "negatives": 3},
             "distmult-margin-batches": {"decoder": "distmult", "link_loss": "margin", "edge_batch_size": 40}}
 RUNS = {"partition": {"strategy": "partition", "partitioner": "rp"}, "tensor": {"strategy": "tensor"},
-        "grid3d": {"strategy": "grid3d", "grid": "1,1,2"}}
+        "grid3d": {"strategy": "grid3d", "grid": "1,1,2"}, "offload": {"strategy": "offload", "chunks": "2"}}
 
 
 def _rank_runs(rank, world, strategy, variants):
@@ -63,10 +63,11 @@ def test_link_prediction_under_partition_on_three_ranks_equals_the_single_proces
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_link_prediction_under_tensor_and_grid3d_equals_the_single_process():
+@pytest.mark.timeout(450)
+def test_link_prediction_under_tensor_grid3d_and_offload_equals_the_single_process():
     check("tensor", 2, list(VARIANTS), timeout=130)
     check("grid3d", 2, ["dot"], timeout=130)
+    check("offload", 2, ["dot", "distmult-margin-batches"], timeout=130)
 
 
 def test_training_moves_the_scores():

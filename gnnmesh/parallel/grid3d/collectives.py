@@ -21,6 +21,7 @@ from ...comm import Comm
 from ...graph import Adjacency
 from ...layout.grid import roles
 from ...layout.ranges import cut, sizes
+from ...ops.precision import in_float32
 from ...ops.profile import phase
 from ...ops.spmm import multiply
 from .blocks import GridBlocks
@@ -109,6 +110,13 @@ class ScatterColumns(torch.autograd.Function):
     def backward(ctx, grad):
         with ctx.comm.phase("dz_allgather"):
             return ctx.comm.all_gather(grad.contiguous(), ctx.sizes, dim=1), None, None
+
+
+# Under mixed precision the sums of the algorithm run in float32 (``gnnmesh.ops.precision``), as
+# a whole GEMM's accumulation does: each rank's partial product is rounded once, not its sum.
+aggregate = in_float32(Aggregate.apply)
+partial_sum = in_float32(PartialSum.apply)
+scatter_columns = in_float32(ScatterColumns.apply)
 
 
 class ToLossRows(torch.autograd.Function):

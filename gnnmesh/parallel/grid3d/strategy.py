@@ -66,7 +66,7 @@ from ...view import GraphView
 from ..distributed import DistributedStrategy
 from ..strategy import RankData
 from .blocks import GridBlocks
-from .collectives import Aggregate, PartialSum, Replicated, ScatterColumns, ToLossRows, logit_route
+from .collectives import Replicated, ToLossRows, aggregate, logit_route, partial_sum, scatter_columns
 from .parts import feature_block
 
 __all__ = ["Grid3D", "GridView"]
@@ -268,20 +268,22 @@ class Grid3D(DistributedStrategy):
         scales = list({id(t.eps): t for t in maths.terms}.values())
         cells = tuple(tuple(tuple(t.op for t in terms if t.eps is s.eps) for s in scales) for _, terms in groups)
         stacked = torch.cat([s.scaled(h) for s in scales]) if len(scales) > 1 else scales[0].scaled(h)
-        aggregated = Aggregate.apply(stacked, *view.operators(l, cells), self.axis[r.cols])
+        aggregated = aggregate(stacked, *view.operators(l, cells), self.axis[r.cols])
         rows = aggregated.shape[0] // len(groups)
         q = reduce(operator.add, (aggregated[g * rows:(g + 1) * rows] @ weight[fout, fin].t()
                                   for g, (weight, _) in enumerate(groups)))
-        if maths.bias is not None and self.coords[r.feats] == 0:  # added once over the feats replicas
-            q = q + maths.bias[fout]
-        z = PartialSum.apply(q, self.axis[r.feats])
+        # added once over the feats replicas; in the product's dtype, as nn.Linear adds it under autocast
+        # (a float32 bias would make this rank's sum float32 and the others' bfloat16)
+        if maths.bias is not None and self.coords[r.feats] == 0:
+            q = q + maths.bias[fout].to(q.dtype)
+        z = partial_sum(q, self.axis[r.feats])
         if maths.out is None:
             return z
         # The second linear map takes z's column block (cut along cols), so every rank's
         # product is a partial sum over cols; each keeps its columns of the total.
         lin = maths.out
-        q = ScatterColumns.apply(maths.act(z) @ lin.weight[:, fout].t(), self.axis[r.cols], cuts.out_sizes)
-        return q if lin.bias is None else q + lin.bias[cuts.out]
+        q = scatter_columns(maths.act(z) @ lin.weight[:, fout].t(), self.axis[r.cols], cuts.out_sizes)
+        return q if lin.bias is None else q + lin.bias[cuts.out].to(q.dtype)
 
     # -- weights -------------------------------------------------------------------------------
     def _reductions(self, model):

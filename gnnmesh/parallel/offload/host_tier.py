@@ -28,6 +28,7 @@ import torch
 from ... import memory
 from ...comm import agreed
 from ...host_store import HostStore, made_together
+from ...ops.precision import autocast_as, current_autocast
 from ...view import GraphView
 from ..strategy import RankData
 from ..distributed import DistributedStrategy
@@ -56,16 +57,19 @@ class OffloadView(GraphView):
 class _Offloaded(torch.autograd.Function):
     """A whole out-of-core pass as one autograd node: forward returns the logits, backward
     runs the chunked backward pass and returns the parameters' gradients. ``passes`` has
-    ``forward(epoch, training)`` and ``backward(epoch, grad_logits, params)``."""
+    ``forward(epoch, training)`` and ``backward(epoch, grad_logits, params)``. The backward
+    pass recomputes the forward's stages under the autocast the forward ran in (``--precision``)."""
 
     @staticmethod
     def forward(ctx, passes, epoch, *params):
         ctx.passes, ctx.epoch, ctx.params = passes, epoch, params
+        ctx.autocast = current_autocast(params[0].device)
         return passes.forward(epoch, training=True)
 
     @staticmethod
     def backward(ctx, grad_logits):
-        grads = ctx.passes.backward(ctx.epoch, grad_logits.contiguous(), list(ctx.params))
+        with autocast_as(ctx.autocast):
+            grads = ctx.passes.backward(ctx.epoch, grad_logits.contiguous(), list(ctx.params))
         return (None, None, *grads)
 
 
@@ -77,6 +81,7 @@ class _OffloadedLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, passes, epoch, loss_of, *params):
         ctx.passes, ctx.epoch, ctx.loss_of, ctx.params = passes, epoch, loss_of, params
+        ctx.autocast = current_autocast(params[0].device)
         total = []
 
         def visit(logits, chunk):
@@ -91,7 +96,8 @@ class _OffloadedLoss(torch.autograd.Function):
         def term(logits, chunk):
             return ctx.loss_of(logits, slice(chunk.lo, chunk.hi)) * grad_loss
 
-        return (None, None, None, *ctx.passes.backward(ctx.epoch, term, list(ctx.params)))
+        with autocast_as(ctx.autocast):  # the stages recomputed as the forward ran them
+            return (None, None, None, *ctx.passes.backward(ctx.epoch, term, list(ctx.params)))
 
 
 class PipelinePasses:
@@ -262,6 +268,7 @@ class HostTierStrategy(DistributedStrategy):
     ``prepare``, ``passes`` (``forward(epoch, training)``, ``backward(epoch, grad, params)``)."""
 
     holds_memory_budget = True
+    outputs_at_once = False  # the chunks' outputs come one at a time (``train_loss``, ``evaluate_rows``)
     host: HostTier
     passes = None
 

@@ -22,6 +22,7 @@ import torch
 
 from ...graph import Adjacency
 from ...ops import profile
+from ...ops.precision import in_float32
 from ...ops.spmm import edge_dot, multiply
 from ...transforms import row_range
 from .layout_switch import LayoutSwitch
@@ -125,6 +126,7 @@ class ChunkedAggregation:
         self.switch, self.pipeline = switch, pipeline
         self.rounds = 0
 
+    @in_float32  # a primitive of its own (the decoupled models' propagation): float32 under autocast
     def __call__(self, chunks: Chunks, x, values, width: int, split_input=False, gather_output=False,
                  return_input=False):
         out = _Aggregate.apply(x, values, self, chunks, width, split_input, gather_output, return_input)
