@@ -382,6 +382,8 @@ class LinkSection(Section):
     eval_negatives: int = setting(100, help="--task link: fixed negatives per held-out positive, drawn once from "
                                   "the seed (MRR and Hits@K rank each positive among its own)", check=COUNT)
     hits: str = setting("10,50,100", help="--task link: the K of each Hits@K reported", check=_hits)
+    embedding_width: Optional[int] = setting(help="--task link: the width of the node embeddings the encoder "
+                                             "gives (its output width; default: its hidden width)", check=COUNT)
     edge_batch_size: Optional[int] = setting(help="--task link: training positives per optimizer step, each "
                                              "step a full-graph pass (default: all of them, one step an epoch)",
                                              check=COUNT)

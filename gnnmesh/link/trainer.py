@@ -103,7 +103,7 @@ class LinkTrainer(Trainer):
         if logits.dim() != 2 or logits.shape[1] != self.num_classes:
             raise ConfigError(f"config field 'model' ({self.config.model.name}): it gives outputs of shape "
                               f"{list(logits.shape)}; --task link reads rows of {self.num_classes} (the embedding "
-                              f"width, --hidden)")
+                              f"width: --embedding-width, by default --hidden)")
 
     def train_step(self) -> float:
         s = self.rank_data
@@ -281,5 +281,5 @@ class LinkTrainer(Trainer):
 
 
 def embedding_width(config) -> int:
-    """The encoder's output width under --task link: the model's hidden width."""
-    return int(config.model.hidden or 64)
+    """The encoder's output width under --task link: --embedding-width, else its hidden width."""
+    return int(config.link.embedding_width or config.model.hidden or 64)
