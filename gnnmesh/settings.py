@@ -334,8 +334,8 @@ class TrainingSection(Section):
 
 
 def _link_split(name: str, value) -> None:
-    from .link.split import parse_fractions
-    parse_fractions(value, name)
+    from .link.sources import check_link_split
+    check_link_split(value, name)
 
 
 def _hits(name: str, value) -> None:
@@ -363,8 +363,12 @@ class LinkSection(Section):
 
     table = "link"
     link_split: str = setting("valid=0.05,test=0.10", help="--task link: the shares of the edges held out "
-                              "for validation and test, placed by the seed and each edge alone",
+                              "for validation and test, placed by the seed and each edge alone; or a directory "
+                              "of split files (train.csv, valid.csv, test.csv; or an OGB link split's .pt files)",
                               check=_link_split)
+    disjoint_train: float = setting(0.0, help="--task link: the share of the training edges used as supervision "
+                                    "alone, kept out of message passing (placed by the seed and each edge)",
+                                    check=FRACTION)
     decoder: str = setting("dot", help="--task link: a pair's score from its ends' embeddings: dot (their dot "
                            "product), mlp (an MLP on their Hadamard product), distmult (a learned diagonal)",
                            choices=decoder_names())
@@ -378,6 +382,8 @@ class LinkSection(Section):
     eval_negatives: int = setting(100, help="--task link: fixed negatives per held-out positive, drawn once from "
                                   "the seed (MRR and Hits@K rank each positive among its own)", check=COUNT)
     hits: str = setting("10,50,100", help="--task link: the K of each Hits@K reported", check=_hits)
+    embedding_width: Optional[int] = setting(help="--task link: the width of the node embeddings the encoder "
+                                             "gives (its output width; default: its hidden width)", check=COUNT)
     edge_batch_size: Optional[int] = setting(help="--task link: training positives per optimizer step, each "
                                              "step a full-graph pass (default: all of them, one step an epoch)",
                                              check=COUNT)

@@ -16,6 +16,7 @@ import io
 import re
 import zipfile
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import scipy.io
@@ -108,6 +109,32 @@ def check_ids(table, ids: np.ndarray, n, base: int, names=("node id", "node id")
                           f"{what} {value} is invalid: ids start at {base}")
     raise table.error(row, f"{what} {value} out of range for {n} nodes "
                            f"(ids {base}..{n - 1 + base})")
+
+
+def read_id_table(path: Path, n: int, names: tuple, width: Optional[int] = None) -> np.ndarray:
+    """The node ids of a comma- or space-separated file, [rows, columns] int64, each in
+    [0, n): ``names`` name the columns in messages (the last one names any further column),
+    ``width`` fixes the column count (default: ``len(names)``; 0: that of the first row). A
+    header line is skipped; a ragged, non-integer or out-of-range line is a GraphError
+    naming the file and the line."""
+    data = read_bytes(path)
+    if width is None:
+        width = len(names)
+    elif not width:
+        width = max(_first_row_width(data), 1)
+    names = tuple(names[i] if i < len(names) else names[-1] for i in range(width))
+    table = parse_table(data, path, columns=(width,), int_columns=width, names=names, allow_header=True)
+    check_ids(table, table.ints, n, 0, names)
+    return table.ints
+
+
+def _first_row_width(data: bytes) -> int:
+    """The column count of the first line that holds numbers (comments and a header skipped)."""
+    for line in data.splitlines():
+        tokens = line.replace(b",", b" ").split()
+        if tokens and tokens[0][:1] not in (b"#", b"%") and tokens[0].lstrip(b"+-")[:1].isdigit():
+            return len(tokens)
+    return 0
 
 
 # Ids are node numbers: a graph has max id + 1 nodes. Far more nodes than the edges could

@@ -19,6 +19,11 @@ file's edges and marks the graph directed; ``directed=none`` keeps them and call
 graph undirected only if they are symmetric (the graph files' default).
 
 Unlabeled nodes get label 0 and belong to no set; a split that lists one is an error.
+
+A link-prediction directory (ogbl-collab, ogbl-ddi, ogbl-citation2, ...) has the same raw/
+files, node-label.csv.gz not needed, and ``split/<name>/{train,valid,test}.pt`` instead: it
+loads as a graph without labels or masks whose ``meta['split']`` names the split folder
+(``kind`` "ogb-link", ``dir``), which ``--task link`` reads (``gnnmesh.link.sources``).
 """
 
 from __future__ import annotations
@@ -58,6 +63,11 @@ def is_ogb_dir(path: Path) -> bool:
     return (Path(path) / "raw").is_dir()
 
 
+def link_split_folders(root: Path) -> list:
+    """The folders under ``root/split`` that hold a link-prediction split (train.pt)."""
+    return sorted(p.parent for p in Path(root).glob("split/*/train.pt"))
+
+
 def dataset_name(root: Path) -> str:
     return Path(root).resolve().name or "ogb"
 
@@ -66,7 +76,7 @@ def source_files(root: Path) -> list:
     """Cache-key stamps of every file of the layout, so that editing any one of them
     (or adding a split) makes a new cache entry."""
     root = Path(root)
-    files = sorted(root.glob("raw/*.csv*")) + sorted(root.glob("split/*/*.csv*"))
+    files = sorted(root.glob("raw/*.csv*")) + sorted(root.glob("split/*/*.csv*")) + sorted(root.glob("split/*/*.pt"))
     return [file_stat(p) for p in files if p.is_file()]
 
 
@@ -107,19 +117,25 @@ def load_ogb(root: Path, *, split=None, directed=False, remove_self_loops=False)
     if n == 0:
         raise GraphError(f"{nodes_file}: the graph has 0 nodes")
     src, dst = _edges(_find(raw, "edge"), n, m, edges_file)
-    y, labeled, num_classes = _labels(_find(raw, "node-label"), n, nodes_file)
+    links = link_split_folders(root)
+    labels = _find(raw, "node-label", required=not links)
+    y, labeled, num_classes = (None, np.zeros(n, dtype=bool), None) if labels is None else \
+        _labels(labels, n, nodes_file)
     features = _find(raw, "node-feat", required=False)
     x = None if features is None else _features(features, n, nodes_file)
-    name, masks = _split(root, split, n, labeled)
+    if links:
+        name, masks = _link_split(root, split, links), {}
+    else:
+        name, masks = _split(root, split, n, labeled)
 
     adj = adjacency_from_edges(src, dst, n, symmetrize=directed is False,
                                drop_self_loops=remove_self_loops)
     meta = {"source": "OGB node-property directory", "source_dir": str(root),
             "file_edges": m, "unlabeled_nodes_count": int(n - labeled.sum()),
-            "split": {"kind": "ogb", "name": name,
-                      "sizes": [int(masks[mask].sum()) for mask in MASKS]}}
+            "split": {"kind": "ogb-link", "name": name, "dir": str(root.resolve() / "split" / name)} if links else
+                     {"kind": "ogb", "name": name, "sizes": [int(masks[mask].sum()) for mask in MASKS]}}
     return Graph.from_adjacency(adj, source=str(root), directed=directed, x=x,
-                                y=torch.from_numpy(y), name=dataset_name(root),
+                                y=None if y is None else torch.from_numpy(y), name=dataset_name(root),
                                 num_classes=num_classes, meta=meta, **masks)
 
 
@@ -183,6 +199,17 @@ def _features(path: Path, n: int, nodes_file: Path) -> torch.Tensor:
         raise GraphError(f"{path}: {len(table)} feature rows, but {nodes_file.name} says "
                          f"{n} nodes")
     return torch.from_numpy(table.floats.astype(np.float32))
+
+
+def _link_split(root: Path, name: Optional[str], folders: list) -> str:
+    """The name of the link-prediction split folder to use: the one there is, or ``name``."""
+    present = [p.name for p in folders]
+    if name is None and len(present) > 1:
+        raise GraphError(f"{root / 'split'}: {len(present)} link splits ({', '.join(present)}); pick one "
+                         f"with the option split=NAME, e.g. '{root}:split={present[0]}'")
+    if name is not None and name not in present:
+        raise GraphError(f"{root / 'split'}: no link split '{name}' (holding train.pt); present: {', '.join(present)}")
+    return name or present[0]
 
 
 def _split(root: Path, name: Optional[str], n: int, labeled: np.ndarray):

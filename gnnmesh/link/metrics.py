@@ -66,3 +66,21 @@ def link_metrics(positive: np.ndarray, negatives: np.ndarray, hits: tuple) -> di
     flat = negatives.reshape(-1)
     out.update(auc=auc(positive, flat), ap=average_precision(positive, flat))
     return out
+
+
+def shared_link_metrics(positive: np.ndarray, negative: np.ndarray, hits: tuple) -> dict:
+    """The metrics of a split whose positives [E] are all ranked against the same negatives
+    [E'] (OGB's collab and ddi): MRR from each positive's rank among them (ties as in
+    ``ranks``), and OGB's Hits@K, the share of positives scored above the K-th best negative
+    (every positive when there are fewer than K negatives)."""
+    if not len(positive):
+        return link_metrics(positive, np.zeros((0, 0)), hits)
+    ordered = np.sort(negative)
+    below = np.searchsorted(ordered, positive, side="left")
+    level = np.searchsorted(ordered, positive, side="right") - below
+    r = 1.0 + (len(ordered) - below - level) + level / 2.0
+    out = {SELECTION: float((1.0 / r).mean())}
+    for k in hits:
+        out[f"hits@{k}"] = 1.0 if len(ordered) < k else float((positive > ordered[-k]).mean())
+    out.update(auc=auc(positive, negative), ap=average_precision(positive, negative))
+    return out

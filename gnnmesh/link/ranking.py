@@ -4,8 +4,8 @@ A rank scores the queries it owns against the candidates one block of node ids a
 the block's rows fetched from their owners, and keeps a running top K: no rank ever holds a
 score per node pair, nor every node's row. Ties go to the lower node id, so that every
 strategy and rank count lists the same candidates in the same order. ``--exclude-known``
-leaves out the query itself and its known positives: the edges of the graph the encoder ran
-on (the training edges, both ways where the graph is undirected).
+leaves out the query itself and its known positives: the training edges (those the encoder
+ran on and those it learned to score, both ways where the graph is undirected).
 """
 
 from __future__ import annotations
@@ -22,11 +22,15 @@ PAIRS_AT_ONCE = 1 << 18    # pairs given to the decoder in one call (each holds 
 SMALLEST_BLOCK = 256
 
 
-def known_positives(graph) -> tuple:
+def known_positives(graph, pairs: Optional[torch.Tensor] = None) -> tuple:
     """``(indptr, destinations)``: each node's known positives as a source, CSR by source, each
-    destination once; both ways where ``graph`` is undirected; no self-loops."""
+    destination once: the edges of ``graph`` and the ``pairs`` ([2, E] source, destination: the
+    training positives, which ``--disjoint-train`` keeps out of the graph); both ways where
+    ``graph`` is undirected; no self-loops."""
     n = graph.num_nodes
     dst, src = graph.adj.row().numpy(), graph.adj.indices.numpy()
+    if pairs is not None:
+        src, dst = np.concatenate([src, pairs[0].numpy()]), np.concatenate([dst, pairs[1].numpy()])
     if not graph.directed:
         src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
     keep = src != dst  # a self-loop: the query itself, left out on its own

@@ -15,6 +15,7 @@ once per split from the seed, as OGB's citation2 gives them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 import torch
@@ -33,7 +34,10 @@ class LinkSplit:
     """The edges of a link-prediction run. ``graph``: what the encoder runs on (the training
     edges, both ways where undirected, with the original vertex data); ``train``: the pairs
     the loss scores as positives; ``valid``/``test``: held-out positives, each with its row of
-    ``valid_negatives``/``test_negatives`` (destination ids)."""
+    ``valid_negatives``/``test_negatives`` (destination ids). A split whose negatives are
+    shared by all its positives (OGB's collab and ddi, PyG's RandomLinkSplit) holds them as
+    pairs in ``valid_negative_pairs``/``test_negative_pairs`` ([2, E']), its rows of
+    ``*_negatives`` then empty ([E, 0]): each positive is ranked against every one of them."""
 
     graph: Graph
     train: torch.Tensor
@@ -41,6 +45,16 @@ class LinkSplit:
     test: torch.Tensor
     valid_negatives: torch.Tensor
     test_negatives: torch.Tensor
+    valid_negative_pairs: Optional[torch.Tensor] = None
+    test_negative_pairs: Optional[torch.Tensor] = None
+
+    @classmethod
+    def from_pyg(cls, data, graph: Optional[Graph] = None) -> "LinkSplit":
+        """The split of PyG's ``RandomLinkSplit``: ``data`` is its (train_data, val_data,
+        test_data); ``graph`` gives the vertex data (default: train_data's). See
+        ``from_pyg``."""
+        train_data, val_data, test_data = data
+        return from_pyg(train_data, val_data, test_data, graph)
 
     def pairs(self, split: str) -> torch.Tensor:
         return getattr(self, split)
@@ -48,9 +62,17 @@ class LinkSplit:
     def negatives(self, split: str) -> torch.Tensor:
         return getattr(self, f"{split}_negatives")
 
+    def negative_pairs(self, split: str) -> Optional[torch.Tensor]:
+        """The negatives every positive of ``split`` is ranked against, as pairs, or None
+        where each positive has its own (``negatives``)."""
+        return getattr(self, f"{split}_negative_pairs", None)
+
     def describe(self) -> str:
+        shared = self.valid_negative_pairs
+        each = (f"{self.valid_negatives.shape[1]} negatives each held out" if shared is None else
+                f"{shared.shape[1]:,} validation negatives shared")
         return (f"{self.train.shape[1]:,} training, {self.valid.shape[1]:,} validation and "
-                f"{self.test.shape[1]:,} test edges ({self.valid_negatives.shape[1]} negatives each held out)")
+                f"{self.test.shape[1]:,} test edges ({each})")
 
 
 def parse_fractions(text: str, name: str = "link_split") -> dict:
@@ -125,3 +147,46 @@ def without_pairs(graph: Graph, held_at: np.ndarray, src: np.ndarray, dst: np.nd
     indptr = torch.zeros(n + 1, dtype=torch.int64)
     indptr[1:] = torch.cumsum(torch.bincount(adj.row()[kept], minlength=n), 0)
     return graph.replace(adj=Adjacency(indptr, adj.indices[kept], values, adj.shape))
+
+
+# -- PyG -------------------------------------------------------------------------------------------
+def from_pyg(train_data, val_data, test_data, graph: Optional[Graph] = None) -> LinkSplit:
+    """The split of PyG's ``RandomLinkSplit`` outputs: the graph messages pass over is
+    ``train_data.edge_index`` (its vertex data ``graph``'s, else ``train_data``'s); positives
+    are each split's ``edge_label_index`` columns whose ``edge_label`` is not 0 (or its
+    ``pos_edge_label_index`` under ``split_labels=True``), and the rest, its negatives, are
+    shared by the split's every positive. PyG scores validation and test over growing graphs
+    (train_data.edge_index plus the validation edges for test); here all three use the training
+    graph, as every other source does."""
+    base = graph if graph is not None else Graph.from_pyg(train_data, name="pyg")
+    train_graph = Graph.from_edge_index(train_data.edge_index, base.num_nodes, directed=True, source="train_data")
+    split = {}
+    for name, data in (("train", train_data), ("valid", val_data), ("test", test_data)):
+        split[name] = _pyg_labels(data, name, base.num_nodes)
+    held = {k: split[k][0] for k in HELD_OUT}
+    shared = {k: split[k][1] for k in HELD_OUT}
+    negatives = {k: torch.zeros(held[k].shape[1], 0, dtype=torch.int64) for k in HELD_OUT}
+    graph_out = base.replace(adj=train_graph.adj)
+    return LinkSplit(graph_out, split["train"][0], held["valid"], held["test"], negatives["valid"],
+                     negatives["test"], shared["valid"], shared["test"])
+
+
+def _pyg_labels(data, name: str, n: int) -> tuple:
+    """(positive pairs [2, E], negative pairs [2, E']) of one RandomLinkSplit output."""
+    where = f"{name} data"
+    if getattr(data, "pos_edge_label_index", None) is not None:
+        pos = data.pos_edge_label_index
+        neg = getattr(data, "neg_edge_label_index", None)
+        neg = torch.zeros(2, 0, dtype=torch.int64) if neg is None else neg
+    elif getattr(data, "edge_label_index", None) is not None:
+        index = data.edge_label_index
+        label = getattr(data, "edge_label", None)
+        positive = torch.ones(index.shape[1], dtype=torch.bool) if label is None else label.reshape(-1) != 0
+        pos, neg = index[:, positive], index[:, ~positive]
+    else:
+        raise ConfigError(f"{where}: no edge_label_index (nor pos_edge_label_index): not an output of "
+                          f"RandomLinkSplit")
+    for what, pairs in (("positive", pos), ("negative", neg)):
+        if pairs.dim() != 2 or pairs.shape[0] != 2 or (pairs.numel() and (pairs.min() < 0 or pairs.max() >= n)):
+            raise ConfigError(f"{where}: its {what} pairs are not a [2, E] tensor of node ids below {n}")
+    return pos.to(torch.int64).contiguous(), neg.to(torch.int64).contiguous()

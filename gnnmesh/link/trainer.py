@@ -9,7 +9,8 @@ replicated; their gradients are summed over ranks like the encoder's.
 
 Negatives are drawn per training positive from a counter keyed on the seed, the epoch, the
 positive and the draw (``counter``); evaluation ranks each held-out positive among its fixed
-negatives. Neither depends on the strategy or the rank count.
+negatives, or among the negative pairs its split shares (OGB's collab and ddi, PyG), each
+scored once on the rank owning its source. Neither depends on the strategy or the rank count.
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ from ..settings import LinkSection, flag_name, parse_hits
 from ..tasks import LinkTask
 from ..train.trainer import Trainer, labelled
 from . import counter, decoders, ranking
-from .metrics import link_metrics
+from .metrics import link_metrics, shared_link_metrics
 from .rows import RowDirectory, fetch_rows
-from .split import BATCH_KEY, TRAIN_NEGATIVES_KEY, TRAIN_SAMPLE_KEY, LinkSplit, parse_fractions, split_edges
+from .sources import load_split, source_of
+from .split import BATCH_KEY, TRAIN_NEGATIVES_KEY, TRAIN_SAMPLE_KEY, LinkSplit
 
 MARGIN = 1.0
 SPLIT_NAMES = ("train", "valid", "test")
@@ -42,14 +44,16 @@ class LinkTrainer(Trainer):
     def __init__(self, config, data, strategy=None, widths=None, model=None, task=None,
                  split: Optional[LinkSplit] = None):
         """As ``Trainer``, for ``--task link`` on ``data``, a Graph: its edges are split by
-        ``--link-split`` (``split``: a split of the caller's instead) and the encoder runs on
-        the training edges alone."""
+        ``--link-split`` (fractions or a directory of split files, ``sources``; by default the
+        split of an OGB link-prediction directory loaded as the dataset; ``split``: a
+        split of the caller's instead, e.g. ``LinkSplit.from_pyg``) and the encoder runs on the
+        training edges alone, less the ``--disjoint-train`` share."""
         if not isinstance(data, Graph):
             raise ConfigError("config field 'parts': --task link trains on the whole graph, loaded from a dataset")
         cfg = config.resolved()
         if split is None:
-            split = split_edges(data, parse_fractions(cfg.link.link_split), cfg.training.seed,
-                                cfg.link.eval_negatives)
+            source = source_of(data, cfg.link.link_split, "link_split" in cfg.link.given())
+            split = load_split(data, source, cfg.training.seed, cfg.link.eval_negatives, cfg.link.disjoint_train)
         self.split = split
         width = widths.classes if widths is not None else embedding_width(cfg)
         super().__init__(config, labelled(split.graph, width), strategy, widths=widths, model=model,
@@ -100,7 +104,7 @@ class LinkTrainer(Trainer):
         if logits.dim() != 2 or logits.shape[1] != self.num_classes:
             raise ConfigError(f"config field 'model' ({self.config.model.name}): it gives outputs of shape "
                               f"{list(logits.shape)}; --task link reads rows of {self.num_classes} (the embedding "
-                              f"width, --hidden)")
+                              f"width: --embedding-width, by default --hidden)")
 
     def train_step(self) -> float:
         s = self.rank_data
@@ -221,7 +225,20 @@ class LinkTrainer(Trainer):
         table[at, 0] = pos.double().cpu()
         table[at, 1:] = negs.double().cpu()
         table = self.strategy.all_reduce(table)
+        shared = self.split.negative_pairs(split) if split != "train" else None
+        if shared is not None:
+            return shared_link_metrics(table[:, 0].numpy(), self._shared_scores(z, shared), self.task.hits)
         return link_metrics(table[:, 0].numpy(), table[:, 1:].numpy(), self.task.hits)
+
+    def _shared_scores(self, z: torch.Tensor, pairs: torch.Tensor) -> np.ndarray:
+        """The scores of negative ``pairs`` [2, E'] shared by a split's positives, each scored on
+        the rank owning its source and summed over ranks into one table."""
+        mine = torch.nonzero(self.directory.mine[pairs[0]]).flatten()
+        m = len(mine)
+        rows = fetch_rows(z, self.directory.plan(torch.cat([pairs[0, mine], pairs[1, mine]])))
+        table = torch.zeros(pairs.shape[1], dtype=torch.float64)
+        table[mine] = self.decoder(rows[:m], rows[m:]).double().cpu()
+        return self.strategy.all_reduce(table).numpy()
 
     def _evaluated(self, split: str) -> tuple:
         """(positives, their fixed negatives) of ``split``; the training positives are ranked
@@ -287,13 +304,13 @@ class LinkTrainer(Trainer):
         """``(queries, candidates, scores)``: for each query node this rank owns (of ``queries``,
         global ids; default every node), its ``k`` best candidates among every node, best
         first, ties by the lower id, and their scores ([q, k] each). ``exclude_known``: leave
-        out the query and its known positives (the edges the encoder ran on). Every rank calls
+        out the query and its known positives (the training edges). Every rank calls
         it together; candidates are scored a block of ids at a time (``ranking``)."""
         n = self.num_nodes
         queries = np.arange(n) if queries is None else np.unique(np.asarray(queries, dtype=np.int64))
         if len(queries) and (queries[0] < 0 or queries[-1] >= n):
             raise ConfigError(f"queries: node ids must be 0 to {n - 1}")
-        known = ranking.known_positives(self.split.graph) if exclude_known else None
+        known = ranking.known_positives(self.split.graph, self.split.train) if exclude_known else None
         ranking.check_enough(k, queries, n, known)
         self.decoder.eval()
         z = self.embeddings()
@@ -355,6 +372,5 @@ class LinkTrainer(Trainer):
 
 
 def embedding_width(config) -> int:
-    """The encoder's output width under --task link: the model's hidden width."""
-    return int(config.model.hidden or 64)
-
+    """The encoder's output width under --task link: --embedding-width, else its hidden width."""
+    return int(config.link.embedding_width or config.model.hidden or 64)

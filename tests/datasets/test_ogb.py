@@ -239,3 +239,43 @@ def test_train_from_the_command_line(ogb_dir):
 def test_command_line_error_is_one_line(ogb_dir):
     one_error_line(gnnmesh("train", "--dataset", f"{ogb_dir}:split=species", "--epochs", "1",
                            timeout=100), "no split 'species'; present: time")
+
+
+def write_link_dir(root, names=("collab",)):
+    """An OGB link-prediction directory: raw/ without labels, split/<name>/*.pt."""
+    edges, x, y, _ = fixture_arrays()
+    texts = fixture_texts(edges, x, y, {})
+    del texts["raw/node-label"]
+    write(root, texts)
+    pairs = torch.from_numpy(edges)
+    for name in names:
+        folder = root / "split" / name
+        folder.mkdir(parents=True)
+        torch.save({"edge": pairs[:-20]}, folder / "train.pt")
+        torch.save({"edge": pairs[-20:-10], "edge_neg": torch.tensor([[0, 1], [2, 3]])}, folder / "valid.pt")
+        torch.save({"edge": pairs[-10:], "edge_neg": torch.tensor([[4, 5]])}, folder / "test.pt")
+    return root
+
+
+def test_a_link_prediction_directory_loads_without_labels_and_names_its_split(tmp_path):
+    root = write_link_dir(tmp_path / "ogbl-tiny")
+    g = load(str(root), cache=False)
+    assert g.y is None and g.train_mask is None and g.num_nodes == N
+    assert g.meta["split"] == {"kind": "ogb-link", "name": "collab", "dir": str(root.resolve() / "split" / "collab")}
+    root2 = write_link_dir(tmp_path / "two", names=("a", "b"))
+    with pytest.raises(GraphError, match="2 link splits"):
+        load(str(root2), cache=False)
+    assert load(str(root2), split="b", cache=False).meta["split"]["name"] == "b"
+
+
+def test_link_training_on_a_link_directory_reads_its_split(tmp_path):
+    from gnnmesh.config import Config
+    from gnnmesh.link.trainer import LinkTrainer
+    root = write_link_dir(tmp_path / "ogbl-tiny")
+    g = load(str(root), cache=False)
+    trainer = LinkTrainer(Config.of(task="link", epochs=1, hidden=4, eval_negatives=3), g)
+    assert trainer.split.negative_pairs("test").tolist() == [[4], [5]]
+    assert trainer.split.train.shape[1] == len(fixture_arrays()[0]) - 20
+    given = LinkTrainer(Config.of(task="link", epochs=1, hidden=4, eval_negatives=3,
+                                  link_split="valid=0.2,test=0.2"), g)
+    assert given.split.negative_pairs("test") is None  # fractions given: they split the loaded edges

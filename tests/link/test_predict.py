@@ -121,7 +121,7 @@ def brute_force(trainer, queries, k, exclude_known):
     """Every query's scores with every node, all at once, ordered by (score desc, id asc)."""
     z = trainer.embeddings()
     n = len(z)
-    known = known_positives(trainer.split.graph) if exclude_known else None
+    known = known_positives(trainer.split.graph, trainer.split.train) if exclude_known else None
     want_ids, want_scores = [], []
     for q in queries:
         with torch.no_grad():
