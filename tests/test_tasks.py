@@ -198,7 +198,7 @@ def test_a_task_of_ones_own_trains_with_its_metrics():
 
 
 def test_task_is_recorded_and_refuses_what_does_not_apply(tmp_path):
-    assert tasks.names() == ("classification", "multilabel", "regression")
+    assert tasks.names() == ("classification", "multilabel", "regression", "link")
     toml = Config.of(task="regression", regression_loss="mae").to_toml()
     assert 'task = "regression"' in toml and 'regression_loss = "mae"' in toml
 
