@@ -34,7 +34,7 @@ from . import counter, decoders, ranking
 from .metrics import link_metrics, shared_link_metrics
 from .rows import RowDirectory, fetch_rows
 from .sources import load_split, source_of
-from .split import BATCH_KEY, TRAIN_NEGATIVES_KEY, TRAIN_SAMPLE_KEY, LinkSplit
+from .split import BATCH_KEY, TRAIN_NEGATIVES_KEY, TRAIN_SAMPLE_KEY, LinkSplit, fixed_negatives
 
 MARGIN = 1.0
 SPLIT_NAMES = ("train", "valid", "test")
@@ -74,6 +74,8 @@ class LinkTrainer(Trainer):
         # this rank's pairs: those whose source it owns (global positions in each split)
         self.mine = {k: torch.nonzero(self.directory.mine[self.split.pairs(k)[0]]).flatten() for k in SPLIT_NAMES}
         self.train_sample = self._train_sample()
+        self.train_negatives = fixed_negatives(self.split.train, self.num_nodes, cfg.training.seed,
+                                               len(SPLIT_NAMES), cfg.link.eval_negatives)
 
     def _train_sample(self) -> torch.Tensor:
         """The training positives the train metrics rank (as many as the validation split
@@ -245,11 +247,7 @@ class LinkTrainer(Trainer):
         among negatives drawn as the validation ones are."""
         if split != "train":
             return self.split.pairs(split), self.split.negatives(split)
-        from .split import fixed_negatives
-        if not hasattr(self, "_train_negatives"):
-            self._train_negatives = fixed_negatives(self.split.train, self.num_nodes, self.config.training.seed,
-                                                    len(SPLIT_NAMES), self.config.link.eval_negatives)
-        return self.split.train, self._train_negatives
+        return self.split.train, self.train_negatives
 
     def _chosen(self, split: str) -> torch.Tensor:
         return self.train_sample if split == "train" else torch.arange(self.split.pairs(split).shape[1])
