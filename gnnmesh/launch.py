@@ -12,8 +12,10 @@ The policy:
   (temporary files are removed) and the process exits 128 + the signal number after one
   line, ``gnnmesh: interrupted``, whatever the cleanup raised. Later signals during that
   cleanup are ignored.
-* The launcher passes the signal on to its ranks and waits for them; the ranks exit
-  quietly and the launcher alone prints the line.
+* The launcher stops its ranks with SIGTERM, whichever stop signal it got, and waits for
+  them; the ranks exit quietly and the launcher alone prints the line. SIGTERM because a
+  rank may still be starting its interpreter, where SIGINT would print a traceback and
+  SIGTERM ends it without a word.
 * A rank dies with its launcher, however the launcher dies (kill -9 included): the kernel
   sends it SIGKILL when its parent goes (Linux ``PR_SET_PDEATHSIG``; elsewhere a watcher
   thread polls the parent). Ranks run in their own session, so nothing else would.
@@ -34,6 +36,7 @@ import uuid
 LAUNCHER_ENV = "GNNMESH_LAUNCHER_PID"
 RESTART_ENV = "GNNMESH_RESTART_COUNT"   # set by launch for the ranks of a restarted job
 CAUSE_ENV = "GNNMESH_RESTART_CAUSE"     # and which ranks failed before it
+ELASTIC_SIGNALS_ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"  # torch's launcher sets it for its agent
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 PIPE_CLOSED = 128 + signal.SIGPIPE  # stdout was closed (e.g. piped into 'head'): end quietly
 _PR_SET_PDEATHSIG = 1
@@ -188,11 +191,16 @@ def launch(argv: list, nproc: int, max_restarts: int = 0, min_nproc: int = 1) ->
     _silence_elastic_logs()
     os.environ.setdefault("OMP_NUM_THREADS", str(ranks_share_cores(nproc)))
     os.environ[LAUNCHER_ENV] = str(os.getpid())
+    handled = os.environ.get(ELASTIC_SIGNALS_ENV)
     try:
         return _run_job(argv, nproc, max_restarts, min_nproc)
     finally:  # what the ranks of a restart were told is not this process's own
         os.environ.pop(RESTART_ENV, None)
         os.environ.pop(CAUSE_ENV, None)
+        if handled is None:  # torch's launcher set it for its agent
+            os.environ.pop(ELASTIC_SIGNALS_ENV, None)
+        else:
+            os.environ[ELASTIC_SIGNALS_ENV] = handled
 
 
 def _run_job(argv: list, nproc: int, max_restarts: int, min_nproc: int) -> int:
@@ -241,12 +249,15 @@ def _run_ranks(argv: list, nproc: int, job: str) -> None:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    # torch's agent would pass SIGINT, SIGTERM and SIGHUP on to the ranks as they came; left
+    # to stop_on_signals' handler they raise Interrupted in the agent, whose cleanup stops
+    # the ranks with SIGTERM
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=job,
                           rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0,
-                          monitor_interval=0.1)
+                          monitor_interval=0.1, signals_to_handle="SIGQUIT")
     try:
         elastic_launch(config, sys.executable)("-m", "gnnmesh", *argv)
-    except SignalException as err:  # torch's handler, while the ranks run: they have stopped
+    except SignalException as err:  # torch's handler (SIGQUIT), while the ranks run: they have stopped
         ignore_stop_signals()
         stopping(err.sigval)
         raise Interrupted(err.sigval) from None

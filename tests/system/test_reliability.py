@@ -147,6 +147,24 @@ def test_signal_to_launcher_gives_one_line_and_128_plus_signal(stopped, sig):
     assert alive == []
 
 
+@pytest.mark.timeout(120)
+def test_ctrl_c_while_ranks_start_their_interpreters_gives_one_line(stopped):
+    # a rank that gets SIGINT before Python has imported its site module prints a traceback;
+    # the launcher stops its ranks with SIGTERM instead, which ends them there without a word
+    proc = start(RANK_RUN + ["--epochs", "100000"])
+    stopped.append(proc)
+    deadline = time.monotonic() + 60
+    while not ranks_of(proc) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    ranks = ranks_of(proc)
+    assert ranks, "no rank started"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.strip() == "gnnmesh: interrupted", err
+    _, alive = psutil.wait_procs(ranks, timeout=5)
+    assert alive == []
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGHUP, marks=pytest.mark.slow)])
 def test_signal_to_single_process_gives_one_line(stopped, sig):
