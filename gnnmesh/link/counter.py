@@ -16,21 +16,36 @@ _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 
 def _mix(z: np.ndarray) -> np.ndarray:
-    """SplitMix64's output function: a bijection of 64-bit words that scatters every bit."""
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
-    return z ^ (z >> np.uint64(31))
+    """SplitMix64's output function: a bijection of 64-bit words that scatters every bit,
+    applied in place (``z``: an array of the caller's own, 0-d or not)."""
+    z ^= z >> np.uint64(30)
+    z *= _M1
+    z ^= z >> np.uint64(27)
+    z *= _M2
+    z ^= z >> np.uint64(31)
+    return z
 
 
 def words(*keys) -> np.ndarray:
     """64-bit random words, one per element of the keys broadcast together (integers or
-    integer arrays, each >= 0): a function of the keys alone."""
-    arrays = np.broadcast_arrays(*[np.asarray(k, dtype=np.int64).astype(np.uint64) for k in keys])
+    integer arrays, each >= 0): a function of the keys alone.
+
+    The state takes the shape of the keys folded so far: scalar keys (the seed, a purpose, an
+    epoch) cost one word, and each array key one in-place pass, not a pass per key over the
+    broadcast shape (a draw per training pair each epoch is on the training step's path)."""
+    shape = np.broadcast_shapes(*[np.shape(k) for k in keys])
+    state = np.asarray(_GOLDEN)
     with np.errstate(over="ignore"):
-        state = np.full(arrays[0].shape, _GOLDEN, dtype=np.uint64)
-        for key in arrays:
-            state = _mix(state + _GOLDEN + key)
-    return state
+        for key in keys:
+            key = np.asarray(key, dtype=np.int64).astype(np.uint64)  # a copy of our own
+            key += _GOLDEN
+            if key.shape == np.broadcast_shapes(key.shape, state.shape):
+                key += state
+                state = key
+            else:
+                state = state + key
+            _mix(state)
+    return state if state.shape == shape else np.broadcast_to(state, shape).copy()
 
 
 def uniform(*keys) -> np.ndarray:

@@ -99,3 +99,16 @@ def fetch_rows(z: torch.Tensor, fetch: Fetch) -> torch.Tensor:
     """The rows ``fetch`` was planned for, from every rank's ``z`` (its output rows), in the
     order they were asked for; differentiable. Every rank of the group calls it together."""
     return _FetchRows.apply(z, fetch)
+
+
+def fetch_table(z: torch.Tensor, directory: RowDirectory, wanted: torch.Tensor) -> tuple:
+    """``(table, at)``: rows holding every node of ``wanted`` (global ids, repeats allowed) and
+    each wanted node's place among them, so that ``table[at]`` are their rows. On one rank
+    the table is ``z`` itself; on several, every distinct node's row is fetched once
+    (``fetch_rows``). Scores read straight from the table spare writing a row per pair
+    (``ops.pairs``). Differentiable in ``z``; every rank of the group calls it together."""
+    wanted = wanted.cpu().long()
+    if directory.comm is None:
+        return z, directory.place[wanted].to(z.device)
+    ids, at = torch.unique(wanted, return_inverse=True)
+    return fetch_rows(z, directory.plan(ids)), at.to(z.device)

@@ -32,7 +32,7 @@ from ..tasks import LinkTask
 from ..train.trainer import Trainer, labelled
 from . import counter, decoders, ranking
 from .metrics import link_metrics, shared_link_metrics
-from .rows import RowDirectory, fetch_rows
+from .rows import RowDirectory, fetch_rows, fetch_table
 from .sources import load_split, source_of
 from .split import BATCH_KEY, TRAIN_NEGATIVES_KEY, TRAIN_SAMPLE_KEY, LinkSplit, fixed_negatives
 
@@ -184,14 +184,18 @@ class LinkTrainer(Trainer):
         src, dst = self.split.train[:, mine]
         k, n = cfg.negatives, self.num_nodes
         draws = (self.config.training.seed, TRAIN_NEGATIVES_KEY, self.epoch, mine.numpy()[:, None], np.arange(k)[None])
-        neg_dst = torch.from_numpy(counter.below(n, *draws, 1))
-        neg_src = (torch.from_numpy(counter.below(n, *draws, 0)) if cfg.corrupt == "both"
-                   else src[:, None].expand(-1, k))
-        rows = fetch_rows(z, self.directory.plan(torch.cat([src, dst, neg_src.reshape(-1), neg_dst.reshape(-1)])))
+        wanted = [src, dst, torch.from_numpy(counter.below(n, *draws, 1)).reshape(-1)]
+        both = cfg.corrupt == "both"
+        if both:  # otherwise a negative's source is its positive's
+            wanted.append(torch.from_numpy(counter.below(n, *draws, 0)).reshape(-1))
+        # the pairs are scored from one table of rows, each node's once, by their places in it
+        table, at = fetch_table(z, self.directory, torch.cat(wanted))
+        at_src, at_dst, at_neg_dst, *at_neg_src = at.split([len(w) for w in wanted])
+        at_neg_src = at_neg_src[0] if both else at_src.repeat_interleave(k)
         m = len(src)
-        zs, zd, zns, znd = rows[:m], rows[m:2 * m], rows[2 * m:2 * m + m * k], rows[2 * m + m * k:]
-        pos = self.decoder(zs, zd)
-        neg = self.decoder(zns, znd).view(m, k)
+        scores = decoders.score_rows(self.decoder, table, torch.cat([at_src, at_neg_src]),
+                                     torch.cat([at_dst, at_neg_dst]))
+        pos, neg = scores[:m], scores[m:].view(m, k)
         terms = len(batch)
         if cfg.link_loss == "bce":
             return (F.softplus(-pos).sum() + F.softplus(neg).sum()) / (terms * (1 + k))

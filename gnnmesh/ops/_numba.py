@@ -117,6 +117,39 @@ def softmax_backward(indptr, out, grad, result, bounds):
                     result[e, h] = out[e, h] * (grad[e, h] - total)
 
 
+@_jit_sums
+def pair_dot(table, a, b, out, chunk):
+    """``out[i] = <table[a[i]], table[b[i]]>``, ``chunk`` pairs per parallel task."""
+    width = table.shape[1]
+    for task in prange((a.shape[0] + chunk - 1) // chunk):
+        for i in range(task * chunk, min(a.shape[0], (task + 1) * chunk)):
+            u, v = table[a[i]], table[b[i]]
+            total = out.dtype.type(0)
+            for f in range(width):
+                total += u[f] * v[f]
+            out[i] = total
+
+
+@_jit
+def pair_dot_backward(table, a, b, grad, out, bounds):
+    """``out[a[i]] += grad[i] * table[b[i]]`` and ``out[b[i]] += grad[i] * table[a[i]]``. Task
+    ``t`` owns the rows ``bounds[t]`` to ``bounds[t + 1]``: it reads every pair and adds to its
+    own rows alone, so no two tasks write one row and none needs atomics."""
+    width = table.shape[1]
+    for task in prange(bounds.shape[0] - 1):
+        lo, hi = bounds[task], bounds[task + 1]
+        for i in range(a.shape[0]):
+            g = grad[i]
+            if lo <= a[i] < hi:
+                du, v = out[a[i]], table[b[i]]
+                for f in range(width):
+                    du[f] += g * v[f]
+            if lo <= b[i] < hi:
+                dv, u = out[b[i]], table[a[i]]
+                for f in range(width):
+                    dv[f] += g * u[f]
+
+
 def configure(threads: int) -> None:
     """Run the next kernels on ``threads`` threads, each taking the next task when done with
     one (one task at a time: a thread slowed by other work on the machine takes fewer)."""
