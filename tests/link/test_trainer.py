@@ -63,6 +63,17 @@ def test_link_prediction_under_partition_on_three_ranks_equals_the_single_proces
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_pairs_scored_in_place_under_partition_equal_the_single_process(monkeypatch):
+    """The dot decoder's compiled kernel (``ops.pairs``; here on every size) reads the table of
+    rows each rank fetched (``rows.fetch_table``) as the single process reads its own. Slow:
+    every rank loads (on a fresh install, compiles) all the compiled kernels."""
+    pytest.importorskip("numba")
+    monkeypatch.setenv("GNNMESH_KERNELS", "compiled")  # the ranks inherit it
+    check("partition", 2, ["dot"], timeout=300)
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(450)
 def test_link_prediction_under_tensor_grid3d_and_offload_equals_the_single_process():
     check("tensor", 2, list(VARIANTS), timeout=130)
