@@ -24,7 +24,6 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError
-from ..ops.pairs import pair_dot
 from ..registries import add
 
 
@@ -52,14 +51,6 @@ class DistMult(nn.Module):
 
     def forward(self, zu: torch.Tensor, zv: torch.Tensor, relation: int = 0) -> torch.Tensor:
         return (zu * self.relations[relation] * zv).sum(-1)
-
-
-def score_rows(decoder: nn.Module, table: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """The scores of the pairs (``table[a[i]]``, ``table[b[i]]``): the dot product's straight
-    from the table (``ops.pairs``), any other decoder's from the pairs' gathered rows."""
-    if type(decoder) is Dot:
-        return pair_dot(table, a, b)
-    return decoder(table[a], table[b])
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ from typing import Optional
 import torch
 
 from ..comm import Comm
+from ..ops.pairs import pair_dot
+from .decoders import Dot
 
 
 class RowDirectory:
@@ -112,3 +114,11 @@ def fetch_table(z: torch.Tensor, directory: RowDirectory, wanted: torch.Tensor) 
         return z, directory.place[wanted].to(z.device)
     ids, at = torch.unique(wanted, return_inverse=True)
     return fetch_rows(z, directory.plan(ids)), at.to(z.device)
+
+
+def score_rows(decoder: torch.nn.Module, table: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The decoder's scores of the pairs (``table[a[i]]``, ``table[b[i]]``): the dot product's
+    straight from the table (``ops.pairs``), any other decoder's from the pairs' gathered rows."""
+    if type(decoder) is Dot:
+        return pair_dot(table, a, b)
+    return decoder(table[a], table[b])

@@ -32,7 +32,7 @@ from ..tasks import LinkTask
 from ..train.trainer import Trainer, labelled
 from . import counter, decoders, ranking
 from .metrics import link_metrics, shared_link_metrics
-from .rows import RowDirectory, fetch_rows, fetch_table
+from .rows import RowDirectory, fetch_rows, fetch_table, score_rows
 from .sources import load_split, source_of
 from .split import BATCH_KEY, TRAIN_NEGATIVES_KEY, TRAIN_SAMPLE_KEY, LinkSplit, fixed_negatives
 
@@ -193,8 +193,7 @@ class LinkTrainer(Trainer):
         at_src, at_dst, at_neg_dst, *at_neg_src = at.split([len(w) for w in wanted])
         at_neg_src = at_neg_src[0] if both else at_src.repeat_interleave(k)
         m = len(src)
-        scores = decoders.score_rows(self.decoder, table, torch.cat([at_src, at_neg_src]),
-                                     torch.cat([at_dst, at_neg_dst]))
+        scores = score_rows(self.decoder, table, torch.cat([at_src, at_neg_src]), torch.cat([at_dst, at_neg_dst]))
         pos, neg = scores[:m], scores[m:].view(m, k)
         terms = len(batch)
         if cfg.link_loss == "bce":
