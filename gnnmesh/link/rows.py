@@ -6,7 +6,9 @@ on the rank that owns its source; its destination's row may live on any rank.
 ``RowDirectory`` knows where every node's row lives; ``fetch_rows`` moves the rows a rank
 asks for with one all-to-all, and in the backward pass moves their gradients back to their
 owners, who add them up: the same rows and gradients the single process reads, so that a
-pair's score and every gradient are the single process's.
+pair's score and every gradient are the single process's. ``fetch_table`` fetches each node
+a rank's pairs read once, and ``score_rows`` scores the pairs from that table by their
+places in it.
 """
 
 from __future__ import annotations
