@@ -18,8 +18,10 @@ Each framework runs in its own fresh process, alternating (gnnmesh, PyG, gnnmesh
 A process loads the graph and computes the split, then restarts its resident-memory
 high-water mark (``/proc/self/clear_refs``): its "peak" is the highest resident memory
 from there on (the trainer's setup and every epoch), its "base" the memory the loaded graph
-and split already held. Warm-up epochs are dropped; a process's epoch time is the median of
-its timed epochs; the table gives the median over processes and their range.
+and split already held. Warm-up epochs are dropped; a process's epoch time (wall clock) and
+CPU time (``time.process_time``: every thread's, steadier than the wall clock on a machine
+others share) are the medians of its timed epochs; the table gives the median over
+processes and their range.
 
     python benchmarks/link_speed.py                                   # R-MAT 1M nodes, 10M edges
     python benchmarks/link_speed.py --nodes 100000 --edges 1000000    # a quick look
@@ -140,12 +142,14 @@ def worker(args):
     step = (pyg_epoch if args.worker == "pyg" else gnnmesh_epoch)(graph, split, args)
     for _ in range(args.warmup):
         step()
-    times = []
+    times, cpu = [], []
     for _ in range(args.epochs):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         step()
         times.append(time.perf_counter() - start)
-    print(json.dumps({"epoch": statistics.median(times), "peak_mib": status_mib("VmHWM"), "base_mib": base}))
+        cpu.append(time.process_time() - start_cpu)
+    print(json.dumps({"epoch": statistics.median(times), "cpu": statistics.median(cpu),
+                      "peak_mib": status_mib("VmHWM"), "base_mib": base}))
 
 
 # -- the driver ----------------------------------------------------------------------------------
@@ -181,21 +185,22 @@ def driver(args):
         for name in names:
             try:
                 runs[name].append(partition_run(args) if "partition" in name else spawn(name, args))
+                print(f"  {name}: {json.dumps(runs[name][-1])}", file=sys.stderr, flush=True)
             except (TrainFailed, subprocess.CalledProcessError) as exc:
                 print(f"  {name}: failed: {getattr(exc, 'stderr', None) or exc}", file=sys.stderr)
-    fig = {name: {key: Spread.of(r[key] for r in records) for key in ("epoch", "peak_mib")}
+    fig = {name: {key: Spread.of(r.get(key, float("nan")) for r in records) for key in ("epoch", "cpu", "peak_mib")}
            for name, records in runs.items() if records}
     if "base_mib" in (runs["gnnmesh"] or [{}])[0]:
         print(f"  graph and split loaded: {runs['gnnmesh'][0]['base_mib']:,.0f} MiB resident (gnnmesh), "
               f"{runs['pyg'][0]['base_mib']:,.0f} MiB (PyG)" if runs["pyg"] else "")
-    print("\n| framework | epoch s, median (min-max) | peak RSS MiB | gnnmesh / PyG: time | peak RSS |")
-    print("|---|---|---|---|---|")
+    print("\n| framework | epoch s, median (min-max) | CPU s per epoch | peak RSS MiB | gnnmesh / PyG: time "
+          "| CPU time | peak RSS |")
+    print("|---|---|---|---|---|---|---|")
     for name, f in fig.items():
-        ratio = ("", "") if name == "pyg" or "pyg" not in fig else (
-            f"**{f['epoch'].median / fig['pyg']['epoch'].median:.2f}x**",
-            f"**{f['peak_mib'].median / fig['pyg']['peak_mib'].median:.2f}x**")
-        print(f"| {'PyG' if name == 'pyg' else name} | {f['epoch'].format(3)} | {f['peak_mib'].format(0)} | "
-              f"{ratio[0]} | {ratio[1]} |", flush=True)
+        ratio = ("", "", "") if name == "pyg" or "pyg" not in fig else tuple(
+            f"**{f[key].median / fig['pyg'][key].median:.2f}x**" for key in ("epoch", "cpu", "peak_mib"))
+        print(f"| {'PyG' if name == 'pyg' else name} | {f['epoch'].format(3)} | {f['cpu'].format(3)} | "
+              f"{f['peak_mib'].format(0)} | {' | '.join(ratio)} |", flush=True)
 
 
 def main():
