@@ -4,8 +4,9 @@ Link prediction scores every training pair each step. Gathering the pairs' rows 
 (``table[a] * table[b]``) writes two [pairs, width] tensors, and their gradients two more,
 each many times the table's size; the compiled kernel (``_numba.pair_dot``) reads the rows
 where they are and writes one number per pair, and its backward adds each pair's share into
-a gradient the table's size, each thread into its own block of rows. Without numba (or on another device or dtype) the same scores
-come from torch's indexing.
+a gradient the table's size, each thread into its own block of rows. Without numba (on
+another device or dtype, or below the compiled kernels' size) the same scores come from
+torch's indexing.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class _PairDot(torch.autograd.Function):
         table, a, b = ctx.saved_tensors
         out = torch.zeros_like(table)
         tasks = max(1, torch.get_num_threads())  # one per thread: each reads every pair
-        bounds = torch.linspace(0, len(table), tasks + 1).round().long()
+        bounds = torch.tensor([len(table) * t // tasks for t in range(tasks + 1)])
         compiled._run(compiled._kernels().pair_dot_backward, table.contiguous(), a, b,
                       grad.contiguous().to(table.dtype), out, bounds)
         return out, None, None
