@@ -178,9 +178,14 @@ class Config:
             able = ", ".join(s.name for s in strategies.REGISTRY.values() if s.scores_pairs)
             raise ConfigError(f"config field 'task': {self._engine_name(spec)} cannot score node pairs yet; "
                               f"--task link runs under --strategy {able}")
-        if self.training.minibatch or self.data.parts:
-            raise ConfigError(f"config field '{'minibatch' if self.training.minibatch else 'parts'}': --task link "
-                              "trains on the whole graph, loaded from a dataset")
+        if self.data.parts:
+            raise ConfigError("config field 'parts': --task link trains on the whole graph, loaded from a dataset")
+        if self.training.minibatch and self.minibatch.batch_size is not None:
+            raise ConfigError("config field 'batch_size': --task link --minibatch batches training edges, "
+                              "--edge-batch-size of them a step (--batch-size counts seed nodes)")
+        if self.training.minibatch and self.minibatch.eval_fanouts is not None:
+            raise ConfigError("config field 'eval_fanouts': --task link --minibatch scores held-out pairs from "
+                              "every neighbour, in one whole-graph pass")
 
     def _check_restart_counts(self) -> None:
         """A job restarted after losing ranks goes on with as few as ``min_nproc``: refused now,
