@@ -174,6 +174,12 @@ class Config:
                 raise ConfigError(f"config field '{given[0]}' applies to --task link, not "
                                   f"{self.training.task or 'a task inferred from the labels'}")
             return
+        if not spec.scores_pairs and spec.planned and self.training.minibatch:
+            routes = ", ".join(s.name for s in strategies.REGISTRY.values()
+                                 if s.scores_pairs and s.training == "minibatch")
+            raise ConfigError(f"config field 'strategy': --strategy auto --minibatch picks a route by a dry run of "
+                              f"batches of seed nodes, not of node pairs; --task link --minibatch runs under "
+                              f"--strategy {routes} (or single)")
         if not spec.scores_pairs:
             able = ", ".join(s.name for s in strategies.REGISTRY.values() if s.scores_pairs)
             raise ConfigError(f"config field 'task': {self._engine_name(spec)} cannot score node pairs yet; "
