@@ -36,8 +36,6 @@ from .trainer import LinkTrainer, edge_batches
 class LinkMiniBatchTrainer(LinkTrainer):
     """As ``LinkTrainer``, each optimizer step on the sampled neighbourhoods of a batch's pairs."""
 
-    holds_every_row = True
-
     def __init__(self, config, data, strategy=None, widths=None, model=None, task=None, split=None):
         super().__init__(config, data, strategy, widths=widths, model=model, task=task, split=split)
         cfg, s = self.config, self.rank_data
