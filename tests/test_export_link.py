@@ -49,7 +49,8 @@ def test_exported_scores_equal_predict_pairs(trained, run, capsys):
     assert main(["predict", "--checkpoint", str(path), "--dataset", SBM, "--pairs", str(root / "pairs.csv"),
                  "--out", str(root / f"{name}-scores")]) == 0
     assert main(["export", "--checkpoint", str(path), "--to", "pyg", "--out", str(root / f"{name}-pyg")]) == 0
-    assert f"{DECODER_FILE} ({run[1]} decoder)" in capsys.readouterr().out
+    assert f"{DECODER_FILE} (read with gnnmesh.export.load_pyg; its {run[1]} decoder scores pairs)" in \
+        capsys.readouterr().out
     predicted = read(root / f"{name}-scores")
 
     model = load_pyg(root / f"{name}-pyg")
