@@ -90,3 +90,24 @@ def test_the_split_and_known_positives_carried_to_the_renumbered_graph():
     indptr, dst = known_in_user_ids(known_positives(moved.graph, moved.train), order)
     want_indptr, want_dst = known_positives(split.graph, split.train)
     assert np.array_equal(indptr, want_indptr) and np.array_equal(dst, want_dst)
+
+
+def test_training_under_reorder_draws_the_split_of_the_graph_as_loaded(monkeypatch, reorder="degree"):
+    """The split a --reorder run trains on is the one predict draws again, whatever it renumbers."""
+    from gnnmesh.train.run import run_training
+    seen = {}
+    fit = LinkTrainer.fit
+
+    def watched(self, *args, **kwargs):
+        seen.update(split=self.split, original=self.original)
+        return fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(LinkTrainer, "fit", watched)
+    run_training(Config.of(dataset=SBM, task="link", reorder=reorder, epochs=1, hidden=4, link_split="valid=0.1,test=0.2"),
+                 quiet=True)
+    want = load_split(datasets.load(SBM), "valid=0.1,test=0.2", 0, Config().link.eval_negatives)
+    original = torch.from_numpy(seen["original"])
+    assert not torch.equal(original, torch.arange(len(original)))
+    for name in ("train", "valid", "test"):
+        assert torch.equal(original[seen["split"].pairs(name)], want.pairs(name)), name
+    same_graph(user_graph(seen["split"].graph, seen["original"]), want.graph)
