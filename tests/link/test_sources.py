@@ -230,9 +230,9 @@ def check_sources(tmp_path, strategies, timeout):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 def test_training_from_split_files_under_partition_on_two_ranks_equals_the_single_process(tmp_path):
-    check_sources(tmp_path, ["partition"], timeout=90)
+    check_sources(tmp_path, ["partition"], timeout=150)
 
 
 @pytest.mark.slow
