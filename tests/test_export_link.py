@@ -92,3 +92,34 @@ def test_a_damaged_decoder_is_one_line(trained, tmp_path):
     (out / MODEL_FILE).write_text(json.dumps(spec))
     with pytest.raises(ConfigError, match="field 'decoder' is not one an export writes"):
         load_pyg(out)
+
+
+NET = '''
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self, in_dim, num_classes, hidden=8):
+        super().__init__()
+        self.lin, self.out = nn.Linear(in_dim, hidden), nn.Linear(hidden, num_classes)
+
+    def forward(self, view, x):
+        return view.spmm(self.out(torch.relu(view.spmm(self.lin(x), "gcn"))), "mean")
+'''
+
+
+def test_a_link_model_of_your_own_is_exported_with_its_decoder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "net.py").write_text(NET)
+    graph = datasets.load(SBM)
+    LinkTrainer(Config.of(dataset=SBM, task="link", model="net.py:Net", decoder="distmult", epochs=2,
+                          checkpoint="own.pt"), graph).fit()
+    spec = export_pyg("own.pt", "own-pyg", model="net.py:Net")
+    assert spec["decoder"]["type"] == "distmult" and "user_model" in spec
+    model = load_pyg("own-pyg")
+    trainer = Trainer.from_checkpoint("own.pt", graph, model="net.py:Net")
+    pairs = np.array([[0, 5], [7, 100], [3, 3], [119, 0]])
+    with torch.no_grad():
+        scores = model.decode(model.encode(*pyg_inputs(trainer.split.graph)), torch.from_numpy(pairs).t())
+    np.testing.assert_allclose(scores.numpy(), trainer.score_pairs(pairs)[1], rtol=0, atol=1e-5)
