@@ -105,14 +105,15 @@ def _train(config, parts, quiet, rank, world_size, device, check_model=True) -> 
     # baseline: they are code
     if device.type == "cpu" and compiled.wanted(data.adj.nnz if isinstance(data, Graph) else 0):
         compiled.load()
-    if config.training.minibatch:
-        from .minibatch import MiniBatchTrainer
-        trainer = MiniBatchTrainer(config, data)
+    minibatch = config.training.minibatch
+    if config.training.task:
+        trainer_class = tasks.spec(config.training.task).trainer_class(minibatch)
     else:
-        trainer_class = tasks.spec(config.training.task).trainer_class() if config.training.task else Trainer
-        # a link split is drawn on the graph as the user numbers it, whatever --reorder renumbers
-        renumbered = {"original": order} if order is not None and config.learns_links else {}
-        trainer = trainer_class(config, data, **renumbered)
+        from .minibatch import MiniBatchTrainer
+        trainer_class = MiniBatchTrainer if minibatch else Trainer
+    # a link split is drawn on the graph as the user numbers it, whatever --reorder renumbers
+    renumbered = {"original": order} if order is not None and config.learns_links else {}
+    trainer = trainer_class(config, data, **renumbered)
     cfg, strategy = trainer.config, trainer.strategy
     trainer.labels.update(planned)
     if device.type == "cpu":
