@@ -30,7 +30,7 @@ from ..ops.precision import widened
 from ..settings import LinkSection, flag_name, parse_hits
 from ..tasks import LinkTask
 from ..train.trainer import Trainer, labelled
-from . import counter, decoders, ranking
+from . import counter, decoders, ranking, renumber
 from .metrics import link_metrics, shared_link_metrics
 from .rows import RowDirectory, fetch_rows
 from .sources import load_split, source_of
@@ -42,18 +42,25 @@ SPLIT_NAMES = ("train", "valid", "test")
 
 class LinkTrainer(Trainer):
     def __init__(self, config, data, strategy=None, widths=None, model=None, task=None,
-                 split: Optional[LinkSplit] = None):
+                 split: Optional[LinkSplit] = None, original=None):
         """As ``Trainer``, for ``--task link`` on ``data``, a Graph: its edges are split by
         ``--link-split`` (fractions or a directory of split files, ``sources``; by default the
         split of an OGB link-prediction directory loaded as the dataset; ``split``: a
         split of the caller's instead, e.g. ``LinkSplit.from_pyg``) and the encoder runs on the
-        training edges alone, less the ``--disjoint-train`` share."""
+        training edges alone, less the ``--disjoint-train`` share. ``original``: where ``data``
+        was renumbered (``--reorder``), the user's id of each of its nodes: the split is then
+        drawn as on the user's numbering (``renumber``), and pairs and top-K lists are taken
+        and given in the user's ids."""
         if not isinstance(data, Graph):
             raise ConfigError("config field 'parts': --task link trains on the whole graph, loaded from a dataset")
         cfg = config.resolved()
+        self.original = None if original is None else np.asarray(original, dtype=np.int64)
+        self.node_of = None if original is None else torch.from_numpy(renumber.inverse(original))
         if split is None:
-            source = source_of(data, cfg.link.link_split, "link_split" in cfg.link.given())
-            split = load_split(data, source, cfg.training.seed, cfg.link.eval_negatives, cfg.link.disjoint_train)
+            users = data if original is None else renumber.user_graph(data, original)
+            source = source_of(users, cfg.link.link_split, "link_split" in cfg.link.given())
+            split = load_split(users, source, cfg.training.seed, cfg.link.eval_negatives, cfg.link.disjoint_train)
+            split = split if original is None else renumber.renumbered(split, original)
         self.split = split
         width = widths.classes if widths is not None else embedding_width(cfg)
         super().__init__(config, labelled(split.graph, width), strategy, widths=widths, model=model,
@@ -282,7 +289,7 @@ class LinkTrainer(Trainer):
         """As ``Trainer.predict``; a link model's node outputs are its embeddings: by default the
         encoder's output, what the decoder reads (``layer``: a hidden layer's). Logits,
         probabilities and labels are refused."""
-        return super().predict(output, layer, nodes, original)
+        return super().predict(output, layer, nodes, self.original if original is None else original)
 
     def node_outputs(self, out) -> torch.Tensor:
         if out.what == "embeddings" and out.layer is None:
@@ -302,6 +309,7 @@ class LinkTrainer(Trainer):
         pairs = torch.as_tensor(np.asarray(pairs, dtype=np.int64)).reshape(-1, 2)
         if len(pairs) and (int(pairs.min()) < 0 or int(pairs.max()) >= self.num_nodes):
             raise ConfigError(f"pairs: node ids must be 0 to {self.num_nodes - 1}")
+        pairs = self._nodes(pairs)
         self.decoder.eval()
         z = self.embeddings()
         places = torch.nonzero(self.directory.mine[pairs[:, 0]]).flatten()
@@ -322,24 +330,30 @@ class LinkTrainer(Trainer):
         if len(queries) and (queries[0] < 0 or queries[-1] >= n):
             raise ConfigError(f"queries: node ids must be 0 to {n - 1}")
         known = ranking.known_positives(self.split.graph, self.split.train) if exclude_known else None
+        if known is not None and self.original is not None:
+            known = renumber.known_in_user_ids(known, self.original)
         ranking.check_enough(k, queries, n, known)
         self.decoder.eval()
         z = self.embeddings()
-        owners = self.directory.owner[torch.from_numpy(queries)]
+        owners = self.directory.owner[self._nodes(torch.from_numpy(queries))]
         mine = queries[(owners == self.directory.rank).numpy()]
-        zq = z[self.directory.place[torch.from_numpy(mine)].to(z.device)]
+        zq = z[self.directory.place[self._nodes(torch.from_numpy(mine))].to(z.device)]
         mask = ranking.KnownMask(mine, known) if known is not None else None
         largest = int(torch.bincount(owners, minlength=self.strategy.world_size).max()) if len(queries) else 0
         block = ranking.block_size(largest, n)
         best = ranking.RunningTopK(len(mine), k)
         for start in range(0, n, block):
-            ids = torch.arange(start, min(n, start + block))
-            zc = fetch_rows(z, self.directory.plan(ids))
+            ids = torch.arange(start, min(n, start + block))  # the user's ids: ties go to the lower
+            zc = fetch_rows(z, self.directory.plan(self._nodes(ids)))
             scores = ranking.block_scores(self.decoder, zq, zc).float().cpu()
             if mask is not None:
                 mask.apply(scores, start, start + len(ids))
             best.add(scores, ids)
         return mine, best.ids.numpy(), best.scores.numpy()
+
+    def _nodes(self, ids: torch.Tensor) -> torch.Tensor:
+        """The graph's nodes of the user's ``ids`` (themselves unless it was renumbered)."""
+        return ids if self.node_of is None else self.node_of[ids]
 
     # -- selection and checkpoints -----------------------------------------------------------------
     def _select(self, accs):
