@@ -387,6 +387,8 @@ class LinkSection(Section):
     edge_batch_size: Optional[int] = setting(help="--task link: training positives per optimizer step, each "
                                              "step a full-graph pass (default: all of them, one step an epoch)",
                                              check=COUNT)
+    rank_all: bool = setting(False, help="--task link: rank each validation and test positive against every node "
+                             "as its destination, less its known positives (filtered), for MRR and Hits@K")
 
     def given(self) -> list:
         """The settings that differ from their defaults (refused for another task)."""
