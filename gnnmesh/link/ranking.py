@@ -19,7 +19,8 @@ from ..errors import ConfigError
 from .rows import fetch_rows
 
 SCORES_AT_ONCE = 1 << 24   # a block's scores on one rank: its queries x the block's candidates
-PAIRS_AT_ONCE = 1 << 18    # pairs given to the decoder in one call (each holds two rows)
+LARGEST_BLOCK = 1 << 18    # the most candidates in a block (their rows fetched at once)
+PAIRS_PER_CALL = 1 << 13   # pairs given to the decoder in one call
 SMALLEST_BLOCK = 256
 
 
@@ -63,9 +64,9 @@ def check_enough(k: int, queries: np.ndarray, num_nodes: int, known: Optional[tu
 
 def block_size(largest_share: int, num_nodes: int) -> int:
     """Candidates scored a block at a time, from the most queries any rank owns: the same on
-    every rank, which fetch each block together. At most ``PAIRS_AT_ONCE``, so that a few
+    every rank, which fetch each block together. At most ``LARGEST_BLOCK``, so that a few
     queries never fetch (and pair up) every node's row at once."""
-    return int(min(max(num_nodes, 1), PAIRS_AT_ONCE, max(SMALLEST_BLOCK, SCORES_AT_ONCE // max(largest_share, 1))))
+    return int(min(max(num_nodes, 1), LARGEST_BLOCK, max(SMALLEST_BLOCK, SCORES_AT_ONCE // max(largest_share, 1))))
 
 
 def scored_blocks(decoder, z: torch.Tensor, directory, zq: torch.Tensor, largest_share: int, num_nodes: int,
@@ -87,14 +88,21 @@ def scored_blocks(decoder, z: torch.Tensor, directory, zq: torch.Tensor, largest
 
 def block_scores(decoder, zq: torch.Tensor, zc: torch.Tensor) -> torch.Tensor:
     """[queries, candidates] scores of every query row ``zq`` with every candidate row ``zc``,
-    by the decoder itself, a bounded number of pairs per call."""
+    by the decoder itself (every decoder scores pairs along the last dimension, broadcast over
+    the others), ``PAIRS_PER_CALL`` pairs per call: what a call holds stays in the cache."""
     q, b = zq.shape[0], zc.shape[0]
     if q == 0 or b == 0:
         return zq.new_zeros(q, b)
-    rows = max(1, PAIRS_AT_ONCE // b)
-    parts = [decoder(zq[i:i + rows].repeat_interleave(b, 0), zc.repeat(min(rows, q - i), 1)).view(-1, b)
-             for i in range(0, q, rows)]
-    return torch.cat(parts)
+    cols = min(b, PAIRS_PER_CALL)
+    rows = max(1, PAIRS_PER_CALL // cols)
+    out = None
+    for i in range(0, q, rows):
+        for j in range(0, b, cols):
+            scores = decoder(zq[i:i + rows, None], zc[None, j:j + cols])
+            if out is None:
+                out = scores.new_empty(q, b)
+            out[i:i + rows, j:j + cols] = scores
+    return out
 
 
 class RunningTopK:
