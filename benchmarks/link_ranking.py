@@ -75,7 +75,7 @@ def worker(rank: int, world: int, args, rendezvous: str, out_dir: str) -> None:
                       torch.zeros(0, 0, dtype=torch.int64))
     group.barrier()
     ranked = time.perf_counter()
-    held = FullRanking(split, directory, world)
+    held = FullRanking(split, directory)
     got = held.metrics(Dot(args.width), z, "valid", (1, 10, 100), group.all_reduce)
     seconds = time.perf_counter() - ranked
     record = {"rank": rank, "seconds": seconds, "setup": ranked - start, "peak": memory.peak_rss_mib(),

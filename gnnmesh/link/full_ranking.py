@@ -14,8 +14,9 @@ mean of 1 / rank and Hits@K the share of ranks K or better (a positive tied acro
 place does not count).
 
 Every rank ranks the positives whose source it owns, scoring its sources against one block
-of candidate ids at a time (``ranking.scored_blocks``, as the top-K lists do), the known
-candidates scored NaN, which is neither above nor equal to any score: no rank holds a score
+of candidate ids at a time (``ranking.scored_blocks``, as the top-K lists do; the blocks sized
+for all the split's positives, so that a rank's share of the scores falls as ranks are added),
+the known candidates scored NaN, which is neither above nor equal to any score: no rank holds a score
 per node pair, nor every node's row. A candidate's score and the positive's are the same
 decoder's computation of two rows, so a tie between them is a tie on every strategy and rank
 count where the rows are equal. The ranks' positives' ranks are summed into one table (zeros
@@ -33,7 +34,7 @@ from .metrics import SELECTION
 from .rows import fetch_rows
 from .split import HELD_OUT
 
-EDGES_AT_ONCE = 1 << 22  # the graph's edges read a chunk at a time when the known positives are gathered
+EDGES_AT_ONCE = 1 << 20  # the graph's edges read a chunk at a time when the known positives are gathered
 
 
 def check_hits(hits: tuple, num_nodes: int) -> None:
@@ -89,8 +90,8 @@ def filtered_ranks(decoder, z: torch.Tensor, directory, pairs: torch.Tensor, mas
                    num_nodes: int) -> torch.Tensor:
     """The rank (float64) of each of this rank's positives ``pairs`` ([2, m], sources it owns)
     among every node as its destination, ``mask``'s cells left out (``known_cells``; the
-    positive's own destination among them). Every rank calls it together (``largest_share``:
-    the most positives any rank ranks)."""
+    positive's own destination among them). Every rank calls it together, with the same
+    ``largest_share`` (at least the most positives any rank ranks; blocks are sized for it)."""
     src, dst = pairs
     zq = z[directory.place[src].to(z.device)]
     positive = decoder(zq, fetch_rows(z, directory.plan(dst))).float().cpu()[:, None]
@@ -107,7 +108,7 @@ class FullRanking:
     """The filtered full ranking of the validation and test positives of a ``LinkSplit``:
     which of them this rank ranks, and the candidates each leaves out."""
 
-    def __init__(self, split, directory, world_size: int):
+    def __init__(self, split, directory):
         self.directory, self.num_nodes = directory, split.graph.num_nodes
         known = torch.cat([split.train] + [split.pairs(name) for name in HELD_OUT], 1)
         self.mine, self.masks, self.largest, self.sizes = {}, {}, {}, {}
@@ -117,7 +118,9 @@ class FullRanking:
             self.mine[name] = torch.nonzero(owners == directory.rank).flatten()
             self.masks[name] = ranking.KnownMask.of_cells(
                 *known_cells(split.graph, known, pairs[0, self.mine[name]].numpy()))
-            self.largest[name] = int(torch.bincount(owners, minlength=world_size).max()) if len(owners) else 0
+            # blocks sized for the split's every positive, not the largest rank's share: a rank's
+            # scores of a block then shrink as more ranks share the positives
+            self.largest[name] = len(owners)
             self.sizes[name] = pairs.shape[1]
         self.split = split
 

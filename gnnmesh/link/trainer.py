@@ -246,7 +246,7 @@ class LinkTrainer(Trainer):
         """The held-out positives this rank ranks under ``--rank-all`` and the candidates each
         leaves out, gathered at the first evaluation."""
         if getattr(self, "_ranked_all", None) is None:
-            self._ranked_all = full_ranking.FullRanking(self.split, self.directory, self.strategy.world_size)
+            self._ranked_all = full_ranking.FullRanking(self.split, self.directory)
         return self._ranked_all
 
     def _shared_scores(self, z: torch.Tensor, pairs: torch.Tensor) -> np.ndarray:

@@ -129,7 +129,7 @@ def _history(rank, world, fields, rows_at_once):
     return {k: last[k] for k in sorted(last) if k.split("_", 1)[0] in ("train", "val", "test")}
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(220)
 @pytest.mark.parametrize("strategy,world,fields", [
     ("partition", 3, {"strategy": "partition", "partitioner": "rp"}),
     pytest.param("tensor", 2, {"strategy": "tensor"}, marks=pytest.mark.slow)])
@@ -141,7 +141,7 @@ def test_rank_all_on_several_ranks_equals_the_single_process(strategy, world, fi
     ``gnnmesh.link.metrics``.)"""
     want = _history(0, 1, {}, None)
     for rank, got in enumerate(run_ranks(_history, world, fields, 9 if strategy == "partition" else None,
-                                         timeout=130)):
+                                         timeout=200)):
         assert got.keys() == want.keys() and "val_mrr" in got
         assert np.allclose(list(got.values()), list(want.values()), rtol=0, atol=1e-5, equal_nan=True), \
             f"{strategy} x{world}, rank {rank}: {got} != {want}"
