@@ -174,13 +174,24 @@ class Config:
                 raise ConfigError(f"config field '{given[0]}' applies to --task link, not "
                                   f"{self.training.task or 'a task inferred from the labels'}")
             return
+        if not spec.scores_pairs and spec.planned and self.training.minibatch:
+            routes = ", ".join(s.name for s in strategies.REGISTRY.values()
+                                 if s.scores_pairs and s.training == "minibatch")
+            raise ConfigError(f"config field 'strategy': --strategy auto --minibatch picks a route by a dry run of "
+                              f"batches of seed nodes, not of node pairs; --task link --minibatch runs under "
+                              f"--strategy {routes} (or single)")
         if not spec.scores_pairs:
             able = ", ".join(s.name for s in strategies.REGISTRY.values() if s.scores_pairs)
             raise ConfigError(f"config field 'task': {self._engine_name(spec)} cannot score node pairs yet; "
                               f"--task link runs under --strategy {able}")
-        if self.training.minibatch or self.data.parts:
-            raise ConfigError(f"config field '{'minibatch' if self.training.minibatch else 'parts'}': --task link "
-                              "trains on the whole graph, loaded from a dataset")
+        if self.data.parts:
+            raise ConfigError("config field 'parts': --task link trains on the whole graph, loaded from a dataset")
+        if self.training.minibatch and self.minibatch.batch_size is not None:
+            raise ConfigError("config field 'batch_size': --task link --minibatch batches training edges, "
+                              "--edge-batch-size of them a step (--batch-size counts seed nodes)")
+        if self.training.minibatch and self.minibatch.eval_fanouts is not None:
+            raise ConfigError("config field 'eval_fanouts': --task link --minibatch scores held-out pairs from "
+                              "every neighbour, in one whole-graph pass")
 
     def _check_restart_counts(self) -> None:
         """A job restarted after losing ranks goes on with as few as ``min_nproc``: refused now,

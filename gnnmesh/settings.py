@@ -385,8 +385,9 @@ class LinkSection(Section):
     embedding_width: Optional[int] = setting(help="--task link: the width of the node embeddings the encoder "
                                              "gives (its output width; default: its hidden width)", check=COUNT)
     edge_batch_size: Optional[int] = setting(help="--task link: training positives per optimizer step, each "
-                                             "step a full-graph pass (default: all of them, one step an epoch)",
-                                             check=COUNT)
+                                             "step a full-graph pass (default: all of them, one step an epoch); "
+                                             "with --minibatch, the pairs whose ends a step samples around "
+                                             "(default: 1024, or all if fewer)", check=COUNT)
     rank_all: bool = setting(False, help="--task link: rank each validation and test positive against every node "
                              "as its destination, less its known positives (filtered), for MRR and Hits@K")
 

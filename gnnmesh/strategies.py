@@ -146,20 +146,20 @@ for _spec in (
                  plan_view="gnnmesh.commands.plan_offload:run",
                  summary="out of core: vertex data in host memory or files, chunks through the device (HongTu)"),
     StrategySpec("gdp", ("rows",), _MINIBATCH_PARALLEL, training="minibatch", needs="layer_stack",
-                 factory="gnnmesh.parallel.factories:minibatch",
+                 factory="gnnmesh.parallel.factories:minibatch", scores_pairs=True,
                  summary="mini-batch: each rank samples and computes its own batches (APT's GDP)"),
     StrategySpec("nfp", ("rows",), _MINIBATCH_PARALLEL, training="minibatch", models=("gcn", "sage", "gin"),
-                 needs="first_maths",
+                 needs="first_maths", scores_pairs=True,
                  factory="gnnmesh.parallel.factories:minibatch", refusal="nfp splits a first-layer row's "
                  "sources across ranks, and attention needs them all in one place; run gat with --strategy gdp "
                  "or dnp", summary="mini-batch: input feature columns split across ranks (APT's NFP)"),
     StrategySpec("snp", ("rows",), ("partition",) + _MINIBATCH_PARALLEL, training="minibatch",
                  models=("gcn", "sage", "gin"), factory="gnnmesh.parallel.factories:minibatch", needs="first_maths",
-                 refusal="snp splits a first-layer row's sources across ranks, and attention needs them all in "
-                 "one place; run gat with --strategy gdp or dnp",
+                 scores_pairs=True, refusal="snp splits a first-layer row's sources across ranks, and attention "
+                 "needs them all in one place; run gat with --strategy gdp or dnp",
                  summary="mini-batch: first-layer sources routed to the ranks that own them (APT's SNP)"),
     StrategySpec("dnp", ("rows",), ("partition",) + _MINIBATCH_PARALLEL, training="minibatch", needs="layer_stack",
-                 factory="gnnmesh.parallel.factories:minibatch",
+                 factory="gnnmesh.parallel.factories:minibatch", scores_pairs=True,
                  summary="mini-batch: first-layer destinations routed to their owners (APT's DNP)"),
     StrategySpec("auto", ("rows",), ("partition.partitioner", "partition.epsilon", "host_tier.device_memory",
                                      "plan.rates"), training="both", planned=True,

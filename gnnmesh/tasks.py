@@ -389,11 +389,13 @@ class TaskSpec:
     summary: str = ""
     links: bool = False        # it learns from node pairs, not labels (``gnnmesh.link``)
     trainer: str = "gnnmesh.train.trainer:Trainer"   # "module:attribute" of the class that trains it
+    minibatch_trainer: str = "gnnmesh.train.minibatch:MiniBatchTrainer"   # the class that trains it in --minibatch
 
-    def trainer_class(self):
-        """The class that trains this task (imported by name: it sits above the tasks)."""
+    def trainer_class(self, minibatch: bool = False):
+        """The class that trains this task (``minibatch``: in sampled mini-batches), imported by
+        name: it sits above the tasks."""
         from importlib import import_module
-        module, _, attribute = self.trainer.partition(":")
+        module, _, attribute = (self.minibatch_trainer if minibatch else self.trainer).partition(":")
         return getattr(import_module(module), attribute)
 
 
@@ -452,6 +454,7 @@ class LinkTask(Task):
 
 
 register(TaskSpec("link", LinkTask, links=True, trainer="gnnmesh.link.trainer:LinkTrainer",
+                  minibatch_trainer="gnnmesh.link.minibatch:LinkMiniBatchTrainer",
                   summary="which node pairs are edges: a decoder on node embeddings, MRR, Hits@K, ROC-AUC"))
 
 

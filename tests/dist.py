@@ -18,7 +18,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _entry(rank, world_size, port, fn, args, out_dir):
+# Ranks fork from a server that has imported torch and gnnmesh once for the whole session,
+# rather than each starting an interpreter and importing them (seconds a rank): the server
+# runs no torch op, so no thread pool is forked. A rank takes the test's environment and
+# working directory as they are at the launch, as a spawned rank would.
+PRELOAD = ["torch", "torch.distributed", "gnnmesh", "gnnmesh.comm", "gnnmesh.train", "tests.dist"]
+
+
+def _entry(rank, world_size, port, fn, args, out_dir, environ, cwd):
+    os.environ.clear()
+    os.environ.update(environ)
+    os.chdir(cwd)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size))
     torch.set_num_threads(1)
@@ -51,8 +61,9 @@ def run_ranks(fn, world_size: int, *args, timeout: float = 120.0) -> list:
         raise ValueError(f"run_ranks(timeout={timeout:g}) under a test timeout of {limit:g} s never fires: "
                          f"lower it or raise the test's (@pytest.mark.timeout)")
     with tempfile.TemporaryDirectory() as out_dir:
-        ctx = mp.start_processes(_entry, args=(world_size, free_port(), fn, args, out_dir),
-                                 nprocs=world_size, join=False, start_method="spawn")
+        mp.get_context("forkserver").set_forkserver_preload(PRELOAD)
+        ctx = mp.start_processes(_entry, args=(world_size, free_port(), fn, args, out_dir, dict(os.environ),
+                                               os.getcwd()), nprocs=world_size, join=False, start_method="forkserver")
         try:
             import time
             deadline = time.monotonic() + timeout

@@ -13,6 +13,7 @@ from unittest import mock
 import torch
 
 from gnnmesh import Graph
+from tests.forked import run_cli
 
 
 def random_graph(n: int = 30, e: int = 120, seed: int = 0, features: int = 8, classes: int = 3,
@@ -87,8 +88,7 @@ def gnnmesh(*args, data_root=None, timeout=120):
     env = dict(os.environ)
     if data_root:
         env["GNNMESH_DATA"] = str(data_root)
-    return subprocess.run([sys.executable, "-m", "gnnmesh", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return run_cli(*args, env=env, timeout=timeout)
 
 
 def gnnmesh_in_process(*args, env=None):

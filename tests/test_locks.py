@@ -23,14 +23,15 @@ from gnnmesh import locks
 from gnnmesh.atomic import is_temporary, sweep_stale
 from gnnmesh.errors import ConfigError
 
+from tests.forked import run_cli
+
 SBM = "sbm:nodes=300,classes=3,features=8"
 LONG = ["train", "--dataset", SBM, "--epochs", "100000", "--quiet"]
 SHORT = ["train", "--dataset", SBM, "--epochs", "2", "--quiet"]
 
 
 def gnnmesh(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "gnnmesh", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
+    return run_cli(*args, timeout=timeout)
 
 
 def start(*args, code=None) -> subprocess.Popen:

@@ -3,14 +3,13 @@
 import io
 import os
 import re
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
 from gnnmesh import datasets, progress
+from tests.forked import run_cli
 
 
 class Terminal(io.StringIO):
@@ -112,8 +111,7 @@ def test_the_environment_sets_the_delay_or_turns_reports_off(monkeypatch):
 
 def gnnmesh(*args, tmp_path):
     env = {**os.environ, progress.ENV: "0", "GNNMESH_CACHE": str(tmp_path / "cache")}  # every phase shows
-    return subprocess.run([sys.executable, "-m", "gnnmesh", *args], capture_output=True, text=True,
-                          timeout=120, env=env)
+    return run_cli(*args, timeout=120, env=env)
 
 
 @pytest.mark.timeout(150)

@@ -68,8 +68,7 @@ class LinkTrainer(Trainer):
 
     def _setup_task(self) -> None:
         cfg = self.config
-        s = self.rank_data
-        self.directory = RowDirectory(s.row_ids(), self.num_nodes, getattr(self.strategy, "comm", None))
+        self.directory = RowDirectory(self.own_rows(), self.num_nodes, getattr(self.strategy, "comm", None))
         torch.manual_seed(cfg.training.seed + 1)  # the decoder's weights: the same on every rank
         self.decoder = decoders.build(cfg.link.decoder, self.num_classes, cfg.link.link_loss == "bce").to(self.device)
         self.best_decoder = None
@@ -79,6 +78,11 @@ class LinkTrainer(Trainer):
         self.train_sample = self._train_sample()
         self.train_negatives = fixed_negatives(self.split.train, self.num_nodes, cfg.training.seed,
                                                len(SPLIT_NAMES), cfg.link.eval_negatives)
+
+    def own_rows(self) -> torch.Tensor:
+        """The nodes whose rows this rank serves to the pairs that read them (disjoint across
+        ranks, covering the graph): its strategy's output rows."""
+        return self.rank_data.row_ids()
 
     def _train_sample(self) -> torch.Tensor:
         """The training positives the train metrics rank (as many as the validation split
@@ -171,31 +175,40 @@ class LinkTrainer(Trainer):
     def _batches(self) -> list:
         """Each optimizer step's training positives (global positions): all of them, or
         ``--edge-batch-size`` at a time in an order drawn for the epoch."""
-        total = self.split.train.shape[1]
-        size = self.config.link.edge_batch_size
-        if not size or size >= total:
-            return [torch.arange(total)]
-        order = np.argsort(counter.uniform(self.config.training.seed, BATCH_KEY, self.epoch, np.arange(total)),
-                           kind="stable")
-        return [torch.from_numpy(np.sort(order[i:i + size])) for i in range(0, total, size)]
+        return edge_batches(self.split.train.shape[1], self.config.link.edge_batch_size, self.config.training.seed,
+                            self.epoch)
 
     def _loss(self, z: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:
         """This rank's part of the batch's loss: the sum over its positives and their negatives,
         divided by the batch's count of terms over every rank."""
-        cfg = self.config.link
         mine = batch[self.directory.mine[self.split.train[0, batch]]]
-        src, dst = self.split.train[:, mine]
+        ends = self.train_ends(mine)
+        return self.pairs_loss(fetch_rows(z, self.directory.plan(ends)), len(mine), len(batch))
+
+    def train_ends(self, positives: torch.Tensor) -> torch.Tensor:
+        """The nodes whose rows the loss reads for the training ``positives`` (global positions):
+        their sources, their destinations, then their negatives' sources and destinations
+        ([m, K] each, row by row). A negative is drawn from the seed, the epoch, the positive
+        and the draw, whichever rank or batch scores it."""
+        cfg = self.config.link
+        src, dst = self.split.train[:, positives]
         k, n = cfg.negatives, self.num_nodes
-        draws = (self.config.training.seed, TRAIN_NEGATIVES_KEY, self.epoch, mine.numpy()[:, None], np.arange(k)[None])
+        draws = (self.config.training.seed, TRAIN_NEGATIVES_KEY, self.epoch, positives.numpy()[:, None],
+                 np.arange(k)[None])
         neg_dst = torch.from_numpy(counter.below(n, *draws, 1))
         neg_src = (torch.from_numpy(counter.below(n, *draws, 0)) if cfg.corrupt == "both"
                    else src[:, None].expand(-1, k))
-        rows = fetch_rows(z, self.directory.plan(torch.cat([src, dst, neg_src.reshape(-1), neg_dst.reshape(-1)])))
-        m = len(src)
+        return torch.cat([src, dst, neg_src.reshape(-1), neg_dst.reshape(-1)])
+
+    def pairs_loss(self, rows: torch.Tensor, m: int, terms: int) -> torch.Tensor:
+        """The loss of ``m`` positives and their negatives from the rows of their ends (in
+        ``train_ends``' order), summed and divided by ``terms``, the batch's positives on every
+        rank."""
+        cfg = self.config.link
+        k = cfg.negatives
         zs, zd, zns, znd = rows[:m], rows[m:2 * m], rows[2 * m:2 * m + m * k], rows[2 * m + m * k:]
         pos = self.decoder(zs, zd)
         neg = self.decoder(zns, znd).view(m, k)
-        terms = len(batch)
         if cfg.link_loss == "bce":
             return (F.softplus(-pos).sum() + F.softplus(neg).sum()) / (terms * (1 + k))
         gap = pos[:, None] - neg
@@ -379,6 +392,15 @@ class LinkTrainer(Trainer):
             raise ConfigError("the checkpoint holds no link decoder (it is not a --task link run's)")
         self.decoder.load_state_dict(saved["last"])
         self.best_decoder = saved["best"]
+
+
+def edge_batches(total: int, size: Optional[int], seed: int, epoch: int) -> list:
+    """The training positives (global positions of ``total``) of each optimizer step of
+    ``epoch``: all of them, or ``size`` at a time in an order drawn from the seed and the epoch."""
+    if not size or size >= total:
+        return [torch.arange(total)]
+    order = np.argsort(counter.uniform(seed, BATCH_KEY, epoch, np.arange(total)), kind="stable")
+    return [torch.from_numpy(np.sort(order[i:i + size])) for i in range(0, total, size)]
 
 
 def embedding_width(config) -> int:

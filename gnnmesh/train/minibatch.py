@@ -129,24 +129,31 @@ class MiniBatchTrainer(Trainer):
         return self._selected(self.metrics)
 
     def run_epoch(self):
-        self.sampled_edges = 0
-        self.features.take()
-        result = super().run_epoch()
-        reads = self.features.take()
-        mine = dict(reads, sampled_edges=self.sampled_edges)
-        everyone = self.strategy.epoch_counts(mine)
+        return counted_epoch(self, super().run_epoch)
 
-        def total(key):
-            return sum(r[key] for r in everyone)
 
-        result.extra.update(sampled_edges=total("sampled_edges"), steps=self.steps_per_epoch,
-                            batch_size=self.batch_size, cache_hits=total("hits"), cache_misses=total("misses"),
-                            load_bytes=total("load_bytes"), rank_load_bytes=[r["load_bytes"] for r in everyone],
-                            rank_load_seconds=[r["load_seconds"] for r in everyone],
-                            rank_cache_bytes=[r["cache_bytes"] for r in everyone])
-        if "remote_bytes" in reads:  # features spread over hosts
-            result.extra.update(remote_bytes=total("remote_bytes"),
-                                rank_remote_bytes=[r["remote_bytes"] for r in everyone])
-        if self.dry_run and self.epoch == 1:
-            result.extra["dry_run"] = [p.as_dict() for p in self.dry_run]
-        return result
+def counted_epoch(trainer, run_epoch):
+    """``run_epoch()``'s result with the epoch's sampling and feature-read counts, summed over
+    ranks, in its extra fields: those of a mini-batch ``trainer`` (its ``sampled_edges``,
+    ``features``, ``steps_per_epoch``, ``batch_size`` and ``dry_run``)."""
+    trainer.sampled_edges = 0
+    trainer.features.take()
+    result = run_epoch()
+    reads = trainer.features.take()
+    mine = dict(reads, sampled_edges=trainer.sampled_edges)
+    everyone = trainer.strategy.epoch_counts(mine)
+
+    def total(key):
+        return sum(r[key] for r in everyone)
+
+    result.extra.update(sampled_edges=total("sampled_edges"), steps=trainer.steps_per_epoch,
+                        batch_size=trainer.batch_size, cache_hits=total("hits"), cache_misses=total("misses"),
+                        load_bytes=total("load_bytes"), rank_load_bytes=[r["load_bytes"] for r in everyone],
+                        rank_load_seconds=[r["load_seconds"] for r in everyone],
+                        rank_cache_bytes=[r["cache_bytes"] for r in everyone])
+    if "remote_bytes" in reads:  # features spread over hosts
+        result.extra.update(remote_bytes=total("remote_bytes"),
+                            rank_remote_bytes=[r["remote_bytes"] for r in everyone])
+    if trainer.dry_run and trainer.epoch == 1:
+        result.extra["dry_run"] = [p.as_dict() for p in trainer.dry_run]
+    return result

@@ -101,12 +101,13 @@ def _train(config, parts, quiet, rank, world_size, device, check_model=True) -> 
     # baseline: they are code
     if device.type == "cpu" and compiled.wanted(data.adj.nnz if isinstance(data, Graph) else 0):
         compiled.load()
-    if config.training.minibatch:
-        from .minibatch import MiniBatchTrainer
-        trainer = MiniBatchTrainer(config, data)
+    minibatch = config.training.minibatch
+    if config.training.task:
+        trainer_class = tasks.spec(config.training.task).trainer_class(minibatch)
     else:
-        trainer_class = tasks.spec(config.training.task).trainer_class() if config.training.task else Trainer
-        trainer = trainer_class(config, data)
+        from .minibatch import MiniBatchTrainer
+        trainer_class = MiniBatchTrainer if minibatch else Trainer
+    trainer = trainer_class(config, data)
     cfg, strategy = trainer.config, trainer.strategy
     trainer.labels.update(planned)
     if device.type == "cpu":

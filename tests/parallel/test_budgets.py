@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -19,6 +17,7 @@ from gnnmesh.models import build_model
 from gnnmesh.parallel.offload import build_plan
 from gnnmesh.parallel.offload.pipeline import stages_of
 from gnnmesh.validate import parse_bytes
+from tests.forked import run_cli
 
 SMALL = "sbm:nodes=300,classes=3,features=8"
 GENERATED = "sbm:nodes=3000,classes=5,features=64"
@@ -29,8 +28,7 @@ NAMED = re.compile(r"give at least ([\d.]+) ([KMGT]iB)")
 
 
 def gnnmesh(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "gnnmesh", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return run_cli(*args, timeout=timeout)
 
 
 def named(message: str) -> tuple:

@@ -3,8 +3,6 @@ training from them equals training from the dataset (real gloo ranks)."""
 
 import json
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -25,6 +23,7 @@ from gnnmesh.view import OPERATORS
 from tests.dist import run_ranks
 from tests.helpers import model_fields, random_graph, layout
 from tests.parity import assert_same_run, train
+from tests.forked import run_cli
 
 EPOCHS = 5  # several steps of Adam: parameters and moments carried from epoch to epoch
 
@@ -250,8 +249,7 @@ def test_writing_never_replaces_what_is_not_parts(tmp_path):
 
 
 def gnnmesh(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "gnnmesh", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return run_cli(*args, timeout=timeout)
 
 
 @pytest.mark.slow  # five command-line runs; the parts themselves are tested in-process above

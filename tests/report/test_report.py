@@ -15,6 +15,7 @@ from gnnmesh.report import figures
 from gnnmesh.report.plan_file import read_plan
 
 from tests.helpers import gnnmesh_in_process
+from tests.forked import run_cli
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PICTURES = figures.FILES
@@ -22,8 +23,7 @@ TRAIN = ("train", "--dataset", "cora", "--epochs", "3", "--threads", "1", "--qui
 
 
 def gnnmesh(*args, env=None, timeout=240):
-    return subprocess.run([sys.executable, "-m", "gnnmesh", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+    return run_cli(*args, timeout=timeout, env={**os.environ, **(env or {})})
 
 
 def ok(result):

@@ -27,14 +27,14 @@ from gnnmesh.predict.store import OUTPUT as PREDICTION
 from gnnmesh.train import Trainer
 
 from tests.helpers import gnnmesh_in_process
+from tests.forked import run_cli
 
 SBM = "sbm:nodes=300,classes=3,features=8"
 RANK_RUN = ["train", "--dataset", SBM, "--nproc", "2", "--strategy", "partition", "--partitioner", "rp"]
 
 
 def gnnmesh(*args, timeout=120, **kwargs):
-    return subprocess.run([sys.executable, "-m", "gnnmesh", *args], capture_output=True, text=True,
-                          timeout=timeout, **kwargs)
+    return run_cli(*args, timeout=timeout, **kwargs)
 
 
 def script(code: str, *args, timeout=120):

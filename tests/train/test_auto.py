@@ -2,8 +2,6 @@
 prints the ranking and the choice, and the run trains with the choice (gnnmesh.train.auto)."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -16,6 +14,7 @@ from gnnmesh.planner.machine import GPU_NETWORK, GPU_RATES
 from gnnmesh.planner.rank import rank_strategies
 from gnnmesh.train.auto import plan, settings_of
 from gnnmesh.train.trainer import candidate_name
+from tests.forked import run_cli
 
 SBM = "sbm:nodes=400,classes=3,features=12"
 
@@ -28,7 +27,7 @@ def rates_file(tmp_path):
 
 
 def gnnmesh(*args, timeout=200):
-    return subprocess.run([sys.executable, "-m", "gnnmesh", *args], capture_output=True, text=True, timeout=timeout)
+    return run_cli(*args, timeout=timeout)
 
 
 @pytest.mark.parametrize("fields, refused", [

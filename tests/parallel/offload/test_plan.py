@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -21,6 +19,7 @@ from gnnmesh.models import build_model
 from gnnmesh.parallel.offload import Plan, build_plan
 from gnnmesh.parallel.offload.pipeline import stages_of
 from gnnmesh.parallel.offload.plan import RESIDENT, epoch_traffic, fixed_bytes, footprint
+from tests.forked import run_cli
 
 MODES = ("none", "inter", "intra", "both")
 
@@ -119,8 +118,7 @@ def test_too_small_a_budget_names_one_that_works():
 
 def _gnnmesh(*args, cwd=None, timeout=300):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")])))
-    return subprocess.run([sys.executable, "-m", "gnnmesh", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=cwd)
+    return run_cli(*args, timeout=timeout, env=env, cwd=cwd)
 
 
 def test_unwritable_store_dir_is_one_line_before_training(tmp_path):

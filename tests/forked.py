@@ -1,0 +1,69 @@
+"""Run ``gnnmesh`` commands as processes forked from a server that has imported torch and
+gnnmesh once for the whole test session, rather than as a new interpreter each (about two
+seconds of imports a command, most of a small command's time).
+
+A command gets a process of its own, as ``python -m gnnmesh`` does: its own signal
+handlers, exit status, stdout and stderr (file descriptors 1 and 2, so that what C code
+writes is caught too), the environment and working directory given, and no stdin. What
+differs from a new interpreter is only what importing did before the fork; so a command
+whose PYTHONPATH adds a folder that this process does not import from (a stand-in for a
+module, say) runs in a new interpreter. Tests that signal a command, or read its output
+while it runs, start it with ``subprocess.Popen``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import sys
+import tempfile
+
+from tests.dist import PRELOAD
+
+_context = multiprocessing.get_context("forkserver")
+
+
+def _command(args: list, environ: dict, cwd: str, out_path: str, err_path: str) -> None:
+    os.environ.clear()
+    os.environ.update(environ)
+    os.chdir(cwd)
+    for fd, path in ((1, out_path), (2, err_path)):
+        os.dup2(os.open(path, os.O_WRONLY | os.O_TRUNC), fd)
+    import gnnmesh
+    from gnnmesh.cli import main
+    sys.argv = [os.path.join(os.path.dirname(gnnmesh.__file__), "__main__.py"), *args]  # as -m sets it
+    sys.exit(main())
+
+
+def run_cli(*args, cwd=None, env=None, timeout: float = 240) -> subprocess.CompletedProcess:
+    """``python -m gnnmesh ARGS`` in a forked process: its CompletedProcess (text output).
+    ``env``: the whole environment (default: this process's); raises
+    ``subprocess.TimeoutExpired`` after ``timeout`` seconds, the process killed."""
+    args = [str(a) for a in args]
+    environ = dict(os.environ if env is None else env)
+    if not _imports_as_here(environ):
+        return subprocess.run([sys.executable, "-m", "gnnmesh", *args], capture_output=True, text=True,
+                              timeout=timeout, env=environ, cwd=cwd)
+    _context.set_forkserver_preload(PRELOAD)
+    with tempfile.TemporaryDirectory() as folder:
+        out, err = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
+        for path in (out, err):
+            open(path, "w").close()
+        process = _context.Process(target=_command, args=(args, environ,
+                                                          str(cwd or os.getcwd()), out, err))
+        process.start()
+        process.join(timeout)
+        if process.exitcode is None:
+            process.kill()
+            process.join(10)
+            raise subprocess.TimeoutExpired([sys.executable, "-m", "gnnmesh", *args], timeout)
+        with open(out, errors="replace") as o, open(err, errors="replace") as e:
+            return subprocess.CompletedProcess([sys.executable, "-m", "gnnmesh", *args], process.exitcode,
+                                               o.read(), e.read())
+
+
+def _imports_as_here(environ: dict) -> bool:
+    """Whether every folder of ``environ``'s PYTHONPATH is one this process imports from."""
+    here = {os.path.abspath(p) for p in sys.path if p}
+    return all(os.path.abspath(p) in here for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p)
