@@ -30,7 +30,8 @@ from ..ops.precision import widened
 from ..settings import LinkSection, flag_name, parse_hits
 from ..tasks import LinkTask
 from ..train.trainer import Trainer, labelled
-from . import counter, decoders, ranking, renumber
+from . import counter, decoders, full_ranking, ranking, renumber
+from .chunks import pair_chunks
 from .metrics import link_metrics, shared_link_metrics
 from .rows import RowDirectory, fetch_rows
 from .sources import load_split, source_of
@@ -62,6 +63,8 @@ class LinkTrainer(Trainer):
             split = load_split(users, source, cfg.training.seed, cfg.link.eval_negatives, cfg.link.disjoint_train)
             split = split if original is None else renumber.renumbered(split, original)
         self.split = split
+        if cfg.link.rank_all:
+            full_ranking.check_hits(parse_hits(cfg.link.hits), split.graph.num_nodes)
         width = widths.classes if widths is not None else embedding_width(cfg)
         super().__init__(config, labelled(split.graph, width), strategy, widths=widths, model=model,
                          task=task or LinkTask(parse_hits(cfg.link.hits)))
@@ -231,35 +234,50 @@ class LinkTrainer(Trainer):
 
     def _split_metrics(self, z: torch.Tensor, split: str) -> dict:
         """The metrics of ``split``, from every rank's scores of its pairs (each rank writes its
-        pairs' scores at their places in a zero table; the sum over ranks is the whole table)."""
+        pairs' scores at their places in a zero table; the sum over ranks is the whole table),
+        scored a chunk of pairs at a time (``chunks``). Under ``--rank-all`` a held-out split's
+        MRR and Hits@K rank each positive against every node instead (``full_ranking``)."""
         pairs, negatives = self._evaluated(split)
         chosen = self._chosen(split)
-        mine = chosen[self.directory.mine[pairs[0, chosen]]]
+        owners = self.directory.owner[pairs[0, chosen]]
+        mine = chosen[owners == self.directory.rank]
         k = negatives.shape[1]
-        src, dst, neg = pairs[0, mine], pairs[1, mine], negatives[mine]
-        m = len(src)
-        rows = fetch_rows(z, self.directory.plan(torch.cat([src, dst, neg.reshape(-1)])))
-        zs = rows[:m]
-        pos = self.decoder(zs, rows[m:2 * m])
-        negs = self.decoder(zs.repeat_interleave(k, 0), rows[2 * m:]).view(m, k)
-        at = torch.searchsorted(chosen, mine)  # their rows in the table of the chosen pairs
         table = torch.zeros(len(chosen), 1 + k, dtype=torch.float64)
-        table[at, 0] = pos.double().cpu()
-        table[at, 1:] = negs.double().cpu()
+        for part in pair_chunks(mine, owners, 2 + k):
+            src, dst, neg = pairs[0, part], pairs[1, part], negatives[part]
+            m = len(src)
+            rows = fetch_rows(z, self.directory.plan(torch.cat([src, dst, neg.reshape(-1)])))
+            zs = rows[:m]
+            at = torch.searchsorted(chosen, part)  # their rows in the table of the chosen pairs
+            table[at, 0] = self.decoder(zs, rows[m:2 * m]).double().cpu()
+            table[at, 1:] = self.decoder(zs.repeat_interleave(k, 0), rows[2 * m:]).view(m, k).double().cpu()
         table = self.strategy.all_reduce(table)
         shared = self.split.negative_pairs(split) if split != "train" else None
         if shared is not None:
-            return shared_link_metrics(table[:, 0].numpy(), self._shared_scores(z, shared), self.task.hits)
-        return link_metrics(table[:, 0].numpy(), table[:, 1:].numpy(), self.task.hits)
+            out = shared_link_metrics(table[:, 0].numpy(), self._shared_scores(z, shared), self.task.hits)
+        else:
+            out = link_metrics(table[:, 0].numpy(), table[:, 1:].numpy(), self.task.hits)
+        if self.config.link.rank_all and split != "train":
+            out.update(self._full_ranking().metrics(self.decoder, z, split, self.task.hits,
+                                                    self.strategy.all_reduce))
+        return out
+
+    def _full_ranking(self) -> full_ranking.FullRanking:
+        """The held-out positives this rank ranks under ``--rank-all`` and the candidates each
+        leaves out, gathered at the first evaluation."""
+        if getattr(self, "_ranked_all", None) is None:
+            self._ranked_all = full_ranking.FullRanking(self.split, self.directory)
+        return self._ranked_all
 
     def _shared_scores(self, z: torch.Tensor, pairs: torch.Tensor) -> np.ndarray:
         """The scores of negative ``pairs`` [2, E'] shared by a split's positives, each scored on
-        the rank owning its source and summed over ranks into one table."""
-        mine = torch.nonzero(self.directory.mine[pairs[0]]).flatten()
-        m = len(mine)
-        rows = fetch_rows(z, self.directory.plan(torch.cat([pairs[0, mine], pairs[1, mine]])))
+        the rank owning its source, a chunk at a time, and summed over ranks into one table."""
+        owners = self.directory.owner[pairs[0]]
         table = torch.zeros(pairs.shape[1], dtype=torch.float64)
-        table[mine] = self.decoder(rows[:m], rows[m:]).double().cpu()
+        for part in pair_chunks(torch.nonzero(owners == self.directory.rank).flatten(), owners, 2):
+            m = len(part)
+            rows = fetch_rows(z, self.directory.plan(torch.cat([pairs[0, part], pairs[1, part]])))
+            table[part] = self.decoder(rows[:m], rows[m:]).double().cpu()
         return self.strategy.all_reduce(table).numpy()
 
     def _evaluated(self, split: str) -> tuple:
@@ -340,14 +358,10 @@ class LinkTrainer(Trainer):
         zq = z[self.directory.place[self._nodes(torch.from_numpy(mine))].to(z.device)]
         mask = ranking.KnownMask(mine, known) if known is not None else None
         largest = int(torch.bincount(owners, minlength=self.strategy.world_size).max()) if len(queries) else 0
-        block = ranking.block_size(largest, n)
         best = ranking.RunningTopK(len(mine), k)
-        for start in range(0, n, block):
-            ids = torch.arange(start, min(n, start + block))  # the user's ids: ties go to the lower
-            zc = fetch_rows(z, self.directory.plan(self._nodes(ids)))
-            scores = ranking.block_scores(self.decoder, zq, zc).float().cpu()
-            if mask is not None:
-                mask.apply(scores, start, start + len(ids))
+        # the blocks go over the user's ids: ties go to the lower
+        for ids, scores in ranking.scored_blocks(self.decoder, z, self.directory, zq, largest, n, mask,
+                                                 node_of=self._nodes):
             best.add(scores, ids)
         return mine, best.ids.numpy(), best.scores.numpy()
 
