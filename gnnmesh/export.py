@@ -16,6 +16,11 @@ adjacency row ``i`` holds node ``i``'s in-edges, so its edge ``j -> i`` is the c
 ``(j, i)`` (``pyg_inputs`` gives the inputs of a ``Graph``). In eval mode it returns
 gnnmesh's output on the same graph to within float rounding (about 1e-6).
 
+A link model (``--task link``) is exported with its trained decoder: ``decoder.pt`` beside
+the weights, described in model.json's ``decoder``; ``load_pyg`` then returns a ``LinkModel``,
+``encode(x, edge_index)`` the embeddings and ``decode(z, edge_label_index)`` the pairs' scores,
+as PyG's link-prediction examples name them.
+
 Edge weights: GCN and the decoupled GCN and GraphSAGE use them as gnnmesh does; GAT and the
 decoupled GAT ignore them, as gnnmesh does (attention replaces them); GraphSAGE and GIN use
 them in gnnmesh (a weighted mean, a weighted sum) but PyG's ``SAGEConv`` and ``GINConv`` take
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -42,6 +48,7 @@ FORMAT = "gnnmesh-pyg"
 VERSION = 1
 MODEL_FILE = "model.json"
 WEIGHTS_FILE = "weights.pt"
+DECODER_FILE = "decoder.pt"  # a link model's decoder, beside the encoder's weights
 TARGETS = ("pyg",)  # what ``gnnmesh export --to`` writes
 
 # What each layer type's constructor may be given from model.json (anything else is refused).
@@ -81,11 +88,15 @@ def export_pyg(checkpoint, out_dir, weights: str = "best", model=None) -> dict:
     if not Path(checkpoint).is_file():
         raise ConfigError(f"{Path(checkpoint)}: no such checkpoint")
     check_replaceable(out, OUTPUT)  # before the checkpoint is read, and again when replacing
-    spec, tensors, own = _description(checkpoint, weights, model)
+    spec, tensors, own, decoder = _description(checkpoint, weights, model)
     spec["trained"] = {"checkpoint": Path(checkpoint).name, "weights": weights}
     with staged_directory(out, OUTPUT) as tmp:
         torch.save(tensors, tmp / WEIGHTS_FILE)
         spec["weights_checksum"] = checksum(tmp / WEIGHTS_FILE)  # a damaged weights.pt is refused, not read
+        if decoder is not None:
+            section, decoder_weights = decoder
+            torch.save(decoder_weights, tmp / DECODER_FILE)
+            spec["decoder"] = {**section, "checksum": checksum(tmp / DECODER_FILE)}
         if own:
             export_user.write(spec, own, tmp)
         (tmp / MODEL_FILE).write_text(json.dumps(spec, indent=2) + "\n")
@@ -93,20 +104,46 @@ def export_pyg(checkpoint, out_dir, weights: str = "best", model=None) -> dict:
 
 
 def _description(checkpoint, weights: str, model) -> tuple:
-    """``(spec, weights, own)``: model.json's description of the checkpoint's model, its
-    tensors, and the ``FILE.py:CLASS`` of a model of your own (None for a built-in one, which
-    takes no ``model``)."""
+    """``(spec, weights, own, decoder)``: model.json's description of the checkpoint's model,
+    its tensors, the ``FILE.py:CLASS`` of a model of your own (None for a built-in one, which
+    takes no ``model``) and a link model's decoder (``describe_decoder``; None for others)."""
     from . import export_user
     from .trained import load
     state = checkpoints.load(checkpoint)
     name = checkpoints.settings(state).get("model")
     if not (isinstance(name, str) and is_user_model(name)):
         built, config = load(checkpoint, weights, model=model)  # read weights-only; ConfigError naming the file
-        return (*describe(built, config.model.name), None)
+        return (*describe(built, config.model.name), None, describe_decoder(state, config, weights, checkpoint))
     own = export_user.model_name(checkpoint, state, model)
     built, config = load(checkpoint, weights, model=own)
     header = _header("user", False, *checkpoints.widths(state))
-    return export_user.describe(own, config.model.args, header), _plain(built.state_dict()), own
+    return (export_user.describe(own, config.model.args, header), _plain(built.state_dict()), own,
+            describe_decoder(state, config, weights, checkpoint))
+
+
+def describe_decoder(state: dict, config, weights: str, where) -> Optional[tuple]:
+    """``(section, weights)`` of the decoder of a link checkpoint ``state`` (trained under the
+    resolved ``config``): model.json's ``decoder`` (its ``type``, the embeddings' ``width``, and
+    ``shift``, whether the MLP's last layer has a bias) and its state dict, of the ``weights``
+    the encoder is exported with (the best epoch's where one was chosen). None for a model of
+    another task."""
+    from . import tasks
+    from .link import decoders
+    task = config.training.task
+    if task is None or not tasks.spec(task).links:
+        return None
+    saved = checkpoints.decoder(state)
+    if saved is None:
+        raise ConfigError(f"{Path(where)}: it holds no link decoder (it is not a --task link run's)")
+    values = saved["best"] if weights == "best" and saved["best"] is not None else saved["last"]
+    width = int(checkpoints.widths(state)[1])
+    section = {"type": config.link.decoder, "width": width, "shift": "out.bias" in values, "file": DECODER_FILE}
+    try:
+        decoders.build(section["type"], width, section["shift"]).load_state_dict(values)
+    except (RuntimeError, TypeError, ValueError, KeyError) as err:
+        raise ConfigError(f"{Path(where)}: its decoder is not a {section['type']} decoder of width {width} "
+                          f"({type(err).__name__}: {' '.join(str(err).split())[:160]})") from None
+    return section, _plain(values)
 
 
 def describe(model: nn.Module, name: str = "") -> tuple:
@@ -225,20 +262,27 @@ def load_pyg(out_dir) -> nn.Module:
     """The model an export in ``out_dir`` holds, built from PyG's own layers (``GCNConv``,
     ``SAGEConv``, ``GATConv``, ``GINConv``; an MLP and ``APPNP`` for a decoupled model) as its
     ``model.json`` describes, loaded weights-only, in eval mode. Call it as
-    ``model(x, edge_index, edge_weight=None)``. A missing or damaged export is a ConfigError."""
+    ``model(x, edge_index, edge_weight=None)``. A link model's export gives a ``LinkModel``,
+    which also scores pairs (``decode``). A missing or damaged export is a ConfigError."""
     out = Path(out_dir)
     spec = read_spec(out)
     if "user_model" in spec:
         from . import export_user
         _check_weights_file(out / WEIGHTS_FILE, spec.get("weights_checksum"))
-        return export_user.load(out, spec)
+        return _with_decoder(export_user.load(out, spec), out, spec)
     try:
         with torch.device("meta"):  # shapes alone: sizes from model.json allocate nothing until checked
             model = PyGModel(spec)
     except ConfigError as err:
         raise ConfigError(f"{out}: {err}") from None
-    path = out / WEIGHTS_FILE
-    _check_weights_file(path, spec.get("weights_checksum"))
+    _load_weights(model, out / WEIGHTS_FILE, spec.get("weights_checksum"))
+    return _with_decoder(model.eval(), out, spec)
+
+
+def _load_weights(module: nn.Module, path: Path, recorded) -> None:
+    """The tensors of ``path`` (its checksum ``recorded`` in model.json) into ``module``, built
+    on the meta device: its shapes are compared with the file's before any tensor is made."""
+    _check_weights_file(path, recorded)
     try:
         weights = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
@@ -250,16 +294,53 @@ def load_pyg(out_dir) -> nn.Module:
                                               for k, v in weights.items())):
         raise ConfigError(f"{path}: not a dict of tensors")
     from .trained import first_shape_difference
-    shapes = {name: tuple(v.shape) for name, v in model.state_dict().items()}
+    shapes = {name: tuple(v.shape) for name, v in module.state_dict().items()}
     given = {name: tuple(v.shape) for name, v in weights.items()}
     wrong = first_shape_difference(shapes, given)
     if wrong is not None:
-        raise ConfigError(f"{path}: does not fit {out / MODEL_FILE} (first difference: {wrong!r}, "
+        raise ConfigError(f"{path}: does not fit {path.parent / MODEL_FILE} (first difference: {wrong!r}, "
                           f"{given.get(wrong, 'missing')} in the weights, {shapes.get(wrong, 'none')} "
                           f"described)")
-    model.to_empty(device="cpu")  # now as large as the weights read, no larger
-    model.load_state_dict(weights)
-    return model.eval()
+    module.to_empty(device="cpu")  # now as large as the weights read, no larger
+    module.load_state_dict(weights)
+
+
+def _with_decoder(encoder: nn.Module, out: Path, spec: dict) -> nn.Module:
+    """``encoder`` itself, or for a link model's export a ``LinkModel`` of it and its decoder."""
+    section = spec.get("decoder")
+    if section is None:
+        return encoder
+    from .link import decoders
+    where = f"{out / MODEL_FILE}: field 'decoder'"
+    if not isinstance(section, dict) or section.get("type") not in decoders.names():
+        raise ConfigError(f"{where} is not one an export writes (a type among {', '.join(decoders.names())})")
+    _check_arg(f"{where}.width", "channels", section.get("width"))
+    _check_arg(f"{where}.shift", "shift", section.get("shift"))
+    with torch.device("meta"):
+        decoder = decoders.build(section["type"], section["width"], section["shift"])
+    _load_weights(decoder, out / DECODER_FILE, section.get("checksum"))
+    return LinkModel(encoder, decoder.eval()).eval()
+
+
+class LinkModel(nn.Module):
+    """A link model's export: ``encode(x, edge_index, edge_weight=None)`` gives every node's
+    embedding (what calling it gives), ``decode(z, edge_label_index)`` the scores of the pairs
+    ``edge_label_index`` ``[2, P]`` (sources, destinations) from them, as gnnmesh's
+    ``predict --pairs`` scores them (a logit: its sigmoid is the pair's probability under
+    the bce loss)."""
+
+    def __init__(self, encoder: nn.Module, decoder: nn.Module):
+        super().__init__()
+        self.encoder, self.decoder = encoder, decoder
+
+    def encode(self, x: torch.Tensor, edge_index: torch.Tensor, edge_weight=None) -> torch.Tensor:
+        return self.encoder(x, edge_index, edge_weight)
+
+    def decode(self, z: torch.Tensor, edge_label_index: torch.Tensor) -> torch.Tensor:
+        return self.decoder(z[edge_label_index[0]], z[edge_label_index[1]])
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, edge_weight=None) -> torch.Tensor:
+        return self.encode(x, edge_index, edge_weight)
 
 
 def _check_weights_file(path: Path, recorded) -> None:
@@ -300,10 +381,11 @@ def written_files(out_dir) -> list:
     """The files the export in ``out_dir`` consists of (a ConfigError when its model.json is not
     an export's)."""
     spec = read_spec(out_dir)
+    written = [MODEL_FILE, WEIGHTS_FILE] + ([DECODER_FILE] if "decoder" in spec else [])
     if "user_model" not in spec:
-        return [MODEL_FILE, WEIGHTS_FILE]
+        return written
     from . import export_user
-    return [MODEL_FILE, WEIGHTS_FILE] + export_user.files(spec)
+    return written + export_user.files(spec)
 
 
 OUTPUT = OutputKind("PyG export", MODEL_FILE, written_files)  # what ``export_pyg`` may replace

@@ -388,6 +388,8 @@ class LinkSection(Section):
                                              "step a full-graph pass (default: all of them, one step an epoch); "
                                              "with --minibatch, the pairs whose ends a step samples around "
                                              "(default: 1024, or all if fewer)", check=COUNT)
+    rank_all: bool = setting(False, help="--task link: rank each validation and test positive against every node "
+                             "as its destination, less its known positives (filtered), for MRR and Hits@K")
 
     def given(self) -> list:
         """The settings that differ from their defaults (refused for another task)."""

@@ -29,15 +29,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args, argv=None) -> int:
-    from ..export import MODEL_FILE, WEIGHTS_FILE, export_pyg
+    from ..export import DECODER_FILE, MODEL_FILE, WEIGHTS_FILE, export_pyg
     spec = export_pyg(args.checkpoint, args.out, args.weights, args.model)
+    files, pairs = f"{MODEL_FILE}, {WEIGHTS_FILE}", ""
+    if "decoder" in spec:  # a link model: its decoder scores pairs of the embeddings
+        files, pairs = f"{files}, {DECODER_FILE}", f"; its {spec['decoder']['type']} decoder scores pairs"
     if "user_model" in spec:
         from ..export_user import VIEW_FILE
         own = spec["user_model"]
-        print(f"exported {own['class']} ({args.weights} weights) to {args.out}: {MODEL_FILE}, {WEIGHTS_FILE}, "
-              f"{own['source']}, {VIEW_FILE} (read with gnnmesh_view.load or gnnmesh.export.load_pyg)")
+        print(f"exported {own['class']} ({args.weights} weights) to {args.out}: {files}, "
+              f"{own['source']}, {VIEW_FILE} (read with gnnmesh_view.load or gnnmesh.export.load_pyg{pairs})")
         return 0
     form = f"decoupled {spec['model']}" if spec["decoupled"] else spec["model"]
-    print(f"exported {form} ({args.weights} weights) to {args.out}: "
-          f"{MODEL_FILE}, {WEIGHTS_FILE} (read with gnnmesh.export.load_pyg)")
+    print(f"exported {form} ({args.weights} weights) to {args.out}: {files} (read with gnnmesh.export.load_pyg{pairs})")
     return 0

@@ -36,8 +36,9 @@ from .trainer import LinkTrainer, edge_batches
 class LinkMiniBatchTrainer(LinkTrainer):
     """As ``LinkTrainer``, each optimizer step on the sampled neighbourhoods of a batch's pairs."""
 
-    def __init__(self, config, data, strategy=None, widths=None, model=None, task=None, split=None):
-        super().__init__(config, data, strategy, widths=widths, model=model, task=task, split=split)
+    def __init__(self, config, data, strategy=None, widths=None, model=None, task=None, split=None, original=None):
+        super().__init__(config, data, strategy, widths=widths, model=model, task=task, split=split,
+                         original=original)
         cfg, s = self.config, self.rank_data
         total = self.split.train.shape[1]
         self.batch_size = min(cfg.link.edge_batch_size or DEFAULT_BATCH, total)

@@ -16,9 +16,11 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
+from .rows import fetch_rows
 
 SCORES_AT_ONCE = 1 << 24   # a block's scores on one rank: its queries x the block's candidates
-PAIRS_AT_ONCE = 1 << 18    # pairs given to the decoder in one call (each holds two rows)
+LARGEST_BLOCK = 1 << 18    # the most candidates in a block (their rows fetched at once)
+PAIRS_PER_CALL = 1 << 13   # pairs given to the decoder in one call
 SMALLEST_BLOCK = 256
 
 
@@ -62,20 +64,46 @@ def check_enough(k: int, queries: np.ndarray, num_nodes: int, known: Optional[tu
 
 def block_size(largest_share: int, num_nodes: int) -> int:
     """Candidates scored a block at a time, from the most queries any rank owns: the same on
-    every rank, which fetch each block together."""
-    return int(min(max(num_nodes, 1), max(SMALLEST_BLOCK, SCORES_AT_ONCE // max(largest_share, 1))))
+    every rank, which fetch each block together. At most ``LARGEST_BLOCK``, so that a few
+    queries never fetch (and pair up) every node's row at once."""
+    return int(min(max(num_nodes, 1), LARGEST_BLOCK, max(SMALLEST_BLOCK, SCORES_AT_ONCE // max(largest_share, 1))))
+
+
+def scored_blocks(decoder, z: torch.Tensor, directory, zq: torch.Tensor, largest_share: int, num_nodes: int,
+                  mask: Optional["KnownMask"] = None, masked: float = float("-inf"), node_of=None):
+    """Yields ``(ids, scores)`` for each block of candidate ids in ascending order: the
+    block's ids and the [queries, block] scores (float32, on the CPU) of this rank's query rows
+    ``zq`` with them, the block's rows fetched from their owners (``directory``, ``z`` this
+    rank's output rows); ``mask``'s known candidates scored ``masked``. Every rank iterates
+    every block together (``largest_share``: the most queries any rank holds). ``node_of``
+    maps the ids iterated (the user's, under ``--reorder``) to the rows' ids."""
+    block = block_size(largest_share, num_nodes)
+    for start in range(0, num_nodes, block):
+        ids = torch.arange(start, min(num_nodes, start + block))
+        zc = fetch_rows(z, directory.plan(ids if node_of is None else node_of(ids)))
+        scores = block_scores(decoder, zq, zc).float().cpu()
+        if mask is not None:
+            mask.apply(scores, start, start + len(ids), masked)
+        yield ids, scores
 
 
 def block_scores(decoder, zq: torch.Tensor, zc: torch.Tensor) -> torch.Tensor:
     """[queries, candidates] scores of every query row ``zq`` with every candidate row ``zc``,
-    by the decoder itself, a bounded number of pairs per call."""
+    by the decoder itself (every decoder scores pairs along the last dimension, broadcast over
+    the others), ``PAIRS_PER_CALL`` pairs per call: what a call holds stays in the cache."""
     q, b = zq.shape[0], zc.shape[0]
     if q == 0 or b == 0:
         return zq.new_zeros(q, b)
-    rows = max(1, PAIRS_AT_ONCE // b)
-    parts = [decoder(zq[i:i + rows].repeat_interleave(b, 0), zc.repeat(min(rows, q - i), 1)).view(-1, b)
-             for i in range(0, q, rows)]
-    return torch.cat(parts)
+    cols = min(b, PAIRS_PER_CALL)
+    rows = max(1, PAIRS_PER_CALL // cols)
+    out = None
+    for i in range(0, q, rows):
+        for j in range(0, b, cols):
+            scores = decoder(zq[i:i + rows, None], zc[None, j:j + cols])
+            if out is None:
+                out = scores.new_empty(q, b)
+            out[i:i + rows, j:j + cols] = scores
+    return out
 
 
 class RunningTopK:
@@ -100,16 +128,28 @@ class KnownMask:
     """Where a rank's queries' known positives (and the queries themselves) fall in each block."""
 
     def __init__(self, queries: np.ndarray, known: tuple):
+        """``known``: every node's known positives as CSR (``known_positives``)."""
         indptr, dst = known
         counts = indptr[queries + 1] - indptr[queries]
         rows = np.repeat(np.arange(len(queries)), counts)
         firsts = np.repeat(np.cumsum(counts) - counts, counts)  # each row's first place among the pairs
         cols = dst[np.repeat(indptr[queries], counts) + np.arange(len(rows)) - firsts]
-        rows, cols = np.concatenate([rows, np.arange(len(queries))]), np.concatenate([cols, queries])
-        order = np.argsort(cols, kind="stable")
-        self.rows, self.cols = torch.from_numpy(rows[order]), torch.from_numpy(cols[order].astype(np.int64))
+        self._hold(np.concatenate([rows, np.arange(len(queries))]), np.concatenate([cols, queries]))
 
-    def apply(self, scores: torch.Tensor, start: int, end: int) -> None:
-        """Known candidates of the block of ids ``start`` to ``end`` scored -inf, never chosen."""
+    @classmethod
+    def of_cells(cls, rows: np.ndarray, cols: np.ndarray) -> "KnownMask":
+        """The mask of the cells (query row, candidate id) given, as they are (no query added)."""
+        mask = cls.__new__(cls)
+        mask._hold(rows, cols)
+        return mask
+
+    def _hold(self, rows: np.ndarray, cols: np.ndarray) -> None:
+        order = np.argsort(cols, kind="stable")
+        self.rows = torch.from_numpy(np.asarray(rows)[order].astype(np.int64))
+        self.cols = torch.from_numpy(np.asarray(cols)[order].astype(np.int64))
+
+    def apply(self, scores: torch.Tensor, start: int, end: int, value: float = float("-inf")) -> None:
+        """Known candidates of the block of ids ``start`` to ``end`` scored ``value`` (-inf:
+        never chosen; NaN: neither above, below nor equal to any score)."""
         lo, hi = torch.searchsorted(self.cols, torch.tensor([start, end])).tolist()
-        scores[self.rows[lo:hi], self.cols[lo:hi] - start] = float("-inf")
+        scores[self.rows[lo:hi], self.cols[lo:hi] - start] = value

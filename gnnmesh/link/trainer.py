@@ -30,7 +30,8 @@ from ..ops.precision import widened
 from ..settings import LinkSection, flag_name, parse_hits
 from ..tasks import LinkTask
 from ..train.trainer import Trainer, labelled
-from . import counter, decoders, ranking
+from . import counter, decoders, full_ranking, ranking, renumber
+from .chunks import pair_chunks
 from .metrics import link_metrics, shared_link_metrics
 from .rows import RowDirectory, fetch_rows, fetch_table, score_rows
 from .sources import load_split, source_of
@@ -42,19 +43,28 @@ SPLIT_NAMES = ("train", "valid", "test")
 
 class LinkTrainer(Trainer):
     def __init__(self, config, data, strategy=None, widths=None, model=None, task=None,
-                 split: Optional[LinkSplit] = None):
+                 split: Optional[LinkSplit] = None, original=None):
         """As ``Trainer``, for ``--task link`` on ``data``, a Graph: its edges are split by
         ``--link-split`` (fractions or a directory of split files, ``sources``; by default the
         split of an OGB link-prediction directory loaded as the dataset; ``split``: a
         split of the caller's instead, e.g. ``LinkSplit.from_pyg``) and the encoder runs on the
-        training edges alone, less the ``--disjoint-train`` share."""
+        training edges alone, less the ``--disjoint-train`` share. ``original``: where ``data``
+        was renumbered (``--reorder``), the user's id of each of its nodes: the split is then
+        drawn as on the user's numbering (``renumber``), and pairs and top-K lists are taken
+        and given in the user's ids."""
         if not isinstance(data, Graph):
             raise ConfigError("config field 'parts': --task link trains on the whole graph, loaded from a dataset")
         cfg = config.resolved()
+        self.original = None if original is None else np.asarray(original, dtype=np.int64)
+        self.node_of = None if original is None else torch.from_numpy(renumber.inverse(original))
         if split is None:
-            source = source_of(data, cfg.link.link_split, "link_split" in cfg.link.given())
-            split = load_split(data, source, cfg.training.seed, cfg.link.eval_negatives, cfg.link.disjoint_train)
+            users = data if original is None else renumber.user_graph(data, original)
+            source = source_of(users, cfg.link.link_split, "link_split" in cfg.link.given())
+            split = load_split(users, source, cfg.training.seed, cfg.link.eval_negatives, cfg.link.disjoint_train)
+            split = split if original is None else renumber.renumbered(split, original)
         self.split = split
+        if cfg.link.rank_all:
+            full_ranking.check_hits(parse_hits(cfg.link.hits), split.graph.num_nodes)
         width = widths.classes if widths is not None else embedding_width(cfg)
         super().__init__(config, labelled(split.graph, width), strategy, widths=widths, model=model,
                          task=task or LinkTask(parse_hits(cfg.link.hits)))
@@ -230,35 +240,50 @@ class LinkTrainer(Trainer):
 
     def _split_metrics(self, z: torch.Tensor, split: str) -> dict:
         """The metrics of ``split``, from every rank's scores of its pairs (each rank writes its
-        pairs' scores at their places in a zero table; the sum over ranks is the whole table)."""
+        pairs' scores at their places in a zero table; the sum over ranks is the whole table),
+        scored a chunk of pairs at a time (``chunks``). Under ``--rank-all`` a held-out split's
+        MRR and Hits@K rank each positive against every node instead (``full_ranking``)."""
         pairs, negatives = self._evaluated(split)
         chosen = self._chosen(split)
-        mine = chosen[self.directory.mine[pairs[0, chosen]]]
+        owners = self.directory.owner[pairs[0, chosen]]
+        mine = chosen[owners == self.directory.rank]
         k = negatives.shape[1]
-        src, dst, neg = pairs[0, mine], pairs[1, mine], negatives[mine]
-        m = len(src)
-        rows = fetch_rows(z, self.directory.plan(torch.cat([src, dst, neg.reshape(-1)])))
-        zs = rows[:m]
-        pos = self.decoder(zs, rows[m:2 * m])
-        negs = self.decoder(zs.repeat_interleave(k, 0), rows[2 * m:]).view(m, k)
-        at = torch.searchsorted(chosen, mine)  # their rows in the table of the chosen pairs
         table = torch.zeros(len(chosen), 1 + k, dtype=torch.float64)
-        table[at, 0] = pos.double().cpu()
-        table[at, 1:] = negs.double().cpu()
+        for part in pair_chunks(mine, owners, 2 + k):
+            src, dst, neg = pairs[0, part], pairs[1, part], negatives[part]
+            m = len(src)
+            rows = fetch_rows(z, self.directory.plan(torch.cat([src, dst, neg.reshape(-1)])))
+            zs = rows[:m]
+            at = torch.searchsorted(chosen, part)  # their rows in the table of the chosen pairs
+            table[at, 0] = self.decoder(zs, rows[m:2 * m]).double().cpu()
+            table[at, 1:] = self.decoder(zs.repeat_interleave(k, 0), rows[2 * m:]).view(m, k).double().cpu()
         table = self.strategy.all_reduce(table)
         shared = self.split.negative_pairs(split) if split != "train" else None
         if shared is not None:
-            return shared_link_metrics(table[:, 0].numpy(), self._shared_scores(z, shared), self.task.hits)
-        return link_metrics(table[:, 0].numpy(), table[:, 1:].numpy(), self.task.hits)
+            out = shared_link_metrics(table[:, 0].numpy(), self._shared_scores(z, shared), self.task.hits)
+        else:
+            out = link_metrics(table[:, 0].numpy(), table[:, 1:].numpy(), self.task.hits)
+        if self.config.link.rank_all and split != "train":
+            out.update(self._full_ranking().metrics(self.decoder, z, split, self.task.hits,
+                                                    self.strategy.all_reduce))
+        return out
+
+    def _full_ranking(self) -> full_ranking.FullRanking:
+        """The held-out positives this rank ranks under ``--rank-all`` and the candidates each
+        leaves out, gathered at the first evaluation."""
+        if getattr(self, "_ranked_all", None) is None:
+            self._ranked_all = full_ranking.FullRanking(self.split, self.directory)
+        return self._ranked_all
 
     def _shared_scores(self, z: torch.Tensor, pairs: torch.Tensor) -> np.ndarray:
         """The scores of negative ``pairs`` [2, E'] shared by a split's positives, each scored on
-        the rank owning its source and summed over ranks into one table."""
-        mine = torch.nonzero(self.directory.mine[pairs[0]]).flatten()
-        m = len(mine)
-        rows = fetch_rows(z, self.directory.plan(torch.cat([pairs[0, mine], pairs[1, mine]])))
+        the rank owning its source, a chunk at a time, and summed over ranks into one table."""
+        owners = self.directory.owner[pairs[0]]
         table = torch.zeros(pairs.shape[1], dtype=torch.float64)
-        table[mine] = self.decoder(rows[:m], rows[m:]).double().cpu()
+        for part in pair_chunks(torch.nonzero(owners == self.directory.rank).flatten(), owners, 2):
+            m = len(part)
+            rows = fetch_rows(z, self.directory.plan(torch.cat([pairs[0, part], pairs[1, part]])))
+            table[part] = self.decoder(rows[:m], rows[m:]).double().cpu()
         return self.strategy.all_reduce(table).numpy()
 
     def _evaluated(self, split: str) -> tuple:
@@ -288,7 +313,7 @@ class LinkTrainer(Trainer):
         """As ``Trainer.predict``; a link model's node outputs are its embeddings: by default the
         encoder's output, what the decoder reads (``layer``: a hidden layer's). Logits,
         probabilities and labels are refused."""
-        return super().predict(output, layer, nodes, original)
+        return super().predict(output, layer, nodes, self.original if original is None else original)
 
     def node_outputs(self, out) -> torch.Tensor:
         if out.what == "embeddings" and out.layer is None:
@@ -308,6 +333,7 @@ class LinkTrainer(Trainer):
         pairs = torch.as_tensor(np.asarray(pairs, dtype=np.int64)).reshape(-1, 2)
         if len(pairs) and (int(pairs.min()) < 0 or int(pairs.max()) >= self.num_nodes):
             raise ConfigError(f"pairs: node ids must be 0 to {self.num_nodes - 1}")
+        pairs = self._nodes(pairs)
         self.decoder.eval()
         z = self.embeddings()
         places = torch.nonzero(self.directory.mine[pairs[:, 0]]).flatten()
@@ -328,24 +354,26 @@ class LinkTrainer(Trainer):
         if len(queries) and (queries[0] < 0 or queries[-1] >= n):
             raise ConfigError(f"queries: node ids must be 0 to {n - 1}")
         known = ranking.known_positives(self.split.graph, self.split.train) if exclude_known else None
+        if known is not None and self.original is not None:
+            known = renumber.known_in_user_ids(known, self.original)
         ranking.check_enough(k, queries, n, known)
         self.decoder.eval()
         z = self.embeddings()
-        owners = self.directory.owner[torch.from_numpy(queries)]
+        owners = self.directory.owner[self._nodes(torch.from_numpy(queries))]
         mine = queries[(owners == self.directory.rank).numpy()]
-        zq = z[self.directory.place[torch.from_numpy(mine)].to(z.device)]
+        zq = z[self.directory.place[self._nodes(torch.from_numpy(mine))].to(z.device)]
         mask = ranking.KnownMask(mine, known) if known is not None else None
         largest = int(torch.bincount(owners, minlength=self.strategy.world_size).max()) if len(queries) else 0
-        block = ranking.block_size(largest, n)
         best = ranking.RunningTopK(len(mine), k)
-        for start in range(0, n, block):
-            ids = torch.arange(start, min(n, start + block))
-            zc = fetch_rows(z, self.directory.plan(ids))
-            scores = ranking.block_scores(self.decoder, zq, zc).float().cpu()
-            if mask is not None:
-                mask.apply(scores, start, start + len(ids))
+        # the blocks go over the user's ids: ties go to the lower
+        for ids, scores in ranking.scored_blocks(self.decoder, z, self.directory, zq, largest, n, mask,
+                                                 node_of=self._nodes):
             best.add(scores, ids)
         return mine, best.ids.numpy(), best.scores.numpy()
+
+    def _nodes(self, ids: torch.Tensor) -> torch.Tensor:
+        """The graph's nodes of the user's ``ids`` (themselves unless it was renumbered)."""
+        return ids if self.node_of is None else self.node_of[ids]
 
     # -- selection and checkpoints -----------------------------------------------------------------
     def _select(self, accs):

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
+from .lines import data_lines
 
 SPLITS = ("train", "val", "test")
 CHOICES = ("all",) + SPLITS
@@ -29,22 +30,15 @@ def read_node_file(path, num_nodes: int, flag: str = "--nodes") -> np.ndarray:
     if path.suffix == ".npy":
         return _checked(_npy_ids(path), num_nodes, path)
     ids, lines = [], []
-    try:
-        with open(path, encoding="utf-8") as fh:
-            for number, line in enumerate(fh, 1):
-                text = line.split("#", 1)[0].strip()
-                if not text:
-                    continue
-                try:
-                    value = int(text)
-                except ValueError:
-                    raise ConfigError(f"{path}, line {number}: {text[:40]!r} is not a node id") from None
-                if not 0 <= value < num_nodes:  # checked here, where no integer is too large to hold
-                    raise _out_of_range(f"{path}, line {number}", value, num_nodes)
-                ids.append(value)
-                lines.append(number)
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not a text file of node ids (nor a .npy array)") from None
+    for number, text in data_lines(path, "a text file of node ids (nor a .npy array)"):
+        try:
+            value = int(text)
+        except ValueError:
+            raise ConfigError(f"{path}, line {number}: {text[:40]!r} is not a node id") from None
+        if not 0 <= value < num_nodes:  # checked here, where no integer is too large to hold
+            raise _out_of_range(f"{path}, line {number}", value, num_nodes)
+        ids.append(value)
+        lines.append(number)
     values = np.asarray(ids, dtype=np.int64) if ids else np.empty(0, dtype=np.int64)
     return _checked(values, num_nodes, path, lines)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError
+from .lines import data_lines
 
 
 def read_pairs_file(path, num_nodes: int) -> np.ndarray:
@@ -22,23 +23,15 @@ def read_pairs_file(path, num_nodes: int) -> np.ndarray:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"--pairs {path}: no such file")
-    pairs, seen_any = [], False
-    try:
-        with open(path, encoding="utf-8") as fh:
-            for number, line in enumerate(fh, 1):
-                text = line.split("#", 1)[0].strip()
-                if not text:
-                    continue
-                fields = text.replace(",", " ").split()
-                first, seen_any = not seen_any, True
-                if first and not any(_number(f) for f in fields):
-                    continue  # a header: source,destination or the like
-                if len(fields) != 2:
-                    raise ConfigError(f"{path}, line {number}: {text[:40]!r} is not a pair source,destination "
-                                      f"({len(fields)} field{'s' if len(fields) != 1 else ''})")
-                pairs.append([_node(f, path, number, num_nodes) for f in fields])
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not a text file of node pairs") from None
+    pairs = []
+    for at, (number, text) in enumerate(data_lines(path, "a text file of node pairs")):
+        fields = text.replace(",", " ").split()
+        if at == 0 and not any(_number(f) for f in fields):
+            continue  # a header: source,destination or the like
+        if len(fields) != 2:
+            raise ConfigError(f"{path}, line {number}: {text[:40]!r} is not a pair source,destination "
+                              f"({len(fields)} field{'s' if len(fields) != 1 else ''})")
+        pairs.append([_node(f, path, number, num_nodes) for f in fields])
     if not pairs:
         raise ConfigError(f"{path}: lists no node pairs")
     return np.asarray(pairs, dtype=np.int64)

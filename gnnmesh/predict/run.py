@@ -130,9 +130,6 @@ def _run(config: Config, request: Request, quiet: bool) -> Optional[dict]:
     state = checkpoint.load(request.checkpoint)
     saved = request.saved_config(state)
     request.check_model(saved)
-    if request.of_pairs is not None and config.data.reorder != "none":
-        raise ConfigError(f"--reorder {config.data.reorder}: {request.of_pairs} names nodes by the ids the link "
-                          "model was trained on; leave --reorder out")
     config, parts = adopt_parts(with_model(config, saved, request.checkpoint))
     if world and strategies.spec(config.run.strategy).one_process and world_size > 1:
         raise ConfigError(f"this job has {world_size} ranks; choose a parallel --strategy (e.g. partition)")
@@ -180,7 +177,9 @@ def _predict(config, request, state, saved, parts, quiet, rank, world_size) -> O
     if saved.data.dataset not in (dataset, data.name):  # by its name or its spec: the same graph
         say(f"note: the model was trained on {saved.data.dataset!r}; predicting on {dataset!r}, a graph of "
             f"the same input width (inductive inference)")
-    trainer = Trainer.from_checkpoint(request.checkpoint, data, config, request.weights, model=request.model)
+    # a link model's split is drawn on the graph as the user numbers it, whatever --reorder renumbers
+    trainer = Trainer.from_checkpoint(request.checkpoint, data, config, request.weights, model=request.model,
+                                      original=order)
     say(f"{data.describe() if parts is not None else repr(data)} and the model of {request.checkpoint} "
         f"(epoch {trainer.epoch}, {request.weights} weights) loaded in {time.perf_counter() - t0:.2f}s; "
         f"strategy {trainer.strategy.describe()}")

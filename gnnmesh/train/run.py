@@ -10,6 +10,7 @@ import os
 import sys
 import time
 
+import numpy as np
 import torch
 
 from .. import comm, datasets, memory, strategies, tasks
@@ -19,7 +20,7 @@ from ..graph import Graph
 from ..launch import check_job_env, ranks_share_cores, world_from_env
 from ..ops import buffers, compiled
 from ..parts import open_parts
-from ..transforms import reorder
+from ..transforms import ORDERS, permute
 from .model_check import check_before_training
 from .trainer import EpochResult, Summary, Trainer, rank_device
 
@@ -31,11 +32,14 @@ def given_dataset(config: Config):
     return config.data.dataset if "dataset" in config.given else None
 
 
-def load_graph(config: Config) -> Graph:
+def load_graph(config: Config) -> tuple:
+    """(the dataset renumbered as ``--reorder`` asks, the original id of each of its nodes or
+    None)."""
     graph = datasets.load(config.data.dataset, root=config.data.data_root)
-    if config.data.reorder != "none":
-        graph = reorder(graph, config.data.reorder)
-    return graph
+    if config.data.reorder == "none":
+        return graph, None
+    order = np.asarray(ORDERS[config.data.reorder](graph), dtype=np.int64)
+    return permute(graph, order), order
 
 
 def run_training(config: Config, quiet: bool = False, check_model: bool = True) -> Summary:
@@ -80,12 +84,12 @@ def _train(config, parts, quiet, rank, world_size, device, check_model=True) -> 
                                              else torch.get_num_threads()))
     say = (lambda *a: None) if quiet or rank != 0 else print
     t0 = time.perf_counter()
-    planned, graph = {}, None
+    planned, planned_on, order = {}, None, None
     if config.planned:
         def load():
-            nonlocal graph
-            graph = load_graph(config)
-            return graph
+            nonlocal planned_on
+            planned_on = load_graph(config)
+            return planned_on[0]
         from .auto import choose
         config, planned = choose(config, load, rank, world_size, say)
         say(f"planned in {time.perf_counter() - t0:.2f}s")
@@ -95,7 +99,7 @@ def _train(config, parts, quiet, rank, world_size, device, check_model=True) -> 
         data.check_run(config.run.strategy, world_size, given_dataset(config))
         config = config.updated(dataset=data.dataset)  # what checkpoints and metrics record
     else:
-        data = load_once_per_host(lambda: graph if graph is not None else load_graph(config), rank, world_size)
+        data, order = load_once_per_host(lambda: planned_on or load_graph(config), rank, world_size)
     loaded = data.describe() if parts is not None else repr(data)
     # the CPU kernels load now, not in the first epoch's time nor in a strategy's memory
     # baseline: they are code
@@ -107,7 +111,9 @@ def _train(config, parts, quiet, rank, world_size, device, check_model=True) -> 
     else:
         from .minibatch import MiniBatchTrainer
         trainer_class = MiniBatchTrainer if minibatch else Trainer
-    trainer = trainer_class(config, data)
+    # a link split is drawn on the graph as the user numbers it, whatever --reorder renumbers
+    renumbered = {"original": order} if order is not None and config.learns_links else {}
+    trainer = trainer_class(config, data, **renumbered)
     cfg, strategy = trainer.config, trainer.strategy
     trainer.labels.update(planned)
     if device.type == "cpu":

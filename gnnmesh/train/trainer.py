@@ -386,7 +386,7 @@ class Trainer:
     @classmethod
     def from_checkpoint(cls, path, data, config: Optional[Config] = None, weights: str = "best",
                         strategy: Optional[Strategy] = None, task: Optional[tasks.Task] = None,
-                        model=None) -> "Trainer":
+                        model=None, original=None) -> "Trainer":
         """The trainer of the model in the checkpoint at ``path`` (its model settings, its
         ``weights``: ``best`` or ``last``) on ``data`` (a Graph, labelled or not, or parts)
         under ``config``'s strategy and data settings (default: one process). A checkpoint
@@ -395,7 +395,9 @@ class Trainer:
         checkpoint's (``task``: a task of the caller's, which checkpoints do not record).
         A checkpoint of your own model takes ``model``: its class, or its name as ``--model``
         gives it; without it, the file it was trained from, found from the checkpoint's record
-        of it (``gnnmesh.trained.config_of``)."""
+        of it (``gnnmesh.trained.config_of``). ``original``: where ``data`` was renumbered
+        (``--reorder``), the original id of each of its nodes, which a link model's trainer
+        takes (its split is drawn on the original numbering; pairs are named by original ids)."""
         state = checkpoint.load(path)
         try:
             saved = trained.config_of(state, model, path)
@@ -416,7 +418,9 @@ class Trainer:
             if isinstance(model, type):  # the caller's class itself: built, not imported again by name
                 torch.manual_seed(config.training.seed)
                 built = trained.build(config.resolved(), widths, model)
-            trainer = cls(config, data, strategy, widths=widths, task=task, model=built)
+            links = saved.training.task is not None and tasks.spec(saved.training.task).links
+            renumbered = {"original": original} if original is not None and links else {}  # node models: predict's
+            trainer = cls(config, data, strategy, widths=widths, task=task, model=built, **renumbered)
         except ConfigError as err:
             raise ConfigError(f"{path}: {err}") from None
         values, trainer.epoch = checkpoint.weights(state, weights)

@@ -205,20 +205,37 @@ def _sources(tmp_path) -> dict:
             "ogb": {"link_split": str(tmp_path / "ogb")}}
 
 
-def _rank_runs(rank, world, sources):
-    return {name: train_link(**fields, epochs=3, strategy="partition", partitioner="rp", nproc=world)
-            for name, fields in sources.items()}
+# a strategy's settings on two ranks
+STRATEGIES = {"partition": {"strategy": "partition", "partitioner": "rp"}, "tensor": {"strategy": "tensor"},
+              "grid3d": {"strategy": "grid3d", "grid": "1,1,2"}}
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(120)
-def test_training_from_split_files_under_partition_on_two_ranks_equals_the_single_process(tmp_path):
+def _rank_runs(rank, world, sources, strategies):
+    return {(strategy, name): train_link(**fields, **STRATEGIES[strategy], epochs=3, nproc=world)
+            for strategy in strategies for name, fields in sources.items()}
+
+
+def check_sources(tmp_path, strategies, timeout):
+    """Each source trained under each of ``strategies`` on two ranks (one launch for them all)
+    equals the single process: losses and parameters, and the metrics to 1e-5."""
     sources = _sources(tmp_path)
     want = {name: train_link(**fields, epochs=3) for name, fields in sources.items()}
-    for rank, runs in enumerate(run_ranks(_rank_runs, 2, sources, timeout=90)):
-        for name, got in runs.items():
+    for rank, runs in enumerate(run_ranks(_rank_runs, 2, sources, strategies, timeout=timeout)):
+        for (strategy, name), got in runs.items():
             try:
                 assert_same_run(got, want[name])
                 assert np.allclose(got["metrics"], want[name]["metrics"], rtol=0, atol=1e-5, equal_nan=True)
             except AssertionError as err:
-                raise AssertionError(f"{name}, rank {rank}: {err}") from None
+                raise AssertionError(f"{strategy}, {name}, rank {rank}: {err}") from None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_training_from_split_files_under_partition_on_two_ranks_equals_the_single_process(tmp_path):
+    check_sources(tmp_path, ["partition"], timeout=150)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_training_from_split_files_under_tensor_and_grid3d_on_two_ranks_equals_the_single_process(tmp_path):
+    check_sources(tmp_path, ["tensor", "grid3d"], timeout=200)
