@@ -124,10 +124,12 @@ def split_edges(graph: Graph, fractions: dict, seed: int, eval_negatives: int) -
                      held["valid"], held["test"], negatives["valid"], negatives["test"])
 
 
-def fixed_negatives(pairs: torch.Tensor, num_nodes: int, seed: int, split: int, k: int) -> torch.Tensor:
+def fixed_negatives(pairs: torch.Tensor, num_nodes: int, seed: int, split: int, k: int,
+                    places: "torch.Tensor | None" = None) -> torch.Tensor:
     """[E, k] destinations drawn uniformly for each of ``pairs``' positives, keyed on the seed,
-    the split and the positive's place: the same for every run of the seed."""
-    at = np.arange(pairs.shape[1])[:, None]
+    the split and the positive's place: the same for every run of the seed. ``places``: draw
+    for the positives at these places alone ([len(places), k])."""
+    at = (np.arange(pairs.shape[1]) if places is None else np.asarray(places))[:, None]
     return torch.from_numpy(counter.below(max(num_nodes, 1), seed, EVAL_NEGATIVES_KEY, split, at, np.arange(k)[None]))
 
 

@@ -83,8 +83,10 @@ class LinkTrainer(Trainer):
         # this rank's pairs: those whose source it owns (global positions in each split)
         self.mine = {k: torch.nonzero(self.directory.mine[self.split.pairs(k)[0]]).flatten() for k in SPLIT_NAMES}
         self.train_sample = self._train_sample()
+        # for the sample alone: a table for every training positive would hold eval_negatives
+        # ids each, gigabytes on a large graph, of which the sample's rows are all ever read
         self.train_negatives = fixed_negatives(self.split.train, self.num_nodes, cfg.training.seed,
-                                               len(SPLIT_NAMES), cfg.link.eval_negatives)
+                                               len(SPLIT_NAMES), cfg.link.eval_negatives, self.train_sample)
 
     def own_rows(self) -> torch.Tensor:
         """The nodes whose rows this rank serves to the pairs that read them (disjoint across
@@ -250,11 +252,11 @@ class LinkTrainer(Trainer):
         k = negatives.shape[1]
         table = torch.zeros(len(chosen), 1 + k, dtype=torch.float64)
         for part in pair_chunks(mine, owners, 2 + k):
-            src, dst, neg = pairs[0, part], pairs[1, part], negatives[part]
+            at = torch.searchsorted(chosen, part)  # their rows in the table of the chosen pairs
+            src, dst, neg = pairs[0, part], pairs[1, part], negatives[at]
             m = len(src)
             rows = fetch_rows(z, self.directory.plan(torch.cat([src, dst, neg.reshape(-1)])))
             zs = rows[:m]
-            at = torch.searchsorted(chosen, part)  # their rows in the table of the chosen pairs
             table[at, 0] = self.decoder(zs, rows[m:2 * m]).double().cpu()
             table[at, 1:] = self.decoder(zs.repeat_interleave(k, 0), rows[2 * m:]).view(m, k).double().cpu()
         table = self.strategy.all_reduce(table)
@@ -287,8 +289,8 @@ class LinkTrainer(Trainer):
         return self.strategy.all_reduce(table).numpy()
 
     def _evaluated(self, split: str) -> tuple:
-        """(positives, their fixed negatives) of ``split``; the training positives are ranked
-        among negatives drawn as the validation ones are."""
+        """(positives, the fixed negatives of those ``_chosen``) of ``split``; the training
+        positives are ranked among negatives drawn as the validation ones are."""
         if split != "train":
             return self.split.pairs(split), self.split.negatives(split)
         return self.split.train, self.train_negatives
