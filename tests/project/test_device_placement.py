@@ -46,6 +46,7 @@ HOST_SIDE = {
     ("comm.py", "Comm.irecv"): "gloo receives CUDA tensors through host memory",
     ("ops/buffers.py", "empty"): "the CPU kernels' pooled outputs (the pool serves the CPU only)",
     ("ops/compiled.py", "_warm"): "compiling the CPU kernels on tiny inputs",
+    ("ops/pairs.py", "_PairDot.backward"): "the CPU kernel's row bounds per thread (it runs on the CPU only)",
     # metrics, counts and setup: reduced on the host, once per epoch or run
     ("train/trainer.py", "Trainer.__init__"): "split sizes, summed over ranks on the host",
     ("train/trainer.py", "Trainer._setup_task"): "the loss divisor, summed over ranks",
