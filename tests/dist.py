@@ -50,12 +50,14 @@ TEST_TIMEOUT = {"seconds": None}
 TEARDOWN_S = 10  # what killing the ranks and reading their results may take after the timeout
 
 
-def run_ranks(fn, world_size: int, *args, timeout: float = 120.0) -> list:
+def run_ranks(fn, world_size: int, *args, timeout: float = 120.0, fresh: bool = False) -> list:
     """``fn(rank, world_size, *args)`` on every rank; returns the per-rank results.
 
     ``fn`` must be importable (module level). Raises with the first rank's traceback on
     failure, and kills every rank after ``timeout`` seconds, which must end before the test's
-    own timeout does."""
+    own timeout does. ``fresh``: each rank a new interpreter rather than a fork of the
+    preloaded server, for what is set as a process starts (the allocator's settings) and a
+    measurement no inherited allocator state may sway."""
     limit = TEST_TIMEOUT["seconds"]
     if limit and timeout + TEARDOWN_S > limit:
         raise ValueError(f"run_ranks(timeout={timeout:g}) under a test timeout of {limit:g} s never fires: "
@@ -63,7 +65,8 @@ def run_ranks(fn, world_size: int, *args, timeout: float = 120.0) -> list:
     with tempfile.TemporaryDirectory() as out_dir:
         mp.get_context("forkserver").set_forkserver_preload(PRELOAD)
         ctx = mp.start_processes(_entry, args=(world_size, free_port(), fn, args, out_dir, dict(os.environ),
-                                               os.getcwd()), nprocs=world_size, join=False, start_method="forkserver")
+                                               os.getcwd()), nprocs=world_size, join=False,
+                                 start_method="spawn" if fresh else "forkserver")
         try:
             import time
             deadline = time.monotonic() + timeout

@@ -49,8 +49,8 @@ def test_smaller_chunks_lower_the_epoch_peak(monkeypatch):
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
     # Each measurement in fresh ranks of its own: no allocator state (freed blocks, arenas)
     # carries from one to the other, whichever runs first.
-    chunked = run_ranks(_rank_peak, 2, NODES // 16, timeout=270)
-    whole = run_ranks(_rank_peak, 2, None, timeout=270)
+    chunked = run_ranks(_rank_peak, 2, NODES // 16, timeout=270, fresh=True)
+    whole = run_ranks(_rank_peak, 2, None, timeout=270, fresh=True)
     for rank, (w, c) in enumerate(zip(whole, chunked)):
         assert w > 100, (rank, w, c)  # the epoch really allocates: ~V x 64 floats per layout switch
         assert c < 0.85 * w, (rank, w, c)
