@@ -25,10 +25,22 @@ def free_port() -> int:
 PRELOAD = ["torch", "torch.distributed", "gnnmesh", "gnnmesh.comm", "gnnmesh.train", "tests.dist"]
 
 
-def _entry(rank, world_size, port, fn, args, out_dir, environ, cwd):
+def preloaded_forkserver():
+    """The forkserver context, its server told to import PRELOAD when it starts."""
+    context = mp.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    return context
+
+
+def adopt(environ: dict, cwd: str) -> None:
+    """In a forked process: take the launching test's environment and working directory."""
     os.environ.clear()
     os.environ.update(environ)
     os.chdir(cwd)
+
+
+def _entry(rank, world_size, port, fn, args, out_dir, environ, cwd):
+    adopt(environ, cwd)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size))
     torch.set_num_threads(1)
@@ -63,7 +75,7 @@ def run_ranks(fn, world_size: int, *args, timeout: float = 120.0, fresh: bool = 
         raise ValueError(f"run_ranks(timeout={timeout:g}) under a test timeout of {limit:g} s never fires: "
                          f"lower it or raise the test's (@pytest.mark.timeout)")
     with tempfile.TemporaryDirectory() as out_dir:
-        mp.get_context("forkserver").set_forkserver_preload(PRELOAD)
+        preloaded_forkserver()
         ctx = mp.start_processes(_entry, args=(world_size, free_port(), fn, args, out_dir, dict(os.environ),
                                                os.getcwd()), nprocs=world_size, join=False,
                                  start_method="spawn" if fresh else "forkserver")

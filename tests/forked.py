@@ -13,21 +13,16 @@ while it runs, start it with ``subprocess.Popen``.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import subprocess
 import sys
 import tempfile
 
-from tests.dist import PRELOAD
-
-_context = multiprocessing.get_context("forkserver")
+from tests.dist import adopt, preloaded_forkserver
 
 
 def _command(args: list, environ: dict, cwd: str, out_path: str, err_path: str) -> None:
-    os.environ.clear()
-    os.environ.update(environ)
-    os.chdir(cwd)
+    adopt(environ, cwd)
     for fd, path in ((1, out_path), (2, err_path)):
         os.dup2(os.open(path, os.O_WRONLY | os.O_TRUNC), fd)
     import gnnmesh
@@ -45,12 +40,12 @@ def run_cli(*args, cwd=None, env=None, timeout: float = 240) -> subprocess.Compl
     if not _imports_as_here(environ):
         return subprocess.run([sys.executable, "-m", "gnnmesh", *args], capture_output=True, text=True,
                               timeout=timeout, env=environ, cwd=cwd)
-    _context.set_forkserver_preload(PRELOAD)
+    context = preloaded_forkserver()
     with tempfile.TemporaryDirectory() as folder:
         out, err = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
         for path in (out, err):
             open(path, "w").close()
-        process = _context.Process(target=_command, args=(args, environ,
+        process = context.Process(target=_command, args=(args, environ,
                                                           str(cwd or os.getcwd()), out, err))
         process.start()
         process.join(timeout)
