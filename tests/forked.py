@@ -36,9 +36,10 @@ def run_cli(*args, cwd=None, env=None, timeout: float = 240) -> subprocess.Compl
     ``env``: the whole environment (default: this process's); raises
     ``subprocess.TimeoutExpired`` after ``timeout`` seconds, the process killed."""
     args = [str(a) for a in args]
+    command = [sys.executable, "-m", "gnnmesh", *args]
     environ = dict(os.environ if env is None else env)
     if not _imports_as_here(environ):
-        return subprocess.run([sys.executable, "-m", "gnnmesh", *args], capture_output=True, text=True,
+        return subprocess.run(command, capture_output=True, text=True,
                               timeout=timeout, env=environ, cwd=cwd)
     context = preloaded_forkserver()
     with tempfile.TemporaryDirectory() as folder:
@@ -52,10 +53,9 @@ def run_cli(*args, cwd=None, env=None, timeout: float = 240) -> subprocess.Compl
         if process.exitcode is None:
             process.kill()
             process.join(10)
-            raise subprocess.TimeoutExpired([sys.executable, "-m", "gnnmesh", *args], timeout)
+            raise subprocess.TimeoutExpired(command, timeout)
         with open(out, errors="replace") as o, open(err, errors="replace") as e:
-            return subprocess.CompletedProcess([sys.executable, "-m", "gnnmesh", *args], process.exitcode,
-                                               o.read(), e.read())
+            return subprocess.CompletedProcess(command, process.exitcode, o.read(), e.read())
 
 
 def _imports_as_here(environ: dict) -> bool:
