@@ -120,13 +120,43 @@ def test_trainers_held_out_metrics_rank_against_every_node():
     assert without.metrics[1]["auc"] == trainer.metrics[1]["auc"]  # AUC and AP still read the sampled negatives
 
 
+def plain_split():
+    """A graph without twins: its nodes' embeddings differ, so its scores are apart."""
+    graph = random_graph(n=60, e=240, features=6, classes=3, isolated=0, directed=False)
+    return graph, split_edges(graph, {"valid": 0.1, "test": 0.1}, 3, 7)
+
+
 def _history(rank, world, fields, rows_at_once):
     if rows_at_once:
         chunks.ROWS_AT_ONCE = rows_at_once
-    graph = twin_graph()
-    summary = LinkTrainer(config(**fields, epochs=3, nproc=world), graph, split=twin_split(graph)).fit()
-    last = summary.history[-1].extra
-    return {k: last[k] for k in sorted(last) if k.split("_", 1)[0] in ("train", "val", "test")}
+    graph, split = plain_split()
+    trainer = LinkTrainer(config(**fields, epochs=3, nproc=world), graph, split=split)
+    last = trainer.fit().history[-1].extra
+    z = trainer.embeddings() if world == 1 else None
+    return {k: last[k] for k in sorted(last) if k.split("_", 1)[0] in ("train", "val", "test")}, z
+
+
+def closest_comparisons(z: torch.Tensor, split: LinkSplit) -> float:
+    """The smallest gap between two held-out scores a metric compares (each positive with every
+    node's, with every sampled negative's and with the other positives'), identical pairs
+    left out: another
+    strategy rounds each score differently, by about 1e-7, so a gap that small would let
+    the metrics move without any score being wrong (``gnnmesh.link.metrics``)."""
+    scores = (z.double() @ z.double().T).numpy()
+    gaps = []
+    for name in ("valid", "test"):
+        pairs, negatives = split.pairs(name).numpy(), split.negatives(name).numpy()
+        positive = scores[pairs[0], pairs[1]]
+        sampled = scores[pairs[0][:, None], negatives]
+        by_node = np.abs(scores[pairs[0]] - positive[:, None])
+        by_node[np.arange(len(positive)), pairs[1]] = np.inf
+        gaps.append(by_node.min())
+        apart = np.abs(positive[:, None] - sampled.reshape(-1)[None, :])
+        same = (pairs[0][:, None] == np.repeat(pairs[0], negatives.shape[1])[None, :]) & \
+            (pairs[1][:, None] == negatives.reshape(-1)[None, :])
+        gaps.append(apart[~same].min())
+        gaps.append(np.diff(np.sort(positive)).min())  # AP's thresholds
+    return min(gaps)
 
 
 @pytest.mark.timeout(220)
@@ -134,14 +164,14 @@ def _history(rank, world, fields, rows_at_once):
     ("partition", 3, {"strategy": "partition", "partitioner": "rp"}),
     pytest.param("tensor", 2, {"strategy": "tensor"}, marks=pytest.mark.slow)])
 def test_rank_all_on_several_ranks_equals_the_single_process(strategy, world, fields):
-    """Every metric of the trained model to 1e-5, the twins' ties included; the partition ranks
-    also score their held-out pairs 9 rows (one pair and its 7 negatives) at a time, a
-    different count of pairs each. (The first epoch's scores lie close together: two of them
-    may round the other way on another strategy, which moves even the sampled AUC; see
-    ``gnnmesh.link.metrics``.)"""
-    want = _history(0, 1, {}, None)
-    for rank, got in enumerate(run_ranks(_history, world, fields, 9 if strategy == "partition" else None,
-                                         timeout=200)):
+    """Every metric of the trained model to 1e-5; the partition ranks also score their held-out
+    pairs 9 rows (one pair and its 7 negatives) at a time, a different count of pairs each.
+    The graph's scores lie apart (checked), so no metric may move by a rounding; ties across
+    ties are the twins' test above (one process) and the brute-force sort's."""
+    want, z = _history(0, 1, {}, None)
+    assert closest_comparisons(z, plain_split()[1]) > 1e-6, "the graph's scores should lie apart"
+    for rank, (got, _) in enumerate(run_ranks(_history, world, fields, 9 if strategy == "partition" else None,
+                                              timeout=200)):
         assert got.keys() == want.keys() and "val_mrr" in got
         assert np.allclose(list(got.values()), list(want.values()), rtol=0, atol=1e-5, equal_nan=True), \
             f"{strategy} x{world}, rank {rank}: {got} != {want}"
