@@ -93,6 +93,19 @@ class Adjacency:
     def _structure_cache(self) -> dict:
         return self._cache.setdefault("structure", {})
 
+    @property
+    def relations(self):
+        """A typed graph's ``gnnmesh.relations.Relations`` of every entry (None otherwise).
+        Part of the structure: ``with_values`` keeps it; a new structure (a transpose, a
+        slice, a permutation) starts without it."""
+        return self._structure_cache().get("relations")
+
+    def with_relations(self, relations) -> "Adjacency":
+        """This adjacency, its entries tagged with ``relations`` (checked against it)."""
+        other = Adjacency(self.indptr, self.indices, self.values, self.shape)
+        other._cache["structure"] = {**self._structure_cache(), "relations": relations.check(self.nnz, "relations")}
+        return other
+
     def row(self) -> torch.Tensor:
         """Row (destination) id of every stored entry, in storage order."""
         cache = self._structure_cache()
