@@ -42,6 +42,9 @@ class Relations:
             raise GraphError(f"{where}: relation ids must be 0 to {len(self.names) - 1}")
         if len(set(self.names)) != len(self.names):
             raise GraphError(f"{where}: relation names must differ, got {list(self.names)}")
+        bad = [name for name in self.names if not name or SEPARATOR in name or "," in name]
+        if bad:
+            raise GraphError(f"{where}: relation name {bad[0]!r} must be non-empty without '{SEPARATOR}' or ','")
         return self
 
     def index(self, name: str) -> int:
@@ -53,3 +56,40 @@ class Relations:
         """The union's entries (ascending) that belong to ``relation``."""
         owner = np.repeat(np.arange(self.ptr.shape[0] - 1, dtype=np.int64), np.diff(self.ptr.numpy()))
         return owner[self.ids.numpy() == relation]
+
+
+def parse(name: str):
+    """``(norm, relation)`` of a per-relation operator's name, None for another name."""
+    norm, sep, relation = name.partition(SEPARATOR)
+    return (norm, relation) if sep else None
+
+
+def relation_operator(adj, norm: str, relation: str):
+    """The operator ``norm@relation`` of ``adj``, the typed graph's union adjacency: its
+    relation's entries (in the union's order), normalised over that relation alone."""
+    from .graph import Adjacency
+    from .transforms import add_self_loops
+    relations = adj.relations
+    if relations is None:
+        raise GraphError(f"operator {norm}{SEPARATOR}{relation}: the graph has no relations (a typed graph has)")
+    if norm not in NORMS:
+        raise GraphError(f"operator {norm}{SEPARATOR}{relation}: unknown normalisation {norm!r}; "
+                         f"choose from {', '.join(NORMS)}")
+    entries = torch.from_numpy(relations.entries(relations.index(relation)))
+    rows = adj.row()[entries]
+    degrees = torch.bincount(rows, minlength=adj.shape[0])
+    indptr = torch.zeros(adj.shape[0] + 1, dtype=torch.int64)
+    torch.cumsum(degrees, 0, out=indptr[1:])
+    sub = Adjacency(indptr, adj.indices[entries], None, adj.shape)
+    if norm == "sum":
+        return sub
+    if norm == "loop":
+        return add_self_loops(sub).with_values(None)
+    return sub.with_values((1.0 / degrees[rows].double()).float())
+
+
+def operator_names(relations) -> list:
+    """Every per-relation operator of a graph with ``relations`` (none without)."""
+    if relations is None:
+        return []
+    return [f"{norm}{SEPARATOR}{name}" for name in relations.names for norm in NORMS]

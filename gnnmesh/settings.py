@@ -156,9 +156,9 @@ class DataSection(Section):
 
 
 # The built-in models' options, which a user's model takes through --model-args instead.
-BUILT_IN_OPTIONS = ("hidden", "dropout", "heads", "attn_dropout", "k", "alpha", "decoupled")
+BUILT_IN_OPTIONS = ("hidden", "dropout", "heads", "attn_dropout", "k", "alpha", "relations", "bases", "decoupled")
 # Of those, the ones a built-in model takes or not by its form (each class declares its own).
-MODEL_OPTIONS = ("hidden", "dropout", "heads", "attn_dropout", "k", "alpha")
+MODEL_OPTIONS = ("hidden", "dropout", "heads", "attn_dropout", "k", "alpha", "relations", "bases")
 
 
 def options_not_taken(name: str, decoupled: bool) -> tuple:
@@ -207,6 +207,10 @@ class ModelSection(Section):
     attn_dropout: Optional[float] = setting(help="attention dropout (GAT; default 0.6)", check=FRACTION)
     k: Optional[int] = setting(help="propagation steps (decoupled; default 10)", check=NON_NEGATIVE)
     alpha: Optional[float] = setting(help="teleport probability (decoupled; default 0.1)", check=Range(0.0, 1.0))
+    relations: Optional[str] = setting(help="rgcn: the typed graph's relations its weights are for, "
+                                       "comma-separated (default: the graph's; checkpoints record them)")
+    bases: Optional[int] = setting(help="rgcn: share B basis matrices among the relations' weights (default 0: "
+                                   "one weight per relation)", check=NON_NEGATIVE)
     decoupled: bool = setting(False, help="train the decoupled form of the model: its NN layers first, then k "
                               "propagation steps (gcn, sage, gat); under --strategy tensor: one layout switch "
                               "each way per pass")

@@ -6,7 +6,8 @@ process; a parallel strategy subclasses it and supplies distributed versions, so
 models stay the same under every strategy.
 
 Operators are named: ``"gcn"`` (D^-1/2 (A+I) D^-1/2), ``"mean"`` (D^-1 A), ``"sum"`` (A) and
-``"loop"`` (the pattern of A + I, for attention).
+``"loop"`` (the pattern of A + I, for attention); a typed graph adds each relation's
+(``"mean@cites"``: see ``gnnmesh.relations``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from . import ops
 from .errors import ConfigError
 from .graph import Adjacency
 from .ops.precision import in_float32
+from .relations import operator_names, parse, relation_operator
 from .transforms import add_self_loops, gcn_norm, mean_norm
 
 OPERATORS = {
@@ -41,6 +43,23 @@ def register_operator(name: str, build) -> None:
     if OPERATORS.get(name, build) is not build:
         raise ValueError(f"graph operator {name!r} is registered already")
     OPERATORS[name] = build
+
+
+def operator_of(name: str, adj: Adjacency) -> Adjacency:
+    """The graph operator ``name`` of the whole graph's adjacency ``adj``: a registered one,
+    or a relation's of a typed graph."""
+    relation = parse(name)
+    if relation is not None:
+        return relation_operator(adj, *relation)
+    if name not in OPERATORS:
+        raise ValueError(f"unknown graph operator {name!r}; choose from {sorted(OPERATORS)}")
+    return OPERATORS[name](adj)
+
+
+def operators_of(adj: Adjacency) -> list:
+    """The names of every operator the graph of ``adj`` has: the registered ones, then its
+    relations' (a typed graph's)."""
+    return list(OPERATORS) + operator_names(adj.relations)
 
 
 # A mask value is a hash of (draw key, global id, position in the row): the mask of any set of
@@ -146,9 +165,7 @@ class GraphView:
 
     def operator(self, name: str) -> Adjacency:
         if name not in self._operators:
-            if name not in OPERATORS:
-                raise ValueError(f"unknown graph operator {name!r}; choose from {sorted(OPERATORS)}")
-            op = OPERATORS[name](self.adj)
+            op = operator_of(name, self.adj)
             if op.values is not None and self.operators_on_device:
                 op = op.with_values(op.values.to(self.device))
             self._operators[name] = op

@@ -121,3 +121,41 @@ def one_error_line(result, *fragments):
     assert len(lines) == 1 and lines[0].startswith("gnnmesh: error:"), result.stderr
     for fragment in fragments:
         assert fragment in lines[0]
+
+
+def typed_graph(seed: int = 0, counts=(40, 25, 15), edges=(120, 60, 50, 40), features: int = 5):
+    """A small typed graph as its union: node types a, b, c (features and 3 classes on a only);
+    relations a-x-a, a-y-b, b-z-c, c-w-a and their reverses. Random edges repeat, and a pair
+    joined by a relation and another's reverse is one entry with two relations."""
+    import numpy as np
+    from gnnmesh.graph import Adjacency
+    from gnnmesh.relations import Relations
+    rng = np.random.default_rng(seed)
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    schema = [("a", "x", "a"), ("a", "y", "b"), ("b", "z", "c"), ("c", "w", "a")]
+    at = {"a": 0, "b": 1, "c": 2}
+    src, dst, rel = [], [], []
+    for i, ((s, _, d), m) in enumerate(zip(schema, edges)):
+        s_ids = rng.integers(0, counts[at[s]], m) + offsets[at[s]]
+        d_ids = rng.integers(0, counts[at[d]], m) + offsets[at[d]]
+        src += [s_ids, d_ids]
+        dst += [d_ids, s_ids]
+        rel += [np.full(m, i), np.full(m, i + len(schema))]
+    src, dst, rel = map(np.concatenate, (src, dst, rel))
+    n = int(offsets[-1])
+    tagged = np.unique(np.stack([dst * n + src, rel], 1), axis=0)  # (entry key, relation), each once
+    keys, first = np.unique(tagged[:, 0], return_index=True)
+    ptr = torch.from_numpy(np.append(first, len(tagged)))
+    names = tuple(f"{s}__{r}__{d}" for s, r, d in schema) + tuple(f"{d}__rev_{r}__{s}" for s, r, d in schema)
+    adj = Adjacency.from_coo(keys // n, keys % n, (n, n)).with_relations(
+        Relations(names, ptr, torch.from_numpy(tagged[:, 1])))
+    x = torch.zeros(n, features)
+    x[:counts[0]] = torch.randn(counts[0], features, generator=torch.Generator().manual_seed(seed))
+    y = torch.zeros(n, dtype=torch.long)
+    y[:counts[0]] = torch.from_numpy(rng.integers(0, 3, counts[0]))
+    masks = [torch.zeros(n, dtype=torch.bool) for _ in range(3)]
+    order = rng.permutation(counts[0])
+    for mask, chosen in zip(masks, np.split(order, [counts[0] // 2, 3 * counts[0] // 4])):
+        mask[chosen] = True
+    return Graph(adj, x=x, y=y, train_mask=masks[0], val_mask=masks[1], test_mask=masks[2], name="typed",
+                 directed=True, num_classes=3)

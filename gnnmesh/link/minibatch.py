@@ -29,7 +29,7 @@ from ..ops.precision import widened
 from ..parallel.minibatch import BatchSetup, share
 from ..sampling import DEFAULT_BATCH, BlockView, NeighborSampler, parse_fanouts, sampled_operator
 from ..train.minibatch import counted_epoch
-from ..view import OPERATORS
+from ..view import operator_of
 from .trainer import LinkTrainer, edge_batches
 
 
@@ -43,7 +43,7 @@ class LinkMiniBatchTrainer(LinkTrainer):
         total = self.split.train.shape[1]
         self.batch_size = min(cfg.link.edge_batch_size or DEFAULT_BATCH, total)
         self.op = sampled_operator(self.model)
-        operator = OPERATORS[self.op](s.view.adj)  # the training graph's: held-out edges are never sampled
+        operator = operator_of(self.op, s.view.adj)  # the training graph's: held-out edges are never sampled
         self.sampler = NeighborSampler(operator, parse_fanouts(cfg.minibatch.fanouts), cfg.training.seed)
         self.sampled_edges = 0
         ends = np.unique(self.split.train.numpy())

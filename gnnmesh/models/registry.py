@@ -19,6 +19,7 @@ from .decoupled import Decoupled
 from .gat import GAT
 from .gcn import GCN
 from .gin import GIN
+from .rgcn import RGCN
 from .sage import SAGE
 
 # Every model's decoupled form (``decoupled = true``) takes APPNP's settings; a decoupled form
@@ -98,5 +99,7 @@ for _spec in (
               summary="graph attention"),
     ModelSpec("gin", GIN, {"hidden": 64, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4},
               summary="graph isomorphism network"),
+    ModelSpec("rgcn", RGCN, {"hidden": 16, "dropout": 0.0, "lr": 0.01, "weight_decay": 5e-4, "bases": 0},
+              summary="relational graph convolution, one weight per relation (typed graphs)"),
 ):
     register(_spec)

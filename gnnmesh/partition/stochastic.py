@@ -63,7 +63,7 @@ from .. import progress
 from ..errors import ConfigError
 from ..sampling import NeighborSampler, draw_batches, parse_fanouts
 from ..validate import Range
-from ..view import OPERATORS
+from ..view import OPERATORS, operator_of
 from .api import cached_partition, check_settings
 from .base import as_adjacency, csr_arrays, vertex_weights
 from .halo import check_assignment
@@ -231,7 +231,7 @@ def stochastic_partition(graph, parts: int, fanouts, batch_size: int, *, seeds_p
             return np.zeros(adj.shape[0], dtype=np.int64), {**settings, **NO_DRAW}
         _import_extra("mtkahypar", "shp")  # fail before sampling, naming the extra
         with progress.phase("shp: sampling batches"):
-            hg = stochastic_hypergraph(OPERATORS[operator](adj), parts, settings["fanouts"], batch_size,
+            hg = stochastic_hypergraph(operator_of(operator, adj), parts, settings["fanouts"], batch_size,
                                        pool, theta, delta, seed, min_batches)
         draw = {"batches": hg.batches, "epochs": hg.epochs, "sampled_nets": hg.sampled_nets,
                 "nets": hg.nets, "needed_nets": hg.needed, "stop": hg.stop}
@@ -286,7 +286,7 @@ def batch_volumes(graph, assignments, fanouts, batch_size: int, *, seeds_pool=No
     settings, pool = check_sampling(adj, fanouts, batch_size, seeds_pool, operator)
     epoch = held_out_epoch(assignments) if epoch is None else epoch
     owners = [check_assignment(a, getattr(a, "parts", None), adj.shape[0]) for a in assignments]
-    sampler = NeighborSampler(OPERATORS[operator](adj), settings["fanouts"], seed)
+    sampler = NeighborSampler(operator_of(operator, adj), settings["fanouts"], seed)
     drawn = draw_batches(pool, settings["batch_size"], seed, epoch)[:batches]
     out = np.zeros((len(owners), len(drawn)), dtype=np.int64)
     for step, seeds in enumerate(drawn):

@@ -33,6 +33,7 @@ from ..atomic import OutputKind, checksum
 from ..errors import ConfigError, GraphError
 from ..graph import MAX_CLASSES, Adjacency, check_vertex_data
 from ..structured import load_json
+from ..relations import parse
 from ..tasks import infer
 
 FORMAT_VERSION = 1
@@ -187,6 +188,13 @@ class Parts:
             raise ValueError(f"task {self.task!r}, expected one of {', '.join(tasks.names())}")
         if len(manifest["ranks"]) != self.parts:
             raise ValueError(f"{len(manifest['ranks'])} rank entries for {self.parts} parts")
+
+    @property
+    def relations(self) -> tuple:
+        """A typed graph's relations, in the graph's order, as its parts name their operators
+        (``mean@cites``); none for another graph."""
+        named = (parse(name) for name in self.manifest.get("operators", {}))
+        return tuple(dict.fromkeys(relation for _, relation in filter(None, named)))
 
     def describe(self) -> str:
         return (f"{self.kind} parts of {self.name} ({self.manifest['how']}, {self.parts} "

@@ -29,7 +29,7 @@ from typing import Iterable, Optional, Sequence
 
 from ..layout.grid import AXES, RANK_ORDER, WORLD, Grid, factorizations, roles
 from ..models.base import GraphLayer, LayerStack
-from ..view import OPERATORS
+from ..view import operator_of
 from .estimate import Estimate
 from .job import Dropped
 from .machine import (GEMM, GPU_NETWORK, GPU_RATES, ComputeRates, Elementwise, Network, SpMM, all_to_all_link,
@@ -271,7 +271,7 @@ def candidates(job) -> list:
     refusal = grid3d_refusal(net, job.model, job.decoupled)
     if refusal:
         return [Dropped("grid3d", refusal)]
-    gcn_nnz = (job.graph.operator(GCN_OPERATOR) if job.sized else OPERATORS[GCN_OPERATOR](getattr(job.graph, "adj", job.graph))).nnz
+    gcn_nnz = (job.graph.operator(GCN_OPERATOR) if job.sized else operator_of(GCN_OPERATOR, getattr(job.graph, "adj", job.graph))).nnz
     work = Workload(job.nodes, gcn_nnz, tuple(int(w) for w in job.widths), evaluate=job.evaluate,
                     dropout=net.dropout > 0, inference=job.inference)
     return [grid3d_estimate(work, predict(work, grid, job.rates, job.network, job.ranks_per_node, job.order))

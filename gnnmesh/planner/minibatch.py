@@ -19,7 +19,7 @@ import numpy as np
 from ..parallel.minibatch import ROUTES
 from ..parallel.minibatch.dryrun import access_counts, cache_masks, predict, route_totals, sample_epoch
 from ..sampling import DEFAULT_BATCH, NeighborSampler, draw_batches, parse_fanouts, sampled_operator
-from ..view import OPERATORS
+from ..view import operator_of
 from .machine import ComputeRates, Network, world_links
 from .trace import ELEMENT_BYTES
 
@@ -45,7 +45,7 @@ def rank_routes(graph, ranks: int, net, rates: ComputeRates, network: Network, r
     feature cache (``--cache-memory``), filled as the job fills it; ``attention``: the model
     has attention layers (the routes that split a row's sources are left out)."""
     op = sampled_operator(net)
-    operator = OPERATORS[op](graph.adj)
+    operator = operator_of(op, graph.adj)
     sampler = NeighborSampler(operator, parse_fanouts(fanouts), seed)
     train_ids = np.flatnonzero(graph.train_mask.numpy())
     batches = draw_batches(train_ids, batch_size or min(DEFAULT_BATCH, len(train_ids)), seed, 1)

@@ -26,7 +26,7 @@ import numpy as np
 from ..partition import rank_halos
 from ..partition.halo import check_assignment
 from ..partition.registry import spec as partitioner_spec
-from ..view import OPERATORS
+from ..view import operator_of
 from .estimate import Estimate
 from .job import Dropped
 from .machine import ComputeRates, Network, SpMM, world_links
@@ -82,7 +82,7 @@ def estimate(graph, assignment, widths, model: str, rates: ComputeRates, network
     vector, parts = check_assignment(assignment, getattr(assignment, "parts", None), adj.shape[0])
     net = build(widths, model, decoupled, **options)
     traced = trace(net, widths[0], inference=inference)
-    halos = {op: halo_counts(OPERATORS[op](adj), vector, parts) for op in sorted(traced.ops())}
+    halos = {op: halo_counts(operator_of(op, adj), vector, parts) for op in sorted(traced.ops())}
     name = method or getattr(assignment, "method", None)
     setup = setup_s if setup_s is not None else (getattr(assignment, "seconds", None) or 0.0)
     return priced(net, traced, halos, np.bincount(vector, minlength=parts), widths[0], rates, network,

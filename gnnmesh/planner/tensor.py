@@ -29,7 +29,7 @@ import numpy as np
 from ..comm import all_gather_bytes, reduce_scatter_bytes
 from ..layout.ranges import even_bounds
 from ..parallel.tensor.strategy import aggregation_switches, layout_bytes
-from ..view import OPERATORS
+from ..view import operator_of
 from .estimate import Estimate
 from .machine import ComputeRates, Network, SpMM, collective_time, world_links
 from .sized import OperatorSize, SizedGraph
@@ -91,7 +91,7 @@ def estimate(graph, ranks: int, widths, model: str, rates: ComputeRates, network
     adj = getattr(graph, "adj", graph)
     bounds = even_bounds(adj.shape[0], ranks)
     net, traced = _traced(widths, model, decoupled, inference, **options)
-    ops = {name: OPERATORS[name](adj) for name in sorted(traced.ops())}
+    ops = {name: operator_of(name, adj) for name in sorted(traced.ops())}
     sizes = {name: OperatorSize(op.nnz, op.values is not None) for name, op in ops.items()}
     entries = {name: np.diff(op.indptr.numpy()[bounds]).tolist() for name, op in ops.items()}
     return priced(net, traced, sizes, entries, np.diff(bounds).tolist(), widths[0], rates, network,

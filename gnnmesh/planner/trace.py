@@ -29,6 +29,7 @@ from ..models import build_model, is_built_in
 from ..models import spec as model_spec
 from ..models.user import is_user_model
 from ..validate import format_bytes
+from ..relations import parse
 from ..view import GraphView
 from .machine import GEMM, ComputeRates, Elementwise, SpMM, collective_time
 
@@ -142,6 +143,11 @@ class _Recorder(GraphView):
         finally:
             self.inside = False
 
+    def operator(self, name):
+        # the tiny graph has no relations: a relation's operator runs as its normalisation of it
+        relation = parse(name)
+        return super().operator(name if relation is None else relation[0])
+
     def spmm(self, x, op="gcn", values=None):
         given = values is not None
         call = Aggregate(op, tuple(x.shape[1:]), x.requires_grad, tuple(values.shape[1:]) if given else None,
@@ -190,7 +196,7 @@ def tiny_graph() -> Adjacency:
 
 
 # Options of one model only; another model ignores them, as the trainer passes them.
-_MODEL_SPECIFIC = {"heads", "attn_dropout", "k", "alpha"}
+_MODEL_SPECIFIC = {"heads", "attn_dropout", "k", "alpha", "relations", "bases"}
 
 
 # The planner runs the model itself on TINY_NODES nodes (``trace``): its weights and their

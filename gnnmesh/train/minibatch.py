@@ -20,7 +20,7 @@ from ..errors import ConfigError
 from ..ops.precision import widened
 from ..parallel.minibatch import BatchSetup, share
 from ..sampling import DEFAULT_BATCH, BlockView, NeighborSampler, draw_batches, parse_fanouts, sampled_operator
-from ..view import OPERATORS
+from ..view import operator_of
 from .trainer import Trainer
 
 
@@ -37,7 +37,7 @@ class MiniBatchTrainer(Trainer):
             raise ConfigError(f"config field 'batch_size': {self.batch_size} is larger than the training set "
                               f"({len(self.train_ids)} nodes of dataset '{self.name}')")
         self.op = sampled_operator(self.model)
-        operator = OPERATORS[self.op](s.view.adj)
+        operator = operator_of(self.op, s.view.adj)
         self.sampler = NeighborSampler(operator, parse_fanouts(cfg.minibatch.fanouts), cfg.training.seed)
         # All neighbours (the default): one whole-graph pass computes every node's exact output,
         # which a block with every in-edge would too, at a fraction of batches' overlapping work.

@@ -29,6 +29,7 @@ from ..datasets import structural_features
 from ..errors import ConfigError, TrainingDiverged
 from ..graph import Graph
 from ..layout import ParallelLayout
+from ..models import options_of
 from ..models import user as user_models
 from ..models import user_file
 from ..models.row_wise import row_mixing_problem
@@ -144,6 +145,8 @@ class Trainer:
         self.num_features, self.num_classes = (num_features, self.output_width) if widths is None else \
             (widths.features, widths.classes)
         torch.manual_seed(self.config.training.seed)
+        if model is None and self._takes_relations() and self.config.model.relations is None:
+            self.config = self.config.updated(relations=",".join(_relation_names(data))).resolved()
         if model is None:
             model = trained.build(self.config, Widths(self.num_features, self.num_classes))
         elif not self.config.model.user:  # what checkpoints record: the class, to build it again
@@ -177,6 +180,10 @@ class Trainer:
     # Whether every rank holds every row's labels (mini-batch training): what the task sums
     # over the training set is then summed on each rank alone.
     holds_every_row = False
+
+    def _takes_relations(self) -> bool:
+        config = self.config
+        return not config.model.user and "relations" in options_of(config.model.name, config.model.decoupled)
 
     def _task(self, data, given) -> tuple:
         """(the task, how it was inferred: a note, or None when it was given). The built-in task
@@ -670,6 +677,14 @@ def labelled(graph: Graph, classes: int, task: Optional[str] = None) -> Graph:
         y = torch.zeros(n, dtype=torch.long) if task is None or tasks.spec(task).class_ids else torch.zeros(n, classes)
         filled.update(y=y, num_classes=classes)
     return graph.replace(**filled) if filled else graph
+
+
+def _relation_names(data) -> tuple:
+    """The relations of a typed graph, or of its parts (none for another graph): what a model
+    with a weight per relation is built for."""
+    if not isinstance(data, Graph):
+        return data.relations
+    return data.adj.relations.names if data.adj.relations is not None else ()
 
 
 def _features(graph: Graph) -> torch.Tensor:

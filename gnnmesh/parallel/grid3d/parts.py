@@ -30,7 +30,7 @@ from ...layout.grid import AXES, roles
 from ...layout.ranges import cut
 from ...parts.store import OUTPUT, ManifestFields, graph_facts, is_count, rank_folder, save_array, write_manifest
 from ...parts.vertex import VertexData
-from ...view import OPERATORS
+from ...view import operator_of
 from .blocks import GridBlocks
 
 PERIOD = 6  # three planes x two permutations
@@ -45,7 +45,7 @@ def write_grid_parts(graph: Graph, dims: dict, directory, dataset: str, *, layer
     world = placement.size
     with progress.phase("grid3d: choosing the permutations"):
         grid_blocks = GridBlocks(dims, graph.num_nodes, permute, seed, adj=graph.adj)
-    op = OPERATORS["gcn"](graph.adj).to_scipy()
+    op = operator_of("gcn", graph.adj).to_scipy()
     blocks = min(int(layers), PERIOD)
     orders = np.stack(grid_blocks.orders)
     with staged_directory(directory, OUTPUT) as tmp, \

@@ -25,7 +25,7 @@ import torch
 
 from ... import ops
 from ...graph import Adjacency
-from ...view import OPERATORS, GraphView
+from ...view import GraphView, operator_of
 
 _BLOCK = 1 << 22  # id matches expanded at once in _overlaps; bounds its memory
 
@@ -102,10 +102,8 @@ class ChunkView(GraphView):
 
     def _host_block(self, name: str):
         if name not in self._blocks:
-            if name not in OPERATORS:
-                raise ValueError(f"unknown graph operator {name!r}; choose from {sorted(OPERATORS)}")
             if name not in self._global_operators:
-                self._global_operators[name] = OPERATORS[name](self.adj)
+                self._global_operators[name] = operator_of(name, self.adj)
             op = self._global_operators[name]
             indptr = op.indptr.numpy()
             entries = _entry_ids(indptr, self.chunk.dst)

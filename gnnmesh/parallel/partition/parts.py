@@ -28,7 +28,7 @@ from ...graph import Graph
 from ...partition import Partition, graph_key, rank_halos
 from ...parts.store import OUTPUT, ManifestFields, graph_facts, is_count, rank_folder, save_array, write_manifest
 from ...parts.vertex import VertexData
-from ...view import OPERATORS
+from ...view import operator_of, operators_of
 
 
 def write_partition_parts(graph: Graph, partition: Partition, directory, dataset: str) -> Path:
@@ -36,7 +36,8 @@ def write_partition_parts(graph: Graph, partition: Partition, directory, dataset
     ``dataset`` is the spec the graph was loaded from, recorded so a run can check it."""
     parts, assignment = partition.parts, np.asarray(partition.assignment, dtype=np.int64)
     vertex = VertexData(graph)
-    steps = parts + len(OPERATORS)  # every rank's vertex data, then every operator
+    names = operators_of(graph.adj)
+    steps = parts + len(names)  # every rank's vertex data, then every operator
     with staged_directory(directory, OUTPUT) as tmp, \
             progress.phase(f"writing {parts} partition parts", total=steps) as shown:
         folders = [tmp / rank_folder(r) for r in range(parts)]
@@ -52,8 +53,8 @@ def write_partition_parts(graph: Graph, partition: Partition, directory, dataset
                 save_array(folder, name, array, files[r])
             shown.advance()
         structures, operators = {}, {}
-        for name, build in OPERATORS.items():
-            op = build(graph.adj)
+        for name in names:
+            op = operator_of(name, graph.adj)
             key = graph_key(op)
             if key not in structures:
                 structures[key] = _write_structure(name, op, assignment, parts, folders, files)
