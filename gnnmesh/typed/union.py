@@ -103,8 +103,9 @@ def to_graph(typed: TypedGraph, add_reverse: bool = False) -> Graph:
             "relation_edges": {names[i]: torch.from_numpy(entries[i]) for i in range(own)},
             "edge_features": {names[i]: r.edge_attr for i, r in enumerate(typed.relations)
                               if r.edge_attr is not None}}
-    return Graph.from_adjacency(adj, directed=True, source=typed.name, name=typed.name, x=x, y=y,
-                                meta=meta, **masks)
+    # validate=False: the vertex data is the typed graph's, checked type by type when it was made
+    return Graph.from_adjacency(adj, directed=True, validate=False, source=typed.name, name=typed.name,
+                                x=x, y=y, meta=meta, **masks)
 
 
 def union_adjacency(n: int, names: list, ends: list) -> tuple:
@@ -171,7 +172,8 @@ def _vertex_data(typed: TypedGraph, offsets: np.ndarray, n: int) -> tuple:
 def from_graph(graph: Graph) -> TypedGraph:
     """The typed graph ``graph`` was made from by ``to_graph`` (relations added by ``add_reverse``
     left out). A union graph without ``meta['typed_relations']`` (built otherwise) gives back
-    every relation of its adjacency, named ``src__name__dst``, its edges in the union's order."""
+    every relation of its adjacency, named ``src__name__dst``; one without a relation's
+    ``meta['relation_edges']`` gives its edges in the union's order, without edge features."""
     types, relations = graph.meta.get("node_types"), graph.adj.relations
     if not isinstance(types, NodeTypes) or relations is None:
         raise GraphError(f"{graph.name}: not a typed graph (it needs meta['node_types'] and its adjacency's "
@@ -195,12 +197,12 @@ def from_graph(graph: Graph) -> TypedGraph:
     typed_relations = []
     for src, name, dst in keys:
         joined = union_name(src, name, dst)
-        entries = edges.get(joined)
-        if entries is None:
-            entries = torch.from_numpy(relations.entries(relations.index(joined)))
+        entries, attr = edges.get(joined), features.get(joined)
+        if entries is None:  # the union's order: edge features, which follow the given order, cannot
+            entries, attr = torch.from_numpy(relations.entries(relations.index(joined))), None
         s, d = offsets[types.index(src)], offsets[types.index(dst)]
         edge_index = torch.stack([indices[entries] - int(s), row[entries] - int(d)])
-        typed_relations.append(Relation(src, name, dst, edge_index, features.get(joined)))
+        typed_relations.append(Relation(src, name, dst, edge_index, attr))
     return TypedGraph(node_types, typed_relations, name=graph.name)
 
 
