@@ -46,7 +46,7 @@ class Dataset:
     classes: Optional[int] = None
     directed: bool = False
     version: int = 1                # bump when the loader's output changes: new cache key
-    cached: bool = True             # False: built at every load (typed graphs: see load)
+    typed: bool = False             # a typed graph's union (gnnmesh.typed): built at every load, see load
 
     def stored_edges(self) -> Optional[int]:
         """The edges as ``Graph.num_edges`` counts them once loaded: each undirected pair is
@@ -170,7 +170,7 @@ DATASETS = [
     _generator("rmat", "R-MAT / Graph500 power-law graph, random features (generated)",
                rmat, RMAT_OPTIONS),
     _generator("igbh-synth", "typed graph with IGBH's schema (paper, author, institute, fos), labels "
-               "from the relations (generated)", igbh, IGBH_OPTIONS, cached=False),
+               "from the relations (generated)", igbh, IGBH_OPTIONS, typed=True),
 ]
 REGISTRY = {d.name: d for d in DATASETS}
 
@@ -293,6 +293,11 @@ class Target:
     cache_dir: Optional[str]
     random_labels: int
 
+    @property
+    def typed(self) -> bool:
+        """Whether it loads as a typed graph's union (``gnnmesh.typed``)."""
+        return self.kind == "ogb-typed" or (self.dataset is not None and self.dataset.typed)
+
 
 def resolve_target(name_or_path: Union[str, os.PathLike], root=None, **options) -> Target:
     """What ``load`` would load for these arguments, without loading it."""
@@ -369,7 +374,7 @@ def load(name_or_path: Union[str, os.PathLike], root=None, **options) -> Graph:
         def build():
             return dataset.build(paths, **opts)
 
-    if not target.use_cache or target.kind == "ogb-typed" or (dataset is not None and not dataset.cached):
+    if not target.use_cache or target.typed:
         graph = build()  # typed graphs: their relations and meta are not in the cache's format (yet)
     else:
         entry = cache.entry_dir(cache.default_dir(target.cache_dir), key_name, version, opts, sources)

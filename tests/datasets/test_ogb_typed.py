@@ -11,6 +11,7 @@ from gnnmesh.datasets import load
 from gnnmesh.datasets.ogb_typed import read_ogb_typed
 from gnnmesh.errors import GraphError
 from gnnmesh.typed import from_graph
+from tests.helpers import gnnmesh_in_process, one_error_line
 
 COUNTS = {"paper": 6, "author": 4, "institution": 2}
 
@@ -120,3 +121,11 @@ def test_not_cached(tmp_path):
     load(root, cache_dir=tmp_path / "cache")
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
     assert torch.equal(load(root, cache_dir=tmp_path / "cache").adj.indices, load(root, cache=False).adj.indices)
+
+
+def test_not_written_as_a_shard_set(tmp_path):
+    root = write(tmp_path / "ogbn-minimag", texts())
+    for source in (str(root), "igbh-synth:papers=50,authors=20,institutes=2,fos=5"):
+        one_error_line(gnnmesh_in_process("datasets", "--shard", source, "--out", str(tmp_path / "shards")),
+                       "a typed graph; shard sets hold graphs of one node and edge type only")
+    assert not (tmp_path / "shards").exists()
