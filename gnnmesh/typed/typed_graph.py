@@ -35,7 +35,7 @@ def check_name(name, what: str) -> None:
             raise GraphError(f"{what}: {reserved!r} is reserved in names ({why}), got {name!r}")
 
 
-@dataclass
+@dataclass(eq=False)  # fields are tensors: equal means the same object
 class NodeType:
     """One node type: ``count`` nodes with local ids ``0..count-1``. ``x``: float features
     [count, F] (F of its own); ``y``: int64 class ids [count] on a target type, which then has
@@ -82,7 +82,7 @@ class NodeType:
         check_vertex_data(f"{where}: ", int(self.count), self.x, self.y, None, masks)
 
 
-@dataclass
+@dataclass(eq=False)  # fields are tensors: equal means the same object
 class Relation:
     """The edges of one relation ``(src, name, dst)``: ``edge_index`` [2, E] in the types' local
     ids, row 0 the source (a node of type ``src``), row 1 the destination (of type ``dst``);
@@ -130,7 +130,7 @@ class Relation:
                                  f"{self.num_edges} (one per edge)")
 
 
-@dataclass
+@dataclass(eq=False)  # fields are tensors: equal means the same object
 class TypedGraph:
     """Node types in a fixed order (the order of their id ranges in the union graph) and the
     relations between them. Checked when made."""

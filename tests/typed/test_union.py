@@ -148,3 +148,16 @@ def test_relation_ids_match_a_brute_force_union():
     order = list(graph.adj.relations.names)
     assert all(v == sorted(v, key=order.index) for v in got.values())
     assert_same(from_graph(graph), typed)
+
+
+def test_gnnmesh_graph_reads_heterodata_in_a_fresh_process():
+    """graph.py cannot import gnnmesh.typed (it sits above): ``gnnmesh.Graph`` brings the converters."""
+    pytest.importorskip("torch_geometric")
+    import subprocess
+    import sys
+    code = ("import torch, gnnmesh\nfrom torch_geometric.data import HeteroData\nd = HeteroData()\n"
+            "d['a'].num_nodes = 2\nd['a', 'r', 'a'].edge_index = torch.tensor([[0], [1]])\n"
+            "g = gnnmesh.Graph.from_pyg(d)\nprint(g.adj.relations.names, g.to_pyg().edge_types)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "('a__r__a',) [('a', 'r', 'a')]"
