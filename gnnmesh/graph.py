@@ -309,9 +309,10 @@ class Graph:
         ``edge_attr`` of one number per edge is taken as the weight). gnnmesh trains on no edge
         features yet, so a wider ``edge_attr`` is refused unless ``edge_attr=False``, which loads
         the graph without it. A ``HeteroData`` gives its typed union graph
-        (``gnnmesh.typed.to_graph``; ``kwargs``: its ``add_reverse``)."""
+        (``gnnmesh.typed.to_graph``; ``kwargs``: its ``add_reverse``), whose edge features are kept
+        apart (``meta['edge_features']``) unless ``edge_attr=False``."""
         if hasattr(data, "node_types") and hasattr(data, "edge_types"):
-            return _typed_pyg("from_pyg")(data, name=name, **kwargs)
+            return _typed_pyg("from_pyg")(data, name=name, edge_attr=edge_attr, **kwargs)
         fields = {k: getattr(data, k, None) for k in cls.VERTEX_FIELDS}
         y = fields["y"]
         if y is not None and y.dim() == 2:  # OGB's form: class ids as [N, 1]; targets as [N, T]

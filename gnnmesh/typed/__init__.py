@@ -20,9 +20,9 @@ __all__ = ["NodeType", "Relation", "TypedGraph", "NodeTypes", "to_graph", "from_
            "REVERSE_PREFIX", "register_pyg"]
 
 
-def graph_from_pyg(data, name: str = "pyg", add_reverse: bool = False):
+def graph_from_pyg(data, name: str = "pyg", edge_attr: bool = True, add_reverse: bool = False):
     """``Graph.from_pyg`` of a ``HeteroData``: its union graph."""
-    return to_graph(TypedGraph.from_pyg(data, name=name), add_reverse=add_reverse)
+    return to_graph(TypedGraph.from_pyg(data, name=name, edge_attr=edge_attr), add_reverse=add_reverse)
 
 
 def graph_to_pyg(graph):

@@ -181,10 +181,10 @@ class TypedGraph:
 
     # -- PyG -----------------------------------------------------------------------------------
     @classmethod
-    def from_pyg(cls, data, name: str = "pyg") -> "TypedGraph":
+    def from_pyg(cls, data, name: str = "pyg", edge_attr: bool = True) -> "TypedGraph":
         """From a ``torch_geometric.data.HeteroData``: each node type's ``num_nodes``, ``x``, ``y``
-        (OGB's [n, 1] taken as [n]) and masks, each edge type's ``edge_index`` and ``edge_attr``;
-        other attributes are not read."""
+        (OGB's [n, 1] taken as [n]) and masks, each edge type's ``edge_index`` and ``edge_attr``
+        (unless ``edge_attr=False``); other attributes are not read."""
         node_types = []
         for type_name in data.node_types:
             store = data[type_name]
@@ -201,7 +201,8 @@ class TypedGraph:
             store = data[key]
             if store.get("edge_index") is None:
                 raise GraphError(f"relation {tuple(key)!r}: no 'edge_index'")
-            relations.append(Relation(*key, edge_index=store["edge_index"], edge_attr=store.get("edge_attr")))
+            relations.append(Relation(*key, edge_index=store["edge_index"],
+                                      edge_attr=store.get("edge_attr") if edge_attr else None))
         return cls(node_types, relations, name=name)
 
     def to_pyg(self):

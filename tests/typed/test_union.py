@@ -115,6 +115,7 @@ def test_graph_pyg_round_trip_and_edge_attr():
     assert graph.adj.relations is not None and len(graph.adj.relations.names) == 6
     assert_same(from_graph(graph), typed)
     assert_same(TypedGraph.from_pyg(graph.to_pyg(), name="small"), typed)
+    assert Graph.from_pyg(typed.to_pyg(), edge_attr=False).meta["edge_features"] == {}
 
     ei = torch.tensor([[0, 1, 2], [1, 2, 0]])
     with pytest.raises(GraphError) as error:
