@@ -95,6 +95,10 @@ def test_a_chosen_split_and_an_unlabeled_type_with_a_split(tmp_path):
      "raw/node-feat/paper/node-feat.csv.gz: 1 feature rows, but num-node-dict.csv.gz says 6 nodes"),
     (("split/time/paper/valid", lines([3, 1])),
      "split/time/paper/valid.csv.gz line 2: node 1 is already in train.csv.gz line 2"),
+    (("raw/node-label/paper/node-label", "2\n\n1\n1\n0\n2\n"),
+     "split/time/paper/train.csv.gz line 2: paper 1 has no label"),
+    (("raw/node-label/paper/node-label", "1,0\n" * 6),
+     "raw/node-label/paper/node-label.csv.gz: 2 numbers per line; a typed graph's labels are one class id per node"),
     (("split/time/paper/test", lines([4, 6])),
      "split/time/paper/test.csv.gz line 2: paper id 6 out of range for 6 nodes"),
 ])
