@@ -11,6 +11,8 @@ def __getattr__(name):
     # the command line sets up its signal handling first (see gnnmesh.launch).
     if name in ("Adjacency", "Graph"):
         from . import graph
+        from .typed import register_pyg
+        register_pyg()  # typed graphs sit above Graph: they hand it their PyG converters
         return getattr(graph, name)
     if name == "load":  # a trained model and its config, from a checkpoint
         from .trained import load

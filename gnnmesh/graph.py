@@ -168,6 +168,18 @@ class Adjacency:
 MAX_CLASSES = 1 << 16
 
 
+# Typed graphs (gnnmesh.typed) are built on this module, so it cannot import them: they hand it
+# their PyG converters when imported (gnnmesh.Graph and gnnmesh.datasets import them). "from_pyg":
+# a HeteroData -> its union Graph; "to_pyg": a typed union Graph -> its HeteroData.
+TYPED_PYG: dict = {}
+
+
+def _typed_pyg(name: str):
+    if name not in TYPED_PYG:
+        raise GraphError("a typed graph (PyG HeteroData): import gnnmesh.typed, which converts it")
+    return TYPED_PYG[name]
+
+
 def output_width_problem(width) -> str:
     """What keeps ``width`` from being a model's output width ('' if nothing), for a message."""
     if isinstance(width, bool) or not isinstance(width, int) or width < 1:
@@ -292,21 +304,36 @@ class Graph:
         return graph
 
     @classmethod
-    def from_pyg(cls, data, name: str = "pyg", **kwargs) -> "Graph":
-        """Build from a ``torch_geometric.data.Data`` (edge_index, x, y, masks, edge_weight)."""
+    def from_pyg(cls, data, name: str = "pyg", *, edge_attr: bool = True, **kwargs) -> "Graph":
+        """Build from a ``torch_geometric.data.Data`` (edge_index, x, y, masks, edge_weight; an
+        ``edge_attr`` of one number per edge is taken as the weight). gnnmesh trains on no edge
+        features yet, so a wider ``edge_attr`` is refused unless ``edge_attr=False``, which loads
+        the graph without it. A ``HeteroData`` gives its typed union graph
+        (``gnnmesh.typed.to_graph``; ``kwargs``: its ``add_reverse``), whose edge features are kept
+        apart (``meta['edge_features']``) unless ``edge_attr=False``."""
+        if hasattr(data, "node_types") and hasattr(data, "edge_types"):
+            return _typed_pyg("from_pyg")(data, name=name, edge_attr=edge_attr, **kwargs)
         fields = {k: getattr(data, k, None) for k in cls.VERTEX_FIELDS}
         y = fields["y"]
         if y is not None and y.dim() == 2:  # OGB's form: class ids as [N, 1]; targets as [N, T]
             fields["y"] = y[:, 0] if y.shape[1] == 1 and not y.is_floating_point() else y.float()
         weight = getattr(data, "edge_weight", None)
-        attr = getattr(data, "edge_attr", None)
-        if weight is None and attr is not None and (attr.dim() == 1 or tuple(attr.shape[1:]) == (1,)):
-            weight = attr  # one scalar per edge: a weight ([E] or [E, 1])
+        attr = getattr(data, "edge_attr", None) if edge_attr else None
+        if attr is not None:
+            if attr.dim() == 1 or tuple(attr.shape[1:]) == (1,):
+                weight = attr if weight is None else weight  # one scalar per edge: a weight ([E] or [E, 1])
+            else:
+                raise GraphError(f"{name}: field 'edge_attr' has shape {list(attr.shape)}, features on every edge; "
+                                 "gnnmesh does not train on edge features yet: pass edge_attr=False to load the "
+                                 "graph without them")
         return cls.from_edge_index(data.edge_index, data.num_nodes, edge_weight=weight,
                                    name=name, source=name, **fields, **kwargs)
 
     def to_pyg(self):
-        """A ``torch_geometric.data.Data`` with the same edges and vertex data."""
+        """A ``torch_geometric.data.Data`` with the same edges and vertex data; a typed union graph
+        gives its ``HeteroData``."""
+        if "node_types" in self.meta:
+            return _typed_pyg("to_pyg")(self)
         from torch_geometric.data import Data  # optional dependency
         return Data(edge_index=self.edge_index(), edge_weight=self.adj.values, x=self.x, y=self.y,
                     train_mask=self.train_mask, val_mask=self.val_mask, test_mask=self.test_mask,

@@ -110,8 +110,8 @@ def load_ogb(root: Path, *, split=None, directed=False, remove_self_loops=False)
     root = Path(root)
     raw = root / "raw"
     if (raw / "relations").is_dir():  # ogbn-mag's layout: several node and edge types
-        raise GraphError(f"{raw / 'relations'}: a heterogeneous graph; only graphs with one "
-                         f"node type and one edge type load")
+        raise GraphError(f"{raw / 'relations'}: a typed (heterogeneous) graph: "
+                         f"gnnmesh.datasets.load or ogb_typed.load_ogb_typed reads it")
     nodes_file, edges_file = _find(raw, "num-node-list"), _find(raw, "num-edge-list")
     n, m = _count(nodes_file, "node count"), _count(edges_file, "edge count")
     if n == 0:

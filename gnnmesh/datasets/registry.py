@@ -15,7 +15,7 @@ import torch
 from .. import progress
 from ..errors import GraphError
 from ..graph import Graph
-from . import cache, described, ogb, sharded
+from . import cache, described, ogb, ogb_typed, sharded
 from ._io import file_stat
 from ._build import random_split
 from .bundled import ROOT as BUNDLED_ROOT
@@ -25,6 +25,7 @@ from .musae import load_musae
 from .options import COMMON, SPLIT, Option, parse_spec, resolve
 from .planetoid import load_planetoid
 from .snap import load_email_eu_core, load_slashdot
+from .typed_generators import IGBH_OPTIONS, igbh
 
 DatasetInfo = namedtuple("DatasetInfo", "name description nodes edges features classes present")
 
@@ -45,6 +46,7 @@ class Dataset:
     classes: Optional[int] = None
     directed: bool = False
     version: int = 1                # bump when the loader's output changes: new cache key
+    typed: bool = False             # a typed graph's union (gnnmesh.typed): built at every load, see load
 
     def stored_edges(self) -> Optional[int]:
         """The edges as ``Graph.num_edges`` counts them once loaded: each undirected pair is
@@ -113,8 +115,8 @@ def _mtx(name, desc, rel, nodes, edges, is_directed, **kwargs):
                    features=0, directed=is_directed)
 
 
-def _generator(name, desc, fn, options):
-    return Dataset(name, desc, lambda paths, **o: fn(**o), options=options)
+def _generator(name, desc, fn, options, **kwargs):
+    return Dataset(name, desc, lambda paths, **o: fn(**o), options=options, **kwargs)
 
 
 _FB = "facebook_page_page/facebook_"
@@ -167,6 +169,8 @@ DATASETS = [
                sbm, SBM_OPTIONS),
     _generator("rmat", "R-MAT / Graph500 power-law graph, random features (generated)",
                rmat, RMAT_OPTIONS),
+    _generator("igbh-synth", "typed graph with IGBH's schema (paper, author, institute, fos), labels "
+               "from the relations (generated)", igbh, IGBH_OPTIONS, typed=True),
 ]
 REGISTRY = {d.name: d for d in DATASETS}
 
@@ -281,13 +285,18 @@ def _dataset_files(dataset: Dataset, root) -> tuple[dict, list]:
 class Target:
     """A dataset spec resolved: what it names and its checked options (``opts``: those the
     loader takes; the common ones apart)."""
-    kind: str                       # "dataset" (registered), "ogb", "shards", "described" or "file"
+    kind: str                       # "dataset" (registered), "ogb", "ogb-typed", "shards", "described" or "file"
     dataset: Optional[Dataset]
     path: Optional[Path]
     opts: dict
     use_cache: bool
     cache_dir: Optional[str]
     random_labels: int
+
+    @property
+    def typed(self) -> bool:
+        """Whether it loads as a typed graph's union (``gnnmesh.typed``)."""
+        return self.kind == "ogb-typed" or (self.dataset is not None and self.dataset.typed)
 
 
 def resolve_target(name_or_path: Union[str, os.PathLike], root=None, **options) -> Target:
@@ -301,10 +310,10 @@ def resolve_target(name_or_path: Union[str, os.PathLike], root=None, **options) 
     elif not path.is_dir():
         kind = "described" if path.name.lower().endswith(described.SUFFIX) else "file"
     else:
-        kind = "ogb" if ogb.is_ogb_dir(path) else "shards"
+        kind = ("ogb-typed" if ogb_typed.is_typed_ogb_dir(path) else "ogb") if ogb.is_ogb_dir(path) else "shards"
     where = dataset.name if dataset is not None else str(path)
     declared = {"dataset": dataset.options if dataset is not None else None,
-                "ogb": ogb.OPTIONS, "shards": {}, "file": FILE_OPTIONS,
+                "ogb": ogb.OPTIONS, "ogb-typed": ogb_typed.OPTIONS, "shards": {}, "file": FILE_OPTIONS,
                 "described": described.OPTIONS}[kind]
     opts = resolve({**COMMON, **declared}, {**spec, **options}, where)
     use_cache, cache_dir = opts.pop("cache"), opts.pop("cache_dir")
@@ -321,7 +330,7 @@ def load(name_or_path: Union[str, os.PathLike], root=None, **options) -> Graph:
 
     ``name_or_path``: a registered name (case-insensitive, see ``names()``), optionally with
     options as ``'name:key=value,...'``; or a graph file, an OGB node-property dataset
-    directory (see ``ogb.py``), a shard set's directory (see ``sharded.py``; read whole,
+    directory (see ``ogb.py``; a typed one: ``ogb_typed.py``), a shard set's directory (see ``sharded.py``; read whole,
     never cached) or a dataset description, a ``.toml`` file naming the user's own edge,
     feature, label and split files (see ``described.py``), absolute, relative to the working directory, or relative to ``root``.
     Keyword options override spec-string options.
@@ -341,6 +350,11 @@ def load(name_or_path: Union[str, os.PathLike], root=None, **options) -> Graph:
 
         def build():
             return ogb.load_ogb(path, **opts)
+    elif target.kind == "ogb-typed":
+        sources, key_name, version = [], ogb.dataset_name(path), ogb_typed.LOADER_VERSION
+
+        def build():
+            return ogb_typed.load_ogb_typed(path, **opts)
     elif target.kind == "described":
         sources = described.read_description(path).sources()
         key_name, version = path.stem, described.LOADER_VERSION
@@ -360,8 +374,8 @@ def load(name_or_path: Union[str, os.PathLike], root=None, **options) -> Graph:
         def build():
             return dataset.build(paths, **opts)
 
-    if not target.use_cache:
-        graph = build()
+    if not target.use_cache or target.typed:
+        graph = build()  # typed graphs: their relations and meta are not in the cache's format (yet)
     else:
         entry = cache.entry_dir(cache.default_dir(target.cache_dir), key_name, version, opts, sources)
         graph = cache.load(entry)

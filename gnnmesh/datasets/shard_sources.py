@@ -48,6 +48,8 @@ GENERATORS = ("rmat", "sbm")
 def convert(target, writer: ShardWriter, spec: str, load_whole: Callable) -> None:
     """Write the source ``target`` (``registry.resolve_target``) through ``writer``;
     ``load_whole()`` loads it as a Graph, for the sources that do not stream."""
+    if target.typed:  # a shard set holds one graph's edges: the relations of each would be lost
+        raise GraphError(f"{spec}: a typed graph; shard sets hold graphs of one node and edge type only")
     if target.kind == "dataset" and target.dataset.name in GENERATORS:
         return _generated(target, writer, spec)
     if target.kind == "ogb":
