@@ -301,8 +301,11 @@ def test_every_example_is_run_or_marked_with_a_reason():
 def runs_as_named(dataset: str) -> bool:
     """A graph small enough for the tests to run as the page names it."""
     nodes = re.search(r"nodes=(\d+)", dataset)
+    typed = [re.search(rf"\b{kind}=(\d+)", dataset) for kind in ("papers", "authors", "institutes", "fos")]
     return dataset in SMALL_DATASETS or dataset.endswith(DESCRIPTION) or (
-        dataset.split(":")[0] in ("sbm", "rmat") and bool(nodes) and int(nodes.group(1)) <= MAX_GENERATED_NODES)
+        dataset.split(":")[0] in ("sbm", "rmat") and bool(nodes) and int(nodes.group(1)) <= MAX_GENERATED_NODES) or (
+        dataset.split(":")[0] == "igbh-synth" and all(typed)
+        and sum(int(m.group(1)) for m in typed) <= MAX_GENERATED_NODES)
 
 
 def replaced_graphs(block: Block) -> list:
