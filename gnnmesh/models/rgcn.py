@@ -16,11 +16,11 @@ from ..relations import SEPARATOR
 from .base import SELF, GraphLayer, LayerStack, Maths, Term, layer_dims
 
 
-def relation_names(relations) -> tuple:
-    """The relations a model is built for, from a tuple or their comma-separated names."""
+def relation_names(relations, model: str = "rgcn") -> tuple:
+    """The relations ``model`` is built for, from a tuple or their comma-separated names."""
     names = tuple(r for r in relations.split(",") if r) if isinstance(relations, str) else tuple(relations or ())
     if not names:
-        raise ConfigError("model rgcn needs a typed graph (its relations name its weights): load one with "
+        raise ConfigError(f"model {model} needs a typed graph (its relations name its weights): load one with "
                           "node types and relations, e.g. an OGB heterogeneous directory or HeteroData")
     return names
 
