@@ -200,14 +200,14 @@ class ModelSection(Section):
                         "your code, as python FILE.py would)", flag="model", check=_model_name)
     args: Optional[str] = setting(help="--model FILE.py:CLASS: the class's keyword arguments as key=value,... "
                                   "(Python literals; other values are strings)", flag="model_args", check=_model_args)
-    hidden: Optional[int] = setting(help="hidden width (per head for GAT); default: the model's", check=COUNT)
+    hidden: Optional[int] = setting(help="hidden width (per head for GAT and R-GAT); default: the model's", check=COUNT)
     layers: int = setting(2, help="number of GNN layers (MLP layers of a decoupled model)", check=COUNT)
     dropout: Optional[float] = setting(help="feature dropout; default: the model's", check=FRACTION)
-    heads: Optional[int] = setting(help="attention heads (GAT hidden layers; default 8)", check=COUNT)
-    attn_dropout: Optional[float] = setting(help="attention dropout (GAT; default 0.6)", check=FRACTION)
+    heads: Optional[int] = setting(help="attention heads of the hidden layers (GAT default 8, R-GAT 4)", check=COUNT)
+    attn_dropout: Optional[float] = setting(help="attention dropout (GAT default 0.6, R-GAT 0)", check=FRACTION)
     k: Optional[int] = setting(help="propagation steps (decoupled; default 10)", check=NON_NEGATIVE)
     alpha: Optional[float] = setting(help="teleport probability (decoupled; default 0.1)", check=Range(0.0, 1.0))
-    relations: Optional[str] = setting(help="rgcn: the typed graph's relations its weights are for, "
+    relations: Optional[str] = setting(help="rgcn, rgat: the typed graph's relations its weights are for, "
                                        "comma-separated (default: the graph's; checkpoints record them)")
     bases: Optional[int] = setting(help="rgcn: share B basis matrices among the relations' weights (default 0: "
                                    "one weight per relation)", check=NON_NEGATIVE)

@@ -151,12 +151,12 @@ for _spec in (
     StrategySpec("nfp", ("rows",), _MINIBATCH_PARALLEL, training="minibatch", models=("gcn", "sage", "gin"),
                  needs="first_maths", scores_pairs=True,
                  factory="gnnmesh.parallel.factories:minibatch", refusal="nfp splits a first-layer row's "
-                 "sources across ranks, and attention needs them all in one place; run gat with --strategy gdp "
-                 "or dnp", summary="mini-batch: input feature columns split across ranks (APT's NFP)"),
+                 "sources across ranks, and attention needs them all in one place; run gat or rgat with "
+                 "--strategy gdp or dnp", summary="mini-batch: input feature columns split across ranks (APT's NFP)"),
     StrategySpec("snp", ("rows",), ("partition",) + _MINIBATCH_PARALLEL, training="minibatch",
                  models=("gcn", "sage", "gin"), factory="gnnmesh.parallel.factories:minibatch", needs="first_maths",
                  scores_pairs=True, refusal="snp splits a first-layer row's sources across ranks, and attention "
-                 "needs them all in one place; run gat with --strategy gdp or dnp",
+                 "needs them all in one place; run gat or rgat with --strategy gdp or dnp",
                  summary="mini-batch: first-layer sources routed to the ranks that own them (APT's SNP)"),
     StrategySpec("dnp", ("rows",), ("partition",) + _MINIBATCH_PARALLEL, training="minibatch", needs="layer_stack",
                  factory="gnnmesh.parallel.factories:minibatch", scores_pairs=True,

@@ -1,5 +1,5 @@
 """R-GAT on a typed graph: a layer is PyG's HeteroConv of GATConvs (no self-loops, summed over
-relations) plus a root Linear; training under partition, tensor, offload and gdp mini-batches,
+relations) plus a root Linear; training under partition, tensor, offload, gdp and dnp mini-batches,
 attention dropout included, gives the single process's losses; the relations are filled from
 the graph; a graph without relations, grid3d and the mini-batch routes that split a row's
 sources are refused in one line."""
@@ -88,6 +88,8 @@ RUNS = [pytest.param(3, {"strategy": "partition", "partitioner": "rp", "attn_dro
         pytest.param(2, {"strategy": "tensor", "attn_dropout": 0.3}, id="tensor", marks=pytest.mark.slow),
         pytest.param(2, {"strategy": "offload", "attn_dropout": 0.3}, id="offload", marks=pytest.mark.slow),
         pytest.param(2, {"strategy": "gdp", "minibatch": True, "batch_size": 16, "attn_dropout": 0.3}, id="gdp",
+                     marks=pytest.mark.slow),
+        pytest.param(2, {"strategy": "dnp", "minibatch": True, "batch_size": 16, "attn_dropout": 0.3}, id="dnp",
                      marks=pytest.mark.slow)]
 
 
