@@ -191,8 +191,10 @@ class Parts:
 
     @property
     def relations(self) -> tuple:
-        """A typed graph's relations, in the graph's order, as its parts name their operators
-        (``mean@cites``); none for another graph."""
+        """A typed graph's relations, in the graph's order: as the manifest lists them (tensor
+        parts) or as its parts name their operators (``mean@cites``); none for another graph."""
+        if "relations" in self.manifest:
+            return tuple(self.manifest["relations"])
         named = (parse(name) for name in self.manifest.get("operators", {}))
         return tuple(dict.fromkeys(relation for _, relation in filter(None, named)))
 
