@@ -9,6 +9,7 @@ import torch
 
 import gnnmesh
 from gnnmesh import ConfigError, datasets
+from gnnmesh.cli import main
 from gnnmesh.config import Config
 from gnnmesh.export import MODEL_FILE, export_pyg, load_pyg, typed_inputs
 from gnnmesh.train import Trainer
@@ -75,3 +76,10 @@ def test_what_does_not_fit_is_refused_in_one_line(graph, exported):
         typed_inputs(graph, [name for name in model.relations if name != "paper__cites__paper"])
     with pytest.raises(ConfigError, match="not a typed graph"):
         typed_inputs(datasets.load("sbm:nodes=40,classes=3,features=4"), model.relations)
+
+
+def test_the_command_says_the_model_takes_edge_types(exported, tmp_path, capsys):
+    out, _ = exported
+    assert main(["export", "--checkpoint", str(out.parent / "c.pt"), "--to", "pyg", "--out", str(tmp_path / "e")]) == 0
+    said = capsys.readouterr().out
+    assert "exported rgcn" in said and "called with edge_type, each edge's relation of 8" in said

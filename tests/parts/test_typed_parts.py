@@ -3,8 +3,10 @@ relations of every entry; R-GCN trained from either equals the single process's 
 
 import json
 
+import numpy as np
 import pytest
 
+from gnnmesh import datasets
 from gnnmesh.config import Config
 from gnnmesh.errors import GraphError
 from gnnmesh.parallel.partition.parts import write_partition_parts
@@ -57,3 +59,16 @@ def test_tensor_parts_check_their_relations_against_the_topology(tmp_path):
     (tmp_path / "p" / MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(GraphError, match="adj.relation_ptr.npy: relations: relation ids must be 0 to 1"):
         train(open_parts(tmp_path / "p"), config(strategy="tensor"), TensorParallel(layout("tensor"), "cpu"))
+
+
+def test_parts_record_the_node_types_and_refuse_damaged_ones(tmp_path):
+    graph = datasets.load("igbh-synth:papers=30,authors=20,institutes=3,fos=4,features=2")
+    write_partition_parts(graph, partition(graph, 2, "rp", cache=False), tmp_path / "p", "typed")
+    types, got = graph.meta["node_types"], open_parts(tmp_path / "p").node_types
+    assert got.names == types.names and np.array_equal(got.offsets, types.offsets)
+    assert (got.widths, got.targets) == (types.widths, types.targets)
+    manifest = json.loads((tmp_path / "p" / MANIFEST).read_text())
+    manifest["node_types"]["offsets"][1] = 10**6
+    (tmp_path / "p" / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(GraphError, match="field 'node_types.offsets' must be 5 ascending ids from 0 to the graph's"):
+        open_parts(tmp_path / "p")
