@@ -21,6 +21,11 @@ the weights, described in model.json's ``decoder``; ``load_pyg`` then returns a 
 ``encode(x, edge_index)`` the embeddings and ``decode(z, edge_label_index)`` the pairs' scores,
 as PyG's link-prediction examples name them.
 
+R-GCN (a typed graph's model) is exported as PyG's ``RGCNConv(aggr="mean")`` layers, its
+relations in model.json's ``relations`` (edge type ``k`` is the ``k``-th): call it as
+``model(x, edge_index, edge_type=edge_type)`` with the union graph's inputs, which
+``typed_inputs`` gives of a gnnmesh typed graph or of PyG's ``HeteroData``.
+
 Edge weights: GCN and the decoupled GCN and GraphSAGE use them as gnnmesh does; GAT and the
 decoupled GAT ignore them, as gnnmesh does (attention replaces them); GraphSAGE and GIN use
 them in gnnmesh (a weighted mean, a weighted sum) but PyG's ``SAGEConv`` and ``GINConv`` take
@@ -58,11 +63,13 @@ _LAYER_ARGS = {
     "GATConv": {"in_channels", "out_channels", "heads", "concat", "negative_slope", "dropout",
                 "add_self_loops", "bias"},
     "GINConv": {"eps", "train_eps"},
+    "RGCNConv": {"in_channels", "out_channels", "num_relations", "num_bases", "aggr", "root_weight", "bias"},
 }
 _MLP_PIECES = {"Linear": {"in_features", "out_features", "bias"}, "ReLU": set()}
 # What each argument an export writes may be: checked before any layer is built, so that a
 # damaged model.json is one line rather than an error (or an allocation) inside torch.
-_COUNTS = {"in_channels", "out_channels", "in_features", "out_features", "heads", "channels"}
+_COUNTS = {"in_channels", "out_channels", "in_features", "out_features", "heads", "channels", "num_relations",
+           "num_bases"}
 _STEPS = {"K"}                      # propagation steps: 0 is none
 _FRACTIONS = {"dropout", "alpha"}
 _NUMBERS = {"negative_slope", "eps"}
@@ -152,11 +159,13 @@ def describe(model: nn.Module, name: str = "") -> tuple:
     is a ConfigError."""
     from .models import GAT, GCN, GIN, SAGE, Decoupled
     from .models import spec as model_spec
+    from .models.rgcn import RGCN
     if type(model) is Decoupled:
         return _decoupled(model, name)
-    kinds = {GCN: ("gcn", _gcn), SAGE: ("sage", _sage), GAT: ("gat", _gat), GIN: ("gin", _gin)}
+    kinds = {GCN: ("gcn", _gcn), SAGE: ("sage", _sage), GAT: ("gat", _gat), GIN: ("gin", _gin),
+             RGCN: ("rgcn", _rgcn)}
     if type(model) not in kinds:
-        raise ConfigError(f"model {type(model).__name__} has no PyG export (gcn, sage, gat, gin and the "
+        raise ConfigError(f"model {type(model).__name__} has no PyG export (gcn, sage, gat, gin, rgcn and the "
                           "decoupled gcn, sage and gat have)")
     label, layer_of = kinds[type(model)]
     layers, weights = [], {}
@@ -170,6 +179,8 @@ def describe(model: nn.Module, name: str = "") -> tuple:
     spec = _header(label, False, _in_channels(layers[0]), _out_channels(layers[-1]))
     spec.update(layers=layers, activation=activation, dropout=float(model.dropout),
                 edge_weight=model_spec(label).edge_weights)
+    if type(model) is RGCN:  # edge type k is relation k; the union of a typed graph is unweighted
+        spec.update(relations=list(model.layers[0].relations), edge_weight="refused")
     return spec, _plain(weights)
 
 
@@ -225,6 +236,21 @@ def _gin(layer) -> tuple:
                                 "bias": True}]]},
             {"eps": layer.eps, "nn.0.weight": first.weight, "nn.0.bias": first.bias,
              "nn.2.weight": second.weight, "nn.2.bias": second.bias})
+
+
+def _rgcn(layer) -> tuple:
+    # PyG: out = x @ root + mean_r(x) @ weight[r] + bias, its matrices [in, out]; with bases,
+    # weight[r] = sum_b comp[r, b] basis[b]. gnnmesh keeps them [out, in] (nn.Linear's).
+    out, inp = layer.root.weight.shape
+    args = {"in_channels": inp, "out_channels": out, "num_relations": len(layer.relations), "aggr": "mean",
+            "root_weight": True, "bias": True}
+    tensors = {"root": layer.root.weight.t(), "bias": layer.root.bias}
+    if layer.bases:
+        args["num_bases"] = int(layer.bases)
+        tensors.update(weight=layer.basis.transpose(1, 2), comp=layer.mix)
+    else:
+        tensors["weight"] = layer.weight.transpose(1, 2)
+    return {"type": "RGCNConv", "args": args}, tensors
 
 
 def _decoupled(model, name: str) -> tuple:
@@ -463,6 +489,10 @@ class PyGModel(nn.Module):
                                                    att.get("dropout", 0.0))
             else:
                 self.convs = nn.ModuleList(self._layer(pyg, entry, where) for entry in spec["layers"])
+            self.relations = spec.get("relations")
+            if self.relations is not None and not (isinstance(self.relations, list) and all(
+                    isinstance(name, str) for name in self.relations)):
+                raise ConfigError(f"{where}: field 'relations' must be a list of relation names")
         except ConfigError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as err:  # a field of another type or shape
@@ -477,8 +507,13 @@ class PyGModel(nn.Module):
             return pyg.GINConv(nn.Sequential(*pieces), **args)
         return getattr(pyg, kind)(**args)
 
-    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, edge_weight=None) -> torch.Tensor:
-        """Outputs (logits) of every node; ``edge_index`` ``[2, E]`` (sources, targets)."""
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, edge_weight=None, edge_type=None) -> torch.Tensor:
+        """Outputs (logits) of every node; ``edge_index`` ``[2, E]`` (sources, targets);
+        ``edge_type`` ``[E]``: an R-GCN's relation of each edge (``typed_inputs``)."""
+        if self.relations is not None:
+            return self._typed(x, edge_index, edge_weight, edge_type)
+        if edge_type is not None:
+            raise ValueError("edge_type is for a typed graph's model (rgcn); this export's layers take none")
         if edge_weight is not None and self.weights_use == "refused":
             raise ValueError("PyG's SAGEConv and GINConv take no edge weights (gnnmesh weights the mean "
                              "or sum by them): this export matches gnnmesh on unweighted graphs only")
@@ -493,6 +528,21 @@ class PyGModel(nn.Module):
                 h = act(h)
             h = F.dropout(h, self.dropout, self.training)
             h = conv(h, edge_index, edge_weight) if edge_weight is not None else conv(h, edge_index)
+        return h
+
+    def _typed(self, x, edge_index, edge_weight, edge_type):
+        if edge_type is None:
+            raise ValueError(f"an R-GCN takes each edge's relation: call it as model(x, edge_index, "
+                             f"edge_type=edge_type), edge types 0 to {len(self.relations) - 1} as model.relations "
+                             "names them (gnnmesh.export.typed_inputs gives them)")
+        if edge_weight is not None:
+            raise ValueError("an R-GCN takes no edge weights: gnnmesh averages each relation's in-neighbours")
+        act = _ACTIVATIONS[self.activation]
+        h = x
+        for i, conv in enumerate(self.convs):
+            if i > 0:
+                h = act(h)
+            h = conv(F.dropout(h, self.dropout, self.training), edge_index, edge_type)
         return h
 
     def _decoupled(self, x, edge_index, edge_weight):
@@ -550,3 +600,30 @@ def pyg_inputs(graph) -> tuple:
     if x.layout != torch.strided:
         x = x.to_dense()
     return x.float(), graph.edge_index(), graph.edge_weight
+
+
+def typed_inputs(graph, relations) -> tuple:
+    """``(x, edge_index, edge_type)`` of a typed graph for an exported R-GCN whose ``relations``
+    (model.json's) number the edge types: ``graph`` is a gnnmesh typed union ``Graph`` or PyG's
+    ``HeteroData`` (whose union gnnmesh builds as ``Graph.from_pyg`` does, with each relation's
+    reverse where the model has one). Each union entry gives one edge per relation it carries,
+    so repeated edges count once, as in gnnmesh. A relation the model has and the graph lacks,
+    or the other way round, is a ConfigError naming it."""
+    from .typed import REVERSE_PREFIX, graph_from_pyg
+    relations = list(relations)
+    if not hasattr(graph, "adj"):  # a HeteroData
+        reverses = any(name.split("__")[1].startswith(REVERSE_PREFIX) for name in relations if name.count("__") == 2)
+        graph = graph_from_pyg(graph, edge_attr=False, add_reverse=reverses)
+    held = graph.adj.relations
+    if held is None:
+        raise ConfigError(f"{graph.name}: not a typed graph (its adjacency has no relations); an R-GCN takes one")
+    missing = [name for name in relations if name not in held.names]
+    extra = [name for name in held.names if name not in relations]
+    if missing or extra:
+        what = f"has no relation {missing[0]!r}" if missing else f"has a relation the model lacks, {extra[0]!r}"
+        raise ConfigError(f"{graph.name}: the graph {what}; the model's relations are {', '.join(relations)}")
+    counts = torch.diff(held.ptr)
+    edge_index = torch.stack([graph.adj.indices.repeat_interleave(counts), graph.adj.row().repeat_interleave(counts)])
+    number = torch.tensor([relations.index(name) for name in held.names], dtype=torch.int64)
+    x, _, _ = pyg_inputs(graph)
+    return x, edge_index, number[held.ids]

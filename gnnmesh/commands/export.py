@@ -41,5 +41,8 @@ def run(args, argv=None) -> int:
               f"{own['source']}, {VIEW_FILE} (read with gnnmesh_view.load or gnnmesh.export.load_pyg{pairs})")
         return 0
     form = f"decoupled {spec['model']}" if spec["decoupled"] else spec["model"]
+    if "relations" in spec:  # a typed graph's model: each edge's relation is an input
+        pairs = (f"{pairs}; called with edge_type, each edge's relation of {len(spec['relations'])}, as "
+                 "gnnmesh.export.typed_inputs gives")
     print(f"exported {form} ({args.weights} weights) to {args.out}: {files} (read with gnnmesh.export.load_pyg{pairs})")
     return 0

@@ -33,6 +33,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                                                "--layers (default: the last hidden layer)")
     cmd.add_argument("--nodes", default="all", help="which nodes: all, train, val, test, or a file of node ids "
                                                     "(.npy, or text with one id per line; default: all)")
+    cmd.add_argument("--node-type", dest="node_type", metavar="NAME",
+                     help="a typed graph: the node type whose rows to write, or all (default: the target types); "
+                          "every row names its node type and type-local id, and a --nodes file lists type-local "
+                          "ids of this type")
     cmd.add_argument("--pairs", metavar="FILE", help="a link model: score the node pairs FILE lists (text, one "
                                                      "source,destination pair a line, commas or spaces, an optional "
                                                      "header), written in the file's order")
@@ -66,7 +70,7 @@ def run(args, argv) -> int:
     from .. import checkpoint  # heavy imports only when predicting
     from ..predict.run import Request, with_model
     request = Request(args.checkpoint, args.out, args.output, args.layer, args.nodes, args.fmt, args.weights,
-                      args.user_model, args.pairs, args.top_k, args.queries, args.exclude_known)
+                      args.user_model, args.pairs, args.top_k, args.queries, args.exclude_known, args.node_type)
     request.check()
     _full_graph(args.strategy)
     saved = request.saved_config(checkpoint.load(args.checkpoint))

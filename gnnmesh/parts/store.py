@@ -35,6 +35,7 @@ from ..graph import MAX_CLASSES, Adjacency, check_vertex_data
 from ..structured import load_json
 from ..relations import parse
 from ..tasks import infer
+from ..typed import NodeTypes
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -60,7 +61,17 @@ def graph_facts(graph, num_features: int, dataset: str) -> dict:
             "fingerprint": graph_key(graph.adj), "num_nodes": graph.num_nodes,
             "num_edges": graph.num_edges, "num_features": int(num_features),
             "num_classes": int(graph.num_classes), "task": infer(graph.y)[0], "directed": bool(graph.directed),
-            "weighted": graph.adj.values is not None}
+            "weighted": graph.adj.values is not None, **_node_types_fact(graph)}
+
+
+def _node_types_fact(graph) -> dict:
+    """A typed graph's node types (``gnnmesh.typed.NodeTypes``), which name the rows of its
+    predictions; nothing for another graph."""
+    types = graph.meta.get("node_types")
+    if not isinstance(types, NodeTypes):
+        return {}
+    return {"node_types": {"names": list(types.names), "offsets": [int(v) for v in types.offsets],
+                           "widths": [int(v) for v in types.widths], "targets": list(types.targets)}}
 
 
 def write_manifest(folder: Path, manifest: dict) -> None:
@@ -154,6 +165,8 @@ def _check_manifest(m: dict) -> None:
     need("num_nodes", is_count(m.get("num_nodes"), 1), "a node count >= 1")
     need("num_features", is_count(m.get("num_features"), 1, 2**31), "a width >= 1")
     need("num_classes", is_count(m.get("num_classes"), 1, MAX_CLASSES), f"a width in [1, {MAX_CLASSES:,}]")
+    if "node_types" in m:
+        _check_node_types(fields)
     parts, ranks = m["parts"], m.get("ranks")
     need("ranks", isinstance(ranks, list) and len(ranks) == parts, f"a list of {parts} rank entries")
     for r, rank in enumerate(ranks):
@@ -168,6 +181,25 @@ def _check_manifest(m: dict) -> None:
     for r, rank in enumerate(ranks):
         missing = [name for name in required if name not in rank["files"]]
         need(f"ranks[{r}].files", not missing, f"an object listing every file of the rank (no {missing[:1]})")
+
+
+def _check_node_types(fields: ManifestFields) -> None:
+    """A typed graph's node types: names, their id ranges' bounds (ascending, from 0 to the
+    graph's nodes), widths, and targets among the names."""
+    types, need = fields.m["node_types"], fields.need
+    need("node_types", isinstance(types, dict), "an object")
+    names, offsets = types.get("names"), types.get("offsets")
+    need("node_types.names", isinstance(names, list) and names and all(isinstance(n, str) and n for n in names),
+         "a list of node type names")
+    need("node_types.offsets", isinstance(offsets, list) and len(offsets) == len(names) + 1
+         and all(is_count(v) for v in offsets) and offsets[0] == 0 and offsets[-1] == fields.m.get("num_nodes")
+         and all(a <= b for a, b in zip(offsets, offsets[1:])),
+         f"{len(names) + 1} ascending ids from 0 to the graph's nodes")
+    widths, targets = types.get("widths"), types.get("targets")
+    need("node_types.widths", isinstance(widths, list) and len(widths) == len(names)
+         and all(is_count(v) for v in widths), f"a list of {len(names)} widths")
+    need("node_types.targets", isinstance(targets, list) and all(t in names for t in targets),
+         "a list of node type names")
 
 
 class Parts:
@@ -191,10 +223,21 @@ class Parts:
 
     @property
     def relations(self) -> tuple:
-        """A typed graph's relations, in the graph's order, as its parts name their operators
-        (``mean@cites``); none for another graph."""
+        """A typed graph's relations, in the graph's order: as the manifest lists them (tensor
+        parts) or as its parts name their operators (``mean@cites``); none for another graph."""
+        if "relations" in self.manifest:
+            return tuple(self.manifest["relations"])
         named = (parse(name) for name in self.manifest.get("operators", {}))
         return tuple(dict.fromkeys(relation for _, relation in filter(None, named)))
+
+    @property
+    def node_types(self):
+        """A typed graph's ``NodeTypes`` as the manifest records them (None for another graph)."""
+        fact = self.manifest.get("node_types")
+        if fact is None:
+            return None
+        return NodeTypes(tuple(fact["names"]), np.asarray(fact["offsets"], dtype=np.int64), tuple(fact["widths"]),
+                         tuple(fact["targets"]))
 
     def describe(self) -> str:
         return (f"{self.kind} parts of {self.name} ({self.manifest['how']}, {self.parts} "

@@ -28,6 +28,7 @@ from . import FORMATS, Output, write
 from .nodes import CHOICES, read_node_file
 from .pairs import read_pairs_file
 from .store import OUTPUT, PARTS
+from .types import TypedRows, node_types_of
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,8 @@ class Request:
     last), its ``output`` (and ``layer`` for embeddings; None: logits) for ``nodes``, into ``out``
     as ``fmt``. A link model's instead: the scores of the ``pairs`` a file lists, or the ``top_k``
     best candidates of each of the ``queries`` (a file of node ids; None: every node), without
-    its known positives where ``exclude_known``."""
+    its known positives where ``exclude_known``. ``node_type``: a typed graph's node type whose
+    rows are written (``all``: every type; None: its target types)."""
 
     checkpoint: str
     out: str
@@ -50,6 +52,7 @@ class Request:
     top_k: Optional[int] = None
     queries: Optional[str] = None
     exclude_known: bool = False
+    node_type: Optional[str] = None
 
     @property
     def of_pairs(self) -> Optional[str]:
@@ -90,7 +93,8 @@ class Request:
             raise ConfigError(f"{'--queries' if self.queries is not None else '--exclude-known'} applies to --top-k")
         if flag is None:
             return
-        given = [name for name, value in (("--output", self.output), ("--layer", self.layer)) if value is not None]
+        given = [name for name, value in (("--output", self.output), ("--layer", self.layer),
+                                          ("--node-type", self.node_type)) if value is not None]
         if self.nodes != "all":
             given.append("--nodes")
         if given:
@@ -188,10 +192,11 @@ def _predict(config, request, state, saved, parts, quiet, rank, world_size) -> O
     if request.of_pairs is not None:
         ids, values, extra, info, what = _pair_prediction(trainer, request, int(data.num_nodes))
     else:
-        ids, values = trainer.predict(request.node_output, request.layer, request.nodes, original=order)
+        ids, values, extra, typed = _node_prediction(trainer, request, data, order)
         info = {"output": request.node_output, "layer": trainer.output_layer(request.node_output, request.layer),
-                "nodes": request.nodes}
-        what = f"{request.node_output} (ROWS) for {request.nodes} nodes"
+                "nodes": request.nodes, **typed}
+        kinds = f"{', '.join(typed['node_type'])} " if typed else ""
+        what = f"{request.node_output} (ROWS) for {request.nodes} {kinds}nodes"
     info.update({"weights": request.weights, "strategy": trainer.strategy.describe(), "ranks": world_size,
                  "checkpoint": {"path": str(request.checkpoint), "epoch": trainer.epoch,
                                 "sha256": _sha256(request.checkpoint) if rank == 0 else None},
@@ -204,6 +209,25 @@ def _predict(config, request, state, saved, parts, quiet, rank, world_size) -> O
         print(f"wrote {what.replace('ROWS', rows)} to {request.out} in {time.perf_counter() - t0:.2f}s, "
               f"{len(manifest[PARTS])} part{'s' if world_size > 1 else ''}")
     return manifest
+
+
+def _node_prediction(trainer, request: Request, data, order) -> tuple:
+    """(ids, values, extra columns, the manifest's record of node types) of this rank's node
+    outputs; a typed graph's only of the chosen node types, each row named by its type and
+    type-local id (``types.py``)."""
+    types = node_types_of(data)
+    if types is None:
+        if request.node_type is not None:
+            raise ConfigError(f"--node-type {request.node_type}: the graph has no node types (a typed graph has)")
+        ids, values = trainer.predict(request.node_output, request.layer, request.nodes, original=order)
+        return ids, values, {}, {}
+    rows = TypedRows.of(types, request.node_type)
+    listed = rows.listed(request.nodes)
+    ids, values = trainer.predict(request.node_output, request.layer, request.nodes if listed is None else listed,
+                                  original=order)
+    keep = rows.keep(ids)
+    ids, values = ids[keep], values[keep]
+    return ids, values, rows.columns(ids), {"node_types": list(types.names), "node_type": rows.names}
 
 
 def _pair_prediction(trainer, request: Request, num_nodes: int) -> tuple:

@@ -4,6 +4,8 @@ design, and each rank's near-equal row block of the vertex data.
 Folder of rank r (``store.py`` for the directory around it):
 
     adj.indptr / .indices [/ .values]   the whole adjacency, CSR (rows = destinations)
+    adj.relation_ptr / .relation_ids    a typed graph's relations of every entry
+                                        (``gnnmesh.relations.Relations``; names in the manifest)
     x, y, train_mask, ...               rows ``row_bounds[r]:row_bounds[r + 1]`` of the vertex data
 
 The topology files of ranks 1.. are hard links to rank 0's where the file system allows
@@ -42,6 +44,9 @@ def write_tensor_parts(graph: Graph, parts: int, directory, dataset: str) -> Pat
                 save_array(folder, "adj.indices", adj.indices.numpy(), mine)
                 if adj.values is not None:
                     save_array(folder, "adj.values", adj.values.numpy(), mine)
+                if adj.relations is not None:
+                    save_array(folder, "adj.relation_ptr", adj.relations.ptr.numpy(), mine)
+                    save_array(folder, "adj.relation_ids", adj.relations.ids.numpy(), mine)
                 topology = dict(mine)
             else:
                 for name, digest in topology.items():
@@ -53,9 +58,10 @@ def write_tensor_parts(graph: Graph, parts: int, directory, dataset: str) -> Pat
                 save_array(folder, name, array, mine)
             ranks.append({"rows": [int(bounds[r]), int(bounds[r + 1])], "files": mine})
             shown.advance()
+        relations = {} if adj.relations is None else {"relations": list(adj.relations.names)}
         write_manifest(tmp, {**graph_facts(graph, vertex.num_features, dataset), "kind": "tensor",
                              "parts": parts, "how": "whole topology, row blocks of the vertex data",
-                             "ranks": ranks})
+                             **relations, "ranks": ranks})
     return Path(directory)
 
 
@@ -68,9 +74,13 @@ def _link_or_copy(source: Path, target: Path) -> None:
 
 def check_fields(fields: ManifestFields) -> None:
     """The manifest fields tensor parts add: whether the graph is weighted, which every rank's
-    files agree with (``parts/store.py`` checks what every kind shares)."""
+    files agree with, and a typed graph's relation names (``parts/store.py`` checks what every
+    kind shares)."""
     m, need = fields.m, fields.need
     need("weighted", isinstance(m.get("weighted"), bool), "true or false")
+    if "relations" in m:
+        need("relations", isinstance(m["relations"], list) and m["relations"] and all(
+            isinstance(name, str) and name for name in m["relations"]), "a list of relation names")
     for r, rank in enumerate(m["ranks"]):
         need(f"ranks[{r}].files", m["weighted"] == ("adj.values" in rank["files"]),
              f"an object {'with' if m['weighted'] else 'without'} 'adj.values' (the graph is "
@@ -78,5 +88,6 @@ def check_fields(fields: ManifestFields) -> None:
 
 
 def required_files(m: dict) -> list:
-    """The arrays of a rank's folder beyond its vertex data: the whole topology."""
-    return ["adj.indptr", "adj.indices"]
+    """The arrays of a rank's folder beyond its vertex data: the whole topology (with a typed
+    graph's relations)."""
+    return ["adj.indptr", "adj.indices"] + (["adj.relation_ptr", "adj.relation_ids"] if "relations" in m else [])

@@ -22,10 +22,11 @@ import torch
 
 from ... import ops
 from ...comm import agreed
-from ...errors import ConfigError
+from ...errors import ConfigError, GraphError
 from ...layout import ParallelLayout
 from ...models import Decoupled
 from ...parts.agreement import check_manifest, check_same
+from ...relations import Relations
 from ...transforms import row_range
 from ...view import GraphView
 from ..distributed import DistributedStrategy
@@ -168,7 +169,15 @@ class TensorParallel(DistributedStrategy):
         def read():  # every array checked, on every rank alike
             part = parts.rank(self.rank)
             values = "adj.values" if part.has("adj.values") else None
-            return part, part.adjacency("adj", (n, n), values), part.vertex_data(rows, parts.num_features)
+            adj = part.adjacency("adj", (n, n), values)
+            if parts.relations:  # a typed graph: every entry's relations, checked against the topology
+                relations = Relations(parts.relations, part.tensor("adj.relation_ptr").to(torch.int64),
+                                      part.tensor("adj.relation_ids").to(torch.int64))
+                try:
+                    adj = adj.with_relations(relations)
+                except GraphError as exc:
+                    raise GraphError(part.where("adj.relation_ptr") + str(exc)) from None
+            return part, adj, part.vertex_data(rows, parts.num_features)
 
         part, adj, data = agreed(read)
         check_same(part, "adj.indices", _topology(adj), "its copy of the topology (adj.*)")  # every rank holds it
