@@ -1,14 +1,16 @@
 """R-GAT on a typed graph: a layer is PyG's HeteroConv of GATConvs (no self-loops, summed over
-relations) plus a root Linear; training under partition, tensor, offload, gdp and dnp mini-batches,
-attention dropout included, gives the single process's losses; the relations are filled from
-the graph; a graph without relations, grid3d and the mini-batch routes that split a row's
-sources are refused in one line."""
+relations) plus a root Linear; training under partition, tensor, offload, gdp and dnp
+mini-batches, attention dropout included, gives the single process's losses; the relations
+are filled from the graph and recorded in checkpoints; a graph without relations, the PyG
+export, grid3d and the mini-batch routes that split a row's sources are refused in one line."""
 
 import pytest
 import torch
 
+import gnnmesh
 from gnnmesh.config import Config
 from gnnmesh.errors import ConfigError
+from gnnmesh.export import export_pyg
 from gnnmesh.models.rgat import RGATLayer
 from gnnmesh.train import Trainer
 from gnnmesh.view import GraphView
@@ -103,10 +105,17 @@ def test_several_ranks_train_to_the_single_process_losses(world, fields):
         assert got == pytest.approx(want, abs=1e-5), f"{fields} rank {rank}"
 
 
-def test_the_relations_are_the_graphs():
-    trainer = Trainer(config(epochs=1), typed_graph())
-    assert trainer.config.model.relations.split(",") == list(typed_graph().adj.relations.names)
-    assert trainer.model.layers[0].relations == typed_graph().adj.relations.names
+def test_a_checkpoint_records_the_graphs_relations_and_has_no_pyg_export(tmp_path):
+    path = str(tmp_path / "c.pt")
+    Trainer(config(epochs=1, checkpoint=path), typed_graph()).fit()
+    model, saved = gnnmesh.load(path)
+    graph = typed_graph()
+    assert saved.model.relations.split(",") == list(graph.adj.relations.names)
+    assert model.layers[0].relations == graph.adj.relations.names
+    assert model(GraphView(graph.adj), graph.x).shape == (graph.num_nodes, 3)
+    with pytest.raises(ConfigError, match="model RGAT has no PyG export") as caught:
+        export_pyg(path, tmp_path / "pyg")
+    assert "\n" not in str(caught.value)
 
 
 def test_a_graph_without_relations_is_refused_in_one_line():
