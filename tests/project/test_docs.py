@@ -235,14 +235,20 @@ def _params() -> list:
             for b in example_blocks()]
 
 
+def run_text(block: Block, plan) -> str:
+    """The text the block runs as: its snippets included, its 'replace' annotations applied."""
+    text = with_snippets(block.text)
+    for old, new in plan.replaces:
+        text = text.replace(old, new)
+    return text
+
+
 @pytest.mark.parametrize("block", _params())
 def test_docs_example_runs(block, workdir, env):
     plan = plan_of(block)
     if plan.skip:
         pytest.skip(f"marked not run in the docs: {plan.skip}")
-    text = with_snippets(block.text)
-    for old, new in plan.replaces:
-        text = text.replace(old, new)
+    text = run_text(block, plan)
     if plan.file:
         (workdir / plan.file).write_text(text)
         return
@@ -294,7 +300,7 @@ def test_every_example_is_run_or_marked_with_a_reason():
         plan = plan_of(block)  # every annotation parses
         if plan.skip or plan.file or block.lang != "bash":
             continue
-        for words in commands_of(block.text):
+        for words in commands_of(run_text(block, plan)):
             prepared(words, plan, block.id)
 
 
