@@ -41,14 +41,17 @@ class RGATLayer(nn.Module):
         return self.heads * self.out_dim if self.concat else self.out_dim
 
     def forward(self, view, h):
+        # every relation's projection of every row in one product: [rows, relations, heads, out]
+        projected = (h @ self.weight.reshape(-1, h.shape[1]).t()).view(-1, len(self.relations), self.heads,
+                                                                        self.out_dim)
         out = self.root(view.destinations(h))
         for i, relation in enumerate(self.relations):
-            out = out + self.attend(view, h, i, f"sum{SEPARATOR}{relation}")
+            out = out + self.attend(view, projected[:, i], i, f"sum{SEPARATOR}{relation}")
         return out
 
-    def attend(self, view, h, i: int, op: str):
-        """Relation ``i``'s attention over its operator ``op``, heads concatenated or averaged."""
-        z = (h @ self.weight[i].t()).view(-1, self.heads, self.out_dim)
+    def attend(self, view, z, i: int, op: str):
+        """Relation ``i``'s attention over its operator ``op`` on its projected rows ``z``
+        (``[rows, heads, out]``), heads concatenated or averaged."""
         scores = view.sddmm((z * self.att_dst[i]).sum(-1), (z * self.att_src[i]).sum(-1), op, "add")
         alpha = view.edge_softmax(F.leaky_relu(scores, self.negative_slope), op)
         alpha = view.edge_dropout(alpha, self.attn_dropout, self.training, op)
