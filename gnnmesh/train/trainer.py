@@ -145,8 +145,13 @@ class Trainer:
         self.num_features, self.num_classes = (num_features, self.output_width) if widths is None else \
             (widths.features, widths.classes)
         torch.manual_seed(self.config.training.seed)
+        relations = _relation_names(data)
         if model is None and self._takes_relations() and self.config.model.relations is None:
-            self.config = self.config.updated(relations=",".join(_relation_names(data))).resolved()
+            self.config = self.config.updated(relations=",".join(relations)).resolved()
+        elif model is None and relations and not self.config.model.user and not self._takes_relations():
+            raise ConfigError(f"config field 'model' ({self.config.model.name}): the graph is typed ({len(relations)} "
+                              f"relations) and {self.config.model.name} sees one edge type; train it with rgcn, or "
+                              "load it as one node and edge type with ':typed=false' in the dataset spec")
         if model is None:
             model = trained.build(self.config, Widths(self.num_features, self.num_classes))
         elif not self.config.model.user:  # what checkpoints record: the class, to build it again
