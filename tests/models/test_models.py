@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from gnnmesh.models import build_model, names
+from gnnmesh.models import build_model, names, options_of
 from gnnmesh.view import GraphView
 
-from tests.helpers import random_graph
+from tests.helpers import random_graph, typed_graph
 
 
 
@@ -84,9 +84,10 @@ def test_decoupled_propagation_matches_appnp(graph, pyg):
 
 @pytest.mark.parametrize("name", names())
 def test_every_model_trains_a_step(name):
-    g = random_graph(n=30, e=100, features=7)
+    typed = "relations" in options_of(name)  # a model with a weight per relation trains on a typed graph
+    g = typed_graph(features=7) if typed else random_graph(n=30, e=100, features=7)
     torch.manual_seed(0)
-    model = build_model(name, 7, 3, layers=3, hidden=4)
+    model = build_model(name, 7, 3, layers=3, hidden=4, **({"relations": g.adj.relations.names} if typed else {}))
     view = GraphView(g.adj)
     loss = torch.nn.functional.cross_entropy(model(view, g.x), g.y)
     loss.backward()
