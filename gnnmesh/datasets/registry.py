@@ -15,6 +15,7 @@ import torch
 from .. import progress
 from ..errors import GraphError
 from ..graph import Graph
+from ..typed import untyped
 from . import cache, described, ogb, ogb_typed, sharded
 from ._io import file_stat
 from ._build import random_split
@@ -292,11 +293,17 @@ class Target:
     use_cache: bool
     cache_dir: Optional[str]
     random_labels: int
+    keep_types: bool = True         # a typed graph's: False loads its union as one node and edge type
 
     @property
     def typed(self) -> bool:
         """Whether it loads as a typed graph's union (``gnnmesh.typed``)."""
         return self.kind == "ogb-typed" or (self.dataset is not None and self.dataset.typed)
+
+
+# What a typed graph's spec takes besides its own options.
+TYPED = {"typed": Option(True, bool, "false: load the union as one node and edge type, for a model without "
+                         "relations (gcn, sage, gat, gin)")}
 
 
 def resolve_target(name_or_path: Union[str, os.PathLike], root=None, **options) -> Target:
@@ -315,14 +322,16 @@ def resolve_target(name_or_path: Union[str, os.PathLike], root=None, **options) 
     declared = {"dataset": dataset.options if dataset is not None else None,
                 "ogb": ogb.OPTIONS, "ogb-typed": ogb_typed.OPTIONS, "shards": {}, "file": FILE_OPTIONS,
                 "described": described.OPTIONS}[kind]
-    opts = resolve({**COMMON, **declared}, {**spec, **options}, where)
+    typed = kind == "ogb-typed" or (dataset is not None and dataset.typed)
+    opts = resolve({**COMMON, **declared, **(TYPED if typed else {})}, {**spec, **options}, where)
     use_cache, cache_dir = opts.pop("cache"), opts.pop("cache_dir")
     random_labels = opts.pop("random_labels")
+    keep_types = opts.pop("typed", True)
     if opts.get("split_seed", 0) is None:
         opts["split_seed"] = opts["seed"]
     if "seed" not in declared:  # unused here: keep it out of the call and the cache key
         del opts["seed"]
-    return Target(kind, dataset, path, opts, use_cache, cache_dir, random_labels)
+    return Target(kind, dataset, path, opts, use_cache, cache_dir, random_labels, keep_types)
 
 
 def load(name_or_path: Union[str, os.PathLike], root=None, **options) -> Graph:
@@ -376,6 +385,7 @@ def load(name_or_path: Union[str, os.PathLike], root=None, **options) -> Graph:
 
     if not target.use_cache or target.typed:
         graph = build()  # typed graphs: their relations and meta are not in the cache's format (yet)
+        graph = graph if target.keep_types else untyped(graph)
     else:
         entry = cache.entry_dir(cache.default_dir(target.cache_dir), key_name, version, opts, sources)
         graph = cache.load(entry)

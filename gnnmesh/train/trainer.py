@@ -29,6 +29,7 @@ from ..datasets import structural_features
 from ..errors import ConfigError, TrainingDiverged
 from ..graph import Graph
 from ..layout import ParallelLayout
+from ..models import names as model_names
 from ..models import options_of
 from ..models import user as user_models
 from ..models import user_file
@@ -145,8 +146,14 @@ class Trainer:
         self.num_features, self.num_classes = (num_features, self.output_width) if widths is None else \
             (widths.features, widths.classes)
         torch.manual_seed(self.config.training.seed)
+        relations = _relation_names(data)
         if model is None and self._takes_relations() and self.config.model.relations is None:
-            self.config = self.config.updated(relations=",".join(_relation_names(data))).resolved()
+            self.config = self.config.updated(relations=",".join(relations)).resolved()
+        elif model is None and relations and not self.config.model.user and not self._takes_relations():
+            raise ConfigError(f"config field 'model' ({self.config.model.name}): the graph is typed ({len(relations)} "
+                              f"relations) and {self.config.model.name} sees one edge type; train it with "
+                              f"{' or '.join(_relational_models())}, or "
+                              "load it as one node and edge type with ':typed=false' in the dataset spec")
         if model is None:
             model = trained.build(self.config, Widths(self.num_features, self.num_classes))
         elif not self.config.model.user:  # what checkpoints record: the class, to build it again
@@ -677,6 +684,11 @@ def labelled(graph: Graph, classes: int, task: Optional[str] = None) -> Graph:
         y = torch.zeros(n, dtype=torch.long) if task is None or tasks.spec(task).class_ids else torch.zeros(n, classes)
         filled.update(y=y, num_classes=classes)
     return graph.replace(**filled) if filled else graph
+
+
+def _relational_models() -> tuple:
+    """The built-in models that take a typed graph's relations."""
+    return tuple(name for name in model_names() if "relations" in options_of(name))
 
 
 def _relation_names(data) -> tuple:

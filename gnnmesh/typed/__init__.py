@@ -14,9 +14,9 @@
 from ..graph import TYPED_PYG
 from ..registries import add
 from .typed_graph import NodeType, Relation, TypedGraph
-from .union import NodeTypes, REVERSE_PREFIX, from_graph, to_graph, union_name
+from .union import NodeTypes, REVERSE_PREFIX, from_graph, to_graph, union_name, untyped
 
-__all__ = ["NodeType", "Relation", "TypedGraph", "NodeTypes", "to_graph", "from_graph", "union_name",
+__all__ = ["NodeType", "Relation", "TypedGraph", "NodeTypes", "to_graph", "from_graph", "union_name", "untyped",
            "REVERSE_PREFIX", "register_pyg"]
 
 

@@ -36,6 +36,7 @@ from ..relations import Relations
 from .typed_graph import MASKS, NAME_JOINER, NodeType, Relation, TypedGraph
 
 REVERSE_PREFIX = "rev_"
+TYPED_META = ("node_types", "typed_relations", "relation_edges", "edge_features")
 
 
 @dataclass(frozen=True, eq=False)
@@ -167,6 +168,14 @@ def _vertex_data(typed: TypedGraph, offsets: np.ndarray, n: int) -> tuple:
             for m in MASKS:
                 masks[m][rows] = getattr(t, m)
     return x, y, masks
+
+
+def untyped(graph: Graph) -> Graph:
+    """The union graph as one node type and one edge type: the same entries and vertex data,
+    without relations or types (what a model with no notion of types trains on)."""
+    adj = graph.adj
+    meta = {k: v for k, v in graph.meta.items() if k not in TYPED_META}
+    return graph.replace(adj=Adjacency(adj.indptr, adj.indices, adj.values, adj.shape), meta=meta)
 
 
 def from_graph(graph: Graph) -> TypedGraph:

@@ -131,3 +131,8 @@ def test_a_strategy_that_cannot_run_it_refuses_in_one_line(fields, refusal):
     with pytest.raises(ConfigError, match=refusal) as caught:
         Trainer(config(**fields), typed_graph())
     assert "\n" not in str(caught.value)
+
+
+def test_a_model_of_one_edge_type_on_a_typed_graph_is_pointed_to_rgat_too():
+    with pytest.raises(ConfigError, match="sees one edge type; train it with rgcn or rgat, or load it"):
+        Trainer(Config.of(model="gat", epochs=1), typed_graph())

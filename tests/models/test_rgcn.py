@@ -94,3 +94,13 @@ def test_a_graph_without_relations_is_refused_in_one_line():
 def test_grid3d_refuses_it_in_one_line():
     with pytest.raises(ConfigError, match="grid3d strategy runs gcn, sage, gin"):
         Trainer(config(strategy="grid3d"), typed_graph())
+
+
+def test_a_model_without_relations_on_a_typed_graph_is_refused_unless_loaded_untyped():
+    spec = "igbh-synth:papers=60,authors=40,institutes=5,fos=8,features=4"
+    with pytest.raises(ConfigError, match=r"\(gcn\): the graph is typed \(8 relations\).*':typed=false'"):
+        Trainer(Config.of(model="gcn", epochs=1), gnnmesh.datasets.load(spec))
+    plain = gnnmesh.datasets.load(spec + ",typed=false")
+    assert plain.adj.relations is None and "node_types" not in plain.meta
+    assert plain.num_edges == gnnmesh.datasets.load(spec).num_edges
+    Trainer(Config.of(model="gcn", epochs=1), plain).fit()
