@@ -81,7 +81,11 @@ def planned_model(config: Config, graph, features=None, classes=None) -> tuple:
     if config.model.user:  # the user's class builds its own layers from its arguments
         return (features, classes), {"args": config.model.args}
     widths = (features,) + (config.model.hidden,) * (config.model.layers - 1) + (classes,)
-    return widths, {k: v for k, v in model_options(config).items() if k not in ("hidden", "layers")}
+    options = {k: v for k, v in model_options(config).items() if k not in ("hidden", "layers")}
+    relations = getattr(getattr(graph, "adj", None), "relations", None)
+    if "relations" in options and options["relations"] is None and relations is not None:
+        options["relations"] = relations.names  # a model of relations is planned with the graph's, as it trains
+    return widths, options
 
 
 def settings_of(estimate, config: Config) -> dict:

@@ -104,3 +104,13 @@ def test_a_model_without_relations_on_a_typed_graph_is_refused_unless_loaded_unt
     assert plain.adj.relations is None and "node_types" not in plain.meta
     assert plain.num_edges == gnnmesh.datasets.load(spec).num_edges
     Trainer(Config.of(model="gcn", epochs=1), plain).fit()
+
+
+def test_the_planner_traces_it_with_the_graphs_relations():
+    from gnnmesh.planner.trace import build, trace
+    from gnnmesh.train.auto import planned_model
+    graph = typed_graph()
+    widths, options = planned_model(config().resolved(), graph)
+    assert options["relations"] == graph.adj.relations.names
+    ops = trace(build(widths, "rgcn", **options), widths[0]).ops()
+    assert set(ops) == {f"mean@{r}" for r in graph.adj.relations.names}
