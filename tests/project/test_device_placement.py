@@ -24,6 +24,8 @@ HOST_SIDE = {
     ("models/gat.py", "GATLayer.__init__"): "parameters, moved with the model",
     ("models/gcn.py", "GCNLayer.__init__"): "parameters, moved with the model",
     ("models/gin.py", "GINLayer.__init__"): "parameters, moved with the model",
+    ("models/rgat.py", "RGATLayer.__init__"): "parameters, moved with the model",
+    ("models/rgcn.py", "RGCNLayer.__init__"): "parameters, moved with the model",
     ("models/row_wise.py", "BatchNorm.__init__"): "parameters and buffers, moved with the model",
     # structure and index arrays: built on the host; the kernels copy what they use
     ("parallel/partition/halo.py", "_sub_block"): "a block's CSR row pointers (host structure)",
