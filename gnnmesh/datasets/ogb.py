@@ -212,21 +212,30 @@ def _link_split(root: Path, name: Optional[str], folders: list) -> str:
     return name or present[0]
 
 
-def _split(root: Path, name: Optional[str], n: int, labeled: np.ndarray):
-    """The chosen split folder's name and its masks, after checking that every id is a
-    labeled node in range and that no node is listed twice."""
+def split_scheme(root: Path, name: Optional[str], needed: Optional[str]) -> Optional[str]:
+    """The folder under ``root/split`` to read: ``name``, else the only one there. With none
+    there: None, or, where a split is ``needed`` (what a directory must hold), a GraphError."""
     folder = root / "split"
     present = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
     if name is None:
         if not present:
-            raise GraphError(f"{folder}: no split folder; an OGB dataset directory holds "
-                             f"split/<name>/{{train,valid,test}}.csv.gz")
+            if needed is None:
+                return None
+            raise GraphError(f"{folder}: no split folder; {needed}")
         if len(present) > 1:
             raise GraphError(f"{folder}: {len(present)} splits ({', '.join(present)}); pick one "
                              f"with the option split=NAME, e.g. '{root}:split={present[0]}'")
-        name = present[0]
-    elif name not in present:
+        return present[0]
+    if name not in present:
         raise GraphError(f"{folder}: no split '{name}'; present: {', '.join(present) or 'none'}")
+    return name
+
+
+def _split(root: Path, name: Optional[str], n: int, labeled: np.ndarray):
+    """The chosen split folder's name and its masks, after checking that every id is a
+    labeled node in range and that no node is listed twice."""
+    folder = root / "split"
+    name = split_scheme(root, name, "an OGB dataset directory holds split/<name>/{train,valid,test}.csv.gz")
     tables = [_table(_find(folder / name, part), columns=(1,), int_columns=1,
                      names=("node id",)) for part in SETS]
     for table in tables:

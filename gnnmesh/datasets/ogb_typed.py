@@ -31,7 +31,7 @@ from ..typed import NodeType, Relation, TypedGraph, to_graph
 from ._build import MASKS, index_mask
 from ._io import decode_text, read_bytes
 from .files import check_ids
-from .ogb import SETS, _check_disjoint, _features, _find, _labels, _table, dataset_name
+from .ogb import SETS, _check_disjoint, _features, _find, _labels, _table, dataset_name, split_scheme
 from .options import Option
 
 LOADER_VERSION = 1
@@ -138,19 +138,10 @@ def _relation(folder: Path, counts: dict) -> Relation:
 def _split(root: Path, name: Optional[str], counts: dict, labels: dict) -> dict:
     """``{type: masks}`` of the chosen split scheme, every id checked: in range, labeled, in one set."""
     folder = root / "split"
-    present = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+    name = split_scheme(root, name, "labeled node types need split/<scheme>/<type>/{train,valid,test}.csv.gz"
+                        if labels else None)
     if name is None:
-        if not present:
-            if labels:
-                raise GraphError(f"{folder}: no split folder; labeled node types need "
-                                 f"split/<scheme>/<type>/{{train,valid,test}}.csv.gz")
-            return {}
-        if len(present) > 1:
-            raise GraphError(f"{folder}: {len(present)} splits ({', '.join(present)}); pick one with the option "
-                             f"split=NAME, e.g. '{root}:split={present[0]}'")
-        name = present[0]
-    elif name not in present:
-        raise GraphError(f"{folder}: no split '{name}'; present: {', '.join(present) or 'none'}")
+        return {}
     masks = {}
     for type_folder in sorted(p for p in (folder / name).iterdir() if p.is_dir()):
         node_type = type_folder.name
