@@ -102,6 +102,10 @@ class StrategySpec:
 
     def build(self, config, layout, device):
         """This strategy for one rank (the process group initialized, ``layout`` checked)."""
+        if self.factory is None:  # a choice among the others, made where the job is planned
+            raise ConfigError(f"config field 'strategy': {self.name} is chosen by the planner when training "
+                              f"runs (gnnmesh train, or gnnmesh.train.run.run_training(config)); a Trainer "
+                              f"takes the strategy it runs, e.g. partition")
         return load(self.factory)(config, layout, device)
 
 

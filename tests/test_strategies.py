@@ -12,6 +12,9 @@ from gnnmesh.config import Config
 from gnnmesh.errors import ConfigError
 from gnnmesh.models import registry as models
 from gnnmesh.partition import registry as partitioners
+from gnnmesh.train import Trainer
+
+from tests.helpers import random_graph
 
 PACKAGE = Path(__file__).resolve().parents[1] / "gnnmesh"
 
@@ -186,3 +189,8 @@ def test_the_checker_sees_a_list_of_strategies(tmp_path, monkeypatch):
     fake.write_text('KINDS = ("partition", "grid3d")\nMETHODS = {"rp": 1, "hp": 2}\n')
     monkeypatch.setattr(__import__("sys").modules[__name__], "PACKAGE", fake.parent)
     assert len(list(_lists_of_names(fake))) == 2
+
+
+def test_a_trainer_given_auto_says_where_auto_is_chosen():
+    with pytest.raises(ConfigError, match="auto is chosen by the planner when training runs"):
+        Trainer(Config.of(strategy="auto"), random_graph())
