@@ -92,7 +92,7 @@ class LinkMiniBatchTrainer(LinkTrainer):
             with self.forward_precision():  # the encoder under --precision; its rows, the decoder and the loss float32
                 z = widened(self._rows(seeds, epoch, step))
             self.check_output(z)
-            loss = self.pairs_loss(z[back.to(z.device)], len(mine), len(batch))
+            loss = self.pairs_loss(z[back.to(z.device)], len(mine), len(batch), self.split.relation_of("train", mine))
             total += self.update(loss, f"epoch {epoch}, step {step}", every_grad=True)
         return total / self.steps_per_epoch
 
