@@ -51,10 +51,12 @@ class DistMult(nn.Module):
         self.relations = nn.Parameter(torch.ones(relations, width))
 
     def forward(self, zu: torch.Tensor, zv: torch.Tensor, relation=0) -> torch.Tensor:
-        """``relation``: the pairs' relation, one for all or a tensor of one per pair."""
+        """``relation``: the pairs' relation, one for all or a tensor of one per pair. The ends'
+        product is taken first: (u, v) and (v, u) then score the same to the last bit, a tie on
+        every strategy, rather than two scores an ulp apart whose order rounding may flip."""
         if isinstance(relation, torch.Tensor):
             relation = relation.to(self.relations.device)
-        return (zu * self.relations[relation] * zv).sum(-1)
+        return (zu * zv * self.relations[relation]).sum(-1)
 
 
 def score(decoder: nn.Module, zu: torch.Tensor, zv: torch.Tensor, relation=None) -> torch.Tensor:
