@@ -165,6 +165,9 @@ def test_a_checkpoint_records_the_relations_and_predict_scores_and_ranks_a_chose
     known = typed.known_positives(loaded.split, names.index("paper__topic__fos"))
     for q, row in zip(queries, candidates):
         assert not set(row) & set(known[1][known[0][q]:known[0][q + 1]].tolist())
+    from gnnmesh.export import export_pyg
+    with pytest.raises(ConfigError, match="a link model of a typed graph's relations .* is not exported"):
+        export_pyg(path, tmp_path / "pyg")
     with pytest.raises(ConfigError, match="scores 4 relations .*choose one"):
         loaded.score_pairs(pairs)
     with pytest.raises(ConfigError, match=r"pair 1 \(3, 75\) does not join relation paper__topic__fos"):
