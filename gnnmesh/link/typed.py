@@ -155,6 +155,9 @@ def split_for(config, graph: Graph, split, original) -> tuple:
     if cfg.link.rank_all:
         raise ConfigError(f"{FIELD}: --rank-all ranks against every node, of any type; leave it out (each held-out "
                           "edge is ranked among negatives of its relation's destination type)")
+    if cfg.training.minibatch:
+        raise ConfigError(f"{FIELD}: --minibatch samples one operator for a link step, and a relational model "
+                          "reads one per relation; train on the full graph (leave --minibatch out)")
     names = chosen_relations(graph, cfg.link.link_relation)
     config = config.updated(link_relation=",".join(names))
     if split is not None:

@@ -204,11 +204,19 @@ def test_predict_on_the_command_line_scores_the_chosen_relation(tmp_path):
      "relation author__affiliated_to__institute has 40 edges, too few to hold out valid=0.01,test=0.01"),
     ({"link_relation": "cites,rev_cites"}, graph, "paper__cites__paper and paper__rev_cites__paper are one relation"),
     ({"link_relation": "cites", "rank_all": True}, graph, "--rank-all ranks against every node"),
+    ({"link_relation": "cites", "minibatch": True}, graph, "--minibatch samples one operator for a link step"),
 ])
 def test_bad_input_is_refused_in_one_line(fields, graph_of, message):
     with pytest.raises(ConfigError, match=message) as err:
         LinkTrainer(config(**fields), graph_of())
     assert "\n" not in str(err.value) and "link_relation" in str(err.value)
+
+
+def test_a_directory_of_pairs_is_refused_in_one_line(tmp_path):
+    for name in ("train.csv", "valid.csv", "test.csv"):
+        (tmp_path / name).write_text("0,1\n")
+    with pytest.raises(ConfigError, match=r"'link_relation': --link-split .* is a directory of pairs, which name no"):
+        LinkTrainer(config(link_split=str(tmp_path)), graph())
 
 
 def test_the_command_line_refuses_an_unknown_relation_with_status_2(tmp_path):
