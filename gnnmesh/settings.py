@@ -40,10 +40,11 @@ COUNT, NON_NEGATIVE, FRACTION = Range(1), Range(0), Range(0.0, 1.0, open="high")
 
 
 def setting(default=None, *, help: str, choices=None, check=None, flag: Optional[str] = None,
-            resolves_to=None, section_help: Optional[str] = None):
-    """A section field with its help text, allowed values, check and flag name (see module)."""
+            resolves_to=None, section_help: Optional[str] = None, repeatable: bool = False):
+    """A section field with its help text, allowed values, check and flag name (see module).
+    ``repeatable``: a comma-separated list whose flag may also be given once per item."""
     return field(default=default, metadata={"help": help, "choices": choices, "check": check, "flag": flag,
-                                            "resolves_to": resolves_to})
+                                            "resolves_to": resolves_to, "repeatable": repeatable})
 
 
 class Section:
@@ -371,8 +372,9 @@ class LinkSection(Section):
                               "of split files (train.csv, valid.csv, test.csv; or an OGB link split's .pt files)",
                               check=_link_split)
     link_relation: Optional[str] = setting(help="--task link on a typed graph: the relation(s) whose edges are "
-                                           "held out and scored, comma-separated (src__name__dst, or name where "
-                                           "unambiguous; all: every relation but the added reverses)")
+                                           "held out and scored, comma-separated or the flag repeated (src__name__dst, or name where "
+                                           "unambiguous; all: every relation but the added reverses)",
+                                           repeatable=True)
     disjoint_train: float = setting(0.0, help="--task link: the share of the training edges used as supervision "
                                     "alone, kept out of message passing (placed by the seed and each edge)",
                                     check=FRACTION)
