@@ -372,8 +372,9 @@ class LinkSection(Section):
                               "of split files (train.csv, valid.csv, test.csv; or an OGB link split's .pt files)",
                               check=_link_split)
     link_relation: Optional[str] = setting(help="--task link on a typed graph: the relation(s) whose edges are "
-                                           "held out and scored, comma-separated or the flag repeated (src__name__dst, or name where "
-                                           "unambiguous; all: every relation but the added reverses)",
+                                           "held out and scored, comma-separated or the flag repeated "
+                                           "(src__name__dst, or name where unambiguous; all: every relation but "
+                                           "the added reverses)",
                                            repeatable=True)
     disjoint_train: float = setting(0.0, help="--task link: the share of the training edges used as supervision "
                                     "alone, kept out of message passing (placed by the seed and each edge)",
