@@ -97,7 +97,7 @@ def _losses(rank, world, fields, graph=typed):
 
 RUNS = [pytest.param(3, {"strategy": "partition", "partitioner": "rp", "dropout": 0.3}, id="partition"),
         pytest.param(3, {"strategy": "partition", "partitioner": "rp", "embed_optimizer": "adagrad",
-                         "embed_lr": 0.05}, id="partition-adagrad"),
+                         "embed_lr": 0.05}, id="partition-adagrad", marks=pytest.mark.slow),
         pytest.param(2, {"strategy": "tensor", "dropout": 0.3}, id="tensor", marks=pytest.mark.slow),
         pytest.param(2, {"strategy": "offload", "dropout": 0.3}, id="offload", marks=pytest.mark.slow)]
 
