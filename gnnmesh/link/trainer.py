@@ -438,8 +438,8 @@ class LinkTrainer(Trainer):
             self.decoder.load_state_dict(self.best_decoder)
         return summary
 
-    def state(self, path=None) -> dict:
-        state = super().state(path)
+    def state(self, path=None, embedded: Optional[dict] = None) -> dict:
+        state = super().state(path, embedded)
         state["decoder"] = {"last": self.decoder.state_dict(), "best": self.best_decoder}
         return state
 
