@@ -211,18 +211,21 @@ class LinkTrainer(Trainer):
         of the positive's relation (``typed``)."""
         cfg = self.config.link
         src, dst = self.split.train[:, positives]
-        k, n = cfg.negatives, self.num_nodes
+        k = cfg.negatives
         draws = (self.config.training.seed, TRAIN_NEGATIVES_KEY, self.epoch, positives.numpy()[:, None],
                  np.arange(k)[None])
-        if self.ends is None:
-            below = (lambda end, which: counter.below(n, *draws, which))  # noqa: E731
-        else:
-            relation = self.split.train_relation[positives].numpy()
-            below = (lambda end, which: self.ends.draw(end, relation, *draws, which))  # noqa: E731
-        neg_dst = torch.from_numpy(below("dst", 1))
-        neg_src = (torch.from_numpy(below("src", 0)) if cfg.corrupt == "both"
+        neg_dst = torch.from_numpy(self._negative_ends("dst", positives, draws, 1))
+        neg_src = (torch.from_numpy(self._negative_ends("src", positives, draws, 0)) if cfg.corrupt == "both"
                    else src[:, None].expand(-1, k))
         return torch.cat([src, dst, neg_src.reshape(-1), neg_dst.reshape(-1)])
+
+    def _negative_ends(self, end: str, positives: torch.Tensor, draws: tuple, which: int) -> np.ndarray:
+        """The negatives' sources (``end`` "src", ``which`` 0) or destinations ("dst", 1), keyed
+        on ``draws``: any node, or on a typed graph a node of that end's type of each positive's
+        relation."""
+        if self.ends is None:
+            return counter.below(self.num_nodes, *draws, which)
+        return self.ends.draw(end, self.split.train_relation[positives].numpy(), *draws, which)
 
     def pairs_loss(self, rows: torch.Tensor, m: int, terms: int, relations=None) -> torch.Tensor:
         """The loss of ``m`` positives and their negatives from the rows of their ends (in

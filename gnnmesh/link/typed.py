@@ -77,8 +77,9 @@ def twin_of(name: str, names: tuple):
 
 
 def is_added_reverse(name: str, names: tuple) -> bool:
-    return name.split("__")[1:2] != [] and name.split("__")[1].startswith(REVERSE_PREFIX) and \
-        twin_of(name, names) is not None
+    """Whether ``name`` is ``rev_NAME`` of another relation of ``names`` (``add_reverse``'s)."""
+    parts = name.split("__")
+    return len(parts) == 3 and parts[1].startswith(REVERSE_PREFIX) and twin_of(name, names) is not None
 
 
 @dataclass(frozen=True)

@@ -176,6 +176,30 @@ def test_a_checkpoint_records_the_relations_and_predict_scores_and_ranks_a_chose
         loaded.top_k(3, [0, 70], relation="topic")
 
 
+def _predicted(rank, world, path, fields):
+    """(pairs' places, their scores, top-K queries, candidates, scores) of this rank's share."""
+    loaded = Trainer.from_checkpoint(path, graph(), Config.of(nproc=world, **fields))
+    places, scores = loaded.score_pairs(np.array([[0, 60], [3, 75], [59, 99], [20, 61]]), "written_by")
+    return (places, scores, *loaded.top_k(4, None, exclude_known=True, relation="written_by"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_predict_of_a_chosen_relation_under_partition_equals_the_single_process(tmp_path):
+    path = str(tmp_path / "c.pt")
+    LinkTrainer(config(epochs=2, checkpoint=path), graph()).fit()
+    want = _predicted(0, 1, path, {})
+    parts = run_ranks(_predicted, 3, path, {"strategy": "partition", "partitioner": "rp"}, timeout=250)
+    places = np.concatenate([p[0] for p in parts])
+    scores = np.concatenate([p[1] for p in parts])
+    assert sorted(places) == list(want[0]) and np.allclose(scores[np.argsort(places)], want[1], atol=1e-5)
+    queries = np.concatenate([p[2] for p in parts])
+    order = np.argsort(queries)
+    assert list(queries[order]) == list(want[2]) == list(range(60))  # every paper
+    assert np.array_equal(np.concatenate([p[3] for p in parts])[order], want[3])
+    assert np.allclose(np.concatenate([p[4] for p in parts])[order], want[4], atol=1e-5)
+
+
 def test_predict_on_the_command_line_scores_the_chosen_relation(tmp_path):
     path = tmp_path / "c.pt"
     common = ["--dataset", SPEC, "--quiet"]
