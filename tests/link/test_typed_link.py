@@ -1,7 +1,7 @@
 """Link prediction on a typed graph's relations (``--link-relation``): the held-out edges leave
 the graph under their relation and its reverse alone, negatives stay in the relation's end
-types, DistMult scores each pair with its relation's diagonal; partition (3 ranks) and tensor
-runs equal the single process (losses, parameters, metrics); checkpoints record the relations
+types, DistMult scores each pair with its relation's diagonal; partition (3 ranks), tensor and
+offload runs equal the single process (losses, parameters, metrics); checkpoints record the relations
 and predict scores and ranks a chosen one; bad input is one line."""
 
 import numpy as np
@@ -109,7 +109,8 @@ def train(**fields) -> dict:
 
 VARIANTS = {"rgcn": {}, "rgat-bpr-both": {"model": "rgat", "heads": 2, "link_loss": "bpr", "corrupt": "both",
                                           "negatives": 2, "edge_batch_size": 150, "link_relation": "all"}}
-RUNS = {"partition": {"strategy": "partition", "partitioner": "rp"}, "tensor": {"strategy": "tensor"}}
+RUNS = {"partition": {"strategy": "partition", "partitioner": "rp"}, "tensor": {"strategy": "tensor"},
+        "offload": {"strategy": "offload", "chunks": "2"}}
 
 
 def _rank_runs(rank, world, strategy, variants):
@@ -140,6 +141,13 @@ def test_partition_on_three_ranks_equals_the_single_process():
 def test_rgat_under_partition_and_both_under_tensor_equal_the_single_process():
     check("partition", 3, ["rgat-bpr-both"], timeout=250)
     check("tensor", 2, list(VARIANTS), timeout=250)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_offload_on_two_ranks_equals_the_single_process():
+    """Out of core, in two passes a step (the loss's gradient carried into the encoder chunk by chunk)."""
+    check("offload", 2, ["rgcn"], timeout=250)
 
 
 def test_grid3d_refuses_it_in_one_line():
