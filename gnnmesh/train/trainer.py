@@ -703,6 +703,10 @@ def _with_edge_dim(config, data):
     features = data.adj.edge_features if isinstance(data, Graph) else None
     width = 0 if features is None else int(features.shape[1])
     given = config.model.edge_dim
+    if (width if given is None else given) and config.training.minibatch:
+        raise ConfigError(f"config field 'minibatch': model {config.model.name} reads the graph's edge features, "
+                          "which sampled blocks do not carry yet; train it full-graph (single, partition, tensor, "
+                          "offload), or without them (edge_dim = 0)")
     if given is None:
         return config.updated(edge_dim=width).resolved()
     if given and given != width:
