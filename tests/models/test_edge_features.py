@@ -144,3 +144,39 @@ def test_several_ranks_train_to_the_single_process_losses(model, world, fields):
     want = _losses(0, 1, model, alone)
     for rank, got in enumerate(run_ranks(_losses, world, model, fields, timeout=180)):
         assert got == pytest.approx(want, abs=1e-5), f"{model} {fields} rank {rank}"
+
+
+def test_edge_dim_is_the_graphs_recorded_in_checkpoints_and_a_wrong_one_is_refused(tmp_path):
+    from gnnmesh import trained
+    graph = _graph("gat")
+    path = str(tmp_path / "c.pt")
+    trainer = Trainer(config("gat", epochs=1, checkpoint=path), graph)
+    assert trainer.config.model.edge_dim == EDGE_DIM
+    trainer.fit()
+    model, saved = trained.load(path)
+    assert saved.model.edge_dim == EDGE_DIM and model.layers[0].edge_logits.lin.in_features == EDGE_DIM
+    assert Trainer(config("gat", edge_dim=0), graph).model.layers[0].edge_logits is None  # 0: read none
+    with pytest.raises(ConfigError, match="config field 'edge_dim': 5, but the graph 'random' has 3 edge features"):
+        Trainer(config("gat", edge_dim=5), graph)
+    assert Trainer(config("gat"), random_graph(n=40, e=160, features=7)).config.model.edge_dim == 0
+
+
+def test_gine_without_edge_features_is_refused_in_one_line():
+    with pytest.raises(ConfigError, match="model gine needs edge features"):
+        Trainer(config("gine"), random_graph(n=40, e=160, features=7))
+
+
+def test_what_cannot_carry_edge_features_refuses_in_one_line(tmp_path):
+    from gnnmesh.export import describe
+    from gnnmesh.parallel.partition.parts import write_partition_parts
+    from gnnmesh.partition.api import partition
+    graph = _graph("gat")
+    with pytest.raises(ConfigError, match="config field 'minibatch': model gat reads the graph's edge features"):
+        Trainer(config("gat", minibatch=True, batch_size=8), graph)
+    model = Trainer(config("gat"), graph).model
+    with pytest.raises(ConfigError, match="model GAT reads edge features, which the PyG export does not carry"):
+        describe(model)
+    assert "--strategy grid3d needs" in Config.of(strategy="grid3d").strategy_spec.model_problem(model)
+    with pytest.raises(ConfigError, match="the graph has edge features .3 per edge., which parts do not carry"):
+        write_partition_parts(graph, partition(graph, 2, method="rp"), tmp_path / "parts", "random")
+    assert not (tmp_path / "parts").exists()
