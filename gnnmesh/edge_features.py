@@ -22,41 +22,15 @@ import numpy as np
 import torch
 
 from .errors import ConfigError, GraphError
-from .graph import Adjacency
+from .graph import Adjacency, entry_of_edges
 from .relations import SEPARATOR, parse
 
 
-def entry_of_edges(adj: Adjacency, dst, src) -> np.ndarray:
-    """The entry of ``adj`` of every edge ``src -> dst`` (``A[dst, src]``), -1 where none."""
-    dst = np.asarray(dst, dtype=np.int64)
-    src = np.asarray(src, dtype=np.int64)
-    cols = max(adj.shape[1], 1)
-    keys = adj.row().numpy() * cols + adj.indices.numpy()  # ascending: CSR with sorted rows
-    wanted = dst * cols + src
-    pos = np.minimum(np.searchsorted(keys, wanted), max(keys.shape[0] - 1, 0))
-    found = keys[pos] == wanted if keys.size else np.zeros(wanted.shape, dtype=bool)
-    return np.where(found, pos, -1)
-
-
-def features_of_edges(adj: Adjacency, dst, src, attr, where: str, name: str = "edge_attr") -> torch.Tensor:
-    """The ``[nnz, F]`` table of ``adj`` from the features ``attr`` of its edges ``src -> dst``
-    (one row each, in any order): each entry the sum of its edges' rows. An edge that is no
-    entry of ``adj`` is a GraphError naming ``name``."""
-    from .graph import check_edge_features
-    attr = check_edge_features(attr, len(dst), where, name)
-    entries = entry_of_edges(adj, dst, src)
-    if np.any(entries < 0):
-        edge = int(np.flatnonzero(entries < 0)[0])
-        raise GraphError(f"{where}: field '{name}': edge {edge} ({int(src[edge])} -> {int(dst[edge])}) is no "
-                         "entry of the adjacency")
-    table = torch.zeros(adj.nnz, attr.shape[1], dtype=torch.float32)
-    return table.index_add_(0, torch.from_numpy(entries), attr)
-
-
-def operator_features(name: str, adj: Adjacency) -> torch.Tensor:
-    """The ``[nnz, F]`` features of operator ``name``'s entries (CSR order of
-    ``gnnmesh.view.operator_of(name, adj)``), from the graph adjacency ``adj``'s; built once
-    per structure. A graph without edge features is a ConfigError."""
+def operator_features(name: str, adj: Adjacency, build) -> torch.Tensor:
+    """The ``[nnz, F]`` features of operator ``name``'s entries (CSR order of ``build(name,
+    adj)``, ``gnnmesh.view.operator_of``, which sits above this module), from the graph
+    adjacency ``adj``'s; built once per structure. A graph without edge features is a
+    ConfigError."""
     features = adj.edge_features
     if features is None:
         raise ConfigError(f"operator {name!r}: the graph has no edge features (load them with the graph, e.g. "
@@ -64,12 +38,11 @@ def operator_features(name: str, adj: Adjacency) -> torch.Tensor:
     cache = adj._structure_cache()
     key = ("edge_features", name)
     if key not in cache:
-        from .view import operator_of
         relation = parse(name)
         base_name = f"sum{SEPARATOR}{relation[1]}" if relation is not None and relation[0] != "sum" else None
         base, base_features = (adj, features) if base_name is None else \
-            (operator_of(base_name, adj), operator_features(base_name, adj))
-        cache[key] = carried(base, base_features, operator_of(name, adj), name)
+            (build(base_name, adj), operator_features(base_name, adj, build))
+        cache[key] = carried(base, base_features, build(name, adj), name)
     return cache[key]
 
 

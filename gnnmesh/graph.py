@@ -316,7 +316,6 @@ class Graph:
                                  "reverse edges, which have no features; give every edge both ways with its own")
             adj = symmetric
         if edge_attr is not None:
-            from .edge_features import features_of_edges
             adj = adj.with_edge_features(features_of_edges(adj, ei[1], ei[0], edge_attr, source), source)
         return cls.from_adjacency(adj, directed=directed, validate=validate, source=source, **data)
 
@@ -579,6 +578,32 @@ def check_edge_features(features, count: int, where: str, name: str = "edge_attr
         e, c = (int(v) for v in torch.nonzero(~finite)[0])
         raise GraphError(where + f"field '{name}' has a non-finite value {f[e, c].item()} at edge {e}, feature {c}")
     return f.detach().to(torch.float32).contiguous()
+
+
+def entry_of_edges(adj: Adjacency, dst, src) -> np.ndarray:
+    """The entry of ``adj`` of every edge ``src -> dst`` (``A[dst, src]``), -1 where none."""
+    dst = np.asarray(dst, dtype=np.int64)
+    src = np.asarray(src, dtype=np.int64)
+    cols = max(adj.shape[1], 1)
+    keys = adj.row().numpy() * cols + adj.indices.numpy()  # ascending: CSR with sorted rows
+    wanted = dst * cols + src
+    pos = np.minimum(np.searchsorted(keys, wanted), max(keys.shape[0] - 1, 0))
+    found = keys[pos] == wanted if keys.size else np.zeros(wanted.shape, dtype=bool)
+    return np.where(found, pos, -1)
+
+
+def features_of_edges(adj: Adjacency, dst, src, attr, where: str, name: str = "edge_attr") -> torch.Tensor:
+    """The ``[nnz, F]`` table of ``adj`` from the features ``attr`` of its edges ``src -> dst``
+    (one row each, in any order): each entry the sum of its edges' rows. An edge that is no
+    entry of ``adj`` is a GraphError naming ``name``."""
+    attr = check_edge_features(attr, len(dst), where, name)
+    entries = entry_of_edges(adj, dst, src)
+    if np.any(entries < 0):
+        edge = int(np.flatnonzero(entries < 0)[0])
+        raise GraphError(f"{where}: field '{name}': edge {edge} ({int(src[edge])} -> {int(dst[edge])}) is no "
+                         "entry of the adjacency")
+    table = torch.zeros(adj.nnz, attr.shape[1], dtype=torch.float32)
+    return table.index_add_(0, torch.from_numpy(entries), attr)
 
 
 def _as_numpy(a) -> np.ndarray:

@@ -218,7 +218,7 @@ class GraphView:
             raise ConfigError(f"edge features: this strategy's view ({type(self).__name__}) holds no graph to read "
                               "them from (parts and sampled blocks carry none); train under --strategy single, "
                               "partition, tensor or offload from the graph itself")
-        return entry_rows(operator_features(op, self.adj), self.entries(op)).to(self.device)
+        return entry_rows(operator_features(op, self.adj, operator_of), self.entries(op)).to(self.device)
 
     # -- randomness that must agree across processes ------------------------------------------
     def set_epoch(self, epoch: int, draws: int = 0) -> None:

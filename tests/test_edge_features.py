@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from gnnmesh import Graph
-from gnnmesh.edge_features import entry_of_edges, operator_features
+from gnnmesh.edge_features import operator_features
 from gnnmesh.errors import ConfigError, GraphError
+from gnnmesh.graph import entry_of_edges
 from gnnmesh.transforms import permute
 from gnnmesh.view import operator_of
 
@@ -59,10 +60,10 @@ def test_undirected_loading_that_adds_reverse_edges_is_refused():
 
 def test_an_operator_carries_its_entries_features_and_an_added_loop_its_rows_mean():
     g = graph(torch.arange(8.0).view(4, 2))
-    assert torch.equal(operator_features("sum", g.adj), g.edge_features)
-    assert torch.equal(operator_features("mean", g.adj), g.edge_features)
+    assert torch.equal(operator_features("sum", g.adj, operator_of), g.edge_features)
+    assert torch.equal(operator_features("mean", g.adj, operator_of), g.edge_features)
     loop = operator_of("loop", g.adj)
-    features = operator_features("loop", g.adj)
+    features = operator_features("loop", g.adj, operator_of)
     rows, cols = loop.row(), loop.indices
     carried = {(int(c), int(r)): features[e].tolist() for e, (r, c) in enumerate(zip(rows, cols))}
     # node 1's in-edges: 0 -> 1 [0, 1] and 2 -> 1 [6, 7]; node 2's: 1 -> 2 [2, 3]; node 0's: 2 -> 0 [4, 5]
@@ -72,7 +73,7 @@ def test_an_operator_carries_its_entries_features_and_an_added_loop_its_rows_mea
 
 def test_a_graph_without_features_is_refused_in_one_line():
     with pytest.raises(ConfigError, match="operator 'loop': the graph has no edge features"):
-        operator_features("loop", Graph.from_edge_index(EI, 3).adj)
+        operator_features("loop", Graph.from_edge_index(EI, 3).adj, operator_of)
 
 
 def test_renumbering_keeps_each_edges_features():
