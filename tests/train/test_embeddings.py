@@ -14,6 +14,7 @@ from gnnmesh import checkpoint
 from gnnmesh.config import Config
 from gnnmesh.datasets import load
 from gnnmesh.errors import ConfigError
+from gnnmesh.graph import Graph
 from gnnmesh.train import Trainer
 from gnnmesh.train.embeddings import embedded_ids, initial_values
 from gnnmesh.train.minibatch import MiniBatchTrainer
@@ -26,14 +27,14 @@ EPOCHS = 4
 COUNTS = (40, 25, 15)
 
 
-def typed() -> "Graph":
+def typed() -> Graph:
     """``typed_graph()`` with its node types: a (5 features, labelled), b and c (none)."""
     graph = typed_graph()
     offsets = np.concatenate([[0], np.cumsum(COUNTS)])
     return graph.replace(meta={**graph.meta, "node_types": NodeTypes(("a", "b", "c"), offsets, (5, 0, 0), ("a",))})
 
 
-def featureless() -> "Graph":
+def featureless() -> Graph:
     return random_graph(60, 240, 3).replace(x=None)
 
 
@@ -58,9 +59,9 @@ def test_the_embedded_rows_are_the_featureless_ones():
 
 def test_one_process_learns_the_rows_a_step_reaches_and_no_other():
     trainer = Trainer(config(), typed())
-    start = trainer.embeddings.table.detach().clone()
+    start = trainer.input_embeddings.table.detach().clone()
     trainer.fit()
-    table = trainer.embeddings.table.detach()
+    table = trainer.input_embeddings.table.detach()
     moved = (table != start).any(dim=1)
     assert 0 < int(moved.sum()) < len(table) or bool(moved.all())
     # the model's input holds the table; the rows with features gain zero columns
@@ -83,10 +84,10 @@ def test_a_row_without_a_path_to_a_training_node_is_never_updated():
     cut = Adjacency.from_coo(adj.row()[keep], adj.indices[keep], adj.shape).with_relations(
         Relations(rel.names, torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(counts, 0)]), ids))
     trainer = Trainer(config(), graph.replace(adj=cut))
-    start = trainer.embeddings.table.detach().clone()
+    start = trainer.input_embeddings.table.detach().clone()
     trainer.fit()
-    assert torch.equal(trainer.embeddings.table.detach()[35:], start[35:])  # ids 75..79
-    assert not torch.equal(trainer.embeddings.table.detach()[:35], start[:35])
+    assert torch.equal(trainer.input_embeddings.table.detach()[35:], start[35:])  # ids 75..79
+    assert not torch.equal(trainer.input_embeddings.table.detach()[:35], start[:35])
 
 
 def _losses(rank, world, fields, graph=typed):
@@ -97,7 +98,7 @@ def _losses(rank, world, fields, graph=typed):
 
 RUNS = [pytest.param(3, {"strategy": "partition", "partitioner": "rp", "dropout": 0.3}, id="partition"),
         pytest.param(3, {"strategy": "partition", "partitioner": "rp", "embed_optimizer": "adagrad",
-                         "embed_lr": 0.05}, id="partition-adagrad"),
+                         "embed_lr": 0.05}, id="partition-adagrad", marks=pytest.mark.slow),
         pytest.param(2, {"strategy": "tensor", "dropout": 0.3}, id="tensor", marks=pytest.mark.slow),
         pytest.param(2, {"strategy": "offload", "dropout": 0.3}, id="offload", marks=pytest.mark.slow)]
 
@@ -216,4 +217,28 @@ def test_an_ogbn_mag_directory_trains_rgcn_with_embeddings_on_three_ranks(tmp_pa
     assert load(spec, cache=False).meta["node_types"].widths == (6, 0, 0)
     want = _mag_losses(0, 1, spec, {})
     for got in run_ranks(_mag_losses, 3, spec, {"strategy": "partition"}, timeout=180):
+        assert got == pytest.approx(want, abs=1e-5)
+
+
+def test_export_refuses_a_model_that_learned_embeddings(tmp_path):
+    from gnnmesh.export import export_pyg
+    path = tmp_path / "c.pt"
+    Trainer(config(epochs=1, checkpoint=str(path)), typed()).fit()
+    with pytest.raises(ConfigError, match="learned input embeddings.*gnnmesh predict"):
+        export_pyg(path, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def _link(rank, world, fields):
+    from gnnmesh.link.trainer import LinkTrainer
+    graph = random_graph(60, 300, 3, directed=False).replace(x=None)
+    summary = LinkTrainer(config(model="gcn", task="link", nproc=world, epochs=3, **fields), graph).fit()
+    return [r.loss for r in summary.history] + [r.val_acc for r in summary.history]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_link_prediction_on_a_featureless_graph_learns_the_same_embeddings_on_three_ranks():
+    want = _link(0, 1, {})
+    for got in run_ranks(_link, 3, {"strategy": "partition"}, timeout=180):
         assert got == pytest.approx(want, abs=1e-5)
