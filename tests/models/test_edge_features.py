@@ -128,9 +128,11 @@ def _losses(rank, world, model, fields):
 
 
 RUNS = [pytest.param("gat", 3, {"strategy": "partition", "partitioner": "rp"}, id="gat-partition"),
-        pytest.param("gatv2", 3, {"strategy": "partition", "partitioner": "rp"}, id="gatv2-partition"),
+        pytest.param("gatv2", 3, {"strategy": "partition", "partitioner": "rp"}, id="gatv2-partition",
+                     marks=pytest.mark.slow),
         pytest.param("gine", 3, {"strategy": "partition", "partitioner": "rp"}, id="gine-partition"),
-        pytest.param("rgat", 3, {"strategy": "partition", "partitioner": "rp"}, id="rgat-partition"),
+        pytest.param("rgat", 3, {"strategy": "partition", "partitioner": "rp"}, id="rgat-partition",
+                     marks=pytest.mark.slow),
         pytest.param("gat", 2, {"strategy": "tensor"}, id="gat-tensor", marks=pytest.mark.slow),
         pytest.param("gine", 2, {"strategy": "tensor"}, id="gine-tensor", marks=pytest.mark.slow),
         pytest.param("gat", 2, {"strategy": "offload"}, id="gat-offload", marks=pytest.mark.slow),
