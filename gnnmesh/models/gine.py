@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import ConfigError
 from .base import LayerStack, layer_dims
 
 
@@ -40,7 +41,6 @@ class GINE(LayerStack):
                  dropout: float = 0.5, edge_dim: int = 0):
         super().__init__(dropout)
         if not edge_dim:
-            from ..errors import ConfigError
             raise ConfigError("model gine needs edge features (edge_dim >= 1): load a graph that has them, "
                               "e.g. a PyG Data with a 2-D edge_attr, or train gin")
         self.layers.extend(GINELayer(i, o, edge_dim) for i, o in layer_dims(in_dim, hidden, num_classes, layers))
