@@ -14,6 +14,7 @@ from .gatv2 import GATv2
 from .gcn import GCN
 from .gin import GIN
 from .gine import GINE
+from .per_relation import per_relation
 from .registry import ModelSpec, is_built_in, names, register, spec
 from .row_wise import BatchNorm, Dropout
 from .sage import SAGE
@@ -52,4 +53,4 @@ def options_of(name: str, decoupled: bool = False) -> tuple:
 
 
 __all__ = ["ModelSpec", "register", "names", "spec", "is_built_in", "build_model", "options_of", "GCN", "SAGE", "GAT", "GATv2", "GIN", "GINE", "Decoupled", "LayerStack",
-           "GraphLayer", "Maths", "Term", "SELF", "BatchNorm", "Dropout"]
+           "GraphLayer", "Maths", "Term", "SELF", "BatchNorm", "Dropout", "per_relation"]
