@@ -182,3 +182,17 @@ def test_what_cannot_carry_edge_features_refuses_in_one_line(tmp_path):
     with pytest.raises(ConfigError, match="the graph has edge features .3 per edge., which parts do not carry"):
         write_partition_parts(graph, partition(graph, 2, method="rp"), tmp_path / "parts", "random")
     assert not (tmp_path / "parts").exists()
+
+
+
+def test_a_per_relation_gat_reads_each_relations_own_edge_features():
+    from gnnmesh.models import GAT, per_relation
+    from gnnmesh.models.per_relation import RelationView
+    graph = featured(typed_graph(features=7))
+    names = graph.adj.relations.names
+    view = GraphView(graph.adj)
+    for name in names[:2]:
+        assert torch.equal(RelationView(view, name).edge_features("loop"), view.edge_features(f"loop@{name}"))
+    model = per_relation(lambda: GAT(7, 3, hidden=4, heads=2, edge_dim=EDGE_DIM), names)
+    out = model(view, graph.x)  # each copy's logits: one per entry of its relation's loop operator
+    assert out.shape == (graph.num_nodes, 3) and bool(torch.isfinite(out).all())
