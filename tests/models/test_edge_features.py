@@ -135,8 +135,11 @@ RUNS = [pytest.param("gat", 3, {"strategy": "partition", "partitioner": "rp"}, i
                      marks=pytest.mark.slow),
         pytest.param("gat", 2, {"strategy": "tensor"}, id="gat-tensor", marks=pytest.mark.slow),
         pytest.param("gine", 2, {"strategy": "tensor"}, id="gine-tensor", marks=pytest.mark.slow),
+        pytest.param("gatv2", 2, {"strategy": "tensor"}, id="gatv2-tensor", marks=pytest.mark.slow),
+        pytest.param("rgat", 2, {"strategy": "tensor"}, id="rgat-tensor", marks=pytest.mark.slow),
         pytest.param("gat", 2, {"strategy": "offload"}, id="gat-offload", marks=pytest.mark.slow),
-        pytest.param("gine", 2, {"strategy": "offload"}, id="gine-offload", marks=pytest.mark.slow)]
+        pytest.param("gine", 2, {"strategy": "offload"}, id="gine-offload", marks=pytest.mark.slow),
+        pytest.param("rgat", 2, {"strategy": "offload"}, id="rgat-offload", marks=pytest.mark.slow)]
 
 
 @pytest.mark.timeout(200)
