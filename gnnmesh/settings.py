@@ -157,9 +157,10 @@ class DataSection(Section):
 
 
 # The built-in models' options, which a user's model takes through --model-args instead.
-BUILT_IN_OPTIONS = ("hidden", "dropout", "heads", "attn_dropout", "k", "alpha", "relations", "bases", "decoupled")
+BUILT_IN_OPTIONS = ("hidden", "dropout", "heads", "attn_dropout", "k", "alpha", "relations", "bases", "edge_dim",
+                    "decoupled")
 # Of those, the ones a built-in model takes or not by its form (each class declares its own).
-MODEL_OPTIONS = ("hidden", "dropout", "heads", "attn_dropout", "k", "alpha", "relations", "bases")
+MODEL_OPTIONS = ("hidden", "dropout", "heads", "attn_dropout", "k", "alpha", "relations", "bases", "edge_dim")
 
 
 def options_not_taken(name: str, decoupled: bool) -> tuple:
@@ -212,6 +213,9 @@ class ModelSection(Section):
                                        "comma-separated (default: the graph's; checkpoints record them)")
     bases: Optional[int] = setting(help="rgcn: share B basis matrices among the relations' weights (default 0: "
                                    "one weight per relation)", check=NON_NEGATIVE)
+    edge_dim: Optional[int] = setting(help="gat, gatv2, gine, rgat: the width of the graph's edge features the "
+                                      "model reads (default: the graph's, 0 without; 0: read none; checkpoints "
+                                      "record it)", check=NON_NEGATIVE)
     embed_dim: Optional[int] = setting(help="learn D input columns for the nodes without features (a typed "
                                        "graph's featureless node types, or every node of a graph without "
                                        "features), updated by a row-sparse optimizer (--embed-optimizer) and "

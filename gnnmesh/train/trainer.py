@@ -161,6 +161,8 @@ class Trainer:
                               f"relations) and {self.config.model.name} sees one edge type; train it with "
                               f"{' or '.join(_relational_models())}, or "
                               "load it as one node and edge type with ':typed=false' in the dataset spec")
+        if model is None and self._takes("edge_dim"):
+            self.config = _with_edge_dim(self.config, data)
         if model is None:
             model = trained.build(self.config, Widths(self.num_features, self.num_classes))
         elif not self.config.model.user:  # what checkpoints record: the class, to build it again
@@ -212,8 +214,12 @@ class Trainer:
     holds_every_row = False
 
     def _takes_relations(self) -> bool:
+        return self._takes("relations")
+
+    def _takes(self, option: str) -> bool:
+        """Whether the config's built-in model takes ``option``."""
         config = self.config
-        return not config.model.user and "relations" in options_of(config.model.name, config.model.decoupled)
+        return not config.model.user and option in options_of(config.model.name, config.model.decoupled)
 
     def _task(self, data, given) -> tuple:
         """(the task, how it was inferred: a note, or None when it was given). The built-in task
@@ -743,6 +749,25 @@ def labelled(graph: Graph, classes: int, task: Optional[str] = None) -> Graph:
 def _relational_models() -> tuple:
     """The built-in models that take a typed graph's relations."""
     return tuple(name for name in model_names() if "relations" in options_of(name))
+
+
+def _with_edge_dim(config, data):
+    """``config`` with its model's ``edge_dim`` the graph's edge-feature width where it is
+    unset (a parts directory carries none); a width the graph does not have is refused."""
+    features = data.adj.edge_features if isinstance(data, Graph) else None
+    width = 0 if features is None else int(features.shape[1])
+    given = config.model.edge_dim
+    if (width if given is None else given) and config.training.minibatch:
+        raise ConfigError(f"config field 'minibatch': model {config.model.name} reads the graph's edge features, "
+                          "which sampled blocks do not carry yet; train it full-graph (single, partition, tensor, "
+                          "offload), or without them (edge_dim = 0)")
+    if given is None:
+        return config.updated(edge_dim=width).resolved()
+    if given and given != width:
+        raise ConfigError(f"config field 'edge_dim': {given}, but the graph {data.name!r} has "
+                          f"{f'{width} edge features' if width else 'no edge features'}"
+                          f"{' (parts carry none: train from the graph itself)' if not isinstance(data, Graph) else ''}")
+    return config
 
 
 def _relation_names(data) -> tuple:
