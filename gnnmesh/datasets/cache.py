@@ -139,6 +139,8 @@ def _write_arrays(graph: Graph, out: Path) -> dict:
             x_layout = "dense"
             put("x", x)
     relations, meta = None, graph.meta
+    if adj.edge_features is not None:
+        put("edge_features", adj.edge_features)
     if adj.relations is not None:  # a typed graph's union: its relations, and the meta that types it
         put("relation_ptr", adj.relations.ptr)
         put("relation_ids", adj.relations.ids)
@@ -149,7 +151,7 @@ def _write_arrays(graph: Graph, out: Path) -> dict:
             "weighted": adj.values is not None, "fields": fields, "x_layout": x_layout,
             "x_shape": None if graph.x is None else list(graph.x.shape),
             "x_dtype": None if graph.x is None else str(graph.x.dtype).replace("torch.", ""),
-            "relations": relations, "meta": meta}
+            "relations": relations, "edge_features": adj.edge_features is not None, "meta": meta}
 
 
 def load(path: Path) -> Optional[Graph]:
@@ -198,6 +200,11 @@ def _read(path: Path, info: dict) -> Graph:
             x = torch.zeros(info["x_shape"], dtype=getattr(torch, info["x_dtype"]))
             x[rows, indices] = values
     meta = info["meta"]
+    if info.get("edge_features"):
+        try:
+            adj = adj.with_edge_features(_array(path, "edge_features"), "the cached edge_features")
+        except GraphError as exc:
+            raise ValueError(str(exc)) from None
     if info.get("relations") is not None:
         relations = Relations(tuple(info["relations"]), _array(path, "relation_ptr"), _array(path, "relation_ids"))
         try:

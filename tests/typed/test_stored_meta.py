@@ -5,6 +5,7 @@ a damaged node-type record is refused as a damaged entry."""
 import json
 
 import pytest
+import torch
 
 from gnnmesh.datasets import cache
 from gnnmesh.typed import from_graph, to_graph
@@ -19,6 +20,9 @@ def test_a_cached_typed_graph_is_the_typed_graph_it_was(tmp_path, add_reverse):
     assert cache.save(graph, tmp_path / "entry")
     read = cache.load(tmp_path / "entry")
     assert read.adj.relations.names == graph.adj.relations.names
+    assert (read.adj.edge_features is None) == (graph.adj.edge_features is None)
+    if graph.adj.edge_features is not None:
+        assert torch.equal(read.adj.edge_features, graph.adj.edge_features)
     assert_same(from_graph(read), small_typed())
 
 
@@ -31,3 +35,13 @@ def test_damaged_node_types_are_a_damaged_entry(tmp_path):
         assert cache.load(tmp_path / "entry") is None
     with pytest.raises(ValueError, match="node types are damaged"):
         restored({"node_types": {"names": ["a"]}}, None)
+
+
+def test_a_plain_graphs_edge_features_are_cached_too(tmp_path):
+    from gnnmesh.graph import Graph
+    attr = torch.arange(12, dtype=torch.float32).reshape(6, 2)
+    graph = Graph.from_edge_index(torch.tensor([[0, 1, 2, 3, 0, 2], [1, 2, 3, 0, 2, 0]]), 4, edge_attr=attr,
+                                  directed=True)
+    assert cache.save(graph, tmp_path / "entry")
+    read = cache.load(tmp_path / "entry")
+    assert torch.equal(read.adj.edge_features, graph.adj.edge_features) and read.adj.relations is None
