@@ -36,6 +36,8 @@ from .trainer import LinkTrainer, edge_batches
 class LinkMiniBatchTrainer(LinkTrainer):
     """As ``LinkTrainer``, each optimizer step on the sampled neighbourhoods of a batch's pairs."""
 
+    trains_minibatches = True
+
     def __init__(self, config, data, strategy=None, widths=None, model=None, task=None, split=None, original=None):
         super().__init__(config, data, strategy, widths=widths, model=model, task=task, split=split,
                          original=original)

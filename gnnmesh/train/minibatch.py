@@ -26,9 +26,11 @@ from .trainer import Trainer
 
 class MiniBatchTrainer(Trainer):
     holds_every_row = True
+    trains_minibatches = True
 
-    def __init__(self, config, data, strategy=None, task=None):
-        super().__init__(config, data, strategy, task=task)
+    def __init__(self, config, data, strategy=None, task=None, model=None):
+        """As ``Trainer``'s (``model``: one built by the caller instead of the config's)."""
+        super().__init__(config, data, strategy, task=task, model=model)
         cfg, s = self.config, self.rank_data
         self.split_sizes = [float(m.sum()) for m in (s.train_mask, s.val_mask, s.test_mask)]  # every rank has all
         self.train_ids = torch.nonzero(s.train_mask.cpu()).flatten().numpy()
