@@ -34,7 +34,7 @@ def parse_hops(text, name: str = "fanouts") -> list:
     """Each hop of ``text`` as written: a count for every relation, or a dict from the
     relations it names (``None``: the rest) to their counts. Relations are matched to a
     graph's later (``relation_fanouts``)."""
-    if isinstance(text, (list, tuple)) or NAMED not in str(text):
+    if isinstance(text, (list, tuple)) or (NAMED not in str(text) and HOPS not in str(text)):
         return parse_fanouts(text, name)
     hops = []
     for hop in str(text).split(HOPS):
