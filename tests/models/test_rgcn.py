@@ -60,6 +60,8 @@ RUNS = [pytest.param(3, {"strategy": "partition", "partitioner": "rp"}, id="part
         pytest.param(2, {"strategy": "gdp", "minibatch": True, "batch_size": 16, "fanouts": "x=2,rev_x=1,3;2"},
                      id="gdp"),
         pytest.param(2, {"strategy": "dnp", "minibatch": True, "batch_size": 16, "partitioner": "rp"}, id="dnp",
+                     marks=pytest.mark.slow),
+        pytest.param(2, {"strategy": "nfp", "minibatch": True, "batch_size": 16, "fanouts": "x=2,3;2"}, id="nfp",
                      marks=pytest.mark.slow)]
 
 
@@ -99,9 +101,15 @@ def test_a_graph_without_relations_is_refused_in_one_line():
         Trainer(config(), random_graph(features=5))
 
 
-def test_grid3d_refuses_it_in_one_line():
-    with pytest.raises(ConfigError, match="grid3d strategy runs gcn, sage, gin"):
-        Trainer(config(strategy="grid3d"), typed_graph())
+@pytest.mark.parametrize("fields,refusal", [
+    ({"strategy": "grid3d"}, "grid3d strategy runs gcn, sage, gin"),
+    ({"strategy": "snp", "minibatch": True}, "as a mean per relation needs each relation's; run gat, rgat or rgcn "
+                                             "with --strategy gdp or dnp"),
+])
+def test_grid3d_and_snp_refuse_it_in_one_line(fields, refusal):
+    with pytest.raises(ConfigError, match=refusal) as caught:
+        (MiniBatchTrainer if fields.get("minibatch") else Trainer)(config(**fields), typed_graph())
+    assert "\n" not in str(caught.value)
 
 
 def test_a_model_without_relations_on_a_typed_graph_is_refused_unless_loaded_untyped():
