@@ -19,6 +19,7 @@ its own rows of it back (``restore``).
 
 from __future__ import annotations
 
+import warnings
 from typing import Optional
 
 import numpy as np
@@ -110,7 +111,9 @@ class Embeddings:
         touched = torch.nonzero(grad.abs().sum(dim=1)).flatten()
         self.table.grad = torch.sparse_coo_tensor(touched[None], grad[touched], tuple(self.table.shape),
                                                   check_invariants=False)
-        self.optimizer.step()
+        with warnings.catch_warnings():  # torch's Adagrad builds its sparse tensors without saying how to check them
+            warnings.filterwarnings("ignore", "Sparse invariant checks")
+            self.optimizer.step()
         self.table.grad = None
         if len(touched):
             self.rows.write(self.positions[touched], self.columns, self.table[touched])

@@ -175,7 +175,7 @@ class Trainer:
         # what a checkpoint keeps of a user's model: its name, its file's hash and path, never its code
         self.own_model = user_file.Trained.of(model, self.config.model.name) if self.config.model.user else None
         self.model = model.to(self.device)
-        self.embeddings = self._embeddings(embedded, num_features)
+        self.input_embeddings = self._input_embeddings(embedded, num_features)
         self.strategy.agree_parameters(self.model)  # whatever torch seed each rank's caller set
         self.strategy.prepare(self.model)
         self._optimizer: Optional[torch.optim.Optimizer] = None
@@ -193,7 +193,7 @@ class Trainer:
         self.history: list[EpochResult] = []
         self.metrics: Optional[list] = None  # the last evaluation's metrics, per split
 
-    def _embeddings(self, embedded, num_features: int) -> Optional[embeddings.Embeddings]:
+    def _input_embeddings(self, embedded, num_features: int) -> Optional[embeddings.Embeddings]:
         """The rank's rows of the learned embeddings (None without --embed-dim): the last
         ``embed_dim`` input columns of the rows ``embedded``, wherever the strategy holds them."""
         if embedded is None:
@@ -343,8 +343,8 @@ class Trainer:
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
         self.sync_gradients()
-        if self.embeddings is not None:
-            grads_of_inputs = [self.embeddings.gather_gradient()]
+        if self.input_embeddings is not None:
+            grads_of_inputs = [self.input_embeddings.gather_gradient()]
         else:
             grads_of_inputs = []
         # Every rank sees the same summed loss and, after the sync, the same gradients, so all
@@ -358,8 +358,8 @@ class Trainer:
                                    f"this update, no checkpoint written for it (a lower --lr may help)")
         self._clip()
         self.optimizer.step()
-        if self.embeddings is not None:
-            self.embeddings.step()
+        if self.input_embeddings is not None:
+            self.input_embeddings.step()
         return value
 
     def trained_parameters(self) -> list:
@@ -436,8 +436,8 @@ class Trainer:
         if accs[1] > best or (self.best["state"] is None or math.isnan(best)) and not math.isnan(accs[1]):
             self.best = {"epoch": self.epoch, "val_acc": accs[1], "test_acc": accs[2],
                          "state": copy.deepcopy(self.model.state_dict())}
-            if self.embeddings is not None:
-                self.embeddings.keep_best()
+            if self.input_embeddings is not None:
+                self.input_embeddings.keep_best()
 
     # -- using the model -------------------------------------------------------------------------
     @classmethod
@@ -483,7 +483,7 @@ class Trainer:
         values, trainer.epoch = checkpoint.weights(state, weights)
         trained.load_state(trainer.model, values, str(path))
         trainer.load_task_weights(state, weights, str(path))
-        trainer._restore_embeddings(state, weights, path, optimizer=False)
+        trainer._restore_input_embeddings(state, weights, path, optimizer=False)
         return trainer
 
     @classmethod
@@ -538,7 +538,7 @@ class Trainer:
     # -- checkpoints -----------------------------------------------------------------------------
     def _save_checkpoint(self) -> None:
         """Rank 0 writes the checkpoint; every rank takes part in gathering the embeddings."""
-        table = self.embeddings.record() if self.embeddings is not None else None
+        table = self.input_embeddings.record() if self.input_embeddings is not None else None
         if self.strategy.rank == 0:
             checkpoint.save(self.config.run.checkpoint, self.state(embedded=table))
 
@@ -549,8 +549,8 @@ class Trainer:
         (``Embeddings.record``, a collective call); by default gathered here, which on several
         ranks every rank must call."""
         path = path if path is not None else self.config.run.checkpoint
-        if embedded is None and self.embeddings is not None:
-            embedded = self.embeddings.record()
+        if embedded is None and self.input_embeddings is not None:
+            embedded = self.input_embeddings.record()
         return checkpoint.written(embeddings=embedded, epoch=self.epoch, model=self.model.state_dict(), optimizer=self.optimizer.state_dict(),
                                   schedule=self.learning_rate.state_dict(), best=self.best,
                                   history=[asdict(r) for r in self.history], config=self.config.to_dict(), features=self.num_features, classes=self.num_classes,
@@ -568,18 +568,18 @@ class Trainer:
         self.model.load_state_dict(weights)
         self.optimizer.load_state_dict(optimizer)
         self.learning_rate.load_state_dict(checkpoint.schedule(state))
-        self._restore_embeddings(state, "last", path, optimizer=True)
+        self._restore_input_embeddings(state, "last", path, optimizer=True)
         self.history = [EpochResult(**r) for r in history]
         self.epoch = epoch
 
-    def _restore_embeddings(self, state: dict, which: str, path, optimizer: bool) -> None:
+    def _restore_input_embeddings(self, state: dict, which: str, path, optimizer: bool) -> None:
         """This rank's rows of the checkpoint's learned embeddings (``which``: last or best)."""
-        if self.embeddings is None:
+        if self.input_embeddings is None:
             return
         record = checkpoint.embeddings(state)
         if record is None:
             raise ConfigError(f"{path}: the checkpoint holds no learned embeddings (--embed-dim)")
-        self.embeddings.restore(record, which, optimizer, str(path))
+        self.input_embeddings.restore(record, which, optimizer, str(path))
 
     def _check_settings(self, recorded: dict, path=None, state: Optional[dict] = None) -> None:
         """A checkpoint resumes only under the settings that change the numbers a run produces
@@ -674,8 +674,8 @@ class Trainer:
                 metrics.close()
         if stopped and self.best["state"] is not None:  # the checkpoint keeps the last ones, to resume from
             self.model.load_state_dict(self.best["state"])
-            if self.embeddings is not None and self.embeddings.best is not None:
-                self.embeddings.use(self.embeddings.best)
+            if self.input_embeddings is not None and self.input_embeddings.best is not None:
+                self.input_embeddings.use(self.input_embeddings.best)
         return self._summary(stopped)
 
     def _epochs(self, metrics, on_epoch, callbacks: list, callers: bool) -> Optional[str]:
