@@ -161,8 +161,8 @@ for _spec in (
     StrategySpec("snp", ("rows",), ("partition",) + _MINIBATCH_PARALLEL, training="minibatch",
                  models=("gcn", "sage", "gin"), factory="gnnmesh.parallel.factories:minibatch", needs="first_maths",
                  scores_pairs=True, refusal="snp splits a first-layer row's sources across ranks, and attention "
-                 "needs them all in one place, as a mean per relation needs each relation's; run gat, rgat or rgcn "
-                 "with --strategy gdp or dnp",
+                 "needs them all in one place, as a mean per relation needs each relation's; run gat or rgat with "
+                 "--strategy gdp or dnp, rgcn with gdp, dnp or nfp",
                  summary="mini-batch: first-layer sources routed to the ranks that own them (APT's SNP)"),
     StrategySpec("dnp", ("rows",), ("partition",) + _MINIBATCH_PARALLEL, training="minibatch", needs="layer_stack",
                  factory="gnnmesh.parallel.factories:minibatch", scores_pairs=True,
