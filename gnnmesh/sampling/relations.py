@@ -58,6 +58,8 @@ def hop_count(text, name: str = "fanouts") -> int:
 
 def relation_fanouts(text, names: tuple, name: str = "fanouts") -> list:
     """Per hop, the count of every relation of ``names`` (in their order)."""
+    if isinstance(text, (list, tuple)) and any(isinstance(hop, (list, tuple)) for hop in text):
+        return _counted(text, names, name)  # counts per relation already (a sampler's)
     out = []
     for h, hop in enumerate(parse_hops(text, name), start=1):
         if not isinstance(hop, dict):
@@ -69,6 +71,18 @@ def relation_fanouts(text, names: tuple, name: str = "fanouts") -> list:
             raise ConfigError(f"config field '{name}': hop {h} of {text!r} gives no count for relations "
                               f"{', '.join(missing)}; name them, or give a bare count for the rest (e.g. '5,{names[0]}=10')")
         out.append(tuple(counts.get(r, hop.get(None)) for r in names))
+    return out
+
+
+def _counted(hops, names: tuple, name: str) -> list:
+    """``hops``, each a count per relation of ``names``, checked."""
+    out = []
+    for hop in hops:
+        counts = tuple(hop) if isinstance(hop, (list, tuple)) else (hop,) * len(names)
+        if len(counts) != len(names):
+            raise ConfigError(f"config field '{name}': {list(hops)!r} gives {len(counts)} counts in a hop for "
+                              f"{len(names)} relations")
+        out.append(tuple(fanout_value(k, list(hops), name) for k in counts))
     return out
 
 

@@ -61,6 +61,8 @@ RUNS = [pytest.param(3, {"strategy": "partition", "partitioner": "rp"}, id="part
                      id="gdp"),
         pytest.param(2, {"strategy": "dnp", "minibatch": True, "batch_size": 16, "partitioner": "rp"}, id="dnp",
                      marks=pytest.mark.slow),
+        pytest.param(2, {"strategy": "dnp", "minibatch": True, "batch_size": 16, "partitioner": "shp",
+                         "fanouts": "y=3,2;2"}, id="dnp-shp", marks=pytest.mark.slow),
         pytest.param(2, {"strategy": "nfp", "minibatch": True, "batch_size": 16, "fanouts": "x=2,3;2"}, id="nfp",
                      marks=pytest.mark.slow)]
 
