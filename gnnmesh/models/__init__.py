@@ -12,6 +12,7 @@ from .decoupled import Decoupled
 from .gat import GAT
 from .gcn import GCN
 from .gin import GIN
+from .per_relation import per_relation
 from .registry import ModelSpec, is_built_in, names, register, spec
 from .row_wise import BatchNorm, Dropout
 from .sage import SAGE
@@ -50,4 +51,4 @@ def options_of(name: str, decoupled: bool = False) -> tuple:
 
 
 __all__ = ["ModelSpec", "register", "names", "spec", "is_built_in", "build_model", "options_of", "GCN", "SAGE", "GAT", "GIN", "Decoupled", "LayerStack",
-           "GraphLayer", "Maths", "Term", "SELF", "BatchNorm", "Dropout"]
+           "GraphLayer", "Maths", "Term", "SELF", "BatchNorm", "Dropout", "per_relation"]

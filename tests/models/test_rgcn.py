@@ -1,9 +1,10 @@
 """R-GCN on a typed graph: a layer is PyG's RGCNConv (mean per relation, root weight, bias);
 training under partition, tensor and offload gives the single process's losses, and mini-batches
-(sampled per relation, with fanouts per relation too) under gdp and dnp the single process's
-mini-batch losses; basis decomposition mixes shared matrices; the relations are recorded in checkpoints
-(a checkpoint resumed on 1 rank continues 3 ranks' run); a graph without relations and
-grid3d are refused in one line."""
+(sampled per relation, with fanouts per relation too) under gdp, dnp and nfp the single process's
+mini-batch losses; basis decomposition mixes shared matrices; the relations are recorded in
+checkpoints (a checkpoint resumed on 1 rank continues 3 ranks' run); grid3d lays out each
+relation's weight (basis-mixed weights it refuses in one line), and a graph without relations
+and snp are refused in one line."""
 
 import pytest
 import torch
@@ -103,14 +104,23 @@ def test_a_graph_without_relations_is_refused_in_one_line():
         Trainer(config(), random_graph(features=5))
 
 
-@pytest.mark.parametrize("fields,refusal", [
-    ({"strategy": "grid3d"}, "grid3d strategy runs gcn, sage, gin"),
-    ({"strategy": "snp", "minibatch": True}, "as a mean per relation needs each relation's; .* rgcn with gdp, "
-                                             "dnp or nfp, got rgcn$"),
-])
-def test_grid3d_and_snp_refuse_it_in_one_line(fields, refusal):
-    with pytest.raises(ConfigError, match=refusal) as caught:
-        (MiniBatchTrainer if fields.get("minibatch") else Trainer)(config(**fields), typed_graph())
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("grid", ["2,1,2", pytest.param("2,2,1", marks=pytest.mark.slow)])
+def test_grid3d_lays_out_each_relations_weight_and_trains_to_the_single_process_losses(grid):
+    want = _losses(0, 1, {})
+    for rank, got in enumerate(run_ranks(_losses, 4, {"strategy": "grid3d", "grid": grid}, timeout=180)):
+        assert got == pytest.approx(want, abs=1e-5), f"grid {grid} rank {rank}"
+
+
+def test_grid3d_refuses_mixed_basis_weights_in_one_line():
+    with pytest.raises(ConfigError, match="R-GCN with --bases mixes its weights"):
+        Trainer(config(strategy="grid3d", bases=2), typed_graph())
+
+
+def test_snp_refuses_it_in_one_line():
+    with pytest.raises(ConfigError, match="as a mean per relation needs each relation's; .* rgcn with gdp, dnp or "
+                                          "nfp, got rgcn$") as caught:
+        MiniBatchTrainer(config(strategy="snp", minibatch=True), typed_graph())
     assert "\n" not in str(caught.value)
 
 

@@ -242,3 +242,21 @@ def test_link_prediction_on_a_featureless_graph_learns_the_same_embeddings_on_th
     want = _link(0, 1, {})
     for got in run_ranks(_link, 3, {"strategy": "partition"}, timeout=180):
         assert got == pytest.approx(want, abs=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_the_command_line_trains_an_ogbn_mag_directory_with_embeddings_on_three_ranks(tmp_path):
+    import json
+    from tests.forked import run_cli
+    spec = f"{write_mag(tmp_path / 'ogbn-small')}:add_reverse=true,cache=false"
+    losses = {}
+    for ranks in (1, 3):
+        metrics = tmp_path / f"m{ranks}.jsonl"
+        result = run_cli("train", "--dataset", spec, "--model", "rgcn", "--embed-dim", "16", "--epochs", "4",
+                         "--nproc", ranks, "--strategy", "partition" if ranks > 1 else "single",
+                         "--metrics", metrics, "--quiet", timeout=300)
+        assert result.returncode == 0, result.stderr
+        losses[ranks] = [json.loads(line)["loss"] for line in metrics.read_text().splitlines()
+                         if "loss" in json.loads(line)]
+    assert len(losses[1]) == 4 and losses[3] == pytest.approx(losses[1], abs=1e-5)
