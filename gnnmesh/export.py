@@ -169,6 +169,9 @@ def describe(model: nn.Module, name: str = "") -> tuple:
     from .models.rgcn import RGCN
     if type(model) is Decoupled:
         return _decoupled(model, name)
+    if any(getattr(m, "edge_dim", 0) for m in model.modules()):
+        raise ConfigError(f"model {type(model).__name__} reads edge features, which the PyG export does not "
+                          "carry yet")
     kinds = {GCN: ("gcn", _gcn), SAGE: ("sage", _sage), GAT: ("gat", _gat), GIN: ("gin", _gin),
              RGCN: ("rgcn", _rgcn)}
     if type(model) not in kinds:

@@ -64,6 +64,12 @@ class RelationView:
     def entries(self, op):
         return self._view.entries(relation_operator(op, self.relation))
 
+    def edge_sum(self, messages, op="sum"):
+        return self._view.edge_sum(messages, relation_operator(op, self.relation))
+
+    def edge_features(self, op="loop"):
+        return self._view.edge_features(relation_operator(op, self.relation))
+
 
 class PerRelation(nn.Module):
     """One copy of ``layer`` per relation (``copies``: the layers themselves), summed or

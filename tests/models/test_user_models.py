@@ -15,6 +15,7 @@ from gnnmesh.errors import ConfigError
 from gnnmesh.graph import Adjacency
 from gnnmesh.models import GraphLayer, LayerStack, Maths, Term, user
 from gnnmesh.train import Trainer
+from gnnmesh.train.minibatch import MiniBatchTrainer
 from gnnmesh.view import register_operator
 
 from tests.dist import run_ranks
@@ -109,7 +110,7 @@ def _build(name, strategy):
 
 def test_mini_batch_training_needs_a_layer_stack():
     with pytest.raises(ConfigError, match="--strategy single --minibatch needs a LayerStack"):
-        Trainer(config("appnp", minibatch=True), make_graph())
+        MiniBatchTrainer(config("appnp", minibatch=True), make_graph())
 
 
 def test_a_model_built_in_python_is_recorded_and_rebuilt_from_its_checkpoint(tmp_path):
@@ -190,7 +191,7 @@ BAD = {
     "missing class": (["--model", f"{EXAMPLES / 'gatv2.py'}:GATv3"], "has no class 'GATv3'"),
     "missing module": (["--model", "no_such_package.models:Net"], "no module named 'no_such_package.models'"),
     "not a module": (["--model", f"{EXAMPLES / 'gatv2.py'}:F"], "is not a torch.nn.Module subclass"),
-    "malformed": (["--model", "gcn2"], "'gcn2' is not one of gcn, sage, gat, gin, rgcn"),
+    "malformed": (["--model", "gcn2"], "'gcn2' is not one of gcn, sage, gat, gatv2, gin, gine, rgcn"),
     "bad args": (["--model", MODELS["gatv2"][0], "--model-args", "heads"], "'heads' is not key=value"),
     "built-in option": (["--model", MODELS["gatv2"][0], "--hidden", "4"], "config field 'hidden' applies to the "
                                                                            "built-in models"),
@@ -388,4 +389,4 @@ def test_a_model_that_cannot_train_for_the_task_is_one_line_before_training(case
 def test_mini_batch_training_refuses_a_model_of_another_width():
     from examples.graphconv import GraphConv
     with pytest.raises(ConfigError, match="it gives 4 outputs per node; the classification task"):
-        Trainer(Config.of(epochs=1, minibatch=True), make_graph(), model=GraphConv(6, 4)).fit()
+        MiniBatchTrainer(Config.of(epochs=1, minibatch=True), make_graph(), model=GraphConv(6, 4)).fit()
