@@ -95,10 +95,10 @@ class Ends:
     @classmethod
     def of(cls, graph: Graph, names: tuple) -> "Ends":
         types = graph.meta["node_types"]
-        ranges = [[types.ids(part) for part in (name.split("__")[0], name.split("__")[2])] for name in names]
-        lo = lambda end: np.array([r[end].start for r in ranges], dtype=np.int64)  # noqa: E731
-        count = lambda end: np.array([max(r[end].stop - r[end].start, 1) for r in ranges], dtype=np.int64)  # noqa: E731
-        return cls(lo(0), count(0), lo(1), count(1))
+        ends = [[types.ids(part) for part in (name.split("__")[0], name.split("__")[2])] for name in names]
+        lo = [np.array([r[end].start for r in ends], dtype=np.int64) for end in (0, 1)]
+        count = [np.array([max(r[end].stop - r[end].start, 1) for r in ends], dtype=np.int64) for end in (0, 1)]
+        return cls(lo[0], count[0], lo[1], count[1])
 
     def draw(self, end: str, relation: np.ndarray, *keys) -> np.ndarray:
         """Uniform ids of the ``end`` ("src" or "dst") type of each ``relation`` (broadcast
@@ -160,6 +160,9 @@ def split_for(config, graph: Graph, split, original) -> tuple:
         raise ConfigError(f"{FIELD}: --minibatch samples one operator for a link step, and a relational model "
                           "reads one per relation; train on the full graph (leave --minibatch out)")
     names = chosen_relations(graph, cfg.link.link_relation)
+    if graph.adj.edge_features is not None:
+        raise ConfigError(f"{FIELD}: {graph.name!r} carries edge features, each entry's the sum of its relations' "
+                          "edges', which holding out one relation's edges cannot take apart; load it without them")
     config = config.updated(link_relation=",".join(names))
     if split is not None:
         if tuple(split.relations) != names:

@@ -1,7 +1,7 @@
 """Link prediction on a typed graph's relations (``--link-relation``): the held-out edges leave
 the graph under their relation and its reverse alone, negatives stay in the relation's end
-types, DistMult scores each pair with its relation's diagonal; partition (3 ranks), tensor and
-offload runs equal the single process (losses, parameters, metrics); checkpoints record the relations
+types, DistMult scores each pair with its relation's diagonal; partition (3 ranks), tensor,
+offload and grid3d runs equal the single process (losses, parameters, metrics); checkpoints record the relations
 and predict scores and ranks a chosen one; bad input is one line."""
 
 import numpy as np
@@ -32,6 +32,10 @@ def config(**fields) -> Config:
     return Config.of(**{"task": "link", "model": "rgcn", "hidden": 8, "epochs": 4, "seed": 1, "decoder": "distmult",
                         "link_relation": "cites,written_by", "eval_negatives": 7, "hits": "1,3",
                         "link_split": "valid=0.1,test=0.1", **fields})
+
+
+def with_edge_features(g):
+    return g.replace(adj=g.adj.with_edge_features(torch.ones(g.adj.nnz, 2)))
 
 
 def pairs_of(g, name):
@@ -110,7 +114,7 @@ def train(**fields) -> dict:
 VARIANTS = {"rgcn": {}, "rgat-bpr-both": {"model": "rgat", "heads": 2, "link_loss": "bpr", "corrupt": "both",
                                           "negatives": 2, "edge_batch_size": 150, "link_relation": "all"}}
 RUNS = {"partition": {"strategy": "partition", "partitioner": "rp"}, "tensor": {"strategy": "tensor"},
-        "offload": {"strategy": "offload", "chunks": "2"}}
+        "offload": {"strategy": "offload", "chunks": "2"}, "grid3d": {"strategy": "grid3d", "grid": "1,1,2"}}
 
 
 def _rank_runs(rank, world, strategy, variants):
@@ -150,9 +154,10 @@ def test_offload_on_two_ranks_equals_the_single_process():
     check("offload", 2, ["rgcn"], timeout=250)
 
 
-def test_grid3d_refuses_it_in_one_line():
-    with pytest.raises(ConfigError, match="grid3d strategy runs gcn"):
-        LinkTrainer(config(strategy="grid3d"), graph())
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_grid3d_on_two_ranks_equals_the_single_process():
+    check("grid3d", 2, ["rgcn"], timeout=250)
 
 
 def test_a_checkpoint_records_the_relations_and_predict_scores_and_ranks_a_chosen_one(tmp_path):
@@ -238,6 +243,7 @@ def test_predict_on_the_command_line_scores_the_chosen_relation(tmp_path):
     ({"link_relation": "cites,rev_cites"}, graph, "paper__cites__paper and paper__rev_cites__paper are one relation"),
     ({"link_relation": "cites", "rank_all": True}, graph, "--rank-all ranks against every node"),
     ({"link_relation": "cites", "minibatch": True}, graph, "--minibatch samples one operator for a link step"),
+    ({"link_relation": "cites"}, lambda: with_edge_features(graph()), "carries edge features, each entry's the sum"),
 ])
 def test_bad_input_is_refused_in_one_line(fields, graph_of, message):
     with pytest.raises(ConfigError, match=message) as err:
