@@ -211,16 +211,24 @@ def write_mag(root, seed: int = 0):
 
 
 def _mag_losses(rank, world, spec, fields):
-    summary = Trainer(config(nproc=world, embed_dim=16, **fields), load(spec, cache=False)).fit()
+    trainer_class = MiniBatchTrainer if fields.get("minibatch") else Trainer
+    summary = trainer_class(config(nproc=world, embed_dim=16, **fields), load(spec, cache=False)).fit()
     return [r.loss for r in summary.history]
 
 
 @pytest.mark.timeout(200)
-def test_an_ogbn_mag_directory_trains_rgcn_with_embeddings_on_three_ranks(tmp_path):
+@pytest.mark.parametrize("world,fields", [
+    pytest.param(3, {"strategy": "partition"}, id="partition"),
+    pytest.param(2, {"strategy": "tensor"}, id="tensor", marks=pytest.mark.slow),
+    pytest.param(2, {"strategy": "offload"}, id="offload", marks=pytest.mark.slow),
+    pytest.param(2, {"strategy": "gdp", "minibatch": True, "batch_size": 6, "fanouts": "4,4"}, id="gdp",
+                 marks=pytest.mark.slow)])
+def test_an_ogbn_mag_directory_trains_rgcn_with_embeddings_on_several_ranks(tmp_path, world, fields):
     spec = f"{write_mag(tmp_path / 'ogbn-small')}:add_reverse=true"
     assert load(spec, cache=False).meta["node_types"].widths == (6, 0, 0)
-    want = _mag_losses(0, 1, spec, {})
-    for got in run_ranks(_mag_losses, 3, spec, {"strategy": "partition"}, timeout=180):
+    alone = {k: v for k, v in fields.items() if k != "strategy"}
+    want = _mag_losses(0, 1, spec, alone)
+    for got in run_ranks(_mag_losses, world, spec, fields, timeout=180):
         assert got == pytest.approx(want, abs=1e-5)
 
 
