@@ -27,13 +27,16 @@ import ctypes
 import logging
 import os
 import select
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import uuid
 
 LAUNCHER_ENV = "GNNMESH_LAUNCHER_PID"
+BAD_INPUT_ENV = "GNNMESH_BAD_INPUT_DIR"  # set by launch: where its ranks leave the line they stop on
 RESTART_ENV = "GNNMESH_RESTART_COUNT"   # set by launch for the ranks of a restarted job
 CAUSE_ENV = "GNNMESH_RESTART_CAUSE"     # and which ranks failed before it
 ELASTIC_SIGNALS_ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"  # torch's launcher sets it for its agent
@@ -192,11 +195,15 @@ def launch(argv: list, nproc: int, max_restarts: int = 0, min_nproc: int = 1) ->
     os.environ.setdefault("OMP_NUM_THREADS", str(ranks_share_cores(nproc)))
     os.environ[LAUNCHER_ENV] = str(os.getpid())
     handled = os.environ.get(ELASTIC_SIGNALS_ENV)
+    bad_input = tempfile.mkdtemp(prefix="gnnmesh-bad-input-")
+    os.environ[BAD_INPUT_ENV] = bad_input
     try:
         return _run_job(argv, nproc, max_restarts, min_nproc)
     finally:  # what the ranks of a restart were told is not this process's own
         os.environ.pop(RESTART_ENV, None)
         os.environ.pop(CAUSE_ENV, None)
+        os.environ.pop(BAD_INPUT_ENV, None)
+        shutil.rmtree(bad_input, ignore_errors=True)
         if handled is None:  # torch's launcher set it for its agent
             os.environ.pop(ELASTIC_SIGNALS_ENV, None)
         else:
@@ -213,7 +220,8 @@ def _run_job(argv: list, nproc: int, max_restarts: int, min_nproc: int) -> int:
             return 0
         except ChildFailedError as err:
             if any(f.exitcode == 2 for f in err.failures.values()):
-                return 2  # bad input: rank 0 has printed the one-line error
+                _say_bad_input()
+                return 2
             if _stdout_closed():  # rank 0 stopped on it; a peer may have failed first, on rank 0's exit
                 return PIPE_CLOSED
             if restart == max_restarts:
@@ -227,6 +235,32 @@ def _run_job(argv: list, nproc: int, max_restarts: int, min_nproc: int) -> int:
             os.environ[RESTART_ENV] = str(restart + 1)
             os.environ[CAUSE_ENV] = _restart_cause(lost, err)
     return 1  # not reached: the last try returns
+
+
+def leave_bad_input(line: str) -> bool:
+    """In a rank started by ``launch``: leave ``line``, the one-line error this rank stops on,
+    for the launcher to print once the job has ended (True); False elsewhere, where the rank
+    prints it or not as it speaks for the job. Rank 0 printing it itself could lose it: a
+    peer that stops first has the agent stop the others, rank 0 perhaps before its line."""
+    folder = os.environ.get(BAD_INPUT_ENV)
+    if not launched_rank() or not folder or not os.path.isdir(folder):
+        return False
+    path = os.path.join(folder, f"{world_from_env()[0]}.txt")
+    with open(path + ".part", "w") as out:
+        out.write(line + "\n")
+    os.replace(path + ".part", path)  # the launcher reads a whole line or none
+    return True
+
+
+def _say_bad_input() -> None:
+    """Print the line of the lowest rank that stopped on bad input (rank 0's when it got
+    there: the ranks read the same input), one line for the job whichever stopped first."""
+    folder = os.environ.get(BAD_INPUT_ENV, "")
+    left = sorted((int(name[:-len(".txt")]), name) for name in os.listdir(folder) if name.endswith(".txt")) \
+        if os.path.isdir(folder) else []
+    if left:
+        with open(os.path.join(folder, left[0][1])) as line:
+            sys.stderr.write(line.read())
 
 
 def _lost_ranks(failures: dict) -> list:
