@@ -30,9 +30,10 @@ def _command(args: list, environ: dict, cwd: str, out_path: str, err_path: str) 
     sys.exit(main())
 
 
-def _script(path: str, environ: dict, cwd: str, out_path: str, err_path: str) -> None:
+def _script(argv: list, environ: dict, cwd: str, out_path: str, err_path: str) -> None:
     _become(environ, cwd, out_path, err_path)
-    sys.argv = [path]
+    sys.argv = list(argv)
+    path = argv[0]
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))  # as 'python PATH' puts it first
     runpy.run_path(path, run_name="__main__")
 
@@ -52,12 +53,11 @@ def run_cli(*args, cwd=None, env=None, timeout: float = 240) -> subprocess.Compl
     return _run(_command, args, [sys.executable, "-m", "gnnmesh", *args], cwd, env, timeout)
 
 
-def run_script(path, cwd=None, env=None, timeout: float = 240) -> subprocess.CompletedProcess:
-    """``python PATH`` in a forked process, as ``run_cli`` runs a command: the script runs as
-    ``__main__`` with its folder first on ``sys.path``. For scripts that start no process of
-    their own by re-running ``__main__`` (multiprocessing's spawn would not find it)."""
-    path = str(path)
-    return _run(_script, path, [sys.executable, path], cwd, env, timeout)
+def run_script(path, *args, cwd=None, env=None, timeout: float = 240) -> subprocess.CompletedProcess:
+    """``python PATH ARGS`` in a forked process, as ``run_cli`` runs a command: the script runs
+    as ``__main__`` with its folder first on ``sys.path``."""
+    argv = [str(path), *map(str, args)]
+    return _run(_script, argv, [sys.executable, *argv], cwd, env, timeout)
 
 
 def _run(target, what, command: list, cwd, env, timeout: float) -> subprocess.CompletedProcess:
