@@ -19,6 +19,9 @@ The policy:
 * A rank dies with its launcher, however the launcher dies (kill -9 included): the kernel
   sends it SIGKILL when its parent goes (Linux ``PR_SET_PDEATHSIG``; elsewhere a watcher
   thread polls the parent). Ranks run in their own session, so nothing else would.
+* Bad input (exit status 2) is one line that the launcher prints once the ranks have ended,
+  the line of the lowest rank that left one (``leave_bad_input``): the first rank to stop
+  has the agent stop the others, so rank 0 may never reach its own.
 """
 
 from __future__ import annotations
