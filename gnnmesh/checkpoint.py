@@ -10,7 +10,8 @@ best-validation selection (epoch, val_acc, test_acc, its weights or None); ``his
 epoch records; ``config``, the flat settings; ``widths``, the model's input width and number
 of classes; ``job``, the elastic job that wrote it (or None); ``user_model``, a user's model's
 name, its file's sha256 and its file's path relative to the checkpoint's directory
-(``user_model_record``; or None). Version 2 had no ``schedule`` (its runs had a constant rate);
+(``user_model_record``; or None); and where the run learned input embeddings,
+``embeddings`` (node ids, values, the optimizer's state: ``gnnmesh.train.embeddings``). Version 2 had no ``schedule`` (its runs had a constant rate);
 version 1, the layout before it, had no ``version`` and might lack ``widths``, ``job`` and
 ``user_model``. Both are migrated on reading (version 1's widths read from the weights' shapes).
 The file's path in ``user_model`` came later within version 3, an optional entry that older
@@ -46,11 +47,14 @@ WEIGHTS = ("best", "last")  # the best-validation model (what training reports),
 
 def written(*, epoch: int, model: dict, optimizer: dict, best: dict, history: list, config: dict,
             features: int, classes: int, job: Optional[str], user_model: Optional[dict] = None,
-            schedule: Optional[dict] = None) -> dict:
+            schedule: Optional[dict] = None, embeddings: Optional[dict] = None) -> dict:
     """The checkpoint of a training run after ``epoch`` (see the module's docstring)."""
-    return {"version": VERSION, "epoch": epoch, "model": model, "optimizer": optimizer, "schedule": schedule,
-            "best": best, "history": history, "config": config,
-            "widths": {"features": features, "classes": classes}, "job": job, "user_model": user_model}
+    state = {"version": VERSION, "epoch": epoch, "model": model, "optimizer": optimizer, "schedule": schedule,
+             "best": best, "history": history, "config": config,
+             "widths": {"features": features, "classes": classes}, "job": job, "user_model": user_model}
+    if embeddings is not None:
+        state["embeddings"] = embeddings
+    return state
 
 
 def save(path, state: dict) -> None:
@@ -168,7 +172,20 @@ def _decoder_problem(state) -> str:
     return ""
 
 
-_CHECKS = (_progress_problem, _record_problem, _decoder_problem)
+def _embeddings_problem(state) -> str:
+    saved = state.get("embeddings")  # learned input embeddings (--embed-dim), where the run had them
+    if saved is None:
+        return ""
+    kept = saved.get("optimizer") if isinstance(saved, dict) else None
+    if not (isinstance(saved, dict) and torch.is_tensor(saved.get("ids")) and torch.is_tensor(saved.get("last"))
+            and (saved.get("best") is None or torch.is_tensor(saved["best"])) and isinstance(kept, dict)
+            and _tensors(kept.get("rows")) and isinstance(kept.get("shared"), dict)
+            and all(_number(v) for v in kept["shared"].values())):
+        return "'embeddings' is not a table of node ids, values and optimizer state"
+    return ""
+
+
+_CHECKS = (_progress_problem, _record_problem, _decoder_problem, _embeddings_problem)
 
 
 def migrated(state: dict) -> dict:
@@ -227,6 +244,12 @@ def schedule(state: dict) -> Optional[dict]:
 def job(state: dict) -> Optional[str]:
     """The id of the elastic job that wrote the checkpoint, None outside one."""
     return state["job"]
+
+
+def embeddings(state: dict) -> Optional[dict]:
+    """A run's learned input embeddings: node ``ids``, their ``last`` and ``best`` values and
+    the ``optimizer``'s state (``gnnmesh.train.embeddings``; None: the run learned none)."""
+    return state.get("embeddings")
 
 
 def decoder(state: dict) -> Optional[dict]:

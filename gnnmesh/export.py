@@ -117,6 +117,9 @@ def _description(checkpoint, weights: str, model) -> tuple:
     from . import export_user
     from .trained import load
     state = checkpoints.load(checkpoint)
+    if checkpoints.embeddings(state) is not None:  # the exported model alone would read zeros in their place
+        raise ConfigError(f"{checkpoint}: the model learned input embeddings (--embed-dim), which PyG export "
+                          "does not carry yet; use gnnmesh predict")
     name = checkpoints.settings(state).get("model")
     if not (isinstance(name, str) and is_user_model(name)):
         built, config = load(checkpoint, weights, model=model)  # read weights-only; ConfigError naming the file
@@ -162,6 +165,9 @@ def describe(model: nn.Module, name: str = "") -> tuple:
     from .models.rgcn import RGCN
     if type(model) is Decoupled:
         return _decoupled(model, name)
+    if any(getattr(m, "edge_dim", 0) for m in model.modules()):
+        raise ConfigError(f"model {type(model).__name__} reads edge features, which the PyG export does not "
+                          "carry yet")
     kinds = {GCN: ("gcn", _gcn), SAGE: ("sage", _sage), GAT: ("gat", _gat), GIN: ("gin", _gin),
              RGCN: ("rgcn", _rgcn)}
     if type(model) not in kinds:

@@ -138,6 +138,7 @@ SCHEDULE_SETTINGS = {"step_size": ("step",), "gamma": ("step", "plateau"), "lr_p
 # The numeric precisions a run may train in (``gnnmesh.train.precision``): fp32 throughout, or
 # bf16 autocast of the forward pass's dense products with fp32 parameters, optimizer and loss.
 PRECISIONS = ("32", "bf16-mixed")
+EMBED_OPTIMIZERS = ("sparse_adam", "adagrad")
 
 
 # -- the run's common sections -------------------------------------------------------------------
@@ -156,9 +157,10 @@ class DataSection(Section):
 
 
 # The built-in models' options, which a user's model takes through --model-args instead.
-BUILT_IN_OPTIONS = ("hidden", "dropout", "heads", "attn_dropout", "k", "alpha", "relations", "bases", "decoupled")
+BUILT_IN_OPTIONS = ("hidden", "dropout", "heads", "attn_dropout", "k", "alpha", "relations", "bases", "edge_dim",
+                    "decoupled")
 # Of those, the ones a built-in model takes or not by its form (each class declares its own).
-MODEL_OPTIONS = ("hidden", "dropout", "heads", "attn_dropout", "k", "alpha", "relations", "bases")
+MODEL_OPTIONS = ("hidden", "dropout", "heads", "attn_dropout", "k", "alpha", "relations", "bases", "edge_dim")
 
 
 def options_not_taken(name: str, decoupled: bool) -> tuple:
@@ -211,6 +213,13 @@ class ModelSection(Section):
                                        "comma-separated (default: the graph's; checkpoints record them)")
     bases: Optional[int] = setting(help="rgcn: share B basis matrices among the relations' weights (default 0: "
                                    "one weight per relation)", check=NON_NEGATIVE)
+    edge_dim: Optional[int] = setting(help="gat, gatv2, gine, rgat: the width of the graph's edge features the "
+                                      "model reads (default: the graph's, 0 without; 0: read none; checkpoints "
+                                      "record it)", check=NON_NEGATIVE)
+    embed_dim: Optional[int] = setting(help="learn D input columns for the nodes without features (a typed "
+                                       "graph's featureless node types, or every node of a graph without "
+                                       "features), updated by a row-sparse optimizer (--embed-optimizer) and "
+                                       "kept in checkpoints (default: none)", check=COUNT)
     decoupled: bool = setting(False, help="train the decoupled form of the model: its NN layers first, then k "
                               "propagation steps (gcn, sage, gat); under --strategy tensor: one layout switch "
                               "each way per pass")
@@ -294,6 +303,11 @@ class TrainingSection(Section):
                              "evaluation and prediction alike; the graph aggregations compute in float32, "
                              "and parameters, optimizer state and the loss stay float32 (several ranks "
                              "equal one process to a tolerance, not exactly)", choices=PRECISIONS)
+    embed_lr: Optional[float] = setting(help="--embed-dim: the embeddings' learning rate (default: --lr)",
+                                        check=Range(0.0, open="low"))
+    embed_optimizer: str = setting("sparse_adam", help="--embed-dim: the embeddings' row-sparse optimizer, "
+                                   "updating only the rows a step reaches: sparse_adam (torch's SparseAdam) or "
+                                   "adagrad (torch's Adagrad on sparse gradients)", choices=EMBED_OPTIMIZERS)
     seed: int = setting(0, help="random seed (weights, dropout, generated data splits)", check=Range(*SEED_RANGE))
     eval_every: int = setting(1, help="evaluate every N epochs", check=COUNT)
     minibatch: bool = setting(False, help="train on sampled mini-batches instead of the whole graph "

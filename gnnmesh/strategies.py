@@ -135,14 +135,14 @@ for _spec in (
                  "--write-parts DIR, its parts (the whole topology, near-equal row blocks of the vertex data)",
                  summary="feature columns split across ranks, chunked and pipelined (NeutronTP)"),
     StrategySpec("grid3d", ("x", "y", "z"), ("grid3d",), named_by=("grid",), from_parts=("grid",), scores_pairs=True,
-                 models=("gcn", "sage", "gin"), forms=("plain",), needs="maths",
+                 models=("gcn", "sage", "gin", "rgcn"), forms=("plain",), needs="maths",
                  factory="gnnmesh.parallel.factories:grid3d", planner="gnnmesh.planner.grid3d:candidates",
                  parts="gnnmesh.parallel.grid3d.parts:write_grid_parts",
                  partition_view="gnnmesh.commands.partition:run_grid", partition_view_summary="nonzero balance of the "
                  "--grid R,C blocks of the adjacency in the original order, with one permutation, with the double "
                  "permutation (--seed) and with a balanced pair; with --grid X,Y,Z and --write-parts DIR, its parts",
                  plan_view="gnnmesh.commands.plan_grid3d:run",
-                 refusal="the grid3d strategy runs gcn, sage, gin (not their decoupled forms)",
+                 refusal="the grid3d strategy runs gcn, sage, gin and rgcn (not their decoupled forms)",
                  summary="3D grid of ranks with double permutation (Plexus)"),
     StrategySpec("offload", ("rows",), ("partition", "offload") + _HOST_TIER, named_by=("partitioner",), scores_pairs=True,
                  factory="gnnmesh.parallel.factories:offload", planner="gnnmesh.planner.offload:candidates",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..view import GraphView
+from .input_rows import LeafRows
 from .strategy import RankData, Strategy
 
 
@@ -19,3 +20,6 @@ class SingleProcess(Strategy):
 
     def rank_data(self, graph, x, seed, device):
         return whole_graph(graph, x, seed, device)
+
+    def input_rows(self, data):
+        return LeafRows(data, data.row_ids().numpy())

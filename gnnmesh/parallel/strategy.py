@@ -63,6 +63,13 @@ class Strategy:
         (``gnnmesh.parts``) without ever holding the whole graph."""
         raise ConfigError(f"strategy '{self.name}' cannot train from --parts")
 
+    def input_rows(self, data: RankData):
+        """This rank's rows of model input as learned embeddings change them
+        (``gnnmesh.parallel.input_rows``); called once the rank's data is made, before
+        ``prepare``. A strategy that cannot give its input a gradient refuses in one line."""
+        raise ConfigError(f"strategy '{self.name}' cannot learn input embeddings (--embed-dim); use partition, "
+                          "tensor, offload, the mini-batch strategies or one process")
+
     def prepare(self, model: torch.nn.Module) -> None:
         """Plan what depends on the model (called once it is built, before training)."""
 

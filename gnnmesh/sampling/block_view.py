@@ -53,6 +53,9 @@ class BlockView(GraphView):
     def edge_softmax(self, scores, op="loop"):
         return ops.edge_softmax(self._adj(op), scores)
 
+    def edge_block(self, op):
+        return self._adj(op)
+
     def rows(self):
         return self.block.nodes
 

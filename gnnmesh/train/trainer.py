@@ -40,7 +40,7 @@ from ..parallel import Strategy
 from ..planner.estimate import name_of
 from ..settings import BUILT_IN_OPTIONS, ModelSection
 from ..trained import Widths
-from . import optim, precision
+from . import embeddings, optim, precision
 from .callbacks import EarlyStopping, stop_reason
 from .metrics import MetricsFile, to_json
 
@@ -128,11 +128,18 @@ class Trainer:
                               f"SCRIPT.py'")
         profile.sync_cuda["on"] = self.device.type == "cuda"
         self.task, self.task_note = self._task(data, task)  # labels that do not fit are refused before the graph is split
+        embedded = None  # the global ids of the rows with learned embeddings (--embed-dim)
         if isinstance(data, Graph):
             x = _features(data) if widths is None else input_features(data)
+            if self.config.model.embed_dim:
+                embedded = embeddings.embedded_ids(data)
+                x = embeddings.with_embeddings(x, embedded, self.config.model.embed_dim, self.config.training.seed)
             self.rank_data = self.strategy.rank_data(data, x, self.config.training.seed, self.device)
             num_features = x.shape[1]
         else:  # its writer checked labels and split, and stored the features as _features does
+            if self.config.model.embed_dim:
+                raise ConfigError("config field 'embed_dim': learned embeddings train from a graph, not from "
+                                  "--parts (the parts hold no embeddings)")
             if built_here:  # one line before any rank reads a folder that is not its own
                 data.check_run(self.config.run.strategy, self.strategy.world_size)
             self.rank_data = self.strategy.rank_data_from_parts(data, self.config.training.seed, self.device)
@@ -154,6 +161,8 @@ class Trainer:
                               f"relations) and {self.config.model.name} sees one edge type; train it with "
                               f"{' or '.join(_relational_models())}, or "
                               "load it as one node and edge type with ':typed=false' in the dataset spec")
+        if model is None and self._takes("edge_dim"):
+            self.config = _with_edge_dim(self.config, data)
         if model is None:
             model = trained.build(self.config, Widths(self.num_features, self.num_classes))
         elif not self.config.model.user:  # what checkpoints record: the class, to build it again
@@ -167,6 +176,7 @@ class Trainer:
         # what a checkpoint keeps of a user's model: its name, its file's hash and path, never its code
         self.own_model = user_file.Trained.of(model, self.config.model.name) if self.config.model.user else None
         self.model = model.to(self.device)
+        self.input_embeddings = self._input_embeddings(embedded, num_features)
         self.strategy.agree_parameters(self.model)  # whatever torch seed each rank's caller set
         self.strategy.prepare(self.model)
         self._optimizer: Optional[torch.optim.Optimizer] = None
@@ -184,13 +194,32 @@ class Trainer:
         self.history: list[EpochResult] = []
         self.metrics: Optional[list] = None  # the last evaluation's metrics, per split
 
+    def _input_embeddings(self, embedded, num_features: int) -> Optional[embeddings.Embeddings]:
+        """The rank's rows of the learned embeddings (None without --embed-dim): the last
+        ``embed_dim`` input columns of the rows ``embedded``, wherever the strategy holds them."""
+        if embedded is None:
+            return None
+        cfg = self.config
+        if cfg.training.minibatch and (cfg.minibatch.cache_memory or cfg.host_tier.host_store == "file"):
+            raise ConfigError("config field 'embed_dim': learned embeddings change every step; a feature cache "
+                              "(--cache-memory) or a file store (--host-store file) would serve stale rows")
+        rows = self.strategy.input_rows(self.rank_data)
+        dim = cfg.model.embed_dim
+        return embeddings.Embeddings(rows, embedded, slice(num_features - dim, num_features),
+                                     cfg.training.embed_optimizer, cfg.training.embed_lr or cfg.training.lr,
+                                     embeddings.world_comm(self.strategy))
+
     # Whether every rank holds every row's labels (mini-batch training): what the task sums
     # over the training set is then summed on each rank alone.
     holds_every_row = False
 
     def _takes_relations(self) -> bool:
+        return self._takes("relations")
+
+    def _takes(self, option: str) -> bool:
+        """Whether the config's built-in model takes ``option``."""
         config = self.config
-        return not config.model.user and "relations" in options_of(config.model.name, config.model.decoupled)
+        return not config.model.user and option in options_of(config.model.name, config.model.decoupled)
 
     def _task(self, data, given) -> tuple:
         """(the task, how it was inferred: a note, or None when it was given). The built-in task
@@ -308,10 +337,14 @@ class Trainer:
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
         self.sync_gradients()
+        if self.input_embeddings is not None:
+            grads_of_inputs = [self.input_embeddings.gather_gradient()]
+        else:
+            grads_of_inputs = []
         # Every rank sees the same summed loss and, after the sync, the same gradients, so all
         # stop alike, before the update is applied, at no extra communication.
         value = float(self.strategy.all_reduce(loss.detach().reshape(1).cpu())[0])
-        grads = [p.grad for p in self.trained_parameters() if p.grad is not None]
+        grads = [p.grad for p in self.trained_parameters() if p.grad is not None] + grads_of_inputs
         bad_grads = bool(grads) and not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
         if bad_grads or not math.isfinite(value):
             what = f"loss {value}" + (", a gradient not finite" if bad_grads else "")
@@ -319,6 +352,8 @@ class Trainer:
                                    f"this update, no checkpoint written for it (a lower --lr may help)")
         self._clip()
         self.optimizer.step()
+        if self.input_embeddings is not None:
+            self.input_embeddings.step()
         return value
 
     def trained_parameters(self) -> list:
@@ -395,6 +430,8 @@ class Trainer:
         if accs[1] > best or (self.best["state"] is None or math.isnan(best)) and not math.isnan(accs[1]):
             self.best = {"epoch": self.epoch, "val_acc": accs[1], "test_acc": accs[2],
                          "state": copy.deepcopy(self.model.state_dict())}
+            if self.input_embeddings is not None:
+                self.input_embeddings.keep_best()
 
     # -- using the model -------------------------------------------------------------------------
     @classmethod
@@ -440,6 +477,7 @@ class Trainer:
         values, trainer.epoch = checkpoint.weights(state, weights)
         trained.load_state(trainer.model, values, str(path))
         trainer.load_task_weights(state, weights, str(path))
+        trainer._restore_input_embeddings(state, weights, path, optimizer=False)
         return trainer
 
     @classmethod
@@ -492,12 +530,22 @@ class Trainer:
         return Output(output, layer).layer_of(self.model)
 
     # -- checkpoints -----------------------------------------------------------------------------
-    def state(self, path=None) -> dict:
+    def _save_checkpoint(self) -> None:
+        """Rank 0 writes the checkpoint; every rank takes part in gathering the embeddings."""
+        table = self.input_embeddings.record() if self.input_embeddings is not None else None
+        if self.strategy.rank == 0:
+            checkpoint.save(self.config.run.checkpoint, self.state(embedded=table))
+
+    def state(self, path=None, embedded: Optional[dict] = None) -> dict:
         """This run's checkpoint (``gnnmesh.checkpoint`` holds its format), to be written at
         ``path`` (default: ``--checkpoint``): a user's model's file is recorded relative to its
-        directory."""
+        directory. ``embedded``: the learned embeddings' record, gathered from every rank
+        (``Embeddings.record``, a collective call); by default gathered here, which on several
+        ranks every rank must call."""
         path = path if path is not None else self.config.run.checkpoint
-        return checkpoint.written(epoch=self.epoch, model=self.model.state_dict(), optimizer=self.optimizer.state_dict(),
+        if embedded is None and self.input_embeddings is not None:
+            embedded = self.input_embeddings.record()
+        return checkpoint.written(embeddings=embedded, epoch=self.epoch, model=self.model.state_dict(), optimizer=self.optimizer.state_dict(),
                                   schedule=self.learning_rate.state_dict(), best=self.best,
                                   history=[asdict(r) for r in self.history], config=self.config.to_dict(), features=self.num_features, classes=self.num_classes,
                                   job=launch.job_id(),  # a restart of this job resumes from it (``_restart``)
@@ -514,8 +562,18 @@ class Trainer:
         self.model.load_state_dict(weights)
         self.optimizer.load_state_dict(optimizer)
         self.learning_rate.load_state_dict(checkpoint.schedule(state))
+        self._restore_input_embeddings(state, "last", path, optimizer=True)
         self.history = [EpochResult(**r) for r in history]
         self.epoch = epoch
+
+    def _restore_input_embeddings(self, state: dict, which: str, path, optimizer: bool) -> None:
+        """This rank's rows of the checkpoint's learned embeddings (``which``: last or best)."""
+        if self.input_embeddings is None:
+            return
+        record = checkpoint.embeddings(state)
+        if record is None:
+            raise ConfigError(f"{path}: the checkpoint holds no learned embeddings (--embed-dim)")
+        self.input_embeddings.restore(record, which, optimizer, str(path))
 
     def _check_settings(self, recorded: dict, path=None, state: Optional[dict] = None) -> None:
         """A checkpoint resumes only under the settings that change the numbers a run produces
@@ -603,13 +661,15 @@ class Trainer:
                 on_restart(restarted)
             if not stopped:
                 stopped = self._epochs(metrics, on_epoch, stopping + list(callbacks), bool(callbacks))
-            if cfg.run.checkpoint and self.strategy.rank == 0:  # while the run holds its lock
-                checkpoint.save(cfg.run.checkpoint, self.state())
+            if cfg.run.checkpoint:  # while the run holds its lock
+                self._save_checkpoint()
         finally:
             if metrics:
                 metrics.close()
         if stopped and self.best["state"] is not None:  # the checkpoint keeps the last ones, to resume from
             self.model.load_state_dict(self.best["state"])
+            if self.input_embeddings is not None and self.input_embeddings.best is not None:
+                self.input_embeddings.use(self.input_embeddings.best)
         return self._summary(stopped)
 
     def _epochs(self, metrics, on_epoch, callbacks: list, callers: bool) -> Optional[str]:
@@ -626,8 +686,8 @@ class Trainer:
                 metrics.write(result.to_json())
             if on_epoch:
                 on_epoch(result)
-            if cfg.run.checkpoint_every and self.epoch % cfg.run.checkpoint_every == 0 and self.strategy.rank == 0:
-                checkpoint.save(cfg.run.checkpoint, self.state())
+            if cfg.run.checkpoint_every and self.epoch % cfg.run.checkpoint_every == 0:
+                self._save_checkpoint()
             if stopped:
                 return stopped
         return None
@@ -691,6 +751,25 @@ def _relational_models() -> tuple:
     return tuple(name for name in model_names() if "relations" in options_of(name))
 
 
+def _with_edge_dim(config, data):
+    """``config`` with its model's ``edge_dim`` the graph's edge-feature width where it is
+    unset (a parts directory carries none); a width the graph does not have is refused."""
+    features = data.adj.edge_features if isinstance(data, Graph) else None
+    width = 0 if features is None else int(features.shape[1])
+    given = config.model.edge_dim
+    if (width if given is None else given) and config.training.minibatch:
+        raise ConfigError(f"config field 'minibatch': model {config.model.name} reads the graph's edge features, "
+                          "which sampled blocks do not carry yet; train it full-graph (single, partition, tensor, "
+                          "offload), or without them (edge_dim = 0)")
+    if given is None:
+        return config.updated(edge_dim=width).resolved()
+    if given and given != width:
+        raise ConfigError(f"config field 'edge_dim': {given}, but the graph {data.name!r} has "
+                          f"{f'{width} edge features' if width else 'no edge features'}"
+                          f"{' (parts carry none: train from the graph itself)' if not isinstance(data, Graph) else ''}")
+    return config
+
+
 def _relation_names(data) -> tuple:
     """The relations of a typed graph, or of its parts (none for another graph): what a model
     with a weight per relation is built for."""
@@ -740,6 +819,7 @@ def _shown(value) -> str:
 
 # Settings that change the numbers a run produces; a checkpoint resumes only under the same ones.
 _RESULT_FIELDS = ("dataset", "reorder", "model", "model_args", "decoupled", "hidden", "layers", "dropout", "heads",
+                  "embed_dim", "embed_lr", "embed_optimizer",
                   "attn_dropout", "k", "alpha", "lr", "weight_decay", "seed", "minibatch", "fanouts", "batch_size", "eval_fanouts",
                   "task", "class_weights", "regression_loss", "optimizer", "momentum", "nesterov", "lr_schedule",
                   "step_size", "gamma", "lr_patience", "warmup_epochs", "clip_grad_norm", "precision")

@@ -1,8 +1,9 @@
 """R-GCN on a typed graph: a layer is PyG's RGCNConv (mean per relation, root weight, bias);
 training under partition, tensor, offload and gdp mini-batches gives the single process's
 losses; basis decomposition mixes shared matrices; the relations are recorded in checkpoints
-(a checkpoint resumed on 1 rank continues 3 ranks' run); a graph without relations and
-grid3d are refused in one line."""
+(a checkpoint resumed on 1 rank continues 3 ranks' run); grid3d lays out each relation's
+weight (basis-mixed weights it refuses in one line), and a graph without relations is refused
+in one line."""
 
 import pytest
 import torch
@@ -91,9 +92,17 @@ def test_a_graph_without_relations_is_refused_in_one_line():
         Trainer(config(), random_graph(features=5))
 
 
-def test_grid3d_refuses_it_in_one_line():
-    with pytest.raises(ConfigError, match="grid3d strategy runs gcn, sage, gin"):
-        Trainer(config(strategy="grid3d"), typed_graph())
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("grid", ["2,1,2", pytest.param("2,2,1", marks=pytest.mark.slow)])
+def test_grid3d_lays_out_each_relations_weight_and_trains_to_the_single_process_losses(grid):
+    want = _losses(0, 1, {})
+    for rank, got in enumerate(run_ranks(_losses, 4, {"strategy": "grid3d", "grid": grid}, timeout=180)):
+        assert got == pytest.approx(want, abs=1e-5), f"grid {grid} rank {rank}"
+
+
+def test_grid3d_refuses_mixed_basis_weights_in_one_line():
+    with pytest.raises(ConfigError, match="R-GCN with --bases mixes its weights"):
+        Trainer(config(strategy="grid3d", bases=2), typed_graph())
 
 
 def test_a_model_without_relations_on_a_typed_graph_is_refused_unless_loaded_untyped():

@@ -189,7 +189,7 @@ BAD = {
     "missing class": (["--model", f"{EXAMPLES / 'gatv2.py'}:GATv3"], "has no class 'GATv3'"),
     "missing module": (["--model", "no_such_package.models:Net"], "no module named 'no_such_package.models'"),
     "not a module": (["--model", f"{EXAMPLES / 'gatv2.py'}:F"], "is not a torch.nn.Module subclass"),
-    "malformed": (["--model", "gcn2"], "'gcn2' is not one of gcn, sage, gat, gin, rgcn"),
+    "malformed": (["--model", "gcn2"], "'gcn2' is not one of gcn, sage, gat, gatv2, gin, gine, rgcn"),
     "bad args": (["--model", MODELS["gatv2"][0], "--model-args", "heads"], "'heads' is not key=value"),
     "built-in option": (["--model", MODELS["gatv2"][0], "--hidden", "4"], "config field 'hidden' applies to the "
                                                                            "built-in models"),

@@ -10,8 +10,10 @@ from typing import Optional
 import numpy as np
 
 from ... import strategies
+from ...errors import ConfigError
 from ..agreed_partition import agreed_partition
 from ..distributed import DistributedStrategy
+from ..input_rows import LeafRows
 from ..single import whole_graph
 from . import dryrun, route_choice
 from .contract import BatchSetup, FeatureSupply, MiniBatchStrategy
@@ -49,6 +51,13 @@ class MiniBatchParallel(DistributedStrategy, MiniBatchStrategy):
 
     def rank_data(self, graph, x, seed, device):
         return whole_graph(graph, x, seed, device)  # the whole graph on every rank
+
+    def input_rows(self, data):
+        if self.hosts > 1:
+            raise ConfigError(f"config field 'embed_dim': the input rows are spread over {self.hosts} hosts; learned "
+                              "embeddings need every row on every rank (one host)")
+        # every rank holds every row; each step's gradient is the ranks' parts summed
+        return LeafRows(data, data.row_ids().numpy(), replicated=True)
 
     def place(self, graph, sampling: dict) -> None:
         """Assign vertices to ranks where the route needs it (snp, dnp, and auto, which may

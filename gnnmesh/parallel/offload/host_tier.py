@@ -23,6 +23,7 @@ import weakref
 from pathlib import Path
 from typing import Callable, Optional
 
+import numpy as np
 import torch
 
 from ... import memory
@@ -30,10 +31,11 @@ from ...comm import agreed
 from ...host_store import HostStore, made_together
 from ...ops.precision import autocast_as, current_autocast
 from ...view import GraphView
+from ..input_rows import InputRows
 from ..strategy import RankData
 from ..distributed import DistributedStrategy
 from .chunk import chunk_views
-from .pipeline import Pipeline, stages_of
+from .pipeline import Pipeline, grad_table, stages_of
 from .plan import Plan, build_plan, savings
 
 
@@ -260,6 +262,25 @@ class HostTier:
                 f"kept {extra['offload_kept_bytes'] / 2**20:.2f} MiB, alpha {extra['replication']:.2f}, "
                 f"{extra['chunks']} chunks, fast-tier peak {extra['fast_peak_bytes_max'] / 2**20:.1f} MiB "
                 f"of {extra['budget_bytes'] / 2**20:.0f} MiB")
+
+
+class HostRows(InputRows):
+    """A rank's input rows in its host tier's table ``table`` (row ``i`` is node ``ids[i]``),
+    with their gradient in the table a pipeline run with ``input_grad`` sums it into."""
+
+    def __init__(self, store, table: str, ids: np.ndarray):
+        self.store, self.table, self.ids = store, table, np.asarray(ids, dtype=np.int64)
+
+    def read(self, positions, columns):
+        return self.store.read(self.table, positions.numpy())[:, columns].cpu()
+
+    def write(self, positions, columns, values):
+        rows = self.store.read(self.table, positions.numpy())
+        rows[:, columns] = values.to(rows.device)
+        self.store.write(self.table, positions.numpy(), rows)
+
+    def gradient(self, positions, columns):
+        return self.store.read(grad_table(self.table), positions.numpy())[:, columns].cpu()
 
 
 class HostTierStrategy(DistributedStrategy):

@@ -520,6 +520,9 @@ class Pipeline:
                 del input_grads, pushed, found
                 self.overlap.batch_done()
             self.overlap.settle()
+        first = self.stages[0]
+        if self.input_grad and first.inputs[0] == FEATURES and first.input_dropout > 0:
+            self._drop_feature_grads(views, epoch, self._draws_start(first), first.input_dropout)
         return grads
 
     def _loaded(self, stage: Stage, training: bool) -> list:
@@ -548,6 +551,20 @@ class Pipeline:
                 rows = view.dropout_block(self.store.read(FEATURES, range(lo, hi)), p, True, (self.plan.in_dim,),
                                           rows=ids)
                 self.store.write(DROPPED_FEATURES, range(lo, hi), rows)
+
+    def _drop_feature_grads(self, views: list, epoch: int, draws: int, p: float) -> None:
+        """The features' gradient through the first layer's dropout: what the backward pass
+        summed is the masked features' gradient, and the mask (its own adjoint) takes it to the
+        features', piece by piece as ``_drop_features`` masked them."""
+        name, step = grad_table(FEATURES), max(1, DROP_PIECE // self.plan.in_dim)
+        for b in range(self.plan.batches):
+            chunk, view = self.plan.chunk(self.rank, b), views[b]
+            for lo in range(chunk.lo, chunk.hi, step):
+                hi = min(lo + step, chunk.hi)
+                view.set_epoch(epoch, draws)
+                rows = view.dropout_block(self.store.read(name, range(lo, hi)), p, True, (self.plan.in_dim,),
+                                          rows=chunk.dst[lo - chunk.lo:hi - chunk.lo])
+                self.store.write(name, range(lo, hi), rows)
 
     def _cached_backward(self, stage, view, chunk, aggregates, grad_out, params, needs_input):
         """Backward of a cached stage: the update from its ``aggregates`` (read back from the

@@ -15,7 +15,7 @@ from ...layout import ParallelLayout
 from ...partition.registry import DEFAULT as DEFAULT_PARTITIONER
 from ..agreed_partition import agreed_partition
 from .plan import epoch_traffic, footprint, trained_params
-from .host_tier import HostTier, HostTierStrategy
+from .host_tier import HostRows, HostTier, HostTierStrategy
 from .pipeline import FEATURES
 
 
@@ -34,6 +34,7 @@ class Offload(HostTierStrategy):
         self.host = HostTier(self.comm, self.device, device_memory, host_store, store_dir, chunks, intermediates,
                              dedup, reorganize, overlap)
         self.pipeline = self.passes = None
+        self.learns_inputs = False  # the input rows take a gradient (learned embeddings)
 
     def describe(self) -> str:
         if self.pipeline is None:
@@ -58,13 +59,18 @@ class Offload(HostTierStrategy):
         self.in_dim = x.shape[1]
         return self.host.rank_data(graph, FEATURES, x[mine], mine, mine, seed, device)
 
+    def input_rows(self, data):
+        self.learns_inputs = True  # the pipeline sums the features' gradient in the host tier
+        return HostRows(self.host.store, FEATURES, self.owned[self.rank])
+
     def prepare(self, model) -> None:
         host = self.host
         stages = host.stages(model, self.in_dim)
         classes, heads = stages[-1].width, getattr(model, "heads", 1)
         plan = host.plan(self.adj, self.owned, self.rank, self.in_dim, stages, classes, heads,
                          params=trained_params(model))
-        self.passes = host.run(self.adj, plan, stages, self.comm, self.rank, self.mask_seed)
+        self.passes = host.run(self.adj, plan, stages, self.comm, self.rank, self.mask_seed,
+                               input_grad=self.learns_inputs)
         self.pipeline, self.stages = host.pipeline, stages
         host.count_baselines(self.pass_traffic)
         host.plan_figures = {"replication": round(plan.replication(), 4), "chunks": plan.k,
@@ -75,5 +81,6 @@ class Offload(HostTierStrategy):
         """``{"load": (training, evaluation), "store": (...)}``: host->fast and fast->host bytes of
         one training pass and of one evaluation pass, all ranks', with dedup ``mode`` (the plan's,
         or none or inter: the baselines the report compares with)."""
-        passes = [epoch_traffic(self.pipeline.plan, self.stages, *p, mode=mode) for p in ((1, 0), (0, 1))]
+        passes = [epoch_traffic(self.pipeline.plan, self.stages, *p, mode=mode, input_grad=self.learns_inputs)
+                  for p in ((1, 0), (0, 1))]
         return {kind: tuple(t.total(kind) for t in passes) for kind in ("load", "store")}

@@ -21,6 +21,7 @@ from ...parts.agreement import check_manifest, check_halos, check_held_once
 from ...view import GraphView
 from ..agreed_partition import agreed_partition, check_ranks
 from ..distributed import DistributedStrategy
+from ..input_rows import LeafRows
 from ..row_sums import SumOverRanks
 from ..strategy import RankData
 from .halo import HaloGather, HaloSpMM, build_local_operator, local_operator
@@ -66,6 +67,9 @@ class PartitionView(GraphView):
     def edge_softmax(self, scores, op="loop"):
         return ops.edge_softmax(self.local(op).block, scores)  # in-edges of my rows are all mine
 
+    def edge_block(self, op):
+        return self.local(op).block
+
     def rows(self):
         return self.owned
 
@@ -99,6 +103,9 @@ class PartitionParallel(DistributedStrategy):
         self.comm.take()  # setup traffic (partition broadcast) is not part of any epoch
         return RankData(view, pick(x), pick(graph.y), pick(graph.train_mask), pick(graph.val_mask),
                      pick(graph.test_mask))
+
+    def input_rows(self, data):
+        return LeafRows(data, data.row_ids().numpy())  # the owned rows, whose gradient the halos bring home
 
     def rank_data_from_parts(self, parts, seed, device):
         check_manifest(parts, self.rank)

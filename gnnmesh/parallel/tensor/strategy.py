@@ -30,6 +30,7 @@ from ...relations import Relations
 from ...transforms import row_range
 from ...view import GraphView
 from ..distributed import DistributedStrategy
+from ..input_rows import LeafRows
 from ..row_sums import SumOverRanks
 from ..strategy import RankData
 from .chunked_aggregation import ChunkedAggregation, Chunks
@@ -100,6 +101,9 @@ class TensorView(GraphView):
     def edge_softmax(self, scores, op="loop"):
         return ops.edge_softmax(self.block(op), scores)
 
+    def edge_block(self, op):
+        return self.block(op)
+
     def rows(self):
         return range(self.switch.start, self.switch.stop)
 
@@ -159,6 +163,9 @@ class TensorParallel(DistributedStrategy):
         pick = (lambda t: t[rows].to(device))
         return RankData(view, pick(x), pick(graph.y), pick(graph.train_mask), pick(graph.val_mask),
                      pick(graph.test_mask))
+
+    def input_rows(self, data):
+        return LeafRows(data, data.row_ids().numpy())  # the rank's rows, whose gradient the layout switch brings back
 
     def rank_data_from_parts(self, parts, seed, device):
         check_manifest(parts, self.rank)
