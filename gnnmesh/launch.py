@@ -222,8 +222,8 @@ def _run_job(argv: list, nproc: int, max_restarts: int, min_nproc: int) -> int:
             _run_ranks(argv if restart == 0 else [*argv, "--nproc", str(ranks)], ranks, job)
             return 0
         except ChildFailedError as err:
-            if any(f.exitcode == 2 for f in err.failures.values()):
-                _say_bad_input()
+            # a peer that lost the rank stopping on bad input may be the failure seen first
+            if _say_bad_input() or any(f.exitcode == 2 for f in err.failures.values()):
                 return 2
             if _stdout_closed():  # rank 0 stopped on it; a peer may have failed first, on rank 0's exit
                 return PIPE_CLOSED
@@ -255,15 +255,17 @@ def leave_bad_input(line: str) -> bool:
     return True
 
 
-def _say_bad_input() -> None:
+def _say_bad_input() -> bool:
     """Print the line of the lowest rank that stopped on bad input (rank 0's when it got
-    there: the ranks read the same input), one line for the job whichever stopped first."""
+    there: the ranks read the same input), one line for the job whichever stopped first;
+    False where no rank left one."""
     folder = os.environ.get(BAD_INPUT_ENV, "")
     left = sorted((int(name[:-len(".txt")]), name) for name in os.listdir(folder) if name.endswith(".txt")) \
         if os.path.isdir(folder) else []
     if left:
         with open(os.path.join(folder, left[0][1])) as line:
             sys.stderr.write(line.read())
+    return bool(left)
 
 
 def _lost_ranks(failures: dict) -> list:
