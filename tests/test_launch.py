@@ -68,6 +68,21 @@ def test_bad_input_in_ranks_gives_one_line_and_status_2(tmp_path):
         result.stderr
 
 
+def test_the_launcher_prints_the_bad_input_line_of_the_lowest_rank(tmp_path, monkeypatch, capsys):
+    from gnnmesh import launch
+    monkeypatch.setenv(launch.BAD_INPUT_ENV, str(tmp_path))
+    monkeypatch.setenv(launch.LAUNCHER_ENV, "1")
+    monkeypatch.setenv("WORLD_SIZE", "12")
+    assert launch._say_bad_input() is False and capsys.readouterr().err == ""
+    for rank in (10, 2, 7):  # in the order they stopped; rank 10 before rank 2 by name
+        monkeypatch.setenv("RANK", str(rank))
+        assert launch.leave_bad_input(f"gnnmesh: error: as rank {rank} read it")
+    assert launch._say_bad_input() is True
+    assert capsys.readouterr().err == "gnnmesh: error: as rank 2 read it\n"
+    monkeypatch.delenv(launch.LAUNCHER_ENV)  # a rank torchrun started: it prints, or not, itself
+    assert not launch.leave_bad_input("gnnmesh: error: not left")
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.slow
 def test_more_ranks_than_nodes_is_refused():
