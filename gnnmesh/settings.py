@@ -418,7 +418,9 @@ class LinkSection(Section):
 class MiniBatchSection(Section):
     table = "minibatch"
     fanouts: Optional[str] = setting(help="--minibatch: in-edges sampled per node at each hop, from the seeds "
-                                     "outward, -1 for all (e.g. 25,10; default: 10 per layer)")
+                                     "outward, -1 for all (e.g. 25,10; default: 10 per layer); on a typed graph "
+                                     "per relation, or per relation and hop as REL=K,...;... with a bare K for "
+                                     "the relations not named (e.g. 'cites=10,5;5')")
     batch_size: Optional[int] = setting(help="--minibatch: seed nodes per batch (default: 1024, or the training "
                                         "set if smaller)", check=COUNT)
     eval_fanouts: Optional[str] = setting(help="--minibatch: fanouts for evaluation (default: all neighbours)")

@@ -152,7 +152,8 @@ for _spec in (
     StrategySpec("gdp", ("rows",), _MINIBATCH_PARALLEL, training="minibatch", needs="layer_stack",
                  factory="gnnmesh.parallel.factories:minibatch", scores_pairs=True,
                  summary="mini-batch: each rank samples and computes its own batches (APT's GDP)"),
-    StrategySpec("nfp", ("rows",), _MINIBATCH_PARALLEL, training="minibatch", models=("gcn", "sage", "gin"),
+    StrategySpec("nfp", ("rows",), _MINIBATCH_PARALLEL, training="minibatch",
+                 models=("gcn", "sage", "gin", "rgcn"),
                  needs="first_maths", scores_pairs=True,
                  factory="gnnmesh.parallel.factories:minibatch", refusal="nfp splits a first-layer row's "
                  "sources across ranks, and attention needs them all in one place; run gat or rgat with "
@@ -160,7 +161,8 @@ for _spec in (
     StrategySpec("snp", ("rows",), ("partition",) + _MINIBATCH_PARALLEL, training="minibatch",
                  models=("gcn", "sage", "gin"), factory="gnnmesh.parallel.factories:minibatch", needs="first_maths",
                  scores_pairs=True, refusal="snp splits a first-layer row's sources across ranks, and attention "
-                 "needs them all in one place; run gat or rgat with --strategy gdp or dnp",
+                 "needs them all in one place, as a mean per relation needs each relation's; run gat or rgat with "
+                 "--strategy gdp or dnp, rgcn with gdp, dnp or nfp",
                  summary="mini-batch: first-layer sources routed to the ranks that own them (APT's SNP)"),
     StrategySpec("dnp", ("rows",), ("partition",) + _MINIBATCH_PARALLEL, training="minibatch", needs="layer_stack",
                  factory="gnnmesh.parallel.factories:minibatch", scores_pairs=True,

@@ -43,6 +43,11 @@ class RGATLayer(nn.Module):
             if edge_dim else None
 
     @property
+    def operators(self) -> tuple:
+        """The operators it aggregates with: each relation's ``sum@r`` (mini-batches sample them)."""
+        return tuple(f"sum{SEPARATOR}{r}" for r in self.relations)
+
+    @property
     def out_features(self) -> int:
         return self.heads * self.out_dim if self.concat else self.out_dim
 

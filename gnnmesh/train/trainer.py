@@ -112,6 +112,7 @@ class Trainer:
         caller's (``gnnmesh.tasks.custom`` or a ``Task``) instead of ``--task``'s, by default
         inferred from the labels (``gnnmesh.tasks.infer``)."""
         self.config = config.resolved()
+        self._check_training_mode()
         self.device = rank_device(self.config)
         precision.check_device(self.config.training.precision, self.device)
         built_here = strategy is None
@@ -212,6 +213,17 @@ class Trainer:
     # Whether every rank holds every row's labels (mini-batch training): what the task sums
     # over the training set is then summed on each rank alone.
     holds_every_row = False
+
+    # Whether this class trains sampled mini-batches (``--minibatch``): a class that trains the
+    # whole graph refuses a mini-batch config rather than quietly train the whole graph instead.
+    trains_minibatches = False
+
+    def _check_training_mode(self) -> None:
+        training = self.config.training
+        if training.minibatch and not self.trains_minibatches:
+            trains_it = tasks.spec(training.task or "classification").minibatch_trainer.replace(":", ".")
+            raise ConfigError(f"config field 'minibatch': {type(self).__name__} trains the whole graph; mini-batches "
+                              f"train with {trains_it} (which gnnmesh train --minibatch runs)")
 
     def _takes_relations(self) -> bool:
         return self._takes("relations")
@@ -826,4 +838,7 @@ _RESULT_FIELDS = ("dataset", "reorder", "model", "model_args", "decoupled", "hid
 
 
 def train(config: Config, data, **kwargs) -> Summary:
-    return Trainer(config, data, **kwargs).fit()
+    """Train ``data`` as ``config`` says, with the class that trains its task (in mini-batches
+    under ``--minibatch``), as ``gnnmesh train`` picks it."""
+    training = config.resolved().training
+    return tasks.spec(training.task or "classification").trainer_class(training.minibatch)(config, data, **kwargs).fit()

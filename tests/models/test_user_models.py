@@ -13,6 +13,7 @@ from gnnmesh.errors import ConfigError
 from gnnmesh.graph import Adjacency
 from gnnmesh.models import GraphLayer, LayerStack, Maths, Term, user
 from gnnmesh.train import Trainer
+from gnnmesh.train.minibatch import MiniBatchTrainer
 from gnnmesh.view import register_operator
 
 from tests.dist import run_ranks
@@ -108,7 +109,7 @@ def _build(name, strategy):
 
 def test_mini_batch_training_needs_a_layer_stack():
     with pytest.raises(ConfigError, match="--strategy single --minibatch needs a LayerStack"):
-        Trainer(config("appnp", minibatch=True), make_graph())
+        MiniBatchTrainer(config("appnp", minibatch=True), make_graph())
 
 
 def test_a_model_built_in_python_is_recorded_and_rebuilt_from_its_checkpoint(tmp_path):
@@ -386,4 +387,4 @@ def test_a_model_that_cannot_train_for_the_task_is_one_line_before_training(case
 def test_mini_batch_training_refuses_a_model_of_another_width():
     from examples.graphconv import GraphConv
     with pytest.raises(ConfigError, match="it gives 4 outputs per node; the classification task"):
-        Trainer(Config.of(epochs=1, minibatch=True), make_graph(), model=GraphConv(6, 4)).fit()
+        MiniBatchTrainer(Config.of(epochs=1, minibatch=True), make_graph(), model=GraphConv(6, 4)).fit()

@@ -112,14 +112,18 @@ def test_several_ranks_learn_the_single_process_embeddings(world, fields):
         assert got == pytest.approx(want, abs=1e-5), f"{fields} rank {rank}"
 
 
-MINI = {"model": "sage", "minibatch": True, "batch_size": 8, "fanouts": "3,3", "dropout": 0.3}
+MINI = {"minibatch": True, "batch_size": 8, "fanouts": "3,3", "dropout": 0.3}
 
 
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize("route", ["gdp", pytest.param("dnp", marks=pytest.mark.slow)])
-def test_mini_batches_on_several_ranks_sum_each_rows_gradient(route):
-    want = _losses(0, 1, MINI, featureless)
-    for rank, got in enumerate(run_ranks(_losses, 2, {"strategy": route, **MINI}, featureless, timeout=180)):
+@pytest.mark.parametrize("route,graph,model", [
+    pytest.param("gdp", typed, "rgcn", id="gdp-rgcn"),
+    pytest.param("dnp", featureless, "sage", id="dnp-sage", marks=pytest.mark.slow),
+    pytest.param("nfp", typed, "rgcn", id="nfp-rgcn", marks=pytest.mark.slow)])
+def test_mini_batches_on_several_ranks_sum_each_rows_gradient(route, graph, model):
+    fields = {**MINI, "model": model}
+    want = _losses(0, 1, fields, graph)
+    for rank, got in enumerate(run_ranks(_losses, 2, {"strategy": route, **fields}, graph, timeout=180)):
         assert got == pytest.approx(want, abs=1e-5), f"{route} rank {rank}"
 
 
