@@ -1,8 +1,6 @@
 """Models that are not in the package (examples/) train under every strategy their contract
 allows, equal to the single process; a strategy that cannot run one refuses it in one line."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ from gnnmesh.train.minibatch import MiniBatchTrainer
 from gnnmesh.view import register_operator
 
 from tests.dist import run_ranks
+from tests.forked import run_script
 from tests.helpers import random_graph
 from tests.parity import assert_same_run, train
 
@@ -246,8 +245,7 @@ def test_a_toml_table_gives_the_model_args(tmp_path):
                                           ("graphconv.py", "on cora: best val"), ("pyg_data.py", "on a PyG Data"),
                                           ("four_ranks.py", "losses agree")])
 def test_each_example_runs_as_a_script(example, says, tmp_path):
-    result = subprocess.run([sys.executable, str(EXAMPLES / example)], capture_output=True, text=True, timeout=240,
-                            cwd=tmp_path)
+    result = run_script(EXAMPLES / example, cwd=tmp_path, timeout=240)
     assert result.returncode == 0, result.stderr
     assert says in result.stdout
 
