@@ -15,6 +15,7 @@ from gnnmesh.models.gatv2 import GATv2Layer
 from gnnmesh.models.gine import GINELayer
 from gnnmesh.models.rgat import RGATLayer
 from gnnmesh.train import Trainer
+from gnnmesh.train.minibatch import MiniBatchTrainer
 from gnnmesh.view import GraphView
 
 from tests.dist import run_ranks
@@ -177,7 +178,7 @@ def test_what_cannot_carry_edge_features_refuses_in_one_line(tmp_path):
     from gnnmesh.partition.api import partition
     graph = _graph("gat")
     with pytest.raises(ConfigError, match="config field 'minibatch': model gat reads the graph's edge features"):
-        Trainer(config("gat", minibatch=True, batch_size=8), graph)
+        MiniBatchTrainer(config("gat", minibatch=True, batch_size=8), graph)
     model = Trainer(config("gat"), graph).model
     with pytest.raises(ConfigError, match="model GAT reads edge features, which the PyG export does not carry"):
         describe(model)
