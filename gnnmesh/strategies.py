@@ -142,7 +142,7 @@ for _spec in (
                  "--grid R,C blocks of the adjacency in the original order, with one permutation, with the double "
                  "permutation (--seed) and with a balanced pair; with --grid X,Y,Z and --write-parts DIR, its parts",
                  plan_view="gnnmesh.commands.plan_grid3d:run",
-                 refusal="the grid3d strategy runs gcn, sage, gin and rgcn (not their decoupled forms)",
+                 refusal="the grid3d strategy runs gcn, sage, gin, rgcn (not their decoupled forms)",
                  summary="3D grid of ranks with double permutation (Plexus)"),
     StrategySpec("offload", ("rows",), ("partition", "offload") + _HOST_TIER, named_by=("partitioner",), scores_pairs=True,
                  factory="gnnmesh.parallel.factories:offload", planner="gnnmesh.planner.offload:candidates",
