@@ -19,8 +19,9 @@ from . import __version__, progress
 from .commands import COMMANDS
 from .commands.plugins import import_plugins
 from .errors import ConfigError, GraphError
-from .launch import (PIPE_CLOSED, die_with_launcher, ignore_stop_signals, launched_rank, restarts_left,
-                     restore_signals, say_interrupted, stop_on_signals, stop_signal, world_from_env)
+from .launch import (PIPE_CLOSED, die_with_launcher, ignore_stop_signals, launched_rank, leave_bad_input,
+                     restarts_left, restore_signals, say_interrupted, stop_on_signals, stop_signal,
+                     world_from_env)
 
 
 # Failures of the storage under a file, not of the input: the rank that meets one names it.
@@ -98,18 +99,17 @@ def _main(argv: list) -> int:
         args = build_parser().parse_args(argv)  # imports torch: seconds in which to be interrupted
         return _command(args.command).run(args, argv)
     except (GraphError, ConfigError) as err:
-        if speak:
-            print(f"gnnmesh: error: {err}", file=sys.stderr)
+        _say_error(f"gnnmesh: error: {err}", speak)
         return 2
     except BrokenPipeError:  # stdout closed by its reader (e.g. '| head'): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush there
         return PIPE_CLOSED
     except OSError as err:  # e.g. an unwritable --metrics or --checkpoint path, a full disk
         where = f"{err.filename}: " if err.filename else ""
-        if speak:
-            print(f"gnnmesh: error: {where}{err.strerror or err}", file=sys.stderr)
-        elif err.errno in RANK_OWN_ERRORS:  # a file of this rank's own (its host store): rank 0 cannot see it
-            print(f"gnnmesh: error: rank {world[0]}: {where}{err.strerror or err}", file=sys.stderr)
+        if speak or err.errno not in RANK_OWN_ERRORS:
+            _say_error(f"gnnmesh: error: {where}{err.strerror or err}", speak)
+        else:  # a file of this rank's own (its host store): rank 0 cannot see it
+            _say_error(f"gnnmesh: error: rank {world[0]}: {where}{err.strerror or err}", True)
         return 2
     except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM/SIGHUP (see gnnmesh.launch)
         return _interrupted(getattr(err, "exit_status", 130))
@@ -118,6 +118,13 @@ def _main(argv: list) -> int:
         if (launched_rank() or restarts_left()) and _peer_lost(err):
             return 1
         raise
+
+
+def _say_error(line: str, speak: bool) -> None:
+    """The one-line error this process stops on: left for the launcher in a rank it started
+    (it prints one line for the job), else printed where this process speaks."""
+    if not leave_bad_input(line) and speak:
+        print(line, file=sys.stderr)
 
 
 def _peer_lost(err: Exception) -> bool:

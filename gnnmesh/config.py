@@ -232,10 +232,10 @@ class Config:
         if self.data.parts:
             raise ConfigError("config field 'parts': mini-batch training loads a dataset (every rank samples "
                               "from the whole graph)")
-        from .sampling import parse_fanouts
+        from .sampling import hop_count
         for name in ("fanouts", "eval_fanouts"):
             text = getattr(mini, name)
-            hops = len(parse_fanouts(text, name)) if text is not None else self.model.layers
+            hops = hop_count(text, name) if text is not None else self.model.layers
             if hops != self.model.layers:
                 raise ConfigError(f"config field '{name}': {text!r} gives {hops} hops for a "
                                   f"{self.model.layers}-layer model (one fanout per layer)")

@@ -145,6 +145,10 @@ def describe_decoder(state: dict, config, weights: str, where) -> Optional[tuple
     saved = checkpoints.decoder(state)
     if saved is None:
         raise ConfigError(f"{Path(where)}: it holds no link decoder (it is not a --task link run's)")
+    if config.link.link_relation:  # the export's decode(z, edge_label_index) takes no relation per pair
+        raise ConfigError(f"{Path(where)}: a link model of a typed graph's relations ({config.link.link_relation}) "
+                          "is not exported: its pairs' scores need their relation; use gnnmesh predict --pairs "
+                          "with --link-relation")
     values = saved["best"] if weights == "best" and saved["best"] is not None else saved["last"]
     width = int(checkpoints.widths(state)[1])
     section = {"type": config.link.decoder, "width": width, "shift": "out.bias" in values, "file": DECODER_FILE}
@@ -165,6 +169,9 @@ def describe(model: nn.Module, name: str = "") -> tuple:
     from .models.rgcn import RGCN
     if type(model) is Decoupled:
         return _decoupled(model, name)
+    if any(getattr(m, "edge_dim", 0) for m in model.modules()):
+        raise ConfigError(f"model {type(model).__name__} reads edge features, which the PyG export does not "
+                          "carry yet")
     kinds = {GCN: ("gcn", _gcn), SAGE: ("sage", _sage), GAT: ("gat", _gat), GIN: ("gin", _gin),
              RGCN: ("rgcn", _rgcn)}
     if type(model) not in kinds:

@@ -106,6 +106,23 @@ class Adjacency:
         other._cache["structure"] = {**self._structure_cache(), "relations": relations.check(self.nnz, "relations")}
         return other
 
+    @property
+    def edge_features(self) -> Optional[torch.Tensor]:
+        """Features of every stored entry, float32 ``[nnz, F]`` (None without): row ``e`` is
+        entry ``e``'s. Kept as relations are: ``with_values`` keeps them, a new structure
+        starts without them; ``gnnmesh.edge_features`` gives any operator's rows of them."""
+        return self._structure_cache().get("edge_features")
+
+    def with_edge_features(self, features, where: str = "edge_attr") -> "Adjacency":
+        """This adjacency, its entries carrying ``features`` (``[nnz, F]`` floats, checked; None:
+        none)."""
+        other = Adjacency(self.indptr, self.indices, self.values, self.shape)
+        structure = {k: v for k, v in self._structure_cache().items() if not _of_features(k)}
+        if features is not None:
+            structure["edge_features"] = check_edge_features(features, self.nnz, where)
+        other._cache["structure"] = structure
+        return other
+
     def row(self) -> torch.Tensor:
         """Row (destination) id of every stored entry, in storage order."""
         cache = self._structure_cache()
@@ -160,6 +177,11 @@ class Adjacency:
     def __repr__(self) -> str:
         kind = "pattern" if self.values is None else "weighted"
         return f"Adjacency({self.shape[0]}x{self.shape[1]}, nnz={self.nnz}, {kind})"
+
+
+def _of_features(key) -> bool:
+    """Whether a structure-cache key holds edge features or rows derived from them."""
+    return key == "edge_features" or (isinstance(key, tuple) and key[:1] == ("edge_features",))
 
 
 # The model's output width (classes, or targets per node) at most: its last layer holds hidden x
@@ -240,6 +262,12 @@ class Graph:
     def edge_weight(self) -> Optional[torch.Tensor]:
         return self.adj.values
 
+    @property
+    def edge_features(self) -> Optional[torch.Tensor]:
+        """Features of every edge, ``[num_edges, F]`` in the order of ``edge_index()`` (None
+        without); see ``gnnmesh.edge_features``."""
+        return self.adj.edge_features
+
     def edge_index(self) -> torch.Tensor:
         """``[2, E]`` tensor of (source, target) pairs, PyG's convention."""
         return torch.stack([self.adj.indices, self.adj.row()])
@@ -247,9 +275,12 @@ class Graph:
     # -- construction ------------------------------------------------------------------
     @classmethod
     def from_edge_index(cls, edge_index, num_nodes: Optional[int] = None, *,
-                        edge_weight=None, directed: Optional[bool] = None,
+                        edge_weight=None, edge_attr=None, directed: Optional[bool] = None,
                         validate: bool = True, source: str = "edge_index", **data) -> "Graph":
         """Build from a ``[2, E]`` array of (source, target) ids, PyG's convention.
+
+        ``edge_attr``: features of the edges, floats ``[E, F]``, kept on the adjacency's entries
+        (``Adjacency.edge_features``; an edge listed twice makes one entry with their sum).
 
         ``directed=None`` infers it: a graph whose edge set equals its reverse is undirected.
         ``directed=False`` adds every missing reverse edge (a pair given both ways with two
@@ -279,7 +310,13 @@ class Graph:
                 raise GraphError(f"{source}: edge {e} has node id {hi}, out of range for {num_nodes} nodes")
         adj = Adjacency.from_coo(ei[1], ei[0], (num_nodes, num_nodes), values=edge_weight)
         if directed is False:  # undirected: both directions of every edge, as the file loaders add them
-            adj = adj.symmetrized()
+            symmetric = adj.symmetrized()
+            if edge_attr is not None and symmetric.nnz != adj.nnz:
+                raise GraphError(f"{source}: field 'edge_attr': directed=False adds {symmetric.nnz - adj.nnz:,} "
+                                 "reverse edges, which have no features; give every edge both ways with its own")
+            adj = symmetric
+        if edge_attr is not None:
+            adj = adj.with_edge_features(features_of_edges(adj, ei[1], ei[0], edge_attr, source), source)
         return cls.from_adjacency(adj, directed=directed, validate=validate, source=source, **data)
 
     @classmethod
@@ -306,11 +343,11 @@ class Graph:
     @classmethod
     def from_pyg(cls, data, name: str = "pyg", *, edge_attr: bool = True, **kwargs) -> "Graph":
         """Build from a ``torch_geometric.data.Data`` (edge_index, x, y, masks, edge_weight; an
-        ``edge_attr`` of one number per edge is taken as the weight). gnnmesh trains on no edge
-        features yet, so a wider ``edge_attr`` is refused unless ``edge_attr=False``, which loads
-        the graph without it. A ``HeteroData`` gives its typed union graph
-        (``gnnmesh.typed.to_graph``; ``kwargs``: its ``add_reverse``), whose edge features are kept
-        apart (``meta['edge_features']``) unless ``edge_attr=False``."""
+        ``edge_attr`` of one number per edge is taken as the weight, a wider one ``[E, F]`` as the
+        edges' features, ``Adjacency.edge_features``). ``edge_attr=False`` loads the graph without
+        it. A ``HeteroData`` gives its typed union graph (``gnnmesh.typed.to_graph``; ``kwargs``:
+        its ``add_reverse``), whose entries carry its relations' edge features unless
+        ``edge_attr=False``."""
         if hasattr(data, "node_types") and hasattr(data, "edge_types"):
             return _typed_pyg("from_pyg")(data, name=name, edge_attr=edge_attr, **kwargs)
         fields = {k: getattr(data, k, None) for k in cls.VERTEX_FIELDS}
@@ -319,14 +356,9 @@ class Graph:
             fields["y"] = y[:, 0] if y.shape[1] == 1 and not y.is_floating_point() else y.float()
         weight = getattr(data, "edge_weight", None)
         attr = getattr(data, "edge_attr", None) if edge_attr else None
-        if attr is not None:
-            if attr.dim() == 1 or tuple(attr.shape[1:]) == (1,):
-                weight = attr if weight is None else weight  # one scalar per edge: a weight ([E] or [E, 1])
-            else:
-                raise GraphError(f"{name}: field 'edge_attr' has shape {list(attr.shape)}, features on every edge; "
-                                 "gnnmesh does not train on edge features yet: pass edge_attr=False to load the "
-                                 "graph without them")
-        return cls.from_edge_index(data.edge_index, data.num_nodes, edge_weight=weight,
+        if attr is not None and (attr.dim() == 1 or tuple(attr.shape[1:]) == (1,)):
+            weight, attr = (attr if weight is None else weight), None  # one scalar per edge: a weight
+        return cls.from_edge_index(data.edge_index, data.num_nodes, edge_weight=weight, edge_attr=attr,
                                    name=name, source=name, **fields, **kwargs)
 
     def to_pyg(self):
@@ -335,9 +367,10 @@ class Graph:
         if "node_types" in self.meta:
             return _typed_pyg("to_pyg")(self)
         from torch_geometric.data import Data  # optional dependency
+        features = {} if self.edge_features is None else {"edge_attr": self.edge_features}
         return Data(edge_index=self.edge_index(), edge_weight=self.adj.values, x=self.x, y=self.y,
                     train_mask=self.train_mask, val_mask=self.val_mask, test_mask=self.test_mask,
-                    num_nodes=self.num_nodes)
+                    num_nodes=self.num_nodes, **features)
 
     def replace(self, **changes) -> "Graph":
         """A copy with ``changes``; new targets (``y`` of floats, or a matrix) without a
@@ -526,6 +559,51 @@ def check_weights(weights, count: int, where: str, name: str = "edge_weight") ->
         if bad.size:
             raise GraphError(where + f"field '{name}' has a non-finite value {w[bad[0]]} at edge {bad[0]}")
     return w
+
+
+def check_edge_features(features, count: int, where: str, name: str = "edge_attr") -> torch.Tensor:
+    """``features`` as a float32 ``[count, F]`` tensor of finite values (F >= 1); GraphError
+    naming ``name`` otherwise. Integer features are refused rather than cast: an id column
+    (a category, a timestamp in seconds) fed to a linear map as a number is rarely meant."""
+    where = where + ": " if where else ""
+    f = features if isinstance(features, torch.Tensor) else torch.as_tensor(np.asarray(features))
+    if f.dim() != 2 or f.shape[0] != count or f.shape[1] < 1:
+        raise GraphError(where + f"field '{name}' has shape {list(f.shape)}, expected [{count}, F] "
+                         f"(F >= 1 features on each of the {count:,} edges)")
+    if not f.is_floating_point():
+        raise GraphError(where + f"field '{name}' must hold floats, got {f.dtype} (cast it, or one-hot encode "
+                         "categories)")
+    finite = torch.isfinite(f)
+    if not bool(finite.all()):
+        e, c = (int(v) for v in torch.nonzero(~finite)[0])
+        raise GraphError(where + f"field '{name}' has a non-finite value {f[e, c].item()} at edge {e}, feature {c}")
+    return f.detach().to(torch.float32).contiguous()
+
+
+def entry_of_edges(adj: Adjacency, dst, src) -> np.ndarray:
+    """The entry of ``adj`` of every edge ``src -> dst`` (``A[dst, src]``), -1 where none."""
+    dst = np.asarray(dst, dtype=np.int64)
+    src = np.asarray(src, dtype=np.int64)
+    cols = max(adj.shape[1], 1)
+    keys = adj.row().numpy() * cols + adj.indices.numpy()  # ascending: CSR with sorted rows
+    wanted = dst * cols + src
+    pos = np.minimum(np.searchsorted(keys, wanted), max(keys.shape[0] - 1, 0))
+    found = keys[pos] == wanted if keys.size else np.zeros(wanted.shape, dtype=bool)
+    return np.where(found, pos, -1)
+
+
+def features_of_edges(adj: Adjacency, dst, src, attr, where: str, name: str = "edge_attr") -> torch.Tensor:
+    """The ``[nnz, F]`` table of ``adj`` from the features ``attr`` of its edges ``src -> dst``
+    (one row each, in any order): each entry the sum of its edges' rows. An edge that is no
+    entry of ``adj`` is a GraphError naming ``name``."""
+    attr = check_edge_features(attr, len(dst), where, name)
+    entries = entry_of_edges(adj, dst, src)
+    if np.any(entries < 0):
+        edge = int(np.flatnonzero(entries < 0)[0])
+        raise GraphError(f"{where}: field '{name}': edge {edge} ({int(src[edge])} -> {int(dst[edge])}) is no "
+                         "entry of the adjacency")
+    table = torch.zeros(adj.nnz, attr.shape[1], dtype=torch.float32)
+    return table.index_add_(0, torch.from_numpy(entries), attr)
 
 
 def _as_numpy(a) -> np.ndarray:

@@ -19,6 +19,9 @@ The policy:
 * A rank dies with its launcher, however the launcher dies (kill -9 included): the kernel
   sends it SIGKILL when its parent goes (Linux ``PR_SET_PDEATHSIG``; elsewhere a watcher
   thread polls the parent). Ranks run in their own session, so nothing else would.
+* Bad input (exit status 2) is one line that the launcher prints once the ranks have ended,
+  the line of the lowest rank that left one (``leave_bad_input``): the first rank to stop
+  has the agent stop the others, so rank 0 may never reach its own.
 """
 
 from __future__ import annotations
@@ -27,13 +30,16 @@ import ctypes
 import logging
 import os
 import select
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import uuid
 
 LAUNCHER_ENV = "GNNMESH_LAUNCHER_PID"
+BAD_INPUT_ENV = "GNNMESH_BAD_INPUT_DIR"  # set by launch: where its ranks leave the line they stop on
 RESTART_ENV = "GNNMESH_RESTART_COUNT"   # set by launch for the ranks of a restarted job
 CAUSE_ENV = "GNNMESH_RESTART_CAUSE"     # and which ranks failed before it
 ELASTIC_SIGNALS_ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"  # torch's launcher sets it for its agent
@@ -192,11 +198,15 @@ def launch(argv: list, nproc: int, max_restarts: int = 0, min_nproc: int = 1) ->
     os.environ.setdefault("OMP_NUM_THREADS", str(ranks_share_cores(nproc)))
     os.environ[LAUNCHER_ENV] = str(os.getpid())
     handled = os.environ.get(ELASTIC_SIGNALS_ENV)
+    bad_input = tempfile.mkdtemp(prefix="gnnmesh-bad-input-")
+    os.environ[BAD_INPUT_ENV] = bad_input
     try:
         return _run_job(argv, nproc, max_restarts, min_nproc)
     finally:  # what the ranks of a restart were told is not this process's own
         os.environ.pop(RESTART_ENV, None)
         os.environ.pop(CAUSE_ENV, None)
+        os.environ.pop(BAD_INPUT_ENV, None)
+        shutil.rmtree(bad_input, ignore_errors=True)
         if handled is None:  # torch's launcher set it for its agent
             os.environ.pop(ELASTIC_SIGNALS_ENV, None)
         else:
@@ -212,8 +222,9 @@ def _run_job(argv: list, nproc: int, max_restarts: int, min_nproc: int) -> int:
             _run_ranks(argv if restart == 0 else [*argv, "--nproc", str(ranks)], ranks, job)
             return 0
         except ChildFailedError as err:
-            if any(f.exitcode == 2 for f in err.failures.values()):
-                return 2  # bad input: rank 0 has printed the one-line error
+            # a peer that lost the rank stopping on bad input may be the failure seen first
+            if _say_bad_input() or any(f.exitcode == 2 for f in err.failures.values()):
+                return 2
             if _stdout_closed():  # rank 0 stopped on it; a peer may have failed first, on rank 0's exit
                 return PIPE_CLOSED
             if restart == max_restarts:
@@ -227,6 +238,34 @@ def _run_job(argv: list, nproc: int, max_restarts: int, min_nproc: int) -> int:
             os.environ[RESTART_ENV] = str(restart + 1)
             os.environ[CAUSE_ENV] = _restart_cause(lost, err)
     return 1  # not reached: the last try returns
+
+
+def leave_bad_input(line: str) -> bool:
+    """In a rank started by ``launch``: leave ``line``, the one-line error this rank stops on,
+    for the launcher to print once the job has ended (True); False elsewhere, where the rank
+    prints it or not as it speaks for the job. Rank 0 printing it itself could lose it: a
+    peer that stops first has the agent stop the others, rank 0 perhaps before its line."""
+    folder = os.environ.get(BAD_INPUT_ENV)
+    if not launched_rank() or not folder or not os.path.isdir(folder):
+        return False
+    path = os.path.join(folder, f"{world_from_env()[0]}.txt")
+    with open(path + ".part", "w") as out:
+        out.write(line + "\n")
+    os.replace(path + ".part", path)  # the launcher reads a whole line or none
+    return True
+
+
+def _say_bad_input() -> bool:
+    """Print the line of the lowest rank that stopped on bad input (rank 0's when it got
+    there: the ranks read the same input), one line for the job whichever stopped first;
+    False where no rank left one."""
+    folder = os.environ.get(BAD_INPUT_ENV, "")
+    left = sorted((int(name[:-len(".txt")]), name) for name in os.listdir(folder) if name.endswith(".txt")) \
+        if os.path.isdir(folder) else []
+    if left:
+        with open(os.path.join(folder, left[0][1])) as line:
+            sys.stderr.write(line.read())
+    return bool(left)
 
 
 def _lost_ranks(failures: dict) -> list:

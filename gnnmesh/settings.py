@@ -40,10 +40,11 @@ COUNT, NON_NEGATIVE, FRACTION = Range(1), Range(0), Range(0.0, 1.0, open="high")
 
 
 def setting(default=None, *, help: str, choices=None, check=None, flag: Optional[str] = None,
-            resolves_to=None, section_help: Optional[str] = None):
-    """A section field with its help text, allowed values, check and flag name (see module)."""
+            resolves_to=None, section_help: Optional[str] = None, repeatable: bool = False):
+    """A section field with its help text, allowed values, check and flag name (see module).
+    ``repeatable``: a comma-separated list whose flag may also be given once per item."""
     return field(default=default, metadata={"help": help, "choices": choices, "check": check, "flag": flag,
-                                            "resolves_to": resolves_to})
+                                            "resolves_to": resolves_to, "repeatable": repeatable})
 
 
 class Section:
@@ -157,9 +158,10 @@ class DataSection(Section):
 
 
 # The built-in models' options, which a user's model takes through --model-args instead.
-BUILT_IN_OPTIONS = ("hidden", "dropout", "heads", "attn_dropout", "k", "alpha", "relations", "bases", "decoupled")
+BUILT_IN_OPTIONS = ("hidden", "dropout", "heads", "attn_dropout", "k", "alpha", "relations", "bases", "edge_dim",
+                    "decoupled")
 # Of those, the ones a built-in model takes or not by its form (each class declares its own).
-MODEL_OPTIONS = ("hidden", "dropout", "heads", "attn_dropout", "k", "alpha", "relations", "bases")
+MODEL_OPTIONS = ("hidden", "dropout", "heads", "attn_dropout", "k", "alpha", "relations", "bases", "edge_dim")
 
 
 def options_not_taken(name: str, decoupled: bool) -> tuple:
@@ -212,6 +214,9 @@ class ModelSection(Section):
                                        "comma-separated (default: the graph's; checkpoints record them)")
     bases: Optional[int] = setting(help="rgcn: share B basis matrices among the relations' weights (default 0: "
                                    "one weight per relation)", check=NON_NEGATIVE)
+    edge_dim: Optional[int] = setting(help="gat, gatv2, gine, rgat: the width of the graph's edge features the "
+                                      "model reads (default: the graph's, 0 without; 0: read none; checkpoints "
+                                      "record it)", check=NON_NEGATIVE)
     embed_dim: Optional[int] = setting(help="learn D input columns for the nodes without features (a typed "
                                        "graph's featureless node types, or every node of a graph without "
                                        "features), updated by a row-sparse optimizer (--embed-optimizer) and "
@@ -380,6 +385,11 @@ class LinkSection(Section):
                               "for validation and test, placed by the seed and each edge alone; or a directory "
                               "of split files (train.csv, valid.csv, test.csv; or an OGB link split's .pt files)",
                               check=_link_split)
+    link_relation: Optional[str] = setting(help="--task link on a typed graph: the relation(s) whose edges are "
+                                           "held out and scored, comma-separated or the flag repeated "
+                                           "(src__name__dst, or name where unambiguous; all: every relation but "
+                                           "the added reverses)",
+                                           repeatable=True)
     disjoint_train: float = setting(0.0, help="--task link: the share of the training edges used as supervision "
                                     "alone, kept out of message passing (placed by the seed and each edge)",
                                     check=FRACTION)
@@ -414,7 +424,9 @@ class LinkSection(Section):
 class MiniBatchSection(Section):
     table = "minibatch"
     fanouts: Optional[str] = setting(help="--minibatch: in-edges sampled per node at each hop, from the seeds "
-                                     "outward, -1 for all (e.g. 25,10; default: 10 per layer)")
+                                     "outward, -1 for all (e.g. 25,10; default: 10 per layer); on a typed graph "
+                                     "per relation, or per relation and hop as REL=K,...;... with a bare K for "
+                                     "the relations not named (e.g. 'cites=10,5;5')")
     batch_size: Optional[int] = setting(help="--minibatch: seed nodes per batch (default: 1024, or the training "
                                         "set if smaller)", check=COUNT)
     eval_fanouts: Optional[str] = setting(help="--minibatch: fanouts for evaluation (default: all neighbours)")

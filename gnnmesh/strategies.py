@@ -135,14 +135,14 @@ for _spec in (
                  "--write-parts DIR, its parts (the whole topology, near-equal row blocks of the vertex data)",
                  summary="feature columns split across ranks, chunked and pipelined (NeutronTP)"),
     StrategySpec("grid3d", ("x", "y", "z"), ("grid3d",), named_by=("grid",), from_parts=("grid",), scores_pairs=True,
-                 models=("gcn", "sage", "gin"), forms=("plain",), needs="maths",
+                 models=("gcn", "sage", "gin", "rgcn"), forms=("plain",), needs="maths",
                  factory="gnnmesh.parallel.factories:grid3d", planner="gnnmesh.planner.grid3d:candidates",
                  parts="gnnmesh.parallel.grid3d.parts:write_grid_parts",
                  partition_view="gnnmesh.commands.partition:run_grid", partition_view_summary="nonzero balance of the "
                  "--grid R,C blocks of the adjacency in the original order, with one permutation, with the double "
                  "permutation (--seed) and with a balanced pair; with --grid X,Y,Z and --write-parts DIR, its parts",
                  plan_view="gnnmesh.commands.plan_grid3d:run",
-                 refusal="the grid3d strategy runs gcn, sage, gin (not their decoupled forms)",
+                 refusal="the grid3d strategy runs gcn, sage, gin, rgcn (not their decoupled forms)",
                  summary="3D grid of ranks with double permutation (Plexus)"),
     StrategySpec("offload", ("rows",), ("partition", "offload") + _HOST_TIER, named_by=("partitioner",), scores_pairs=True,
                  factory="gnnmesh.parallel.factories:offload", planner="gnnmesh.planner.offload:candidates",
@@ -152,7 +152,8 @@ for _spec in (
     StrategySpec("gdp", ("rows",), _MINIBATCH_PARALLEL, training="minibatch", needs="layer_stack",
                  factory="gnnmesh.parallel.factories:minibatch", scores_pairs=True,
                  summary="mini-batch: each rank samples and computes its own batches (APT's GDP)"),
-    StrategySpec("nfp", ("rows",), _MINIBATCH_PARALLEL, training="minibatch", models=("gcn", "sage", "gin"),
+    StrategySpec("nfp", ("rows",), _MINIBATCH_PARALLEL, training="minibatch",
+                 models=("gcn", "sage", "gin", "rgcn"),
                  needs="first_maths", scores_pairs=True,
                  factory="gnnmesh.parallel.factories:minibatch", refusal="nfp splits a first-layer row's "
                  "sources across ranks, and attention needs them all in one place; run gat or rgat with "
@@ -160,7 +161,8 @@ for _spec in (
     StrategySpec("snp", ("rows",), ("partition",) + _MINIBATCH_PARALLEL, training="minibatch",
                  models=("gcn", "sage", "gin"), factory="gnnmesh.parallel.factories:minibatch", needs="first_maths",
                  scores_pairs=True, refusal="snp splits a first-layer row's sources across ranks, and attention "
-                 "needs them all in one place; run gat or rgat with --strategy gdp or dnp",
+                 "needs them all in one place, as a mean per relation needs each relation's; run gat or rgat with "
+                 "--strategy gdp or dnp, rgcn with gdp, dnp or nfp",
                  summary="mini-batch: first-layer sources routed to the ranks that own them (APT's SNP)"),
     StrategySpec("dnp", ("rows",), ("partition",) + _MINIBATCH_PARALLEL, training="minibatch", needs="layer_stack",
                  factory="gnnmesh.parallel.factories:minibatch", scores_pairs=True,

@@ -10,7 +10,7 @@ import numpy as np
 import scipy.sparse.csgraph as csgraph
 import torch
 
-from .graph import Adjacency, Graph
+from .graph import Adjacency, Graph, entry_of_edges
 
 
 ENTRY_BLOCK = 1 << 20  # entries per block of rows: bounds the temporaries of whole-graph passes
@@ -134,6 +134,9 @@ def permute(graph: Graph, order) -> Graph:
     new_id[order] = torch.arange(n)
     mat = graph.adj.to_scipy()[order.numpy()][:, order.numpy()]
     adj = Adjacency.from_scipy(mat, weighted=graph.adj.values is not None)
+    if graph.adj.edge_features is not None:  # each entry keeps its features: look up its old place
+        old = entry_of_edges(graph.adj, order[adj.row()].numpy(), order[adj.indices].numpy())
+        adj = adj.with_edge_features(graph.adj.edge_features[torch.from_numpy(old)], graph.name)
     data = {k: getattr(graph, k)[order] for k in Graph.VERTEX_FIELDS if getattr(graph, k) is not None}
     return graph.replace(adj=adj, **data)
 

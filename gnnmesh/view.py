@@ -1,7 +1,8 @@
 """What a model sees of the graph: the primitives it is written with.
 
 A model never touches the adjacency or the process layout; it calls ``view.spmm``,
-``view.sddmm``, ``view.edge_softmax``, ``view.dropout`` and ``view.batch_norm``. ``GraphView`` runs them on one
+``view.sddmm``, ``view.edge_softmax``, ``view.edge_sum``, ``view.dropout`` and
+``view.batch_norm``, and reads a graph's edge features with ``view.edge_features``. ``GraphView`` runs them on one
 process; a parallel strategy subclasses it and supplies distributed versions, so the
 models stay the same under every strategy.
 
@@ -19,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from . import ops
+from .edge_features import entry_rows, operator_features
 from .errors import ConfigError
 from .graph import Adjacency
 from .ops.precision import in_float32
@@ -134,7 +136,7 @@ def _mask(ids, shape: tuple, p: float, key: int, device, columns: slice) -> torc
 # The primitives that compute in float32 whatever precision autocast hands them
 # (``gnnmesh.ops.precision``): a parallel view's own versions of them, with their collectives,
 # are wrapped as they are defined (``GraphView.__init_subclass__``).
-FLOAT32_PRIMITIVES = ("spmm", "sddmm", "edge_softmax", "row_sum", "batch_norm")
+FLOAT32_PRIMITIVES = ("spmm", "sddmm", "edge_softmax", "edge_sum", "row_sum", "batch_norm")
 
 
 class GraphView:
@@ -193,6 +195,30 @@ class GraphView:
     @in_float32
     def edge_softmax(self, scores: torch.Tensor, op: str = "loop") -> torch.Tensor:
         return ops.edge_softmax(self.operator(op), scores)
+
+    @in_float32
+    def edge_sum(self, messages: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        """Per-edge rows ``messages`` (``[entries, ...]``, this view's entries of ``op``, as
+        ``sddmm`` gives them) summed into their destinations' rows (a message that is not a
+        product of a value and a source row, GINE's ``ReLU(x_j + e_ji)``)."""
+        return ops.edge_sum(self.edge_block(op), messages)
+
+    def edge_block(self, op: str) -> Adjacency:
+        """The block of operator ``op`` whose entries this view's per-edge rows are of (rows:
+        the view's destinations); a parallel view gives its own."""
+        return self.operator(op)
+
+    def edge_features(self, op: str = "loop") -> torch.Tensor:
+        """The graph's edge features on this view's entries of operator ``op`` (``[entries, F]``,
+        in the order ``sddmm`` gives per-edge rows; ``gnnmesh.edge_features`` says which
+        features an added self-loop carries). Cut from the whole graph's table by global entry
+        id, so every strategy that keeps them gives the single process's rows; a view that
+        holds no graph to cut them from refuses in one line."""
+        if self.adj is None:
+            raise ConfigError(f"edge features: this strategy's view ({type(self).__name__}) holds no graph to read "
+                              "them from (parts and sampled blocks carry none); train under --strategy single, "
+                              "partition, tensor or offload from the graph itself")
+        return entry_rows(operator_features(op, self.adj, operator_of), self.entries(op)).to(self.device)
 
     # -- randomness that must agree across processes ------------------------------------------
     def set_epoch(self, epoch: int, draws: int = 0) -> None:

@@ -21,8 +21,11 @@ def free_port() -> int:
 # Ranks fork from a server that has imported torch and gnnmesh once for the whole session,
 # rather than each starting an interpreter and importing them (seconds a rank): the server
 # runs no torch op, so no thread pool is forked. A rank takes the test's environment and
-# working directory as they are at the launch, as a spawned rank would.
-PRELOAD = ["torch", "torch.distributed", "gnnmesh", "gnnmesh.comm", "gnnmesh.train", "tests.dist"]
+# working directory as they are at the launch, as a spawned rank would. torch._dynamo too:
+# torch imports it on the first optimizer built (Optimizer.__init__ is wrapped to disable
+# dynamo), two seconds of every training command and rank otherwise.
+PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "gnnmesh", "gnnmesh.comm", "gnnmesh.train",
+           "gnnmesh.cli", "tests.dist"]
 
 
 def preloaded_forkserver():

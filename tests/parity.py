@@ -6,10 +6,11 @@ import torch
 
 from gnnmesh.config import Config
 from gnnmesh.train import Trainer
+from gnnmesh.train.minibatch import MiniBatchTrainer
 
 
 def train(graph, config: Config, strategy=None) -> dict:
-    trainer = Trainer(config, graph, strategy)
+    trainer = (MiniBatchTrainer if config.training.minibatch else Trainer)(config, graph, strategy)
     summary = trainer.fit()
     return {"losses": [r.loss for r in summary.history],
             "accs": [(r.train_acc, r.val_acc, r.test_acc) for r in summary.history],

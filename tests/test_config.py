@@ -160,8 +160,8 @@ def test_the_options_a_model_takes_are_its_classs_and_resolve_to_its_defaults():
     from gnnmesh.settings import MODEL_OPTIONS
     forms = [(name, False) for name in models.names()] + [(name, True) for name in models.names(decoupled=True)]
     for name, decoupled in forms:
-        # relations have no default: the trainer fills them from the typed graph
-        taken = {o for o in options_of(name, decoupled) if o in MODEL_OPTIONS and o != "relations"}
+        # relations and edge_dim have no default: the trainer fills them from the graph
+        taken = {o for o in options_of(name, decoupled) if o in MODEL_OPTIONS and o not in ("relations", "edge_dim")}
         resolved = Config.of(model=name, decoupled=decoupled).resolved()
         assert {o for o in MODEL_OPTIONS if resolved.get(o) is not None} == taken, (name, decoupled)
         Config.of(model=name, decoupled=decoupled, **{o: resolved.get(o) for o in taken})  # each given: accepted

@@ -1,20 +1,24 @@
 """`gnnmesh train --nproc N`: real local ranks started by the elastic launcher."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 import psutil
 import pytest
 
+from tests.forked import run_cli
+
 SBM = "sbm:nodes=400,classes=3,features=12"
 
 
-def gnnmesh(*args, timeout=180, **kwargs):
-    return subprocess.run([sys.executable, "-m", "gnnmesh", *args], capture_output=True, text=True,
-                          timeout=timeout, **kwargs)
+def gnnmesh(*args, timeout=180, env=None):
+    """The launcher forked from the tests' preloaded server (its ranks are new interpreters)."""
+    return run_cli(*args, env=env, timeout=timeout)
 
 
 def losses(path):
@@ -37,12 +41,46 @@ def test_nproc_run_equals_single_process(tmp_path):
     assert dist.stdout.count("done:") == 1  # only rank 0 prints
 
 
+RANK_0_LATE = """
+    import os, time
+    if os.environ.get("RANK") == "0":  # rank 0 still starting when rank 1 stops on the bad input
+        time.sleep(90)
+"""
+
+
 @pytest.mark.timeout(120)
-def test_bad_input_in_ranks_gives_one_line_and_status_2():
-    result = gnnmesh("train", "--dataset", "no-such-dataset", "--nproc", "2", "--strategy", "partition")
-    assert result.returncode == 2
+def test_bad_input_in_ranks_gives_one_line_and_status_2(tmp_path):
+    """One line whichever rank stops first. The agent stops the other ranks when one exits, so
+    a rank 0 still starting never printed its line: status 2 and nothing on stderr."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(textwrap.dedent(RANK_0_LATE))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
+    made = gnnmesh("partition", "--dataset", "sbm:nodes=100,classes=2,features=4", "--parts", "2",
+                   "--method", "contiguous", "--write-parts", str(tmp_path / "p"))
+    assert made.returncode == 0, made.stderr
+    # the strategy comes from the parts, so each rank finds the flag misplaced once it opens them
+    result = gnnmesh("train", "--parts", str(tmp_path / "p"), "--nproc", "2", "--epochs", "1", "--chunk-size", "8",
+                     env=env)
+    assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "no-such-dataset" in lines[0], result.stderr
+    assert len(lines) == 1 and "'chunk_size' (--chunk-size) applies only to --strategy tensor" in lines[0], \
+        result.stderr
+
+
+def test_the_launcher_prints_the_bad_input_line_of_the_lowest_rank(tmp_path, monkeypatch, capsys):
+    from gnnmesh import launch
+    monkeypatch.setenv(launch.BAD_INPUT_ENV, str(tmp_path))
+    monkeypatch.setenv(launch.LAUNCHER_ENV, "1")
+    monkeypatch.setenv("WORLD_SIZE", "12")
+    assert launch._say_bad_input() is False and capsys.readouterr().err == ""
+    for rank in (10, 2, 7):  # in the order they stopped; rank 10 before rank 2 by name
+        monkeypatch.setenv("RANK", str(rank))
+        assert launch.leave_bad_input(f"gnnmesh: error: as rank {rank} read it")
+    assert launch._say_bad_input() is True
+    assert capsys.readouterr().err == "gnnmesh: error: as rank 2 read it\n"
+    monkeypatch.delenv(launch.LAUNCHER_ENV)  # a rank torchrun started: it prints, or not, itself
+    assert not launch.leave_bad_input("gnnmesh: error: not left")
 
 
 @pytest.mark.timeout(120)

@@ -46,8 +46,18 @@ def add_config_flags(parser, sections=None, only=None, defaults: bool = False, h
                 group.add_argument(flag, dest=flat, action=argparse.BooleanOptionalAction, default=default,
                                    help=help_text)
             else:
+                repeats = {"action": JoinedRepeats} if f.metadata.get("repeatable") else {}
                 group.add_argument(flag, dest=flat, type=kind, default=default, choices=choices, help=help_text,
-                                   metavar=None if choices else flat.upper(), required=flat in required)
+                                   metavar=None if choices else flat.upper(), required=flat in required, **repeats)
+
+
+class JoinedRepeats(argparse.Action):
+    """A list setting's flag given more than once (``--link-relation a --link-relation b``): its
+    values joined by commas, the one value the setting takes (``a,b``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        before = getattr(namespace, self.dest, None)
+        setattr(namespace, self.dest, values if before is None or before == self.default else f"{before},{values}")
 
 
 def section_title(section: str) -> str:

@@ -48,6 +48,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     cmd.add_argument("--exclude-known", dest="exclude_known", action="store_true",
                      help="--top-k: leave out the query itself and its known positives (the edges the model was "
                           "trained on, both ways where the graph is undirected)")
+    cmd.add_argument("--link-relation", dest="scored_relation", metavar="RELATION",
+                     help="--pairs, --top-k of a link model trained on a typed graph's relations: the relation to "
+                          "score (src__name__dst, or name where unambiguous; default: the one it was trained on)")
     cmd.add_argument("--format", dest="fmt", default="npy", choices=("npy", "parquet"),
                      help="the parts' file format (parquet needs gnnmesh[parquet]; default: npy)")
     cmd.add_argument("--weights", default="best", choices=("best", "last"),
@@ -70,7 +73,8 @@ def run(args, argv) -> int:
     from .. import checkpoint  # heavy imports only when predicting
     from ..predict.run import Request, with_model
     request = Request(args.checkpoint, args.out, args.output, args.layer, args.nodes, args.fmt, args.weights,
-                      args.user_model, args.pairs, args.top_k, args.queries, args.exclude_known, args.node_type)
+                      args.user_model, args.pairs, args.top_k, args.queries, args.exclude_known, args.node_type,
+                      args.scored_relation)
     request.check()
     _full_graph(args.strategy)
     saved = request.saved_config(checkpoint.load(args.checkpoint))

@@ -11,6 +11,9 @@ instant, the OS page cache is shared between processes, and the arrays are writa
 which keeps ``torch.from_numpy`` free of its non-writable-array warning (writes stay
 private to the process and never reach the file).
 
+A typed graph's union keeps its relations (``relation_ptr``, ``relation_ids``, their names in
+``graph.json``) and the meta that types it (``gnnmesh.typed.stored_meta``).
+
 The key hashes the dataset name, the options that shape the graph, the size and mtime
 of every source file, the loader's version and FORMAT_VERSION: changing any of them
 makes a new entry. The derived transpose of the adjacency is not stored: rebuilding it
@@ -33,7 +36,10 @@ import numpy as np
 import torch
 
 from ..atomic import sweep_stale, temporary_directory
+from ..errors import GraphError
 from ..graph import Adjacency, Graph, sparse_csr
+from ..relations import Relations
+from ..typed import stored_meta as typed_meta
 from ..structured import load_json
 
 
@@ -132,12 +138,20 @@ def _write_arrays(graph: Graph, out: Path) -> dict:
         else:
             x_layout = "dense"
             put("x", x)
+    relations, meta = None, graph.meta
+    if adj.edge_features is not None:
+        put("edge_features", adj.edge_features)
+    if adj.relations is not None:  # a typed graph's union: its relations, and the meta that types it
+        put("relation_ptr", adj.relations.ptr)
+        put("relation_ids", adj.relations.ids)
+        relations = list(adj.relations.names)
+        meta = typed_meta.stored(graph.meta, put)
     return {"format": FORMAT_VERSION, "name": graph.name, "directed": graph.directed,
             "num_classes": graph.num_classes, "shape": list(adj.shape),
             "weighted": adj.values is not None, "fields": fields, "x_layout": x_layout,
             "x_shape": None if graph.x is None else list(graph.x.shape),
             "x_dtype": None if graph.x is None else str(graph.x.dtype).replace("torch.", ""),
-            "meta": graph.meta}
+            "relations": relations, "edge_features": adj.edge_features is not None, "meta": meta}
 
 
 def load(path: Path) -> Optional[Graph]:
@@ -185,5 +199,18 @@ def _read(path: Path, info: dict) -> Graph:
             rows = torch.repeat_interleave(torch.arange(shape[0]), indptr[1:] - indptr[:-1])
             x = torch.zeros(info["x_shape"], dtype=getattr(torch, info["x_dtype"]))
             x[rows, indices] = values
+    meta = info["meta"]
+    if info.get("edge_features"):
+        try:
+            adj = adj.with_edge_features(_array(path, "edge_features"), "the cached edge_features")
+        except GraphError as exc:
+            raise ValueError(str(exc)) from None
+    if info.get("relations") is not None:
+        relations = Relations(tuple(info["relations"]), _array(path, "relation_ptr"), _array(path, "relation_ids"))
+        try:
+            adj = adj.with_relations(relations)
+        except GraphError as exc:
+            raise ValueError(str(exc)) from None
+        meta = typed_meta.restored(meta, lambda name: _array(path, name))
     return Graph(adj=adj, x=x, name=info["name"], directed=info["directed"],
-                 num_classes=info["num_classes"], meta=info["meta"], **fields)
+                 num_classes=info["num_classes"], meta=meta, **fields)

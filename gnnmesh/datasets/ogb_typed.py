@@ -29,7 +29,7 @@ from ..errors import GraphError
 from ..graph import Graph
 from ..typed import NodeType, Relation, TypedGraph, to_graph
 from ._build import MASKS, index_mask
-from ._io import decode_text, read_bytes
+from ._io import decode_text, file_stat, read_bytes
 from .files import check_ids
 from .ogb import SETS, _check_disjoint, _features, _find, _labels, _table, dataset_name, split_scheme
 from .options import Option
@@ -43,6 +43,14 @@ OPTIONS = {
     "split": Option(None, str, "folder under split/ to use (needed when there are several)", optional=True),
     "add_reverse": Option(False, bool, "add every relation's reverse (dst, rev_<name>, src)"),
 }
+
+
+def source_files(root: Path) -> list:
+    """Cache-key stamps of every file of the layout, so that editing any one of them (or adding
+    a relation, a type's features or a split) makes a new cache entry."""
+    root = Path(root)
+    files = sorted(p for pattern in ("raw/*.csv*", "raw/*/*/*.csv*", "split/*/*/*.csv*") for p in root.glob(pattern))
+    return [file_stat(p) for p in files if p.is_file()]
 
 
 def is_typed_ogb_dir(path: Path) -> bool:

@@ -360,7 +360,7 @@ def load(name_or_path: Union[str, os.PathLike], root=None, **options) -> Graph:
         def build():
             return ogb.load_ogb(path, **opts)
     elif target.kind == "ogb-typed":
-        sources, key_name, version = [], ogb.dataset_name(path), ogb_typed.LOADER_VERSION
+        sources, key_name, version = ogb_typed.source_files(path), ogb.dataset_name(path), ogb_typed.LOADER_VERSION
 
         def build():
             return ogb_typed.load_ogb_typed(path, **opts)
@@ -383,9 +383,8 @@ def load(name_or_path: Union[str, os.PathLike], root=None, **options) -> Graph:
         def build():
             return dataset.build(paths, **opts)
 
-    if not target.use_cache or target.typed:
-        graph = build()  # typed graphs: their relations and meta are not in the cache's format (yet)
-        graph = graph if target.keep_types else untyped(graph)
+    if not target.use_cache:
+        graph = build()
     else:
         entry = cache.entry_dir(cache.default_dir(target.cache_dir), key_name, version, opts, sources)
         graph = cache.load(entry)
@@ -393,6 +392,8 @@ def load(name_or_path: Union[str, os.PathLike], root=None, **options) -> Graph:
             graph = build()
             with progress.phase(f"writing {key_name} to the dataset cache"):
                 cache.save(graph, entry)
+    if target.typed and not target.keep_types:  # cached typed: ':typed=false' reads the same entry
+        graph = untyped(graph)
     return with_random_labels(graph, target.random_labels) if target.random_labels else graph
 
 

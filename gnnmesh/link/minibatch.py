@@ -27,14 +27,15 @@ import torch
 from ..errors import ConfigError
 from ..ops.precision import widened
 from ..parallel.minibatch import BatchSetup, share
-from ..sampling import DEFAULT_BATCH, BlockView, NeighborSampler, parse_fanouts, sampled_operator
+from ..sampling import DEFAULT_BATCH, BlockView, sampled_graph, sampled_operator, sampler_of
 from ..train.minibatch import counted_epoch
-from ..view import operator_of
 from .trainer import LinkTrainer, edge_batches
 
 
 class LinkMiniBatchTrainer(LinkTrainer):
     """As ``LinkTrainer``, each optimizer step on the sampled neighbourhoods of a batch's pairs."""
+
+    trains_minibatches = True
 
     def __init__(self, config, data, strategy=None, widths=None, model=None, task=None, split=None, original=None):
         super().__init__(config, data, strategy, widths=widths, model=model, task=task, split=split,
@@ -43,8 +44,8 @@ class LinkMiniBatchTrainer(LinkTrainer):
         total = self.split.train.shape[1]
         self.batch_size = min(cfg.link.edge_batch_size or DEFAULT_BATCH, total)
         self.op = sampled_operator(self.model)
-        operator = operator_of(self.op, s.view.adj)  # the training graph's: held-out edges are never sampled
-        self.sampler = NeighborSampler(operator, parse_fanouts(cfg.minibatch.fanouts), cfg.training.seed)
+        operator = sampled_graph(self.op, s.view.adj)  # the training graph's: held-out edges are never sampled
+        self.sampler = sampler_of(self.op, operator, cfg.minibatch.fanouts, cfg.training.seed)
         self.sampled_edges = 0
         ends = np.unique(self.split.train.numpy())
         self.strategy.place(self.split.graph, dict(fanouts=self.sampler.fanouts, batch_size=self.batch_size,
@@ -92,7 +93,7 @@ class LinkMiniBatchTrainer(LinkTrainer):
             with self.forward_precision():  # the encoder under --precision; its rows, the decoder and the loss float32
                 z = widened(self._rows(seeds, epoch, step))
             self.check_output(z)
-            loss = self.pairs_loss(z[back.to(z.device)], len(mine), len(batch))
+            loss = self.pairs_loss(z[back.to(z.device)], len(mine), len(batch), self.split.relation_of("train", mine))
             total += self.update(loss, f"epoch {epoch}, step {step}", every_grad=True)
         return total / self.steps_per_epoch
 

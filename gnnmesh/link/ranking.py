@@ -70,15 +70,16 @@ def block_size(largest_share: int, num_nodes: int) -> int:
 
 
 def scored_blocks(decoder, z: torch.Tensor, directory, zq: torch.Tensor, largest_share: int, num_nodes: int,
-                  mask: Optional["KnownMask"] = None, masked: float = float("-inf"), node_of=None):
+                  mask: Optional["KnownMask"] = None, masked: float = float("-inf"), node_of=None, first: int = 0):
     """Yields ``(ids, scores)`` for each block of candidate ids in ascending order: the
     block's ids and the [queries, block] scores (float32, on the CPU) of this rank's query rows
     ``zq`` with them, the block's rows fetched from their owners (``directory``, ``z`` this
     rank's output rows); ``mask``'s known candidates scored ``masked``. Every rank iterates
     every block together (``largest_share``: the most queries any rank holds). ``node_of``
-    maps the ids iterated (the user's, under ``--reorder``) to the rows' ids."""
-    block = block_size(largest_share, num_nodes)
-    for start in range(0, num_nodes, block):
+    maps the ids iterated (the user's, under ``--reorder``) to the rows' ids. The candidates
+    are ids ``first`` to ``num_nodes - 1`` (a typed relation's: its destination type's)."""
+    block = block_size(largest_share, num_nodes - first)
+    for start in range(first, num_nodes, block):
         ids = torch.arange(start, min(num_nodes, start + block))
         zc = fetch_rows(z, directory.plan(ids if node_of is None else node_of(ids)))
         scores = block_scores(decoder, zq, zc).float().cpu()

@@ -20,7 +20,7 @@ import torch
 
 from ..comm import Comm
 from ..ops.pairs import pair_dot
-from .decoders import Dot
+from .decoders import Dot, score
 
 
 class RowDirectory:
@@ -118,9 +118,11 @@ def fetch_table(z: torch.Tensor, directory: RowDirectory, wanted: torch.Tensor) 
     return fetch_rows(z, directory.plan(ids)), at.to(z.device)
 
 
-def score_rows(decoder: torch.nn.Module, table: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """The decoder's scores of the pairs (``table[a[i]]``, ``table[b[i]]``): the dot product's
+def score_rows(decoder: torch.nn.Module, table: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+               relation: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The decoder's scores of the pairs (``table[a[i]]``, ``table[b[i]]``), of relations
+    ``relation`` (a typed graph's, one per pair; ``decoders.score``): the dot product's
     straight from the table (``ops.pairs``), any other decoder's from the pairs' gathered rows."""
     if type(decoder) is Dot:
         return pair_dot(table, a, b)
-    return decoder(table[a], table[b])
+    return score(decoder, table[a], table[b], relation)

@@ -47,6 +47,12 @@ class LinkSplit:
     test_negatives: torch.Tensor
     valid_negative_pairs: Optional[torch.Tensor] = None
     test_negative_pairs: Optional[torch.Tensor] = None
+    # a typed graph's (``typed``, --link-relation): the relations scored, the decoder's relation
+    # i being relations[i], and each positive's relation among them; none on an untyped graph
+    relations: tuple = ()
+    train_relation: Optional[torch.Tensor] = None
+    valid_relation: Optional[torch.Tensor] = None
+    test_relation: Optional[torch.Tensor] = None
 
     @classmethod
     def from_pyg(cls, data, graph: Optional[Graph] = None) -> "LinkSplit":
@@ -67,12 +73,19 @@ class LinkSplit:
         where each positive has its own (``negatives``)."""
         return getattr(self, f"{split}_negative_pairs", None)
 
+    def relation_of(self, split: str, places: torch.Tensor) -> Optional[torch.Tensor]:
+        """The relation (its place in ``relations``) of the positives of ``split`` at ``places``;
+        None on an untyped graph."""
+        relation = getattr(self, f"{split}_relation")
+        return None if relation is None else relation[places]
+
     def describe(self) -> str:
         shared = self.valid_negative_pairs
         each = (f"{self.valid_negatives.shape[1]} negatives each held out" if shared is None else
                 f"{shared.shape[1]:,} validation negatives shared")
+        of = f" of {', '.join(self.relations)}" if self.relations else ""
         return (f"{self.train.shape[1]:,} training, {self.valid.shape[1]:,} validation and "
-                f"{self.test.shape[1]:,} test edges ({each})")
+                f"{self.test.shape[1]:,} test edges{of} ({each})")
 
 
 def parse_fractions(text: str, name: str = "link_split") -> dict:

@@ -30,7 +30,7 @@ from ..ops.precision import widened
 from ..settings import LinkSection, flag_name, parse_hits
 from ..tasks import LinkTask
 from ..train.trainer import Trainer, labelled
-from . import counter, decoders, full_ranking, ranking, renumber
+from . import counter, decoders, full_ranking, ranking, renumber, typed
 from .chunks import pair_chunks
 from .metrics import link_metrics, shared_link_metrics
 from .rows import RowDirectory, fetch_rows, fetch_table, score_rows
@@ -57,6 +57,9 @@ class LinkTrainer(Trainer):
         cfg = config.resolved()
         self.original = None if original is None else np.asarray(original, dtype=np.int64)
         self.node_of = None if original is None else torch.from_numpy(renumber.inverse(original))
+        if cfg.link.link_relation is not None:
+            split, config = typed.split_for(config, data, split, original)
+            cfg = config.resolved()
         if split is None:
             users = data if original is None else renumber.user_graph(data, original)
             source = source_of(users, cfg.link.link_split, "link_split" in cfg.link.given())
@@ -77,7 +80,9 @@ class LinkTrainer(Trainer):
         cfg = self.config
         self.directory = RowDirectory(self.own_rows(), self.num_nodes, getattr(self.strategy, "comm", None))
         torch.manual_seed(cfg.training.seed + 1)  # the decoder's weights: the same on every rank
-        self.decoder = decoders.build(cfg.link.decoder, self.num_classes, cfg.link.link_loss == "bce").to(self.device)
+        self.decoder = decoders.build(cfg.link.decoder, self.num_classes, cfg.link.link_loss == "bce",
+                                      max(len(self.split.relations), 1)).to(self.device)
+        self.ends = typed.Ends.of(self.split.graph, self.split.relations) if self.split.relations else None
         self.best_decoder = None
         self.split_sizes = [float(self.split.pairs(k).shape[1]) for k in SPLIT_NAMES]
         # this rank's pairs: those whose source it owns (global positions in each split)
@@ -85,8 +90,12 @@ class LinkTrainer(Trainer):
         self.train_sample = self._train_sample()
         # for the sample alone: a table for every training positive would hold eval_negatives
         # ids each, gigabytes on a large graph, of which the sample's rows are all ever read
-        self.train_negatives = fixed_negatives(self.split.train, self.num_nodes, cfg.training.seed,
-                                               len(SPLIT_NAMES), cfg.link.eval_negatives, self.train_sample)
+        if self.ends is None:
+            self.train_negatives = fixed_negatives(self.split.train, self.num_nodes, cfg.training.seed,
+                                                   len(SPLIT_NAMES), cfg.link.eval_negatives, self.train_sample)
+        else:
+            self.train_negatives = typed.typed_negatives(self.ends, self.split.train_relation, cfg.training.seed,
+                                                         len(SPLIT_NAMES), cfg.link.eval_negatives, self.train_sample)
 
     def own_rows(self) -> torch.Tensor:
         """The nodes whose rows this rank serves to the pairs that read them (disjoint across
@@ -192,37 +201,48 @@ class LinkTrainer(Trainer):
         divided by the batch's count of terms over every rank."""
         mine = batch[self.directory.mine[self.split.train[0, batch]]]
         table, at = fetch_table(z, self.directory, self.train_ends(mine))
-        return self.table_loss(table, at, len(mine), len(batch))
+        return self.table_loss(table, at, len(mine), len(batch), self.split.relation_of("train", mine))
 
     def train_ends(self, positives: torch.Tensor) -> torch.Tensor:
         """The nodes whose rows the loss reads for the training ``positives`` (global positions):
         their sources, their destinations, then their negatives' sources and destinations
         ([m, K] each, row by row). A negative is drawn from the seed, the epoch, the positive
-        and the draw, whichever rank or batch scores it."""
+        and the draw, whichever rank or batch scores it; on a typed graph, among the ends' types
+        of the positive's relation (``typed``)."""
         cfg = self.config.link
         src, dst = self.split.train[:, positives]
-        k, n = cfg.negatives, self.num_nodes
+        k = cfg.negatives
         draws = (self.config.training.seed, TRAIN_NEGATIVES_KEY, self.epoch, positives.numpy()[:, None],
                  np.arange(k)[None])
-        neg_dst = torch.from_numpy(counter.below(n, *draws, 1))
-        neg_src = (torch.from_numpy(counter.below(n, *draws, 0)) if cfg.corrupt == "both"
+        neg_dst = torch.from_numpy(self._negative_ends("dst", positives, draws, 1))
+        neg_src = (torch.from_numpy(self._negative_ends("src", positives, draws, 0)) if cfg.corrupt == "both"
                    else src[:, None].expand(-1, k))
         return torch.cat([src, dst, neg_src.reshape(-1), neg_dst.reshape(-1)])
 
-    def pairs_loss(self, rows: torch.Tensor, m: int, terms: int) -> torch.Tensor:
+    def _negative_ends(self, end: str, positives: torch.Tensor, draws: tuple, which: int) -> np.ndarray:
+        """The negatives' sources (``end`` "src", ``which`` 0) or destinations ("dst", 1), keyed
+        on ``draws``: any node, or on a typed graph a node of that end's type of each positive's
+        relation."""
+        if self.ends is None:
+            return counter.below(self.num_nodes, *draws, which)
+        return self.ends.draw(end, self.split.train_relation[positives].numpy(), *draws, which)
+
+    def pairs_loss(self, rows: torch.Tensor, m: int, terms: int, relations=None) -> torch.Tensor:
         """The loss of ``m`` positives and their negatives from the rows of their ends (in
         ``train_ends``' order), summed and divided by ``terms``, the batch's positives on every
-        rank."""
-        return self.table_loss(rows, torch.arange(len(rows), device=rows.device), m, terms)
+        rank. ``relations``: a typed graph's relation of each positive (its negatives' too)."""
+        return self.table_loss(rows, torch.arange(len(rows), device=rows.device), m, terms, relations)
 
-    def table_loss(self, table: torch.Tensor, at: torch.Tensor, m: int, terms: int) -> torch.Tensor:
+    def table_loss(self, table: torch.Tensor, at: torch.Tensor, m: int, terms: int, relations=None) -> torch.Tensor:
         """As ``pairs_loss``, the rows of the ends being ``table[at]``: each pair is scored from
         the table by its ends' places (``rows.score_rows``; the dot decoder copies no row per
         pair, and a negative's source under --corrupt destination is its positive's row)."""
         cfg = self.config.link
         k = cfg.negatives
         at_src, at_dst, at_neg_src, at_neg_dst = at.split([m, m, m * k, m * k])
-        scores = score_rows(self.decoder, table, torch.cat([at_src, at_neg_src]), torch.cat([at_dst, at_neg_dst]))
+        relation = None if relations is None else torch.cat([relations, relations.repeat_interleave(k)])
+        scores = score_rows(self.decoder, table, torch.cat([at_src, at_neg_src]), torch.cat([at_dst, at_neg_dst]),
+                            relation)
         pos, neg = scores[:m], scores[m:].view(m, k)
         if cfg.link_loss == "bce":
             return (F.softplus(-pos).sum() + F.softplus(neg).sum()) / (terms * (1 + k))
@@ -257,8 +277,11 @@ class LinkTrainer(Trainer):
             m = len(src)
             rows = fetch_rows(z, self.directory.plan(torch.cat([src, dst, neg.reshape(-1)])))
             zs = rows[:m]
-            table[at, 0] = self.decoder(zs, rows[m:2 * m]).double().cpu()
-            table[at, 1:] = self.decoder(zs.repeat_interleave(k, 0), rows[2 * m:]).view(m, k).double().cpu()
+            relation = self.split.relation_of(split, part)
+            table[at, 0] = decoders.score(self.decoder, zs, rows[m:2 * m], relation).double().cpu()
+            table[at, 1:] = decoders.score(self.decoder, zs.repeat_interleave(k, 0), rows[2 * m:],
+                                           None if relation is None else relation.repeat_interleave(k)
+                                           ).view(m, k).double().cpu()
         table = self.strategy.all_reduce(table)
         shared = self.split.negative_pairs(split) if split != "train" else None
         if shared is not None:
@@ -328,37 +351,64 @@ class LinkTrainer(Trainer):
         return layer
 
     @torch.no_grad()
-    def score_pairs(self, pairs) -> tuple:
+    def score_pairs(self, pairs, relation: Optional[str] = None) -> tuple:
         """``(places, scores)``: the decoder's scores of the pairs whose source this rank owns,
         of ``pairs`` ([P, 2] global node ids, the same on every rank), and their places in it.
-        Every rank calls it together."""
+        ``relation``: on a typed graph, the trained relation the pairs are scored as (default:
+        the one the model was trained on). Every rank calls it together."""
         pairs = torch.as_tensor(np.asarray(pairs, dtype=np.int64)).reshape(-1, 2)
         if len(pairs) and (int(pairs.min()) < 0 or int(pairs.max()) >= self.num_nodes):
             raise ConfigError(f"pairs: node ids must be 0 to {self.num_nodes - 1}")
+        r = self._relation(relation)
+        if r is not None:
+            self.ends.check_pairs(pairs.numpy(), r, self.split.relations[r], "pairs")
         pairs = self._nodes(pairs)
         self.decoder.eval()
         z = self.embeddings()
         places = torch.nonzero(self.directory.mine[pairs[:, 0]]).flatten()
         src, dst = pairs[places, 0], pairs[places, 1]
         rows = fetch_rows(z, self.directory.plan(torch.cat([src, dst])))
-        scores = self.decoder(rows[:len(src)], rows[len(src):])
+        scores = decoders.score(self.decoder, rows[:len(src)], rows[len(src):], r)
         return places.numpy(), scores.float().cpu().numpy()
 
+    def _relation(self, relation: Optional[str]) -> Optional[int]:
+        """The place among the trained relations of ``relation`` (None: an untyped model's pairs,
+        or the one relation a typed model was trained on); a ConfigError where it names none."""
+        if not self.split.relations:
+            if relation is not None:
+                raise ConfigError(f"--link-relation {relation}: the model was trained on a graph without relations")
+            return None
+        return typed.relation_index(self.split.relations, relation)
+
     @torch.no_grad()
-    def top_k(self, k: int, queries=None, exclude_known: bool = False) -> tuple:
+    def top_k(self, k: int, queries=None, exclude_known: bool = False, relation: Optional[str] = None) -> tuple:
         """``(queries, candidates, scores)``: for each query node this rank owns (of ``queries``,
         global ids; default every node), its ``k`` best candidates among every node, best
         first, ties by the lower id, and their scores ([q, k] each). ``exclude_known``: leave
-        out the query and its known positives (the training edges). Every rank calls
-        it together; candidates are scored a block of ids at a time (``ranking``)."""
+        out the query and its known positives (the training edges). ``relation``: on a typed
+        graph, the trained relation ranked (as ``score_pairs``): its queries are of its source
+        type (default: all of them), its candidates of its destination type, its known
+        positives its own training edges. Every rank calls it together; candidates are scored
+        a block of ids at a time (``ranking``)."""
         n = self.num_nodes
+        r = self._relation(relation)
+        first, end = 0, n
+        if r is not None:
+            first, end = int(self.ends.dst_lo[r]), int(self.ends.dst_lo[r] + self.ends.dst_count[r])
+        if queries is None and r is not None:
+            queries = np.arange(self.ends.src_lo[r], self.ends.src_lo[r] + self.ends.src_count[r])
         queries = np.arange(n) if queries is None else np.unique(np.asarray(queries, dtype=np.int64))
         if len(queries) and (queries[0] < 0 or queries[-1] >= n):
             raise ConfigError(f"queries: node ids must be 0 to {n - 1}")
-        known = ranking.known_positives(self.split.graph, self.split.train) if exclude_known else None
-        if known is not None and self.original is not None:
-            known = renumber.known_in_user_ids(known, self.original)
-        ranking.check_enough(k, queries, n, known)
+        if r is not None:
+            self.ends.check_sources(queries, r, self.split.relations[r], "queries")
+            known = typed.known_positives(self.split, r) if exclude_known else None
+            ranking.check_enough(k, queries, end - first, known)  # the candidates: the destination type
+        else:
+            known = ranking.known_positives(self.split.graph, self.split.train) if exclude_known else None
+            if known is not None and self.original is not None:
+                known = renumber.known_in_user_ids(known, self.original)
+            ranking.check_enough(k, queries, n, known)
         self.decoder.eval()
         z = self.embeddings()
         owners = self.directory.owner[self._nodes(torch.from_numpy(queries))]
@@ -368,8 +418,9 @@ class LinkTrainer(Trainer):
         largest = int(torch.bincount(owners, minlength=self.strategy.world_size).max()) if len(queries) else 0
         best = ranking.RunningTopK(len(mine), k)
         # the blocks go over the user's ids: ties go to the lower
-        for ids, scores in ranking.scored_blocks(self.decoder, z, self.directory, zq, largest, n, mask,
-                                                 node_of=self._nodes):
+        decoder = self.decoder if r is None else decoders.ForRelation(self.decoder, r)
+        for ids, scores in ranking.scored_blocks(decoder, z, self.directory, zq, largest, end, mask,
+                                                 node_of=self._nodes, first=first):
             best.add(scores, ids)
         return mine, best.ids.numpy(), best.scores.numpy()
 
@@ -390,8 +441,8 @@ class LinkTrainer(Trainer):
             self.decoder.load_state_dict(self.best_decoder)
         return summary
 
-    def state(self, path=None) -> dict:
-        state = super().state(path)
+    def state(self, path=None, embedded: Optional[dict] = None) -> dict:
+        state = super().state(path, embedded)
         state["decoder"] = {"last": self.decoder.state_dict(), "best": self.best_decoder}
         return state
 

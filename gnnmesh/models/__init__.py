@@ -10,8 +10,11 @@ import inspect
 from .base import SELF, GraphLayer, LayerStack, Maths, Term
 from .decoupled import Decoupled
 from .gat import GAT
+from .gatv2 import GATv2
 from .gcn import GCN
 from .gin import GIN
+from .gine import GINE
+from .per_relation import per_relation
 from .registry import ModelSpec, is_built_in, names, register, spec
 from .row_wise import BatchNorm, Dropout
 from .sage import SAGE
@@ -49,5 +52,5 @@ def options_of(name: str, decoupled: bool = False) -> tuple:
     return tuple(p for p in inspect.signature(model.form(decoupled).__init__).parameters if p not in skipped)
 
 
-__all__ = ["ModelSpec", "register", "names", "spec", "is_built_in", "build_model", "options_of", "GCN", "SAGE", "GAT", "GIN", "Decoupled", "LayerStack",
-           "GraphLayer", "Maths", "Term", "SELF", "BatchNorm", "Dropout"]
+__all__ = ["ModelSpec", "register", "names", "spec", "is_built_in", "build_model", "options_of", "GCN", "SAGE", "GAT", "GATv2", "GIN", "GINE", "Decoupled", "LayerStack",
+           "GraphLayer", "Maths", "Term", "SELF", "BatchNorm", "Dropout", "per_relation"]

@@ -17,8 +17,10 @@ from ..errors import ConfigError
 from ..registries import add
 from .decoupled import Decoupled
 from .gat import GAT
+from .gatv2 import GATv2
 from .gcn import GCN
 from .gin import GIN
+from .gine import GINE
 from .rgat import RGAT
 from .rgcn import RGCN
 from .sage import SAGE
@@ -98,8 +100,14 @@ for _spec in (
     ModelSpec("gat", GAT, {"hidden": 8, "dropout": 0.6, "lr": 0.005, "weight_decay": 5e-4, "heads": 8,
                            "attn_dropout": 0.6}, decoupled={"attention": True}, attention=True, edge_weights="ignored",
               summary="graph attention"),
+    ModelSpec("gatv2", GATv2, {"hidden": 8, "dropout": 0.6, "lr": 0.005, "weight_decay": 5e-4, "heads": 8,
+                               "attn_dropout": 0.6}, attention=True,
+              summary="graph attention scored after the non-linearity (GATv2)"),
     ModelSpec("gin", GIN, {"hidden": 64, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4},
               summary="graph isomorphism network"),
+    # each edge's message is its own (a ReLU per edge): a row's sources are needed in one place
+    ModelSpec("gine", GINE, {"hidden": 64, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4}, attention=True,
+              summary="GIN with edge features in its messages (GINE; needs a graph with edge features)"),
     ModelSpec("rgcn", RGCN, {"hidden": 16, "dropout": 0.0, "lr": 0.01, "weight_decay": 5e-4, "bases": 0},
               summary="relational graph convolution, one weight per relation (typed graphs)"),
     # MLPerf's R-GAT on IGBH: 4 heads, dropout 0.2 (at a small graph's width)

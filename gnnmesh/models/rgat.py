@@ -9,6 +9,9 @@ plus a ``Linear`` root. Each relation attends over its own operator ``"sum@r"`` 
 alone, no self-loops: a bipartite relation has none), so a node without in-edges of a
 relation gets nothing from it. Hidden layers concatenate their heads, the last averages them,
 as GAT's do (``gnnmesh.models.gat``).
+
+With ``edge_dim = D`` each relation has its own map of the edge features into its logits
+(``GATConv(edge_dim=D)`` per relation): an edge of relation r adds ``a^r_edge . W^r_e f_ij``.
 """
 
 from __future__ import annotations
@@ -19,15 +22,16 @@ from torch import nn
 
 from ..relations import SEPARATOR
 from .base import LayerStack
+from .gat import EdgeLogits
 from .rgcn import relation_names
 
 
 class RGATLayer(nn.Module):
     def __init__(self, in_dim: int, out_dim: int, relations: tuple, heads: int, concat: bool,
-                 attn_dropout: float, negative_slope: float = 0.2):
+                 attn_dropout: float, negative_slope: float = 0.2, edge_dim: int = 0):
         super().__init__()
         self.relations, self.heads, self.out_dim, self.concat = relations, heads, out_dim, concat
-        self.attn_dropout, self.negative_slope = attn_dropout, negative_slope
+        self.attn_dropout, self.negative_slope, self.edge_dim = attn_dropout, negative_slope, edge_dim
         self.weight = nn.Parameter(torch.empty(len(relations), heads * out_dim, in_dim))
         self.att_src = nn.Parameter(torch.empty(len(relations), heads, out_dim))
         self.att_dst = nn.Parameter(torch.empty(len(relations), heads, out_dim))
@@ -35,6 +39,13 @@ class RGATLayer(nn.Module):
         for p in (self.weight, self.att_src, self.att_dst):
             for per_relation in p:  # each relation's matrices initialised as GAT's are
                 nn.init.xavier_uniform_(per_relation)
+        self.edge_logits = nn.ModuleList(EdgeLogits(edge_dim, heads, out_dim) for _ in relations) \
+            if edge_dim else None
+
+    @property
+    def operators(self) -> tuple:
+        """The operators it aggregates with: each relation's ``sum@r`` (mini-batches sample them)."""
+        return tuple(f"sum{SEPARATOR}{r}" for r in self.relations)
 
     @property
     def out_features(self) -> int:
@@ -55,6 +66,8 @@ class RGATLayer(nn.Module):
         """Relation ``i``'s attention over its operator ``op`` on its projected rows ``z``
         (``[rows, heads, out]``), heads concatenated or averaged."""
         scores = view.sddmm((z * self.att_dst[i]).sum(-1), (z * self.att_src[i]).sum(-1), op, "add")
+        if self.edge_logits is not None:
+            scores = scores + self.edge_logits[i](view, op)
         alpha = view.edge_softmax(F.leaky_relu(scores, self.negative_slope), op)
         alpha = view.edge_dropout(alpha, self.attn_dropout, self.training, op)
         out = view.spmm(z, op, values=alpha)
@@ -63,11 +76,12 @@ class RGATLayer(nn.Module):
 
 class RGAT(LayerStack):
     def __init__(self, in_dim: int, num_classes: int, hidden: int = 16, layers: int = 2, heads: int = 4,
-                 dropout: float = 0.2, attn_dropout: float = 0.0, out_heads: int = 1, relations=()):
+                 dropout: float = 0.2, attn_dropout: float = 0.0, out_heads: int = 1, relations=(),
+                 edge_dim: int = 0):
         super().__init__(dropout, activation=F.elu)
         names = relation_names(relations, "rgat")
         dim = in_dim
         for _ in range(layers - 1):
-            self.layers.append(RGATLayer(dim, hidden, names, heads, True, attn_dropout))
+            self.layers.append(RGATLayer(dim, hidden, names, heads, True, attn_dropout, edge_dim=edge_dim))
             dim = hidden * heads
-        self.layers.append(RGATLayer(dim, num_classes, names, out_heads, False, attn_dropout))
+        self.layers.append(RGATLayer(dim, num_classes, names, out_heads, False, attn_dropout, edge_dim=edge_dim))

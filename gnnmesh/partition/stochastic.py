@@ -61,9 +61,10 @@ import scipy.sparse as sp
 
 from .. import progress
 from ..errors import ConfigError
-from ..sampling import NeighborSampler, draw_batches, parse_fanouts
+from ..sampling import RELATIONS, draw_batches, parse_fanouts, sampled_graph, sampler_of
+from ..sampling.relations import relation_fanouts
 from ..validate import Range
-from ..view import OPERATORS, operator_of
+from ..view import OPERATORS
 from .api import cached_partition, check_settings
 from .base import as_adjacency, csr_arrays, vertex_weights
 from .halo import check_assignment
@@ -163,14 +164,15 @@ def merge_nets(starts: np.ndarray, pins: np.ndarray, weights: np.ndarray) -> tup
 
 def stochastic_hypergraph(operator, parts: int, fanouts: list, batch_size: int, pool: np.ndarray,
                           theta: float, delta: float, seed: int,
-                          min_batches: Optional[int] = None) -> StochasticHypergraph:
+                          min_batches: Optional[int] = None, per_relation: bool = False) -> StochasticHypergraph:
     """Draw batches of epochs BUILD_EPOCH, BUILD_EPOCH + 1, ... from ``operator`` (an
-    Adjacency) until the merged nets reach the Hoeffding count and at least ``min_batches``
-    were drawn (default one epoch's), or MAX_BATCHES were."""
+    Adjacency; ``per_relation``: a typed graph's union, sampled per relation) until the merged
+    nets reach the Hoeffding count and at least ``min_batches`` were drawn (default one
+    epoch's), or MAX_BATCHES were."""
     n = operator.shape[0]
     needed = hoeffding_nets(parts, theta, delta)
     floor = math.ceil(pool.shape[0] / batch_size) if min_batches is None else min_batches
-    sampler = NeighborSampler(operator, fanouts, seed)
+    sampler = sampler_of(RELATIONS if per_relation else "", operator, fanouts, seed)
     merged = (_starts(np.zeros(0, np.int64)), np.zeros(0, np.int64), np.zeros(0, np.int64))
     pending, bound = [], 0  # nets not merged yet; merged + pending nets bound the merged count
     sampled, drawn, stop = 0, 0, "max batches"
@@ -231,8 +233,8 @@ def stochastic_partition(graph, parts: int, fanouts, batch_size: int, *, seeds_p
             return np.zeros(adj.shape[0], dtype=np.int64), {**settings, **NO_DRAW}
         _import_extra("mtkahypar", "shp")  # fail before sampling, naming the extra
         with progress.phase("shp: sampling batches"):
-            hg = stochastic_hypergraph(operator_of(operator, adj), parts, settings["fanouts"], batch_size,
-                                       pool, theta, delta, seed, min_batches)
+            hg = stochastic_hypergraph(sampled_graph(operator, adj), parts, settings["fanouts"], batch_size,
+                                       pool, theta, delta, seed, min_batches, per_relation=operator == RELATIONS)
         draw = {"batches": hg.batches, "epochs": hg.epochs, "sampled_nets": hg.sampled_nets,
                 "nets": hg.nets, "needed_nets": hg.needed, "stop": hg.stop}
         with progress.phase(f"shp: mt-KaHyPar, {preset} preset: {hg.nets:,} nets"):
@@ -245,16 +247,22 @@ def stochastic_partition(graph, parts: int, fanouts, batch_size: int, *, seeds_p
 def check_sampling(adj, fanouts, batch_size, seeds_pool, operator) -> tuple:
     """``(settings, pool)``: the batches' settings as a JSON-able dict and the seed pool
     (int64 ids), or a ConfigError naming the bad one."""
-    fanouts = parse_fanouts(fanouts)
+    if operator == RELATIONS:  # a model that aggregates per relation: the typed graph sampled per relation
+        if adj.relations is None:
+            raise ConfigError(f"config field 'operator': {RELATIONS!r} samples a typed graph per relation; this "
+                              "graph has none")
+        fanouts = [list(hop) for hop in relation_fanouts(fanouts, adj.relations.names)]
+    else:
+        fanouts = parse_fanouts(fanouts)
     n = adj.shape[0]
     pool = _seed_pool(seeds_pool, n)
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
             or not 1 <= batch_size <= pool.shape[0]:
         raise ConfigError(f"config field 'batch_size': must be an integer from 1 to the seed pool's "
                           f"{pool.shape[0]:,} nodes, got {batch_size!r}")
-    if operator not in OPERATORS:
+    if operator not in OPERATORS and operator != RELATIONS:
         raise ConfigError(f"config field 'operator': unknown graph operator {operator!r}; "
-                          f"choose from {', '.join(sorted(OPERATORS))}")
+                          f"choose from {', '.join(sorted(OPERATORS))}, or {RELATIONS} (per relation)")
     return {"fanouts": fanouts, "batch_size": int(batch_size), "operator": operator,
             "seeds": int(pool.shape[0])}, pool
 
@@ -286,7 +294,7 @@ def batch_volumes(graph, assignments, fanouts, batch_size: int, *, seeds_pool=No
     settings, pool = check_sampling(adj, fanouts, batch_size, seeds_pool, operator)
     epoch = held_out_epoch(assignments) if epoch is None else epoch
     owners = [check_assignment(a, getattr(a, "parts", None), adj.shape[0]) for a in assignments]
-    sampler = NeighborSampler(operator_of(operator, adj), settings["fanouts"], seed)
+    sampler = sampler_of(operator, sampled_graph(operator, adj), settings["fanouts"], seed)
     drawn = draw_batches(pool, settings["batch_size"], seed, epoch)[:batches]
     out = np.zeros((len(owners), len(drawn)), dtype=np.int64)
     for step, seeds in enumerate(drawn):

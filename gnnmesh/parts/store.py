@@ -55,8 +55,13 @@ def save_array(folder: Path, name: str, array, files: dict) -> None:
 
 
 def graph_facts(graph, num_features: int, dataset: str) -> dict:
-    """The manifest fields every kind shares: which graph, and the sizes a model needs."""
+    """The manifest fields every kind shares: which graph, and the sizes a model needs. A graph
+    with edge features is refused: no kind of parts carries them yet."""
     from ..partition import graph_key
+    if graph.adj.edge_features is not None:
+        raise ConfigError(f"{graph.name}: the graph has edge features ({graph.adj.edge_features.shape[1]} per edge), "
+                          "which parts do not carry yet; train from the graph itself, or load it without them "
+                          "(edge_attr=False) to write parts")
     return {"format": FORMAT_VERSION, "dataset": dataset, "name": graph.name,
             "fingerprint": graph_key(graph.adj), "num_nodes": graph.num_nodes,
             "num_edges": graph.num_edges, "num_features": int(num_features),

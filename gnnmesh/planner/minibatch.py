@@ -18,8 +18,7 @@ import numpy as np
 
 from ..parallel.minibatch import ROUTES
 from ..parallel.minibatch.dryrun import access_counts, cache_masks, predict, route_totals, sample_epoch
-from ..sampling import DEFAULT_BATCH, NeighborSampler, draw_batches, parse_fanouts, sampled_operator
-from ..view import operator_of
+from ..sampling import DEFAULT_BATCH, RELATIONS, draw_batches, sampled_graph, sampled_operator, sampler_of
 from .machine import ComputeRates, Network, world_links
 from .trace import ELEMENT_BYTES
 
@@ -45,8 +44,8 @@ def rank_routes(graph, ranks: int, net, rates: ComputeRates, network: Network, r
     feature cache (``--cache-memory``), filled as the job fills it; ``attention``: the model
     has attention layers (the routes that split a row's sources are left out)."""
     op = sampled_operator(net)
-    operator = operator_of(op, graph.adj)
-    sampler = NeighborSampler(operator, parse_fanouts(fanouts), seed)
+    operator = sampled_graph(op, graph.adj)
+    sampler = sampler_of(op, operator, fanouts, seed)
     train_ids = np.flatnonzero(graph.train_mask.numpy())
     batches = draw_batches(train_ids, batch_size or min(DEFAULT_BATCH, len(train_ids)), seed, 1)
     samples = {}
@@ -56,7 +55,8 @@ def rank_routes(graph, ranks: int, net, rates: ComputeRates, network: Network, r
     bandwidths = links(rates, network, ranks, ranks_per_node)
     out = []
     for name, kind in ROUTES.items():
-        if (kind.needs_partition and owner is None) or (attention and not kind.attention):
+        if (kind.needs_partition and owner is None) or (attention and not kind.attention) or \
+                (op == RELATIONS and not kind.per_relation):
             continue
         route = kind(ranks, owner)
         route.bind(sampler, net, op, seed, "cpu")

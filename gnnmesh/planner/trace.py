@@ -196,7 +196,7 @@ def tiny_graph() -> Adjacency:
 
 
 # Options of one model only; another model ignores them, as the trainer passes them.
-_MODEL_SPECIFIC = {"heads", "attn_dropout", "k", "alpha", "relations", "bases"}
+_MODEL_SPECIFIC = {"heads", "attn_dropout", "k", "alpha", "relations", "bases", "edge_dim"}
 
 
 # The planner runs the model itself on TINY_NODES nodes (``trace``): its weights and their

@@ -22,6 +22,7 @@ from ..atomic import check_replaceable
 from ..config import Config
 from ..errors import ConfigError
 from ..launch import world_from_env
+from ..link import typed as typed_link
 from ..train.run import adopt_parts, given_dataset, load_once_per_host
 from ..train.trainer import Trainer, rank_device
 from . import FORMATS, Output, write
@@ -37,8 +38,9 @@ class Request:
     last), its ``output`` (and ``layer`` for embeddings; None: logits) for ``nodes``, into ``out``
     as ``fmt``. A link model's instead: the scores of the ``pairs`` a file lists, or the ``top_k``
     best candidates of each of the ``queries`` (a file of node ids; None: every node), without
-    its known positives where ``exclude_known``. ``node_type``: a typed graph's node type whose
-    rows are written (``all``: every type; None: its target types)."""
+    its known positives where ``exclude_known``; ``link_relation``: the relation a link model
+    of a typed graph scores them as (None: the one it was trained on). ``node_type``: a typed
+    graph's node type whose rows are written (``all``: every type; None: its target types)."""
 
     checkpoint: str
     out: str
@@ -53,6 +55,7 @@ class Request:
     queries: Optional[str] = None
     exclude_known: bool = False
     node_type: Optional[str] = None
+    link_relation: Optional[str] = None
 
     @property
     def of_pairs(self) -> Optional[str]:
@@ -91,6 +94,8 @@ class Request:
                               "candidates)")
         if self.top_k is None and (self.queries is not None or self.exclude_known):
             raise ConfigError(f"{'--queries' if self.queries is not None else '--exclude-known'} applies to --top-k")
+        if flag is None and self.link_relation is not None:
+            raise ConfigError("--link-relation applies to a link model's --pairs and --top-k")
         if flag is None:
             return
         given = [name for name, value in (("--output", self.output), ("--layer", self.layer),
@@ -235,15 +240,23 @@ def _pair_prediction(trainer, request: Request, num_nodes: int) -> tuple:
     a link model's ``--pairs`` or ``--top-k`` prediction on this rank."""
     if request.pairs is not None:
         pairs = read_pairs_file(request.pairs, num_nodes)
-        places, scores = trainer.score_pairs(pairs)
-        info = {"output": "scores", "index": "pairs", "pairs": str(request.pairs)}
+        places, scores = trainer.score_pairs(pairs, request.link_relation)
+        info = {"output": "scores", "index": "pairs", "pairs": str(request.pairs), **_relation_info(trainer, request)}
         return places, scores, {"pairs": pairs[places]}, info, f"scores (ROWS) of the pairs in {request.pairs}"
     queries = None if request.queries is None else read_node_file(request.queries, num_nodes, "--queries")
-    ids, candidates, scores = trainer.top_k(request.top_k, queries, request.exclude_known)
+    ids, candidates, scores = trainer.top_k(request.top_k, queries, request.exclude_known, request.link_relation)
     info = {"output": "top-k", "k": request.top_k, "queries": request.queries or "all",
-            "exclude_known": request.exclude_known}
+            "exclude_known": request.exclude_known, **_relation_info(trainer, request)}
     return ids, scores, {"candidates": candidates}, info, \
         f"the {request.top_k} best candidates (ROWS scores) of {'every node' if queries is None else 'each query'}"
+
+
+def _relation_info(trainer, request: Request) -> dict:
+    """The manifest's record of the relation a typed link model scored (none for another model)."""
+    relations = trainer.split.relations
+    if not relations:
+        return {}
+    return {"relation": relations[typed_link.relation_index(relations, request.link_relation)]}
 
 
 def _load(config: Config) -> tuple:

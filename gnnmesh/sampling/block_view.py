@@ -16,7 +16,8 @@ from .sampler import Sample
 
 
 class BlockView(GraphView):
-    """The blocks of one sampled batch, for the operator ``op`` they were sampled from."""
+    """The blocks of one sampled batch, for the operator ``op`` they were sampled from (or,
+    sampled per relation, each relation's operators: ``RelationSampler.block_operator``)."""
 
     def __init__(self, sample: Sample, op: str, seed: int, device):
         super().__init__(None, seed=seed, device=device)
@@ -24,6 +25,8 @@ class BlockView(GraphView):
         self.block = sample.layer_block(0)
         if self.device.type != "cpu":
             for block in sample.blocks:
+                if block.typed is not None:  # its per-relation operators are moved as they are built
+                    continue
                 if block.adj.values is not None:
                     block.adj = block.adj.with_values(block.adj.values.to(self.device))
                 ops.index(block.adj, self.device)
@@ -37,6 +40,8 @@ class BlockView(GraphView):
         return len(self.block.nodes)
 
     def _adj(self, op: str):
+        if self.block.typed is not None:
+            return self._relation_operator(op)[0]
         if op != self.op:
             raise ValueError(f"the batch was sampled from operator {self.op!r}; the model asked for {op!r}")
         return self.block.adj
@@ -53,9 +58,27 @@ class BlockView(GraphView):
     def edge_softmax(self, scores, op="loop"):
         return ops.edge_softmax(self._adj(op), scores)
 
+    def edge_block(self, op):
+        return self._adj(op)
+
     def rows(self):
         return self.block.nodes
 
     def entries(self, op):
+        if self.block.typed is not None:
+            return self._relation_operator(op)[1]
         self._adj(op)
         return self.block.entries
+
+    def _relation_operator(self, op: str) -> tuple:
+        """(operator ``op`` of a block sampled per relation, its entries' global ids), built
+        on first use."""
+        block = self.block
+        if op not in block.operators:
+            adj, ids = block.typed.block_operator(block, op)
+            if self.device.type != "cpu":
+                if adj.values is not None:
+                    adj = adj.with_values(adj.values.to(self.device))
+                ops.index(adj, self.device)
+            block.operators[op] = (adj, ids)
+        return block.operators[op]

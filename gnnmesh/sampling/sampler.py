@@ -16,7 +16,7 @@ neighbours); an operator without values (attention's pattern) keeps none.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -24,6 +24,7 @@ import torch
 from ..errors import ConfigError
 from ..graph import Adjacency
 from ..models.base import SELF, GraphLayer, LayerStack
+from ..relations import parse
 from ..view import keyed_hash
 
 
@@ -31,11 +32,15 @@ from ..view import keyed_hash
 class Block:
     """One hop: ``adj`` has the destinations (the first ``adj.shape[0]`` of ``nodes``) as rows
     and ``nodes`` (global ids) as columns; ``entries`` are the kept entries' global ids in the
-    operator (per row ascending, rows in destination order)."""
+    operator (per row ascending, rows in destination order). A block sampled per relation
+    (``typed``: its ``RelationSampler``) holds one entry per kept (edge, relation), each tagged
+    with its relation, and gives the per-relation operators, built once each (``operators``)."""
 
     nodes: np.ndarray
     adj: Adjacency
     entries: np.ndarray
+    typed: object = None
+    operators: dict = field(default_factory=dict, repr=False)
 
     @property
     def num_dst(self) -> int:
@@ -68,22 +73,25 @@ MAX_FANOUT = 2**31 - 1  # sampled in int32-sized draws; no node has more neighbo
 def parse_fanouts(text, name: str = "fanouts") -> list:
     """``"10,5"`` (or a list) as ints, each a positive count or -1 (all neighbours)."""
     pieces = text if isinstance(text, (list, tuple)) else str(text).split(",")
-    out = []
-    for piece in pieces:
-        try:
-            value = int(str(piece).strip())
-        except ValueError:
-            value = 0
-        if value == 0 or value < -1:
-            raise ConfigError(f"config field '{name}': {piece!r} is neither a positive integer nor -1 "
-                              f"(all neighbours), in {text!r}")
-        if value > MAX_FANOUT:  # more than any node's degree can be: all neighbours, which -1 says
-            raise ConfigError(f"config field '{name}': {piece.strip() if isinstance(piece, str) else piece} is "
-                              f"above {MAX_FANOUT:,}; -1 samples all neighbours, in {text!r}")
-        out.append(value)
+    out = [fanout_value(piece, text, name) for piece in pieces]
     if not out:
         raise ConfigError(f"config field '{name}': no fanout given")
     return out
+
+
+def fanout_value(piece, text, name: str = "fanouts") -> int:
+    """One fanout ``piece`` of the setting ``text``: a positive count or -1 (all neighbours)."""
+    try:
+        value = int(str(piece).strip())
+    except ValueError:
+        value = 0
+    if value == 0 or value < -1:
+        raise ConfigError(f"config field '{name}': {piece!r} is neither a positive integer nor -1 "
+                          f"(all neighbours), in {text!r}")
+    if value > MAX_FANOUT:  # more than any node's degree can be: all neighbours, which -1 says
+        raise ConfigError(f"config field '{name}': {piece.strip() if isinstance(piece, str) else piece} is "
+                          f"above {MAX_FANOUT:,}; -1 samples all neighbours, in {text!r}")
+    return value
 
 
 class NeighborSampler:
@@ -94,6 +102,11 @@ class NeighborSampler:
         self.indices = op.indices.numpy()
         self.values = None if op.values is None else op.values.detach().numpy()
         self.fanouts, self.seed = list(fanouts), int(seed)
+
+    @property
+    def takes_all(self) -> bool:
+        """Whether every hop keeps every neighbour (-1)."""
+        return set(self.fanouts) == {-1}
 
     def sample(self, seeds, epoch: int, step: int) -> Sample:
         nodes = np.asarray(seeds, dtype=np.int64)
@@ -112,14 +125,7 @@ class NeighborSampler:
 
     def _hop(self, dst: np.ndarray, fanout: int, key: int) -> Block:
         starts, counts = self.indptr[dst], self.indptr[dst + 1] - self.indptr[dst]
-        kept = counts if fanout < 0 else np.minimum(counts, fanout)
-        indptr = np.concatenate(([0], np.cumsum(kept))).astype(np.int64)  # the block's rows
-        row_of = np.repeat(np.arange(len(dst)), kept)
-        offsets = np.arange(int(indptr[-1]), dtype=np.int64) - indptr[row_of]  # position within the row
-        over = np.flatnonzero(counts > kept)  # rows with more entries than the fanout
-        if len(over):
-            chosen = _choose(key, dst[over], counts[over], fanout)  # [rows, fanout], ascending
-            offsets[(indptr[over][:, None] + np.arange(fanout)).reshape(-1)] = chosen.reshape(-1)
+        kept, row_of, offsets = sample_rows(dst, counts, fanout, key)
         return self.block(dst, starts[row_of] + offsets, kept)
 
     def block(self, dst: np.ndarray, entries: np.ndarray, lengths: np.ndarray, kept=None) -> Block:
@@ -130,12 +136,8 @@ class NeighborSampler:
         kept = lengths if kept is None else kept
         indptr = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
         row_of = np.repeat(np.arange(len(dst)), lengths)
-        sources = self.indices[entries]
-        new = np.setdiff1d(sources, dst)  # ascending, not already a destination
-        nodes = np.concatenate([dst, new]).astype(np.int64)
-        lookup = np.argsort(nodes, kind="stable")
-        columns = lookup[np.searchsorted(nodes[lookup], sources)]
-        return Block(nodes, Adjacency(torch.from_numpy(indptr), torch.from_numpy(columns.astype(np.int64)),
+        nodes, columns = block_columns(dst, self.indices[entries])
+        return Block(nodes, Adjacency(torch.from_numpy(indptr), torch.from_numpy(columns),
                                       self.entry_values(dst, entries, row_of, kept), (len(dst), len(nodes))),
                      np.asarray(entries, dtype=np.int64))
 
@@ -146,6 +148,30 @@ class NeighborSampler:
         counts = self.indptr[dst + 1] - self.indptr[dst]
         scale = np.where(kept > 0, counts / np.maximum(kept, 1), 0.0)
         return torch.from_numpy((self.values[entries] * scale[row_of]).astype(np.float32))
+
+
+def sample_rows(nodes: np.ndarray, counts: np.ndarray, fanout: int, key: int) -> tuple:
+    """(kept entries per row, the row of each kept entry, its position among its row's
+    ``counts`` entries) when every row of ``nodes`` keeps ``fanout`` of its entries (-1: all),
+    drawn under ``key``: kept entries row by row, ascending within a row."""
+    kept = counts if fanout < 0 else np.minimum(counts, fanout)
+    indptr = np.concatenate(([0], np.cumsum(kept))).astype(np.int64)
+    row_of = np.repeat(np.arange(len(nodes)), kept)
+    offsets = np.arange(int(indptr[-1]), dtype=np.int64) - indptr[row_of]  # position within the row
+    over = np.flatnonzero(counts > kept)  # rows with more entries than the fanout
+    if len(over):
+        chosen = _choose(key, nodes[over], counts[over], fanout)  # [rows, fanout], ascending
+        offsets[(indptr[over][:, None] + np.arange(fanout)).reshape(-1)] = chosen.reshape(-1)
+    return kept, row_of, offsets
+
+
+def block_columns(dst: np.ndarray, sources: np.ndarray) -> tuple:
+    """(a block's nodes: the destinations ``dst``, then the other ``sources`` in ascending id;
+    each source's column among them)."""
+    new = np.setdiff1d(sources, dst)  # ascending, not already a destination
+    nodes = np.concatenate([dst, new]).astype(np.int64)
+    lookup = np.argsort(nodes, kind="stable")
+    return nodes, lookup[np.searchsorted(nodes[lookup], sources)].astype(np.int64)
 
 
 def row_positions(indptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -171,8 +197,14 @@ def _choose(key: int, nodes: np.ndarray, counts: np.ndarray, k: int) -> np.ndarr
 DEFAULT_BATCH = 1024   # seeds per batch when --batch-size is not given (at most the training set)
 
 
+# What a model that aggregates per relation of a typed graph (every operator ``NORM@RELATION``)
+# is sampled from: the union graph, per (node, relation) (``gnnmesh.sampling.relations``).
+RELATIONS = "relations"
+
+
 def sampled_operator(model) -> str:
-    """The one graph operator every layer of ``model`` aggregates with (what is sampled)."""
+    """The one graph operator every layer of ``model`` aggregates with (what is sampled), or
+    ``RELATIONS`` where they are all per-relation operators of a typed graph."""
     if not isinstance(model, LayerStack):
         raise ConfigError("mini-batch training runs layer stacks (gcn, sage, gin, gat), not decoupled models")
     names = set()
@@ -181,6 +213,9 @@ def sampled_operator(model) -> str:
             names |= {t.op for t in layer.maths().terms if t.op != SELF}
         else:  # what the layer declares it aggregates with; by default attention over in-edges and a self-loop
             names |= set(getattr(layer, "operators", ("loop",)))
+    if names and all(parse(name) for name in names):
+        return RELATIONS
     if len(names) != 1:
-        raise ConfigError(f"mini-batch training samples one operator; this model's layers use {sorted(names)}")
+        raise ConfigError(f"mini-batch training samples one operator, or per-relation operators alone "
+                          f"(NORM@RELATION); this model's layers use {sorted(names)}")
     return names.pop()

@@ -19,16 +19,17 @@ import torch
 from ..errors import ConfigError
 from ..ops.precision import widened
 from ..parallel.minibatch import BatchSetup, share
-from ..sampling import DEFAULT_BATCH, BlockView, NeighborSampler, draw_batches, parse_fanouts, sampled_operator
-from ..view import operator_of
+from ..sampling import DEFAULT_BATCH, BlockView, draw_batches, sampled_graph, sampled_operator, sampler_of
 from .trainer import Trainer
 
 
 class MiniBatchTrainer(Trainer):
     holds_every_row = True
+    trains_minibatches = True
 
-    def __init__(self, config, data, strategy=None, task=None):
-        super().__init__(config, data, strategy, task=task)
+    def __init__(self, config, data, strategy=None, task=None, model=None):
+        """As ``Trainer``'s (``model``: one built by the caller instead of the config's)."""
+        super().__init__(config, data, strategy, task=task, model=model)
         cfg, s = self.config, self.rank_data
         self.split_sizes = [float(m.sum()) for m in (s.train_mask, s.val_mask, s.test_mask)]  # every rank has all
         self.train_ids = torch.nonzero(s.train_mask.cpu()).flatten().numpy()
@@ -37,12 +38,15 @@ class MiniBatchTrainer(Trainer):
             raise ConfigError(f"config field 'batch_size': {self.batch_size} is larger than the training set "
                               f"({len(self.train_ids)} nodes of dataset '{self.name}')")
         self.op = sampled_operator(self.model)
-        operator = operator_of(self.op, s.view.adj)
-        self.sampler = NeighborSampler(operator, parse_fanouts(cfg.minibatch.fanouts), cfg.training.seed)
+        operator = sampled_graph(self.op, s.view.adj)
+        self.sampler = sampler_of(self.op, operator, cfg.minibatch.fanouts, cfg.training.seed)
         # All neighbours (the default): one whole-graph pass computes every node's exact output,
         # which a block with every in-edge would too, at a fraction of batches' overlapping work.
-        eval_fanouts = parse_fanouts(cfg.minibatch.eval_fanouts, "eval_fanouts") if cfg.minibatch.eval_fanouts else [-1]
-        self.eval_sampler = NeighborSampler(operator, eval_fanouts, cfg.training.seed) if set(eval_fanouts) != {-1} else None
+        self.eval_sampler = None
+        if cfg.minibatch.eval_fanouts:
+            self.eval_sampler = sampler_of(self.op, operator, cfg.minibatch.eval_fanouts, cfg.training.seed,
+                                           "eval_fanouts")
+            self.eval_sampler = None if self.eval_sampler.takes_all else self.eval_sampler
         self.labelled = torch.nonzero((s.train_mask | s.val_mask | s.test_mask).cpu()).flatten().numpy()
         self.sampled_edges = 0
         self.operator = operator
@@ -52,7 +56,7 @@ class MiniBatchTrainer(Trainer):
                                                        self.device, self.batches(1)))
         self.features, self.eval_features, self.dry_run = supply.features, supply.eval_features, supply.predictions
         if s.x is None and self.eval_sampler is None:  # features spread over hosts: no whole-graph pass
-            self.eval_sampler = NeighborSampler(operator, [-1] * len(self.sampler.fanouts), cfg.training.seed)
+            self.eval_sampler = sampler_of(self.op, operator, [-1] * len(self.sampler.fanouts), cfg.training.seed)
 
     def batches(self, epoch: int) -> list:
         """The epoch's batches of seeds: a shuffle keyed by (seed, epoch), cut in batch-size runs

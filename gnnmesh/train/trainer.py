@@ -112,6 +112,7 @@ class Trainer:
         caller's (``gnnmesh.tasks.custom`` or a ``Task``) instead of ``--task``'s, by default
         inferred from the labels (``gnnmesh.tasks.infer``)."""
         self.config = config.resolved()
+        self._check_training_mode()
         self.device = rank_device(self.config)
         precision.check_device(self.config.training.precision, self.device)
         built_here = strategy is None
@@ -161,6 +162,8 @@ class Trainer:
                               f"relations) and {self.config.model.name} sees one edge type; train it with "
                               f"{' or '.join(_relational_models())}, or "
                               "load it as one node and edge type with ':typed=false' in the dataset spec")
+        if model is None and self._takes("edge_dim"):
+            self.config = _with_edge_dim(self.config, data)
         if model is None:
             model = trained.build(self.config, Widths(self.num_features, self.num_classes))
         elif not self.config.model.user:  # what checkpoints record: the class, to build it again
@@ -211,9 +214,24 @@ class Trainer:
     # over the training set is then summed on each rank alone.
     holds_every_row = False
 
+    # Whether this class trains sampled mini-batches (``--minibatch``): a class that trains the
+    # whole graph refuses a mini-batch config rather than quietly train the whole graph instead.
+    trains_minibatches = False
+
+    def _check_training_mode(self) -> None:
+        training = self.config.training
+        if training.minibatch and not self.trains_minibatches:
+            trains_it = tasks.spec(training.task or "classification").minibatch_trainer.replace(":", ".")
+            raise ConfigError(f"config field 'minibatch': {type(self).__name__} trains the whole graph; mini-batches "
+                              f"train with {trains_it} (which gnnmesh train --minibatch runs)")
+
     def _takes_relations(self) -> bool:
+        return self._takes("relations")
+
+    def _takes(self, option: str) -> bool:
+        """Whether the config's built-in model takes ``option``."""
         config = self.config
-        return not config.model.user and "relations" in options_of(config.model.name, config.model.decoupled)
+        return not config.model.user and option in options_of(config.model.name, config.model.decoupled)
 
     def _task(self, data, given) -> tuple:
         """(the task, how it was inferred: a note, or None when it was given). The built-in task
@@ -745,6 +763,25 @@ def _relational_models() -> tuple:
     return tuple(name for name in model_names() if "relations" in options_of(name))
 
 
+def _with_edge_dim(config, data):
+    """``config`` with its model's ``edge_dim`` the graph's edge-feature width where it is
+    unset (a parts directory carries none); a width the graph does not have is refused."""
+    features = data.adj.edge_features if isinstance(data, Graph) else None
+    width = 0 if features is None else int(features.shape[1])
+    given = config.model.edge_dim
+    if (width if given is None else given) and config.training.minibatch:
+        raise ConfigError(f"config field 'minibatch': model {config.model.name} reads the graph's edge features, "
+                          "which sampled blocks do not carry yet; train it full-graph (single, partition, tensor, "
+                          "offload), or without them (edge_dim = 0)")
+    if given is None:
+        return config.updated(edge_dim=width).resolved()
+    if given and given != width:
+        raise ConfigError(f"config field 'edge_dim': {given}, but the graph {data.name!r} has "
+                          f"{f'{width} edge features' if width else 'no edge features'}"
+                          f"{' (parts carry none: train from the graph itself)' if not isinstance(data, Graph) else ''}")
+    return config
+
+
 def _relation_names(data) -> tuple:
     """The relations of a typed graph, or of its parts (none for another graph): what a model
     with a weight per relation is built for."""
@@ -801,4 +838,7 @@ _RESULT_FIELDS = ("dataset", "reorder", "model", "model_args", "decoupled", "hid
 
 
 def train(config: Config, data, **kwargs) -> Summary:
-    return Trainer(config, data, **kwargs).fit()
+    """Train ``data`` as ``config`` says, with the class that trains its task (in mini-batches
+    under ``--minibatch``), as ``gnnmesh train`` picks it."""
+    training = config.resolved().training
+    return tasks.spec(training.task or "classification").trainer_class(training.minibatch)(config, data, **kwargs).fit()

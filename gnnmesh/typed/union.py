@@ -19,6 +19,12 @@ back exactly:
 - ``"edge_features"``: per union relation name, its ``edge_attr`` as given: row ``k`` belongs to
   the relation's ``k``-th edge, whose entry is ``relation_edges[name][k]``.
 
+The union's entries carry the relations' edge features too (``Adjacency.edge_features``, what
+models read): when every relation with an ``edge_attr`` has F features per edge (``[E]`` is one),
+an entry's are the sum of its edges' (a relation without ``edge_attr`` adds zeros; a reverse
+added by ``add_reverse`` carries its relation's, as PyG's ``ToUndirected`` copies them). Relations
+of different widths leave the union without features (each relation's stay in the meta).
+
 These stay true of the graph ``to_graph`` returns; a graph derived from it (a part, a permutation)
 has other entries and starts without relations (see ``Adjacency.relations``).
 """
@@ -31,7 +37,7 @@ import numpy as np
 import torch
 
 from ..errors import GraphError
-from ..graph import Adjacency, Graph
+from ..graph import Adjacency, Graph, check_edge_features
 from ..relations import Relations
 from .typed_graph import MASKS, NAME_JOINER, NodeType, Relation, TypedGraph
 
@@ -95,6 +101,9 @@ def to_graph(typed: TypedGraph, add_reverse: bool = False) -> Graph:
 
     adj, entries = union_adjacency(n, names, ends)
     own = len(typed.relations)
+    features = union_features(adj.nnz, typed.relations, entries, add_reverse)
+    if features is not None:
+        adj = adj.with_edge_features(features, typed.name)
     x, y, masks = _vertex_data(typed, offsets, n)
     node_types = NodeTypes(tuple(t.name for t in typed.node_types), offsets,
                            tuple(t.width for t in typed.node_types),
@@ -152,6 +161,22 @@ def union_adjacency(n: int, names: list, ends: list) -> tuple:
     return adj.with_relations(relations), [entry_of_edge[bounds[i]:bounds[i + 1]] for i in range(len(sizes))]
 
 
+def union_features(nnz: int, relations: list, entries: list, add_reverse: bool):
+    """The union's ``[nnz, F]`` edge features: each entry the sum of its edges' (reverses
+    included), or None when no relation has features or their widths differ."""
+    attrs = [None if r.edge_attr is None else
+             check_edge_features(r.edge_attr if r.edge_attr.dim() == 2 else r.edge_attr[:, None], r.num_edges,
+                                 f"relation {r.key!r}") for r in relations]
+    widths = {int(a.shape[1]) for a in attrs if a is not None}
+    if len(widths) != 1:
+        return None
+    table = torch.zeros(nnz, widths.pop(), dtype=torch.float32)
+    for i, attr in enumerate(attrs * (2 if add_reverse else 1)):  # a reverse follows its relation's order
+        if attr is not None:
+            table.index_add_(0, torch.from_numpy(entries[i]), attr)
+    return table
+
+
 def _vertex_data(typed: TypedGraph, offsets: np.ndarray, n: int) -> tuple:
     """(x, y, masks) of the union: each type's rows at its offset."""
     width = max((t.width for t in typed.node_types), default=0)
@@ -175,7 +200,10 @@ def untyped(graph: Graph) -> Graph:
     without relations or types (what a model with no notion of types trains on)."""
     adj = graph.adj
     meta = {k: v for k, v in graph.meta.items() if k not in TYPED_META}
-    return graph.replace(adj=Adjacency(adj.indptr, adj.indices, adj.values, adj.shape), meta=meta)
+    plain = Adjacency(adj.indptr, adj.indices, adj.values, adj.shape)
+    if adj.edge_features is not None:  # the same entries: the same features
+        plain = plain.with_edge_features(adj.edge_features, graph.name)
+    return graph.replace(adj=plain, meta=meta)
 
 
 def from_graph(graph: Graph) -> TypedGraph:

@@ -8,8 +8,6 @@ import hashlib
 import io
 import os
 import shutil
-import subprocess
-import sys
 import threading
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -23,6 +21,7 @@ from gnnmesh.datasets.bundled import ROOT as BUNDLED_ROOT
 from gnnmesh.datasets.fetch import FetchError, fetch
 from gnnmesh.datasets.registry import DATASETS
 from gnnmesh.datasets.upstream import MIRROR_VARIABLE, UPSTREAM
+from tests.forked import run_cli
 from tests.helpers import same_graph
 
 
@@ -166,9 +165,7 @@ def test_a_failed_fetch_is_one_line_and_leaves_nothing(mirror, tmp_path, fault, 
     if root_exists:
         root.mkdir()
     env = {**os.environ, MIRROR_VARIABLE: mirror.url}
-    result = subprocess.run([sys.executable, "-m", "gnnmesh", "datasets", "--fetch", "email-eu-core",
-                             "--data-root", str(root)], capture_output=True, text=True, env=env,
-                            timeout=100)
+    result = run_cli("datasets", "--fetch", "email-eu-core", "--data-root", str(root), env=env, timeout=100)
     assert result.returncode == 2, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("gnnmesh: error:")]
     assert len(errors) == 1 and last.path in errors[0] and message in errors[0], result.stderr
@@ -218,8 +215,7 @@ def test_a_root_holding_the_files_wins(data_root, tmp_path):
 @pytest.mark.timeout(300)
 def test_train_cora_with_no_data_root(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "GNNMESH_DATA"}
-    result = subprocess.run([sys.executable, "-m", "gnnmesh", "train", "--dataset", "cora",
-                             "--epochs", "2", "--threads", "1"], capture_output=True, text=True,
-                            env=env, cwd=tmp_path, timeout=280)
+    result = run_cli("train", "--dataset", "cora", "--epochs", "2", "--threads", "1", env=env, cwd=tmp_path,
+                     timeout=280)
     assert result.returncode == 0, result.stderr
     assert "done:" in result.stdout

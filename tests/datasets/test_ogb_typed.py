@@ -120,11 +120,40 @@ def test_a_missing_required_file(tmp_path):
         load(root, cache=False)
 
 
-def test_not_cached(tmp_path):
+def test_cached_with_its_types_and_relations(tmp_path):
+    import time
     root = write(tmp_path / "ogbn-minimag", texts())
-    load(root, cache_dir=tmp_path / "cache")
-    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
-    assert torch.equal(load(root, cache_dir=tmp_path / "cache").adj.indices, load(root, cache=False).adj.indices)
+    cache = tmp_path / "cache"
+    built = load(f"{root}:add_reverse=true", cache_dir=cache)
+    assert len(list(cache.iterdir())) == 1
+    read = load(f"{root}:add_reverse=true", cache_dir=cache)  # from the entry
+    assert torch.equal(read.adj.indices, built.adj.indices) and torch.equal(read.x, built.x)
+    assert read.adj.relations.names == built.adj.relations.names
+    assert torch.equal(read.adj.relations.ids, built.adj.relations.ids)
+    assert read.meta["node_types"].names == ("paper", "author", "institution")
+    back, want = from_graph(read), from_graph(built)
+    assert [r.key for r in back.relations] == [r.key for r in want.relations]
+    for a, b in zip(back.relations, want.relations):
+        assert torch.equal(a.edge_index, b.edge_index)
+    # ':typed=false' reads the same entry, as one node and edge type
+    assert load(f"{root}:add_reverse=true,typed=false", cache_dir=cache).adj.relations is None
+    assert len(list(cache.iterdir())) == 1
+    # editing a file of the layout makes a new entry
+    assert load(root, cache_dir=cache).num_edges == 9 and len(list(cache.iterdir())) == 2
+    time.sleep(0.01)
+    write(root, {"raw/relations/author___writes___paper/edge": lines(["0,0", "1,0"])})
+    assert load(root, cache_dir=cache).num_edges == 8 and len(list(cache.iterdir())) == 3
+
+
+def test_a_damaged_typed_cache_entry_is_rebuilt(tmp_path):
+    root = write(tmp_path / "ogbn-minimag", texts())
+    cache = tmp_path / "cache"
+    load(root, cache_dir=cache)
+    entry = next(cache.iterdir())
+    np.save(entry / "relation_ids.npy", np.zeros(2, dtype=np.int64))
+    with pytest.warns(UserWarning, match="ignoring unreadable cache entry"):
+        graph = load(root, cache_dir=cache)
+    assert torch.equal(graph.adj.relations.ids, load(root, cache=False).adj.relations.ids)
 
 
 def test_not_written_as_a_shard_set(tmp_path):

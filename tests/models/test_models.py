@@ -86,8 +86,12 @@ def test_decoupled_propagation_matches_appnp(graph, pyg):
 def test_every_model_trains_a_step(name):
     typed = "relations" in options_of(name)  # a model with a weight per relation trains on a typed graph
     g = typed_graph(features=7) if typed else random_graph(n=30, e=100, features=7)
+    options = {"relations": g.adj.relations.names} if typed else {}
+    if name == "gine":  # GINE's messages are made of edge features
+        g = g.replace(adj=g.adj.with_edge_features(torch.randn(g.adj.nnz, 2)))
+        options["edge_dim"] = 2
     torch.manual_seed(0)
-    model = build_model(name, 7, 3, layers=3, hidden=4, **({"relations": g.adj.relations.names} if typed else {}))
+    model = build_model(name, 7, 3, layers=3, hidden=4, **options)
     view = GraphView(g.adj)
     loss = torch.nn.functional.cross_entropy(model(view, g.x), g.y)
     loss.backward()

@@ -29,7 +29,7 @@ def test_a_registered_model_is_a_choice_with_its_defaults(wide_gcn):
 
 
 def test_attention_is_the_specs_data():
-    assert [name for name in registry.names() if registry.spec(name).attention] == ["gat", "rgat"]
+    assert [name for name in registry.names() if registry.spec(name).attention] == ["gat", "gatv2", "gine", "rgat"]
     assert Config.of(model="gat").model.attention and not Config.of(model="gcn").model.attention
     decoupled = registry.spec("gat").form_defaults(decoupled=True)
     assert (decoupled["heads"], decoupled["k"]) == (8, 10)

@@ -1,6 +1,7 @@
 """R-GAT on a typed graph: a layer is PyG's HeteroConv of GATConvs (no self-loops, summed over
-relations) plus a root Linear; training under partition, tensor, offload, gdp and dnp
-mini-batches, attention dropout included, gives the single process's losses; the relations
+relations) plus a root Linear; training under partition, tensor and offload, attention dropout
+included, gives the single process's losses, and mini-batches (sampled per relation, with
+fanouts per relation too) under gdp and dnp the single process's mini-batch losses; the relations
 are filled from the graph and recorded in checkpoints; a graph without relations, the PyG
 export, grid3d and the mini-batch routes that split a row's sources are refused in one line."""
 
@@ -13,6 +14,7 @@ from gnnmesh.errors import ConfigError
 from gnnmesh.export import export_pyg
 from gnnmesh.models.rgat import RGATLayer
 from gnnmesh.train import Trainer
+from gnnmesh.train.minibatch import MiniBatchTrainer
 from gnnmesh.view import GraphView
 
 from tests.dist import run_ranks
@@ -83,7 +85,8 @@ def test_a_node_without_in_edges_of_any_relation_gets_its_root_alone():
 
 
 def _losses(rank, world, fields):
-    return [r.loss for r in Trainer(config(nproc=world, **fields), typed_graph()).fit().history]
+    trains = MiniBatchTrainer if fields.get("minibatch") else Trainer
+    return [r.loss for r in trains(config(nproc=world, **fields), typed_graph()).fit().history]
 
 
 RUNS = [pytest.param(3, {"strategy": "partition", "partitioner": "rp", "attn_dropout": 0.3}, id="partition"),
@@ -91,8 +94,8 @@ RUNS = [pytest.param(3, {"strategy": "partition", "partitioner": "rp", "attn_dro
         pytest.param(2, {"strategy": "offload", "attn_dropout": 0.3}, id="offload", marks=pytest.mark.slow),
         pytest.param(2, {"strategy": "gdp", "minibatch": True, "batch_size": 16, "attn_dropout": 0.3}, id="gdp",
                      marks=pytest.mark.slow),
-        pytest.param(2, {"strategy": "dnp", "minibatch": True, "batch_size": 16, "attn_dropout": 0.3}, id="dnp",
-                     marks=pytest.mark.slow)]
+        pytest.param(2, {"strategy": "dnp", "minibatch": True, "batch_size": 16, "attn_dropout": 0.3,
+                         "fanouts": "a__y__b=1,2;-1"}, id="dnp", marks=pytest.mark.slow)]
 
 
 @pytest.mark.timeout(200)
@@ -101,6 +104,8 @@ def test_several_ranks_train_to_the_single_process_losses(world, fields):
     alone = {k: v for k, v in fields.items() if k not in ("strategy", "partitioner")}
     want = _losses(0, 1, alone)
     assert _losses(0, 1, {**alone, "attn_dropout": 0.0}) != pytest.approx(want, abs=1e-5)  # the dropout draws
+    if "minibatch" in fields:  # sampled batches, not the whole graph
+        assert want != pytest.approx(_losses(0, 1, {"attn_dropout": 0.3}), abs=1e-3)
     for rank, got in enumerate(run_ranks(_losses, world, fields, timeout=180)):
         assert got == pytest.approx(want, abs=1e-5), f"{fields} rank {rank}"
 
@@ -129,7 +134,7 @@ def test_a_graph_without_relations_is_refused_in_one_line():
 ])
 def test_a_strategy_that_cannot_run_it_refuses_in_one_line(fields, refusal):
     with pytest.raises(ConfigError, match=refusal) as caught:
-        Trainer(config(**fields), typed_graph())
+        (MiniBatchTrainer if fields.get("minibatch") else Trainer)(config(**fields), typed_graph())
     assert "\n" not in str(caught.value)
 
 

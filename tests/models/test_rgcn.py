@@ -1,8 +1,10 @@
 """R-GCN on a typed graph: a layer is PyG's RGCNConv (mean per relation, root weight, bias);
-training under partition, tensor, offload and gdp mini-batches gives the single process's
-losses; basis decomposition mixes shared matrices; the relations are recorded in checkpoints
-(a checkpoint resumed on 1 rank continues 3 ranks' run); a graph without relations and
-grid3d are refused in one line."""
+training under partition, tensor and offload gives the single process's losses, and mini-batches
+(sampled per relation, with fanouts per relation too) under gdp, dnp and nfp the single process's
+mini-batch losses; basis decomposition mixes shared matrices; the relations are recorded in
+checkpoints (a checkpoint resumed on 1 rank continues 3 ranks' run); grid3d lays out each
+relation's weight (basis-mixed weights it refuses in one line), and a graph without relations
+and snp are refused in one line."""
 
 import pytest
 import torch
@@ -12,6 +14,7 @@ from gnnmesh.config import Config
 from gnnmesh.errors import ConfigError
 from gnnmesh.models.rgcn import RGCNLayer
 from gnnmesh.train import Trainer
+from gnnmesh.train.minibatch import MiniBatchTrainer
 from gnnmesh.view import GraphView
 
 from tests.dist import run_ranks
@@ -47,14 +50,22 @@ def test_a_layer_is_pygs_rgcnconv(bases):
 
 
 def _losses(rank, world, fields):
-    return [r.loss for r in Trainer(config(nproc=world, **fields), typed_graph()).fit().history]
+    trains = MiniBatchTrainer if fields.get("minibatch") else Trainer
+    return [r.loss for r in trains(config(nproc=world, **fields), typed_graph()).fit().history]
 
 
 RUNS = [pytest.param(3, {"strategy": "partition", "partitioner": "rp"}, id="partition"),
         pytest.param(2, {"strategy": "partition", "bases": 2}, id="partition-bases"),
         pytest.param(2, {"strategy": "tensor"}, id="tensor", marks=pytest.mark.slow),
         pytest.param(2, {"strategy": "offload"}, id="offload", marks=pytest.mark.slow),
-        pytest.param(2, {"strategy": "gdp", "minibatch": True, "batch_size": 16}, id="gdp", marks=pytest.mark.slow)]
+        pytest.param(2, {"strategy": "gdp", "minibatch": True, "batch_size": 16, "fanouts": "x=2,rev_x=1,3;2"},
+                     id="gdp"),
+        pytest.param(2, {"strategy": "dnp", "minibatch": True, "batch_size": 16, "partitioner": "rp"}, id="dnp",
+                     marks=pytest.mark.slow),
+        pytest.param(2, {"strategy": "dnp", "minibatch": True, "batch_size": 16, "partitioner": "shp",
+                         "fanouts": "y=3,2;2"}, id="dnp-shp", marks=pytest.mark.slow),
+        pytest.param(2, {"strategy": "nfp", "minibatch": True, "batch_size": 16, "fanouts": "x=2,3;2"}, id="nfp",
+                     marks=pytest.mark.slow)]
 
 
 @pytest.mark.timeout(200)
@@ -62,6 +73,8 @@ RUNS = [pytest.param(3, {"strategy": "partition", "partitioner": "rp"}, id="part
 def test_several_ranks_train_to_the_single_process_losses(world, fields):
     alone = {k: v for k, v in fields.items() if k not in ("strategy", "partitioner")}
     want = _losses(0, 1, alone)
+    if "minibatch" in fields:  # sampled batches, not the whole graph
+        assert want != pytest.approx(_losses(0, 1, {}), abs=1e-3)
     for rank, got in enumerate(run_ranks(_losses, world, fields, timeout=180)):
         assert got == pytest.approx(want, abs=1e-5), f"{fields} rank {rank}"
 
@@ -91,9 +104,24 @@ def test_a_graph_without_relations_is_refused_in_one_line():
         Trainer(config(), random_graph(features=5))
 
 
-def test_grid3d_refuses_it_in_one_line():
-    with pytest.raises(ConfigError, match="grid3d strategy runs gcn, sage, gin"):
-        Trainer(config(strategy="grid3d"), typed_graph())
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("grid", ["2,1,2", pytest.param("2,2,1", marks=pytest.mark.slow)])
+def test_grid3d_lays_out_each_relations_weight_and_trains_to_the_single_process_losses(grid):
+    want = _losses(0, 1, {})
+    for rank, got in enumerate(run_ranks(_losses, 4, {"strategy": "grid3d", "grid": grid}, timeout=180)):
+        assert got == pytest.approx(want, abs=1e-5), f"grid {grid} rank {rank}"
+
+
+def test_grid3d_refuses_mixed_basis_weights_in_one_line():
+    with pytest.raises(ConfigError, match="R-GCN with --bases mixes its weights"):
+        Trainer(config(strategy="grid3d", bases=2), typed_graph())
+
+
+def test_snp_refuses_it_in_one_line():
+    with pytest.raises(ConfigError, match="as a mean per relation needs each relation's; .* rgcn with gdp, dnp or "
+                                          "nfp, got rgcn$") as caught:
+        MiniBatchTrainer(config(strategy="snp", minibatch=True), typed_graph())
+    assert "\n" not in str(caught.value)
 
 
 def test_a_model_without_relations_on_a_typed_graph_is_refused_unless_loaded_untyped():

@@ -1,8 +1,6 @@
 """Models that are not in the package (examples/) train under every strategy their contract
 allows, equal to the single process; a strategy that cannot run one refuses it in one line."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,9 +13,11 @@ from gnnmesh.errors import ConfigError
 from gnnmesh.graph import Adjacency
 from gnnmesh.models import GraphLayer, LayerStack, Maths, Term, user
 from gnnmesh.train import Trainer
+from gnnmesh.train.minibatch import MiniBatchTrainer
 from gnnmesh.view import register_operator
 
 from tests.dist import run_ranks
+from tests.forked import run_script
 from tests.helpers import random_graph
 from tests.parity import assert_same_run, train
 
@@ -109,7 +109,7 @@ def _build(name, strategy):
 
 def test_mini_batch_training_needs_a_layer_stack():
     with pytest.raises(ConfigError, match="--strategy single --minibatch needs a LayerStack"):
-        Trainer(config("appnp", minibatch=True), make_graph())
+        MiniBatchTrainer(config("appnp", minibatch=True), make_graph())
 
 
 def test_a_model_built_in_python_is_recorded_and_rebuilt_from_its_checkpoint(tmp_path):
@@ -190,7 +190,7 @@ BAD = {
     "missing class": (["--model", f"{EXAMPLES / 'gatv2.py'}:GATv3"], "has no class 'GATv3'"),
     "missing module": (["--model", "no_such_package.models:Net"], "no module named 'no_such_package.models'"),
     "not a module": (["--model", f"{EXAMPLES / 'gatv2.py'}:F"], "is not a torch.nn.Module subclass"),
-    "malformed": (["--model", "gcn2"], "'gcn2' is not one of gcn, sage, gat, gin, rgcn"),
+    "malformed": (["--model", "gcn2"], "'gcn2' is not one of gcn, sage, gat, gatv2, gin, gine, rgcn"),
     "bad args": (["--model", MODELS["gatv2"][0], "--model-args", "heads"], "'heads' is not key=value"),
     "built-in option": (["--model", MODELS["gatv2"][0], "--hidden", "4"], "config field 'hidden' applies to the "
                                                                            "built-in models"),
@@ -245,8 +245,7 @@ def test_a_toml_table_gives_the_model_args(tmp_path):
                                           ("graphconv.py", "on cora: best val"), ("pyg_data.py", "on a PyG Data"),
                                           ("four_ranks.py", "losses agree")])
 def test_each_example_runs_as_a_script(example, says, tmp_path):
-    result = subprocess.run([sys.executable, str(EXAMPLES / example)], capture_output=True, text=True, timeout=240,
-                            cwd=tmp_path)
+    result = run_script(EXAMPLES / example, cwd=tmp_path, timeout=240)
     assert result.returncode == 0, result.stderr
     assert says in result.stdout
 
@@ -388,4 +387,4 @@ def test_a_model_that_cannot_train_for_the_task_is_one_line_before_training(case
 def test_mini_batch_training_refuses_a_model_of_another_width():
     from examples.graphconv import GraphConv
     with pytest.raises(ConfigError, match="it gives 4 outputs per node; the classification task"):
-        Trainer(Config.of(epochs=1, minibatch=True), make_graph(), model=GraphConv(6, 4)).fit()
+        MiniBatchTrainer(Config.of(epochs=1, minibatch=True), make_graph(), model=GraphConv(6, 4)).fit()

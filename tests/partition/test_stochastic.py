@@ -229,3 +229,26 @@ def test_command_shp_needs_fanouts(tmp_path, capsys):
     assert cli.main(["partition", "--dataset", RMAT, "--parts", "3", "--method", "shp",
                      "--cache-dir", str(tmp_path)]) == 2
     assert "needs --fanouts" in capsys.readouterr().err
+
+
+@needs_mtkahypar
+def test_a_typed_graph_is_sampled_per_relation_for_a_model_that_aggregates_per_relation(tmp_path):
+    from gnnmesh.sampling import RELATIONS, RelationSampler
+    from gnnmesh.sampling.relations import relation_fanouts
+    from tests.helpers import typed_graph
+    graph = typed_graph()
+    names = graph.adj.relations.names
+    pool = np.flatnonzero(graph.train_mask.numpy())
+    part = stochastic_partition(graph, 2, "x=3,1;2", 8, seeds_pool=pool, operator=RELATIONS, cache_dir=tmp_path)
+    assert part.sampling["fanouts"] == [[3, 1, 1, 1, 1, 1, 1, 1], [2] * 8]
+    # the batches it weighs are those mini-batch training samples per relation
+    sampler = RelationSampler(graph.adj, relation_fanouts("x=3,1;2", names), 0)
+    volumes = batch_volumes(graph, [part], [[3, 1, 1, 1, 1, 1, 1, 1], [2] * 8], 8, seeds_pool=pool,
+                            operator=RELATIONS, epoch=5, batches=1)
+    from gnnmesh.partition.stochastic import block_volume
+    from gnnmesh.sampling import draw_batches
+    sample = sampler.sample(draw_batches(pool, 8, 0, 5)[0], 5, 0)
+    owner = np.asarray(part.assignment)
+    assert volumes[0, 0] == sum(block_volume(block, owner, 2) for block in sample.blocks)
+    with pytest.raises(ConfigError, match="'relations' samples a typed graph per relation; this graph has none"):
+        stochastic_partition(tiny(), 2, [1], 2, operator=RELATIONS)

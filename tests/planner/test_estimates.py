@@ -2,8 +2,6 @@
 real runs count, for every rank and phase; their times move the way the work does."""
 
 import json
-import subprocess
-import sys
 from dataclasses import replace
 
 import numpy as np
@@ -20,6 +18,7 @@ from gnnmesh.planner.estimate import Estimate
 from gnnmesh.planner.machine import GPU_NETWORK, GPU_RATES, ComputeRates, Network
 
 from tests.dist import run_ranks
+from tests.forked import run_cli
 from tests.helpers import layout, taken
 from tests.parity import train
 
@@ -150,10 +149,10 @@ def test_partition_estimate_equals_a_command_line_run(tmp_path):
     part = partition(graph, 2, "rp", seed=3, cache=False)
     save_partition(part, tmp_path / "rp.npy")
     metrics = tmp_path / "m.jsonl"
-    result = subprocess.run([sys.executable, "-m", "gnnmesh", "train", "--dataset", "cora", "--nproc", "2",
-                             "--strategy", "partition", "--partition-file", str(tmp_path / "rp.npy"),
-                             "--model", "gat", "--hidden", "16", "--heads", "3", "--epochs", "2", "--threads", "1",
-                             "--quiet", "--metrics", str(metrics)], capture_output=True, text=True, timeout=100)
+    result = run_cli("train", "--dataset", "cora", "--nproc", "2",
+                     "--strategy", "partition", "--partition-file", str(tmp_path / "rp.npy"),
+                     "--model", "gat", "--hidden", "16", "--heads", "3", "--epochs", "2", "--threads", "1",
+                     "--quiet", "--metrics", str(metrics), timeout=100)
     assert result.returncode == 0, result.stderr
     extras = [json.loads(line) for line in metrics.read_text().splitlines()]
     got = partition_model.estimate(graph, part.assignment, widths(graph, 16), "gat", GPU_RATES, GPU_NETWORK, heads=3)

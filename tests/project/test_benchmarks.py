@@ -1,10 +1,10 @@
 """Benchmarks that must keep running: their CPU dry runs, on small graphs."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.forked import run_script
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -12,10 +12,9 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 @pytest.mark.slow
 def test_the_gpu_benchmark_runs_dry_on_the_cpu(tmp_path):
     """benchmarks/gpu.py --device cpu: every table, every model, the same code as on a GPU."""
-    done = subprocess.run([sys.executable, str(BENCHMARKS / "gpu.py"), "--device", "cpu", "--nodes", "3000",
-                           "--edges", "30000", "--features", "32", "--epochs", "1", "--warmup", "1",
-                           "--repeats", "1", "--copy-mib", "8", "--train-epochs", "2"],
-                          capture_output=True, text=True, timeout=600)
+    done = run_script(BENCHMARKS / "gpu.py", "--device", "cpu", "--nodes", "3000", "--edges", "30000",
+                      "--features", "32", "--epochs", "1", "--warmup", "1", "--repeats", "1", "--copy-mib", "8",
+                      "--train-epochs", "2", timeout=600)
     assert done.returncode == 0, done.stderr
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ")]
     for name in ("gcn", "sage", "gat", "gin", "decoupled gcn", "decoupled gat", "A x (forward)",

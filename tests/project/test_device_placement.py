@@ -26,6 +26,14 @@ HOST_SIDE = {
     ("models/gin.py", "GINLayer.__init__"): "parameters, moved with the model",
     ("models/rgat.py", "RGATLayer.__init__"): "parameters, moved with the model",
     ("models/rgcn.py", "RGCNLayer.__init__"): "parameters, moved with the model",
+    ("models/gat.py", "EdgeLogits.__init__"): "parameters, moved with the model",
+    ("models/gatv2.py", "GATv2Layer.__init__"): "parameters, moved with the model",
+    ("models/gine.py", "GINELayer.__init__"): "parameters, moved with the model",
+    # learned input embeddings: the table and its sparse optimizer live on the host
+    ("train/embeddings.py", "initial_values"): "the embeddings' initial values, before the graph is split",
+    ("train/embeddings.py", "with_embeddings"): "the input's embedding columns, before the graph is split",
+    ("train/embeddings.py", "_shared"): "a scalar of the host-side optimizer's state",
+    ("parallel/input_rows.py", "LeafRows.gradient"): "zeros for rows no gradient reached, for the host-side table",
     ("models/row_wise.py", "BatchNorm.__init__"): "parameters and buffers, moved with the model",
     # structure and index arrays: built on the host; the kernels copy what they use
     ("parallel/partition/halo.py", "_sub_block"): "a block's CSR row pointers (host structure)",

@@ -3,8 +3,9 @@
 The examples are the fenced ``bash`` and ``python`` blocks of ``docs/**/*.md`` (a snippet line,
 ``--8<-- "PATH"``, stands for the file it includes, as on the site). Each block is a
 test; the blocks of a page run in order in one working directory of their own, so that a page
-can train a run and then report it. A ``gnnmesh ...`` command runs as ``python -m gnnmesh ...``
-in a process of its own (forked by ``tests.forked``), with a timeout, a fresh cache directory (``GNNMESH_CACHE``) shared by the whole
+can train a run and then report it. A ``gnnmesh ...`` command runs as ``python -m gnnmesh ...``,
+and a Python block as ``python example_LINE.py``, in a process of its own (forked by
+``tests.forked``), with a timeout, a fresh cache directory (``GNNMESH_CACHE``) shared by the whole
 session, and progress reports off.
 
 An example shows what a user would type, often on a graph far larger than a test can afford,
@@ -47,7 +48,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.forked import run_cli
+from tests.forked import run_cli, run_script
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -217,12 +218,13 @@ def workdir(request, tmp_path_factory):
 
 
 def _run(args: list, cwd: Path, env: dict, what: str) -> None:
-    """``python ARGS``; ``python -m gnnmesh ...`` forked from tests.forked's server."""
+    """``python -m gnnmesh ...`` or ``python SCRIPT``, forked from tests.forked's server."""
     try:
         if args[1:3] == ["-m", "gnnmesh"]:
             done = run_cli(*args[3:], cwd=cwd, env=env, timeout=TIMEOUT)
         else:
-            done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+            [script] = args[1:]
+            done = run_script(script, cwd=cwd, env=env, timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{what}: no result in {TIMEOUT} s")
     if done.returncode != 0:

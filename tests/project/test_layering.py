@@ -13,7 +13,7 @@ LAYERS = [
     ["edge_index_view", "errors", "registries", "structured", "progress", "validate", "locks", "atomic", "checkpoint", "memory", "launch", "host_store"],
     ["graph", "transforms", "relations", "typed", "tasks", "datasets", "link.counter", "link.split", "link.sources", "link.decoders"],
     ["ops"],
-    ["view", "models", "sampling"],
+    ["edge_features", "view", "models", "sampling"],
     ["comm"],
     ["strategies", "layout"],
     ["partition", "parts"],

@@ -2,13 +2,12 @@
 partition and offload runs on two ranks print the one-process run's numbers."""
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from gnnmesh import tasks
+from tests.forked import run_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,8 +23,7 @@ def test_the_examples_labels_infer_their_task(name, task):
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("name", ["multilabel", "regression"])
 def test_the_example_runs_and_every_strategy_agrees(name):
-    out = subprocess.run([sys.executable, str(ROOT / "examples" / f"{name}.py")], capture_output=True, text=True,
-                         timeout=150, cwd=ROOT)
+    out = run_script(ROOT / "examples" / f"{name}.py", cwd=ROOT, timeout=150)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     one = re.search(r"final loss ([\d.]+), best val \S+ ([\d.]+).*test \S+ ([\d.]+)", lines[1]).groups()

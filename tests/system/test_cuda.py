@@ -11,7 +11,7 @@ import torch
 
 from gnnmesh import datasets
 from gnnmesh.config import Config
-from gnnmesh.train import Trainer
+from gnnmesh.train import Trainer, train
 
 from tests.helpers import model_fields, random_graph
 
@@ -23,7 +23,7 @@ LOSS_RTOL = 1e-4
 
 
 def losses(config: Config, graph) -> list:
-    return [r.loss for r in Trainer(config, graph).fit().history]
+    return [r.loss for r in train(config, graph).history]   # in mini-batches under --minibatch
 
 
 @pytest.mark.parametrize("model", MODELS)

@@ -22,6 +22,7 @@ import pytest
 import torch
 
 from gnnmesh.config import Config
+from tests.forked import run_cli
 from tests.helpers import gnnmesh_in_process, one_error_line
 
 DATA = "sbm:nodes=2000,classes=3,features=32"
@@ -50,8 +51,7 @@ def epochs_written(path) -> int:
 def single(tmp_path_factory):
     """The uninterrupted run on one process: its epoch records and final weights."""
     folder = tmp_path_factory.mktemp("single")
-    done = subprocess.run([sys.executable, "-m", "gnnmesh", *RUN, *job_files(folder, "single")],
-                          capture_output=True, text=True, timeout=240)
+    done = run_cli(*RUN, *job_files(folder, "single"), timeout=240)
     assert done.returncode == 0, done.stderr
     return records(folder / "single.jsonl"), torch.load(folder / "single.pt", weights_only=True)["model"]
 

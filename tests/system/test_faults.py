@@ -28,6 +28,7 @@ import pytest
 import torch
 
 from gnnmesh.atomic import is_temporary
+from tests.forked import run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -56,8 +57,10 @@ def command(nproc: int, folder, resume: bool) -> list:
 
 
 def run(nproc: int, folder, resume: bool = False) -> subprocess.CompletedProcess:
+    """A run to its end, forked from the tests' preloaded server (the runs killed at random
+    instants are new interpreters, whose start-up a kill may hit)."""
     env = dict(os.environ, GNNMESH_CACHE=str(folder / "cache"))
-    return subprocess.run(command(nproc, folder, resume), capture_output=True, text=True, timeout=180, env=env)
+    return run_cli(*command(nproc, folder, resume)[3:], env=env, timeout=180)
 
 
 def outcome(folder) -> tuple:

@@ -12,6 +12,7 @@ import uuid
 import pytest
 
 from tests.dist import free_port
+from tests.forked import run_cli
 
 SBM = "sbm:nodes=400,classes=3,features=12"
 
@@ -51,9 +52,8 @@ def losses(path):
 def write_host_parts(tmp_path) -> list:
     """Parts of SBM for 4 ranks, then one data directory per host holding the manifest and
     the folders of that host's two ranks only."""
-    out = subprocess.run([sys.executable, "-m", "gnnmesh", "partition", "--dataset", SBM, "--parts", "4",
-                          "--method", "rp", "--write-parts", str(tmp_path / "parts")],
-                         capture_output=True, text=True, timeout=120)
+    out = run_cli("partition", "--dataset", SBM, "--parts", "4", "--method", "rp",
+                  "--write-parts", str(tmp_path / "parts"), timeout=120)
     assert out.returncode == 0, out.stderr
     hosts = []
     for node in range(2):
@@ -93,8 +93,7 @@ def torchrun_on_two_hosts(two_hosts, tmp_path, per_host_args: list) -> None:
 
 
 def single_process(tmp_path, *args) -> list:
-    out = subprocess.run([sys.executable, "-m", "gnnmesh", "train", *args, "--metrics", str(tmp_path / "single.jsonl")],
-                         capture_output=True, text=True, timeout=120)
+    out = run_cli("train", *args, "--metrics", str(tmp_path / "single.jsonl"), timeout=120)
     assert out.returncode == 0, out.stderr
     return losses(tmp_path / "single.jsonl")
 

@@ -112,14 +112,18 @@ def test_several_ranks_learn_the_single_process_embeddings(world, fields):
         assert got == pytest.approx(want, abs=1e-5), f"{fields} rank {rank}"
 
 
-MINI = {"model": "sage", "minibatch": True, "batch_size": 8, "fanouts": "3,3", "dropout": 0.3}
+MINI = {"minibatch": True, "batch_size": 8, "fanouts": "3,3", "dropout": 0.3}
 
 
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize("route", ["gdp", pytest.param("dnp", marks=pytest.mark.slow)])
-def test_mini_batches_on_several_ranks_sum_each_rows_gradient(route):
-    want = _losses(0, 1, MINI, featureless)
-    for rank, got in enumerate(run_ranks(_losses, 2, {"strategy": route, **MINI}, featureless, timeout=180)):
+@pytest.mark.parametrize("route,graph,model", [
+    pytest.param("gdp", typed, "rgcn", id="gdp-rgcn"),
+    pytest.param("dnp", featureless, "sage", id="dnp-sage", marks=pytest.mark.slow),
+    pytest.param("nfp", typed, "rgcn", id="nfp-rgcn", marks=pytest.mark.slow)])
+def test_mini_batches_on_several_ranks_sum_each_rows_gradient(route, graph, model):
+    fields = {**MINI, "model": model}
+    want = _losses(0, 1, fields, graph)
+    for rank, got in enumerate(run_ranks(_losses, 2, {"strategy": route, **fields}, graph, timeout=180)):
         assert got == pytest.approx(want, abs=1e-5), f"{route} rank {rank}"
 
 
@@ -207,16 +211,24 @@ def write_mag(root, seed: int = 0):
 
 
 def _mag_losses(rank, world, spec, fields):
-    summary = Trainer(config(nproc=world, embed_dim=16, **fields), load(spec, cache=False)).fit()
+    trainer_class = MiniBatchTrainer if fields.get("minibatch") else Trainer
+    summary = trainer_class(config(nproc=world, embed_dim=16, **fields), load(spec, cache=False)).fit()
     return [r.loss for r in summary.history]
 
 
 @pytest.mark.timeout(200)
-def test_an_ogbn_mag_directory_trains_rgcn_with_embeddings_on_three_ranks(tmp_path):
+@pytest.mark.parametrize("world,fields", [
+    pytest.param(3, {"strategy": "partition"}, id="partition"),
+    pytest.param(2, {"strategy": "tensor"}, id="tensor", marks=pytest.mark.slow),
+    pytest.param(2, {"strategy": "offload"}, id="offload", marks=pytest.mark.slow),
+    pytest.param(2, {"strategy": "gdp", "minibatch": True, "batch_size": 6, "fanouts": "4,4"}, id="gdp",
+                 marks=pytest.mark.slow)])
+def test_an_ogbn_mag_directory_trains_rgcn_with_embeddings_on_several_ranks(tmp_path, world, fields):
     spec = f"{write_mag(tmp_path / 'ogbn-small')}:add_reverse=true"
     assert load(spec, cache=False).meta["node_types"].widths == (6, 0, 0)
-    want = _mag_losses(0, 1, spec, {})
-    for got in run_ranks(_mag_losses, 3, spec, {"strategy": "partition"}, timeout=180):
+    alone = {k: v for k, v in fields.items() if k != "strategy"}
+    want = _mag_losses(0, 1, spec, alone)
+    for got in run_ranks(_mag_losses, world, spec, fields, timeout=180):
         assert got == pytest.approx(want, abs=1e-5)
 
 
@@ -242,3 +254,58 @@ def test_link_prediction_on_a_featureless_graph_learns_the_same_embeddings_on_th
     want = _link(0, 1, {})
     for got in run_ranks(_link, 3, {"strategy": "partition"}, timeout=180):
         assert got == pytest.approx(want, abs=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_the_command_line_trains_an_ogbn_mag_directory_with_embeddings_on_three_ranks(tmp_path):
+    import json
+    from tests.forked import run_cli
+    spec = f"{write_mag(tmp_path / 'ogbn-small')}:add_reverse=true,cache=false"
+    losses = {}
+    for ranks in (1, 3):
+        metrics = tmp_path / f"m{ranks}.jsonl"
+        result = run_cli("train", "--dataset", spec, "--model", "rgcn", "--embed-dim", "16", "--epochs", "4",
+                         "--nproc", ranks, "--strategy", "partition" if ranks > 1 else "single",
+                         "--metrics", metrics, "--quiet", timeout=300)
+        assert result.returncode == 0, result.stderr
+        losses[ranks] = [json.loads(line)["loss"] for line in metrics.read_text().splitlines()
+                         if "loss" in json.loads(line)]
+    assert len(losses[1]) == 4 and losses[3] == pytest.approx(losses[1], abs=1e-5)
+
+
+# -- a checkpoint's embeddings are bad input until checked --------------------------------------------
+
+DAMAGES = {
+    "ids": [None, "ids", torch.tensor([1.5]), torch.arange(40).flip(0), torch.arange(40) + 1000,
+            torch.zeros(40, dtype=torch.int64), torch.arange(39), torch.arange(40).reshape(4, 10)],
+    "last": [None, [1.0], torch.zeros(40, 5), torch.zeros(40, 4, dtype=torch.int64),
+             torch.full((40, 4), float("nan")), torch.zeros(0, 4)],
+    "best": ["best", torch.zeros(3, 4), torch.full((40, 4), float("inf"))],
+    "optimizer": [None, {}, {"kind": "sgd", "rows": {}, "shared": {}}, {"kind": "sparse_adam", "rows": [], "shared": {}},
+                  {"kind": "sparse_adam", "rows": {"exp_avg": torch.zeros(2, 4)}, "shared": {"step": 1}},
+                  {"kind": "sparse_adam", "rows": {}, "shared": {"step": "one"}}],
+}
+
+
+@pytest.fixture(scope="module")
+def trained_checkpoint(tmp_path_factory):
+    path = tmp_path_factory.mktemp("embedded") / "c.pt"
+    trainer = Trainer(config(epochs=2, checkpoint=str(path)), typed())
+    trainer.fit()
+    return path, trainer.predict("logits")[1]
+
+
+@pytest.mark.parametrize("field,damage", [(f, i) for f, values in DAMAGES.items() for i in range(len(values))])
+def test_a_damaged_embeddings_record_is_refused_in_one_line_or_read_exactly(trained_checkpoint, tmp_path, field, damage):
+    source, want = trained_checkpoint
+    state = torch.load(source, weights_only=True)
+    state["embeddings"][field] = DAMAGES[field][damage]
+    path = tmp_path / "c.pt"
+    torch.save(state, path)
+    try:
+        got = Trainer.from_checkpoint(path, typed(), weights="last").predict("logits")[1]
+    except ConfigError as err:
+        assert "\n" not in str(err) and str(path) in str(err)
+    else:  # only a record a run could have written reads, and then as it was written
+        assert field == "best" and np.array_equal(got, want)

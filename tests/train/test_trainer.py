@@ -267,3 +267,23 @@ def test_a_checkpoint_recording_every_model_option_loads_and_resumes(graph, tmp_
     resumed = Trainer(config.updated(epochs=3, resume=True), graph, **given)
     resumed.fit()
     assert resumed.epoch == 3
+
+
+@pytest.mark.parametrize("task,trains_it", [(None, "gnnmesh.train.minibatch.MiniBatchTrainer"),
+                                            ("link", "gnnmesh.link.minibatch.LinkMiniBatchTrainer")])
+def test_the_full_graph_trainer_refuses_a_mini_batch_config_naming_the_class_that_trains_it(graph, task, trains_it):
+    from gnnmesh.link.trainer import LinkTrainer
+    cls = LinkTrainer if task else Trainer
+    with pytest.raises(ConfigError, match=f"^config field 'minibatch': {cls.__name__} trains the whole graph; "
+                                          f"mini-batches train with {trains_it.replace('.', '[.]')} ") as caught:
+        cls(Config.of(epochs=1, minibatch=True, task=task), graph)
+    assert "\n" not in str(caught.value)
+
+
+def test_train_picks_the_mini_batch_trainer_under_minibatch(graph):
+    from gnnmesh.train import train
+    from gnnmesh.train.minibatch import MiniBatchTrainer
+    settings = dict(epochs=2, seed=1, minibatch=True, batch_size=16, fanouts="3,3")
+    want = [r.loss for r in MiniBatchTrainer(Config.of(**settings), graph).fit().history]
+    history = train(Config.of(**settings), graph).history
+    assert [r.loss for r in history] == want and "steps" in history[0].extra   # a mini-batch epoch's record

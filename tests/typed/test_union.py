@@ -118,10 +118,12 @@ def test_graph_pyg_round_trip_and_edge_attr():
     assert Graph.from_pyg(typed.to_pyg(), edge_attr=False).meta["edge_features"] == {}
 
     ei = torch.tensor([[0, 1, 2], [1, 2, 0]])
-    with pytest.raises(GraphError) as error:
-        Graph.from_pyg(Data(edge_index=ei, edge_attr=torch.ones(3, 4), num_nodes=3))
-    assert str(error.value) == ("pyg: field 'edge_attr' has shape [3, 4], features on every edge; gnnmesh does "
-                                "not train on edge features yet: pass edge_attr=False to load the graph without them")
+    attr = torch.arange(12.0).view(3, 4)
+    featured = Graph.from_pyg(Data(edge_index=ei, edge_attr=attr, num_nodes=3))
+    assert featured.adj.values is None and torch.equal(featured.edge_features, attr[[2, 0, 1]])  # CSR: by target
+    back = featured.to_pyg()
+    assert {(int(s), int(d)): tuple(a.tolist()) for s, d, a in zip(*back.edge_index, back.edge_attr)} == \
+        {(int(s), int(d)): tuple(a.tolist()) for s, d, a in zip(*ei, attr)}
     plain = Graph.from_pyg(Data(edge_index=ei, edge_attr=torch.ones(3, 4), num_nodes=3), edge_attr=False)
     assert plain.num_edges == 3 and plain.adj.values is None
     weighted = Graph.from_pyg(Data(edge_index=ei, edge_attr=torch.tensor([[2.0], [3.0], [4.0]]), num_nodes=3))

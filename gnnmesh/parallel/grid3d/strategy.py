@@ -159,7 +159,7 @@ def _maths(model) -> list:
     """Every layer's ``Maths``; a model whose layers have none (gat, decoupled) is refused."""
     if not isinstance(model, LayerStack) or not all(isinstance(layer, GraphLayer) for layer in model.layers):
         raise ConfigError(f"config field 'model': the grid3d strategy runs models whose layers are sums of "
-                          f"aggregation terms (gcn, sage, gin), got {type(model).__name__}")
+                          f"aggregation terms (gcn, sage, gin, rgcn), got {type(model).__name__}")
     return [layer.maths() for layer in model.layers]
 
 
@@ -286,6 +286,11 @@ class Grid3D(DistributedStrategy):
         return q if lin.bias is None else q + lin.bias[cuts.out].to(q.dtype)
 
     # -- weights -------------------------------------------------------------------------------
+    def prepare(self, model) -> None:
+        """Lay out the weights' gradient blocks now: a weight that is neither a parameter nor
+        one matrix of one is refused in one line before training, not at its first step."""
+        self._reductions(model)
+
     def _reductions(self, model):
         """(this rank's reductions: positions in the flat gradient as index tensors, and the
         axes to sum over; every world rank's number of completed entries; the positions of
@@ -375,7 +380,7 @@ def grad_blocks(layers: list, dims: dict, coords: dict) -> list:
         fout = cut(maths.hidden, dims[r.cols], coords[r.cols])
         # The summed linear map: a W block per linear map and the bias (on feats-replica 0),
         # each applied to the rank's rows only.
-        group = [GradBlock(w, _index(w, fout, fin), (r.rows,)) for w, _ in maths.by_weight()]
+        group = [_weight_block(w, fout, fin, (r.rows,)) for w, _ in maths.by_weight()]
         if maths.bias is not None and coords[r.feats] == 0:
             group.append(GradBlock(maths.bias, _index(maths.bias, fout), (r.rows,)))
         if maths.out is not None:
@@ -416,6 +421,20 @@ def share(positions: np.ndarray, axes: tuple, dims: dict, coords: dict) -> np.nd
             parts, index = dims[axis], coords[axis]
         positions = positions[cut(len(positions), parts, index)]
     return positions
+
+
+def _weight_block(weight: torch.Tensor, rows: slice, cols: slice, sums: tuple) -> GradBlock:
+    """The block ``weight[rows, cols]`` of a term's weight: a parameter, or one matrix of a
+    parameter that stacks several (R-GCN's ``[relations, out, in]``), whose positions are the
+    matrix's within the whole parameter."""
+    if isinstance(weight, torch.nn.Parameter):
+        return GradBlock(weight, _index(weight, rows, cols), sums)
+    base = weight._base
+    if not (isinstance(base, torch.nn.Parameter) and weight.is_contiguous() and base.is_contiguous()):
+        raise ConfigError("the grid3d strategy lays out weights that are parameters or matrices of one "
+                          "(R-GCN with --bases mixes its weights; train it under partition or tensor)")
+    start = weight.storage_offset() - base.storage_offset()
+    return GradBlock(base, start + _index(weight, rows, cols), sums)
 
 
 def _index(param, rows: slice = slice(None), cols: slice = None) -> np.ndarray:

@@ -13,7 +13,7 @@ import torch
 from ... import strategies
 from ...errors import ConfigError
 from ...host_store import made_together
-from ...sampling import FeatureTier
+from ...sampling import RELATIONS, FeatureTier
 from ...sampling.features import LocalSource, RowStore
 from ...validate import parse_links
 from . import dryrun
@@ -29,7 +29,8 @@ def candidate_names(strategy, setup: BatchSetup) -> list:
     """The routes to choose from: the one asked for, or under ``auto`` every route the model can take."""
     if not strategies.spec(strategy.name).planned:
         return [strategy.name]
-    return [n for n, r in ROUTES.items() if r.attention or not setup.config.model.attention]
+    return [n for n, r in ROUTES.items() if (r.attention or not setup.config.model.attention)
+            and (r.per_relation or setup.op != RELATIONS)]
 
 
 def bound_routes(strategy, setup: BatchSetup, names: list) -> dict:

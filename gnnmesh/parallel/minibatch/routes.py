@@ -27,7 +27,8 @@ from ... import ops
 from ...graph import Adjacency
 from ...layout.ranges import even_bounds
 from ...models.base import SELF
-from ...sampling import BlockView, Sample, row_positions
+from ...errors import ConfigError
+from ...sampling import RELATIONS, BlockView, Sample, row_positions
 from ...view import GraphView
 from .exchange import GRAPH, SHUFFLE, exchange_ids, id_bytes, row_bytes, send_rows
 
@@ -111,6 +112,7 @@ class Route:
 
     name = "gdp"
     attention = True  # whether it runs attention layers (which need every source of a row)
+    per_relation = True  # whether it runs layers that aggregate per relation (which normalise whole rows)
     needs_partition = False
     caches_in_neighbours = False   # whether a rank's cache also holds its rows' 1-hop in-neighbours
 
@@ -225,12 +227,17 @@ class SourceNodeRoute(SplitRoute):
 
     name = "snp"
     attention = False  # a row's attention needs all of its sources in one place
+    per_relation = False  # a row's sources are summed where they are owned, under one operator
     needs_partition = True
 
     def reply_width(self, model) -> int:
         return model.layers[0].maths().hidden
 
     def bind(self, sampler, model, op: str, seed: int, device) -> None:
+        if op == RELATIONS:
+            raise ConfigError("config field 'strategy': snp sums a first-layer row's sources where they are owned, "
+                              "under one operator; a model that aggregates per relation runs with --strategy gdp "
+                              "or dnp")
         super().bind(sampler, model, op, seed, device)
         self.self_term = any(t.op == SELF for t in model.layers[0].maths().terms)
 

@@ -146,6 +146,9 @@ class ChunkView(GraphView):
     def edge_softmax(self, scores, op="loop"):
         return ops.edge_softmax(self.block(op)[0], scores)
 
+    def edge_block(self, op):
+        return self.block(op)[0]
+
     def rows(self):
         return self.chunk.neighbours if self.wide else self.chunk.dst
 

@@ -67,6 +67,9 @@ class PartitionView(GraphView):
     def edge_softmax(self, scores, op="loop"):
         return ops.edge_softmax(self.local(op).block, scores)  # in-edges of my rows are all mine
 
+    def edge_block(self, op):
+        return self.local(op).block
+
     def rows(self):
         return self.owned
 

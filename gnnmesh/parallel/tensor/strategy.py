@@ -101,6 +101,9 @@ class TensorView(GraphView):
     def edge_softmax(self, scores, op="loop"):
         return ops.edge_softmax(self.block(op), scores)
 
+    def edge_block(self, op):
+        return self.block(op)
+
     def rows(self):
         return range(self.switch.start, self.switch.stop)
 

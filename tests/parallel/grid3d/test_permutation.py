@@ -2,8 +2,6 @@
 balanced), and its command."""
 
 import itertools
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -18,6 +16,7 @@ from gnnmesh.parallel.grid3d.permutation import (balance, balanced_permutations,
                                                  max_over_mean, peak_bound, permutations, permute_adjacency)
 from gnnmesh.transforms import add_self_loops
 
+from tests.forked import run_cli
 from tests.helpers import random_graph
 
 RMAT = "rmat:nodes=2000,edges=20000,features=0"
@@ -167,9 +166,7 @@ def test_command_grid_flags_need_the_grid3d_strategy(capsys):
 
 
 def test_command_as_a_subprocess():
-    run = subprocess.run([sys.executable, "-m", "gnnmesh", "partition", "--dataset", RMAT,
-                          "--strategy", "grid3d", "--grid", "8,x"], capture_output=True, text=True,
-                         timeout=120)
+    run = run_cli("partition", "--dataset", RMAT, "--strategy", "grid3d", "--grid", "8,x", timeout=120)
     assert run.returncode == 2 and run.stderr.count("\n") == 1 and "--grid" in run.stderr
 
 

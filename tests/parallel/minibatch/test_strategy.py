@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import functools
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 
 from tests.dist import run_ranks
+from tests.forked import run_cli
 from tests.helpers import random_graph
 from tests.parity import assert_same_run
 
@@ -198,9 +197,8 @@ def test_minibatch_settings_need_minibatch():
 
 
 def test_cli_refuses_a_batch_larger_than_the_training_set(data_root):
-    out = subprocess.run([sys.executable, "-m", "gnnmesh", "train", "--dataset", "cora", "--data-root", str(data_root),
-                          "--minibatch", "--batch-size", "500", "--epochs", "1"], capture_output=True, text=True,
-                         timeout=300)
+    out = run_cli("train", "--dataset", "cora", "--data-root", str(data_root),
+                  "--minibatch", "--batch-size", "500", "--epochs", "1", timeout=300)
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "batch_size" in lines[0] and "140" in lines[0], out.stderr
