@@ -41,11 +41,6 @@ CASES = {
 }
 
 
-def rss_mib() -> float:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
 def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -57,14 +52,20 @@ def load(args, case: str):
 
 # -- workers: one framework and one case per process ------------------------------------------
 def gnnmesh_epoch(graph, args):
+    model, hidden, heads, dropout, evaluate = CASES[args.case]
+    attention = {"heads": heads, "attn_dropout": 0.0} if model == "gat" else {}  # gat's own options
+    return gnnmesh_step(graph, evaluate, model=model, hidden=hidden, layers=2, dropout=dropout, lr=0.01,
+                        weight_decay=5e-4, **attention)
+
+
+def gnnmesh_step(graph, evaluate: bool, **fields):
+    """A gnnmesh training epoch (and an evaluation with it when ``evaluate``) of the model
+    ``fields`` configure, the buffer pool on as `gnnmesh train` runs it."""
     from gnnmesh.config import Config
     from gnnmesh.ops import buffers
     from gnnmesh.train import Trainer
-    buffers.pool(True)  # as `gnnmesh train` runs it
-    model, hidden, heads, dropout, evaluate = CASES[args.case]
-    attention = {"heads": heads, "attn_dropout": 0.0} if model == "gat" else {}  # gat's own options
-    cfg = Config.of(model=model, hidden=hidden, layers=2, dropout=dropout, lr=0.01, weight_decay=5e-4, **attention)
-    trainer = Trainer(cfg, graph)
+    buffers.pool(True)
+    trainer = Trainer(Config.of(**fields), graph)
     if evaluate:
         return lambda: (trainer.train_step(), trainer.evaluate())
     return trainer.train_step
@@ -96,7 +97,6 @@ def pyg_model(case: str, in_dim: int, classes: int):
 
 
 def pyg_epoch(graph, args):
-    import torch.nn.functional as F
     n = graph.num_nodes
     adj_t = torch.sparse_csr_tensor(graph.adj.indptr, graph.adj.indices, torch.ones(graph.num_edges),
                                     size=(n, n))
@@ -105,31 +105,48 @@ def pyg_epoch(graph, args):
     masks = (graph.train_mask, graph.val_mask, graph.test_mask)
     torch.manual_seed(0)
     model = pyg_model(args.case, x.shape[1], graph.num_classes)
-    opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
+    return pyg_step(model, lambda: model(x, adj_t), y, masks, CASES[args.case][4])
+
+
+def pyg_step(model, forward, y, masks, evaluate: bool):
+    """A PyG training epoch (Adam, lr 0.01, weight decay 5e-4, cross-entropy on ``masks[0]``)
+    of ``model``, whose ``forward()`` gives the logits of the rows ``y`` labels; with an
+    evaluation of every mask when ``evaluate``. Call it once before timing: a lazy module
+    takes its shapes there, so the optimizer is built on the first call."""
+    import torch.nn.functional as F
+    opt = []
 
     def train():
         model.train()
-        out = model(x, adj_t)
+        out = forward()
         loss = F.cross_entropy(out[masks[0]], y[masks[0]])
-        opt.zero_grad(set_to_none=True)
+        if not opt:
+            opt.append(torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4))
+        opt[0].zero_grad(set_to_none=True)
         loss.backward()
-        opt.step()
+        opt[0].step()
         return float(loss)
 
     @torch.no_grad()
-    def evaluate():
+    def evaluate_all():
         model.eval()
-        correct = model(x, adj_t).argmax(dim=-1) == y
+        correct = forward().argmax(dim=-1) == y
         return [float(correct[m].float().mean()) for m in masks]
 
-    return (lambda: (train(), evaluate())) if CASES[args.case][4] else train
+    return (lambda: (train(), evaluate_all())) if evaluate else train
 
 
 def worker(args):
     torch.set_num_threads(args.threads)
     graph = load(args, args.case)
-    base = rss_mib()
-    step = (pyg_epoch if args.worker == "pyg" else gnnmesh_epoch)(graph, args)
+    measure(args, lambda: (pyg_epoch if args.worker == "pyg" else gnnmesh_epoch)(graph, args))
+
+
+def measure(args, make_step):
+    """Build the step (``make_step()``), run ``args.warmup`` epochs, time ``args.epochs``, and
+    print this process's figures as one JSON line: the median epoch, the kernel (sys) time
+    per epoch and the peak resident memory."""
+    step = make_step()
     for _ in range(args.warmup):
         step()
     times = []
@@ -140,27 +157,48 @@ def worker(args):
         times.append(time.perf_counter() - start)
     after = resource.getrusage(resource.RUSAGE_SELF)
     print(json.dumps({"epoch": statistics.median(times), "sys": (after.ru_stime - before.ru_stime) / args.epochs,
-                      "peak_mib": peak_rss_mib(), "base_mib": base}))
+                      "peak_mib": peak_rss_mib()}))
 
 
 # -- the driver ----------------------------------------------------------------------------------
-def spawn(name: str, case: str, args) -> dict:
-    cmd = [sys.executable, __file__, "--worker", name, "--case", case, "--spec", args.spec,
+def spawn(name: str, case: str, args, script: str = __file__) -> dict:
+    """One worker process of ``script`` (this file, or a benchmark built on it, which takes
+    the same flags) for one framework and case; its figures."""
+    cmd = [sys.executable, script, "--worker", name, "--case", case, "--spec", args.spec,
            "--threads", str(args.threads), "--epochs", str(args.epochs), "--warmup", str(args.warmup)]
     if args.data_root:
         cmd += ["--data-root", args.data_root]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode:
+        lines = out.stderr.strip().splitlines()
+        raise SystemExit(f"{name} worker, case {case}: {lines[-1] if lines else f'exit status {out.returncode}'}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def compare(case: str, args) -> dict:
+def compare(case: str, args, script: str = __file__) -> dict:
     """``{framework: {figure: Spread over processes}}`` for one case, processes alternating."""
     runs = {name: [] for name in FRAMEWORKS}
     for _ in range(args.rounds):
         for name in runs:
-            runs[name].append(spawn(name, case, args))
+            runs[name].append(spawn(name, case, args, script))
     return {name: {key: Spread.of(r[key] for r in records) for key in ("epoch", "sys", "peak_mib")}
             for name, records in runs.items()}
+
+
+def epoch_table(cases, args, script: str = __file__, label=lambda case, name: name):
+    """The table of epoch time, sys time and peak memory of every case, each framework's row
+    labelled ``label(case, framework)``, with the gnnmesh / PyG ratios on gnnmesh's row."""
+    print("\n| case | framework | epoch s, median (min-max) | sys s per epoch | peak RSS MiB "
+          "| gnnmesh / PyG: time | peak RSS |")
+    print("|---|---|---|---|---|---|---|")
+    for case in cases:
+        fig = compare(case, args, script)
+        for name, f in fig.items():
+            ratio = ("", "") if name == "pyg" else (
+                f"**{f['epoch'].median / fig['pyg']['epoch'].median:.2f}x**",
+                f"**{f['peak_mib'].median / fig['pyg']['peak_mib'].median:.2f}x**")
+            print(f"| {case} | {label(case, name)} | {f['epoch'].format(3)} | {f['sys'].format(3)} | "
+                  f"{f['peak_mib'].format(0)} | {ratio[0]} | {ratio[1]} |", flush=True)
 
 
 def driver(args):
@@ -168,17 +206,7 @@ def driver(args):
           f"processes: {args.rounds} per framework and case, {args.epochs} timed epochs each")
     graph = load(args, "gcn")  # generate and cache once, so the workers only read the cache
     print(f"  {graph!r}")
-    print("\n| case | framework | epoch s, median (min-max) | sys s per epoch | peak RSS MiB "
-          "| gnnmesh / PyG: time | peak RSS |")
-    print("|---|---|---|---|---|---|---|")
-    for case in args.cases.split(","):
-        fig = compare(case, args)
-        for name, f in fig.items():
-            ratio = ("", "") if name == "pyg" else (
-                f"**{f['epoch'].median / fig['pyg']['epoch'].median:.2f}x**",
-                f"**{f['peak_mib'].median / fig['pyg']['peak_mib'].median:.2f}x**")
-            print(f"| {case} | {name} | {f['epoch'].format(3)} | {f['sys'].format(3)} | "
-                  f"{f['peak_mib'].format(0)} | {ratio[0]} | {ratio[1]} |", flush=True)
+    epoch_table(args.cases.split(","), args)
 
     torch.set_num_threads(args.threads)
     kernel_table(graph, args.features, 4, args.repeats, copy_bandwidth_gbs(),

@@ -56,8 +56,10 @@ class RGATLayer(nn.Module):
         projected = (h @ self.weight.reshape(-1, h.shape[1]).t()).view(-1, len(self.relations), self.heads,
                                                                         self.out_dim)
         out = self.root(view.destinations(h))
-        for i, relation in enumerate(self.relations):
-            out = out + self.attend(view, projected[:, i], i, f"sum{SEPARATOR}{relation}")
+        # unbind, not projected[:, i]: its backward stacks the relations' gradients once, where
+        # each selection's would fill a zero tensor as large as all of them
+        for i, (relation, z) in enumerate(zip(self.relations, projected.unbind(1))):
+            out = out + self.attend(view, z, i, f"sum{SEPARATOR}{relation}")
         return out
 
     def attend(self, view, z, i: int, op: str):

@@ -1,4 +1,4 @@
-"""Benchmarks that must keep running where no GPU is: their CPU dry runs, on small graphs."""
+"""Benchmarks that must keep running: their CPU dry runs, on small graphs."""
 
 from pathlib import Path
 
@@ -22,3 +22,20 @@ def test_the_gpu_benchmark_runs_dry_on_the_cpu(tmp_path):
                  "offload, ram store, overlap off"):
         assert any(line.startswith(f"| {name} |") for line in rows), (name, done.stdout)
     assert "GCNConv" in done.stdout and "GATConv" in done.stdout and "SAGEConv" in done.stdout
+
+
+@pytest.mark.slow
+def test_the_typed_graph_benchmark_runs_on_a_small_graph():
+    """benchmarks/hetero.py: every case against PyG, the accuracy table and the memory table,
+    on a 2,000-node graph."""
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "hetero.py"), "--nodes", "2000", "--features", "8",
+                           "--threads", "1", "--rounds", "1", "--epochs", "1", "--accuracy-nodes", "800",
+                           "--accuracy-epochs", "2", "--seeds", "1", "--ranks", "1,2", "--partitioner", "rp"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ")]
+    for start in ("| rgcn | gnnmesh", "| rgcn | PyG RGCNConv", "| rgcn-sage | PyG HeteroConv of SAGEConv",
+                  "| rgat | gnnmesh", "| rgat | PyG HeteroConv of GATConv", "| gcn |", "| 1 | 1 |", "| 2 | 1 |"):
+        assert any(line.startswith(start) for line in rows), (start, done.stdout)
+    accuracy = done.stdout.split("## Accuracy")[1].split("## Memory")[0]
+    assert all(f"| {model} | " in accuracy for model in ("rgcn", "rgat", "gcn")), accuracy
