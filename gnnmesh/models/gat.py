@@ -77,12 +77,14 @@ class EdgeLogits(nn.Module):
 
 
 class GAT(LayerStack):
+    layer = GATLayer  # what each layer is (GATv2 stacks its own the same way)
+
     def __init__(self, in_dim: int, num_classes: int, hidden: int = 8, layers: int = 2,
                  heads: int = 8, dropout: float = 0.6, attn_dropout: float = 0.6,
                  out_heads: int = 1, edge_dim: int = 0):
         super().__init__(dropout, activation=F.elu)
         dim = in_dim
         for _ in range(layers - 1):
-            self.layers.append(GATLayer(dim, hidden, heads, True, attn_dropout, edge_dim=edge_dim))
+            self.layers.append(self.layer(dim, hidden, heads, True, attn_dropout, edge_dim=edge_dim))
             dim = hidden * heads
-        self.layers.append(GATLayer(dim, num_classes, out_heads, False, attn_dropout, edge_dim=edge_dim))
+        self.layers.append(self.layer(dim, num_classes, out_heads, False, attn_dropout, edge_dim=edge_dim))

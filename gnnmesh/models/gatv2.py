@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import LayerStack
+from .gat import GAT
 
 
 class GATv2Layer(nn.Module):
@@ -54,13 +54,7 @@ class GATv2Layer(nn.Module):
         return out + self.bias
 
 
-class GATv2(LayerStack):
-    def __init__(self, in_dim: int, num_classes: int, hidden: int = 8, layers: int = 2,
-                 heads: int = 8, dropout: float = 0.6, attn_dropout: float = 0.6,
-                 out_heads: int = 1, edge_dim: int = 0):
-        super().__init__(dropout, activation=F.elu)
-        dim = in_dim
-        for _ in range(layers - 1):
-            self.layers.append(GATv2Layer(dim, hidden, heads, True, attn_dropout, edge_dim=edge_dim))
-            dim = hidden * heads
-        self.layers.append(GATv2Layer(dim, num_classes, out_heads, False, attn_dropout, edge_dim=edge_dim))
+class GATv2(GAT):
+    """GAT's stack of GATv2 layers (its hidden heads concatenated, the last averaged)."""
+
+    layer = GATv2Layer
