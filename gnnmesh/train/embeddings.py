@@ -91,6 +91,7 @@ class Embeddings:
         self.table = torch.nn.Parameter(rows.read(self.positions, columns).float())
         self.optimizer = _optimizer(optimizer, self.table, lr)
         self.best: Optional[torch.Tensor] = None  # the table at the best-validation epoch
+        self.grad: Optional[torch.Tensor] = None  # the last step's gradient of the rank's rows
 
     # -- a training step ---------------------------------------------------------------------------
     def gather_gradient(self) -> torch.Tensor:
