@@ -160,8 +160,9 @@ class Trainer:
         elif model is None and relations and not self.config.model.user and not self._takes_relations():
             raise ConfigError(f"config field 'model' ({self.config.model.name}): the graph is typed ({len(relations)} "
                               f"relations) and {self.config.model.name} sees one edge type; train it with "
-                              f"{' or '.join(_relational_models())}, or "
-                              "load it as one node and edge type with ':typed=false' in the dataset spec")
+                              f"{' or '.join(_relational_models())}, give a copy per relation "
+                              "(gnnmesh.models.per_relation), or load it as one node and edge type with "
+                              "':typed=false' in the dataset spec")
         if model is None and self._takes("edge_dim"):
             self.config = _with_edge_dim(self.config, data)
         if model is None:
