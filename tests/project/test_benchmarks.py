@@ -28,10 +28,9 @@ def test_the_gpu_benchmark_runs_dry_on_the_cpu(tmp_path):
 def test_the_typed_graph_benchmark_runs_on_a_small_graph():
     """benchmarks/hetero.py: every case against PyG, the accuracy table and the memory table,
     on a 2,000-node graph."""
-    done = subprocess.run([sys.executable, str(BENCHMARKS / "hetero.py"), "--nodes", "2000", "--features", "8",
-                           "--threads", "1", "--rounds", "1", "--epochs", "1", "--accuracy-nodes", "800",
-                           "--accuracy-epochs", "2", "--seeds", "1", "--ranks", "1,2", "--partitioner", "rp"],
-                          capture_output=True, text=True, timeout=600)
+    done = run_script(BENCHMARKS / "hetero.py", "--nodes", "2000", "--features", "8", "--threads", "1",
+                      "--rounds", "1", "--epochs", "1", "--accuracy-nodes", "800", "--accuracy-epochs", "2",
+                      "--seeds", "1", "--ranks", "1,2", "--partitioner", "rp", timeout=600)
     assert done.returncode == 0, done.stderr
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ")]
     for start in ("| rgcn | gnnmesh", "| rgcn | PyG RGCNConv", "| rgcn-sage | PyG HeteroConv of SAGEConv",
