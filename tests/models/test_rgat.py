@@ -139,5 +139,5 @@ def test_a_strategy_that_cannot_run_it_refuses_in_one_line(fields, refusal):
 
 
 def test_a_model_of_one_edge_type_on_a_typed_graph_is_pointed_to_rgat_too():
-    with pytest.raises(ConfigError, match="sees one edge type; train it with rgcn or rgat, or load it"):
+    with pytest.raises(ConfigError, match="sees one edge type; train it with rgcn or rgat, give a copy per relation .gnnmesh.models.per_relation., or load it"):
         Trainer(Config.of(model="gat", epochs=1), typed_graph())
