@@ -89,6 +89,7 @@ class Embeddings:
         self.positions = torch.from_numpy(local[order])  # of the rank's input rows, by ascending id
         self.ids = rows.ids[local[order]]
         self.table = torch.nn.Parameter(rows.read(self.positions, columns).float())
+        self.kind = optimizer  # one of OPTIMIZERS, as checkpoints name it
         self.optimizer = _optimizer(optimizer, self.table, lr)
         self.best: Optional[torch.Tensor] = None  # the table at the best-validation epoch
         self.grad: Optional[torch.Tensor] = None  # the last step's gradient of the rank's rows
@@ -151,10 +152,6 @@ class Embeddings:
                 "best": joined(lambda p: p["best"]),
                 "optimizer": {"kind": self.kind, "shared": pieces[0]["shared"],
                               "rows": {k: joined(lambda p, k=k: p["rows"].get(k)) for k in mine["rows"]}}}
-
-    @property
-    def kind(self) -> str:
-        return "adagrad" if isinstance(self.optimizer, torch.optim.Adagrad) else "sparse_adam"
 
     def restore(self, record: dict, which: str = "last", optimizer: bool = True, where: str = "checkpoint") -> None:
         """Take this rank's rows of a checkpoint's ``record`` (``which``: its ``last`` or

@@ -541,6 +541,17 @@ class Pipeline:
         """The features masked for this epoch's first layer, a pass over this rank's rows in
         pieces of at most ``DROP_PIECE`` values (a mask depends only on the draw and the row's
         global id, so the pieces mask as the whole would)."""
+        self._masked(FEATURES, DROPPED_FEATURES, views, epoch, draws, p)
+
+    def _drop_feature_grads(self, views: list, epoch: int, draws: int, p: float) -> None:
+        """The features' gradient through the first layer's dropout: what the backward pass
+        summed is the masked features' gradient, and the mask (its own adjoint) takes it to the
+        features'."""
+        self._masked(grad_table(FEATURES), grad_table(FEATURES), views, epoch, draws, p)
+
+    def _masked(self, source: str, target: str, views: list, epoch: int, draws: int, p: float) -> None:
+        """Table ``target`` := the first layer's dropout mask of the epoch (after ``draws``
+        draws) on table ``source``, over this rank's rows a piece at a time."""
         step = max(1, DROP_PIECE // self.plan.in_dim)
         for b in range(self.plan.batches):
             chunk, view = self.plan.chunk(self.rank, b), views[b]
@@ -548,23 +559,9 @@ class Pipeline:
                 hi = min(lo + step, chunk.hi)
                 ids = chunk.dst[lo - chunk.lo:hi - chunk.lo]
                 view.set_epoch(epoch, draws)
-                rows = view.dropout_block(self.store.read(FEATURES, range(lo, hi)), p, True, (self.plan.in_dim,),
+                rows = view.dropout_block(self.store.read(source, range(lo, hi)), p, True, (self.plan.in_dim,),
                                           rows=ids)
-                self.store.write(DROPPED_FEATURES, range(lo, hi), rows)
-
-    def _drop_feature_grads(self, views: list, epoch: int, draws: int, p: float) -> None:
-        """The features' gradient through the first layer's dropout: what the backward pass
-        summed is the masked features' gradient, and the mask (its own adjoint) takes it to the
-        features', piece by piece as ``_drop_features`` masked them."""
-        name, step = grad_table(FEATURES), max(1, DROP_PIECE // self.plan.in_dim)
-        for b in range(self.plan.batches):
-            chunk, view = self.plan.chunk(self.rank, b), views[b]
-            for lo in range(chunk.lo, chunk.hi, step):
-                hi = min(lo + step, chunk.hi)
-                view.set_epoch(epoch, draws)
-                rows = view.dropout_block(self.store.read(name, range(lo, hi)), p, True, (self.plan.in_dim,),
-                                          rows=chunk.dst[lo - chunk.lo:hi - chunk.lo])
-                self.store.write(name, range(lo, hi), rows)
+                self.store.write(target, range(lo, hi), rows)
 
     def _cached_backward(self, stage, view, chunk, aggregates, grad_out, params, needs_input):
         """Backward of a cached stage: the update from its ``aggregates`` (read back from the
