@@ -144,3 +144,29 @@ def out_of_core_parser(doc: str, datasets: str, ranks: int, ranks_help: str, rat
     ap.add_argument("--timeout", type=float, default=3600)
     return ap
 
+
+
+# -- the epoch table every model benchmark prints (epoch_vs_pyg.py on CPU, gpu.py on a GPU) -----
+EPOCH_COLUMNS = ("model", "framework", "epoch s, median (min-max)", "sys s per epoch", "peak {memory} MiB",
+                 "gnnmesh / PyG: time", "memory")
+
+
+def epoch_header(memory: str) -> None:
+    """The epoch table's header; ``memory`` names what the peak counts (RSS, device)."""
+    print("\n| " + " | ".join(c.format(memory=memory) for c in EPOCH_COLUMNS) + " |")
+    print("|" + "---|" * len(EPOCH_COLUMNS))
+
+
+def epoch_row(model: str, framework: str, epoch: Spread, sys: Optional[Spread], peak: Optional[Spread],
+              against: Optional[tuple] = None) -> None:
+    """One framework's row: its epoch, kernel (sys) time and peak memory (None: not measured,
+    shown as -); ``against``, on gnnmesh's row, PyG's ``(epoch, peak)`` for the ratios."""
+    def cell(value: Optional[Spread], digits: int) -> str:
+        return "-" if value is None else value.format(digits)
+
+    time_ratio = memory_ratio = ""
+    if against is not None:
+        time_ratio = f"**{epoch.median / against[0].median:.2f}x**"
+        memory_ratio = "-" if peak is None or against[1] is None else f"**{peak.median / against[1].median:.2f}x**"
+    print(f"| {model} | {framework} | {epoch.format(3)} | {cell(sys, 3)} | {cell(peak, 0)} | {time_ratio} "
+          f"| {memory_ratio} |", flush=True)

@@ -13,6 +13,10 @@ throughput against the machine's measured copy bandwidth (kernels.py).
 
     python benchmarks/epoch_vs_pyg.py --data-root DIR          # 1M nodes, 10M edges, 128 features
     python benchmarks/epoch_vs_pyg.py --nodes 100000 --edges 1000000 --data-root DIR   # quick look
+    python benchmarks/epoch_vs_pyg.py --cases gcn,sage --phases                        # and per phase
+
+``--phases`` splits the timed epochs of every process by phase (``phases.py``: aggregation,
+linear maps, elementwise ops, optimizer step, the rest; each with the sys time inside it).
 """
 
 from __future__ import annotations
@@ -25,11 +29,13 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 
 import torch
 
-from driver import Spread
+from driver import Spread, epoch_header, epoch_row
 from kernels import copy_bandwidth_gbs, kernel_table
+from phases import PHASES, PhaseClock
 
 FRAMEWORKS = ("gnnmesh", "pyg")
 # case -> (gnnmesh model, hidden width per head, heads, dropout, evaluate every epoch)
@@ -139,25 +145,31 @@ def pyg_step(model, forward, y, masks, evaluate: bool):
 def worker(args):
     torch.set_num_threads(args.threads)
     graph = load(args, args.case)
-    measure(args, lambda: (pyg_epoch if args.worker == "pyg" else gnnmesh_epoch)(graph, args))
+    # PyG's GAT works on per-edge data, the graph's entries and a self loop per node
+    edge_rows = (graph.num_edges, graph.num_edges + graph.num_nodes) if args.worker == "pyg" else ()
+    measure(args, lambda: (pyg_epoch if args.worker == "pyg" else gnnmesh_epoch)(graph, args), edge_rows)
 
 
-def measure(args, make_step):
+def measure(args, make_step, edge_rows=()):
     """Build the step (``make_step()``), run ``args.warmup`` epochs, time ``args.epochs``, and
     print this process's figures as one JSON line: the median epoch, the kernel (sys) time
-    per epoch and the peak resident memory."""
+    per epoch and the peak resident memory; with ``args.phases``, the timed epochs split by
+    phase as well (``phases.PhaseClock``; ``edge_rows``: its rows of per-edge data)."""
     step = make_step()
     for _ in range(args.warmup):
         step()
     times = []
+    clock = PhaseClock(edge_rows) if getattr(args, "phases", False) else nullcontext()
     before = resource.getrusage(resource.RUSAGE_SELF)
     for _ in range(args.epochs):
         start = time.perf_counter()
-        step()
+        with clock:
+            step()
         times.append(time.perf_counter() - start)
     after = resource.getrusage(resource.RUSAGE_SELF)
+    split = {"phases": clock.figures(args.epochs)} if isinstance(clock, PhaseClock) else {}
     print(json.dumps({"epoch": statistics.median(times), "sys": (after.ru_stime - before.ru_stime) / args.epochs,
-                      "peak_mib": peak_rss_mib()}))
+                      "peak_mib": peak_rss_mib(), **split}))
 
 
 # -- the driver ----------------------------------------------------------------------------------
@@ -168,6 +180,8 @@ def spawn(name: str, case: str, args, script: str = __file__) -> dict:
            "--threads", str(args.threads), "--epochs", str(args.epochs), "--warmup", str(args.warmup)]
     if args.data_root:
         cmd += ["--data-root", args.data_root]
+    if getattr(args, "phases", False):
+        cmd += ["--phases"]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode:
         lines = out.stderr.strip().splitlines()
@@ -176,29 +190,46 @@ def spawn(name: str, case: str, args, script: str = __file__) -> dict:
 
 
 def compare(case: str, args, script: str = __file__) -> dict:
-    """``{framework: {figure: Spread over processes}}`` for one case, processes alternating."""
+    """``{framework: {figure: Spread over processes}}`` for one case, processes alternating;
+    with ``--phases``, ``"phases"``: ``{phase: Spread}`` as well."""
     runs = {name: [] for name in FRAMEWORKS}
     for _ in range(args.rounds):
         for name in runs:
             runs[name].append(spawn(name, case, args, script))
-    return {name: {key: Spread.of(r[key] for r in records) for key in ("epoch", "sys", "peak_mib")}
-            for name, records in runs.items()}
+    out = {}
+    for name, records in runs.items():
+        out[name] = {key: Spread.of(r[key] for r in records) for key in ("epoch", "sys", "peak_mib")}
+        if "phases" in records[0]:
+            out[name]["phases"] = {key: Spread.of(r["phases"][key] for r in records) for key in records[0]["phases"]}
+    return out
 
 
-def epoch_table(cases, args, script: str = __file__, label=lambda case, name: name):
+def epoch_table(cases, args, script: str = __file__, label=lambda case, name: name) -> dict:
     """The table of epoch time, sys time and peak memory of every case, each framework's row
-    labelled ``label(case, framework)``, with the gnnmesh / PyG ratios on gnnmesh's row."""
-    print("\n| case | framework | epoch s, median (min-max) | sys s per epoch | peak RSS MiB "
-          "| gnnmesh / PyG: time | peak RSS |")
-    print("|---|---|---|---|---|---|---|")
+    labelled ``label(case, framework)``, with the gnnmesh / PyG ratios on gnnmesh's row (the
+    columns of ``driver.epoch_row``, as gpu.py prints them); ``{case: compare's figures}``."""
+    epoch_header("RSS")
+    figures = {}
     for case in cases:
-        fig = compare(case, args, script)
+        fig = figures[case] = compare(case, args, script)
         for name, f in fig.items():
-            ratio = ("", "") if name == "pyg" else (
-                f"**{f['epoch'].median / fig['pyg']['epoch'].median:.2f}x**",
-                f"**{f['peak_mib'].median / fig['pyg']['peak_mib'].median:.2f}x**")
-            print(f"| {case} | {label(case, name)} | {f['epoch'].format(3)} | {f['sys'].format(3)} | "
-                  f"{f['peak_mib'].format(0)} | {ratio[0]} | {ratio[1]} |", flush=True)
+            against = None if name == "pyg" else (fig["pyg"]["epoch"], fig["pyg"]["peak_mib"])
+            epoch_row(case, label(case, name), f["epoch"], f["sys"], f["peak_mib"], against)
+    return figures
+
+
+def phase_table(figures: dict) -> None:
+    """Each case's epoch split by phase (``phases.PhaseClock``), gnnmesh's row beside PyG's:
+    every cell the phase's wall seconds per epoch, median over the processes, and the kernel
+    (sys) seconds spent inside it."""
+    print("\n| case | framework | epoch s | " + " | ".join(PHASES) + " |")
+    print("|" + "---|" * (3 + len(PHASES)))
+    for case, fig in figures.items():
+        for name, f in fig.items():
+            ph = f["phases"]
+            cells = [f"{ph[p].median:.3f} (sys {ph[p + ' sys'].median:.3f})" for p in PHASES]
+            print(f"| {case} | {name} | {ph['epoch'].median:.3f} (sys {ph['epoch sys'].median:.3f}) | "
+                  + " | ".join(cells) + " |", flush=True)
 
 
 def driver(args):
@@ -206,7 +237,9 @@ def driver(args):
           f"processes: {args.rounds} per framework and case, {args.epochs} timed epochs each")
     graph = load(args, "gcn")  # generate and cache once, so the workers only read the cache
     print(f"  {graph!r}")
-    epoch_table(args.cases.split(","), args)
+    figures = epoch_table(args.cases.split(","), args)
+    if args.phases:
+        phase_table(figures)
 
     torch.set_num_threads(args.threads)
     kernel_table(graph, args.features, 4, args.repeats, copy_bandwidth_gbs(),
@@ -227,6 +260,8 @@ def main():
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3, help="processes per framework and case")
     parser.add_argument("--repeats", type=int, default=7, help="timed calls per kernel")
+    parser.add_argument("--phases", action="store_true",
+                        help="split the timed epochs by phase (aggregate, linear maps, elementwise, optimizer)")
     parser.add_argument("--spec", help=argparse.SUPPRESS)
     parser.add_argument("--worker", choices=FRAMEWORKS, help=argparse.SUPPRESS)
     parser.add_argument("--case", choices=list(CASES), help=argparse.SUPPRESS)

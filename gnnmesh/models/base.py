@@ -11,6 +11,8 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
+from ..ops import dense
+
 # The operator name of the identity: a term on H itself, with no aggregation.
 SELF = "self"
 
@@ -41,7 +43,7 @@ class LayerStack(nn.Module):
         h = x
         for i in range(start, len(self.layers)):
             if i > 0:
-                h = self.activation(h)
+                h = dense.activation(self.activation, h)
             h = self.layer_output(view, i, h)
         return h
 
@@ -116,12 +118,12 @@ class Maths:
         """The sum of the terms (before the bias), from ``columns`` of the input only: the
         layer's linear map is a sum over input columns, so ranks holding disjoint columns
         add their pieces up to the whole."""
-        return reduce(operator.add, (propagate_linear(view, w[:, columns], h, terms) for w, terms in self.by_weight()))
+        return reduce(dense.add, (propagate_linear(view, w[:, columns], h, terms) for w, terms in self.by_weight()))
 
     def finish(self, z: torch.Tensor) -> torch.Tensor:
         """The layer's output from its summed terms: bias, then the activation and second map."""
         if self.bias is not None:
-            z = z + self.bias
+            z = dense.add(z, self.bias)
         return z if self.out is None else self.out(self.act(z))
 
 
@@ -147,6 +149,6 @@ def propagate_linear(view, weight: torch.Tensor, h: torch.Tensor, terms) -> torc
     """``sum_k c_k A_k (h W^T)`` computed in the cheaper order: aggregate the narrower of input
     and output (both orders are the same linear map; the choice depends only on the shapes)."""
     if weight.shape[0] <= weight.shape[1]:
-        z = h @ weight.t()
+        z = dense.linear(h, weight)
         return reduce(operator.add, (t.scaled(aggregate(view, t.op, z)) for t in terms))
-    return reduce(operator.add, (t.scaled(aggregate(view, t.op, h)) for t in terms)) @ weight.t()
+    return dense.linear(reduce(operator.add, (t.scaled(aggregate(view, t.op, h)) for t in terms)), weight)

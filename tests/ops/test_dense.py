@@ -1,0 +1,58 @@
+"""The pooled dense ops: bit-identical to torch's own, forward and backward, on pooled memory."""
+
+import pytest
+import torch
+
+from gnnmesh.ops import buffers, dense
+
+
+@pytest.fixture
+def pool():
+    buffers.pool(True)
+    yield
+    buffers.pool(False)
+
+
+def _both(fn, *shapes, seed=0):
+    """``fn``'s output and its inputs' gradients, on pooled ops and on torch's plain ones."""
+    out = []
+    for on in (True, False):
+        buffers.pool(on)
+        g = torch.Generator().manual_seed(seed)
+        inputs = [torch.randn(s, generator=g).sub_(0.2).requires_grad_() for s in shapes]
+        y = fn(*inputs)
+        y.backward(torch.randn(y.shape, generator=g))
+        out.append([y.detach()] + [t.grad for t in inputs])
+    return out
+
+
+# rows enough that every [N, F] output is over the pool's least size (1 MiB)
+@pytest.mark.parametrize("case", [
+    ("linear", lambda h, w: dense.linear(h, w), [(6000, 96), (48, 96)]),
+    ("bias", lambda z, b: dense.add(z, b), [(6000, 48), (48,)]),
+    ("sum", lambda a, b: dense.add(a, b), [(6000, 48), (6000, 48)]),
+    ("relu", lambda h: dense.activation(torch.relu, h), [(6000, 48)]),
+    ("layer", lambda h, w, b: dense.activation(torch.relu, dense.add(dense.linear(h, w), b)),
+     [(6000, 96), (48, 96), (48,)]),
+], ids=lambda c: c[0])
+def test_pooled_ops_are_bit_identical_to_torch_forward_and_backward(case):
+    _, fn, shapes = case
+    pooled, plain = _both(fn, *shapes)
+    for a, b in zip(pooled, plain):
+        assert torch.equal(a, b)
+
+
+def test_pooled_outputs_come_back_to_the_pool_and_are_reused(pool):
+    h, w = torch.randn(6000, 96), torch.randn(48, 96)
+    first = dense.linear(h, w)
+    address = first.data_ptr()
+    del first
+    assert buffers.idle_bytes() > 0
+    assert dense.linear(h, w).data_ptr() == address  # the same pages, no fresh ones
+
+
+def test_other_activations_and_autocast_run_torch_ops_as_they_are(pool):
+    h = torch.randn(6000, 48)
+    assert torch.equal(dense.activation(torch.nn.functional.elu, h), torch.nn.functional.elu(h))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert dense.linear(h, torch.randn(16, 48)).dtype == torch.bfloat16  # autocast's cast kept
