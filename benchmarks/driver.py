@@ -147,7 +147,7 @@ def out_of_core_parser(doc: str, datasets: str, ranks: int, ranks_help: str, rat
 
 
 # -- the epoch table every model benchmark prints (epoch_vs_pyg.py on CPU, gpu.py on a GPU) -----
-EPOCH_COLUMNS = ("model", "framework", "epoch s, median (min-max)", "sys s per epoch", "peak {memory} MiB",
+EPOCH_COLUMNS = ("model", "framework", "epoch ms, median (min-max)", "sys ms per epoch", "peak {memory} MiB",
                  "gnnmesh / PyG: time", "memory")
 
 
@@ -159,14 +159,15 @@ def epoch_header(memory: str) -> None:
 
 def epoch_row(model: str, framework: str, epoch: Spread, sys: Optional[Spread], peak: Optional[Spread],
               against: Optional[tuple] = None) -> None:
-    """One framework's row: its epoch, kernel (sys) time and peak memory (None: not measured,
-    shown as -); ``against``, on gnnmesh's row, PyG's ``(epoch, peak)`` for the ratios."""
-    def cell(value: Optional[Spread], digits: int) -> str:
-        return "-" if value is None else value.format(digits)
+    """One framework's row: its epoch and kernel (sys) time in seconds and peak memory in MiB
+    (None: not measured, shown as -); ``against``, on gnnmesh's row, PyG's ``(epoch, peak)``
+    for the ratios."""
+    def cell(value: Optional[Spread], digits: int, scale: float = 1.0) -> str:
+        return "-" if value is None else value.format(digits, scale)
 
     time_ratio = memory_ratio = ""
     if against is not None:
         time_ratio = f"**{epoch.median / against[0].median:.2f}x**"
         memory_ratio = "-" if peak is None or against[1] is None else f"**{peak.median / against[1].median:.2f}x**"
-    print(f"| {model} | {framework} | {epoch.format(3)} | {cell(sys, 3)} | {cell(peak, 0)} | {time_ratio} "
+    print(f"| {model} | {framework} | {epoch.format(1, 1e3)} | {cell(sys, 1, 1e3)} | {cell(peak, 0)} | {time_ratio} "
           f"| {memory_ratio} |", flush=True)

@@ -45,6 +45,7 @@ CASES = {
     "gat": ("gat", 8, 4, 0.0, False),
     "cora": ("gcn", 16, 1, 0.5, True),
 }
+PYG_LAYERS = {"gcn": "GCNConv", "sage": "SAGEConv", "gat": "GATConv", "cora": "GCNConv"}
 
 
 def peak_rss_mib() -> float:
@@ -204,7 +205,11 @@ def compare(case: str, args, script: str = __file__) -> dict:
     return out
 
 
-def epoch_table(cases, args, script: str = __file__, label=lambda case, name: name) -> dict:
+def pyg_label(case: str, name: str) -> str:
+    return name if name == "gnnmesh" else f"PyG {PYG_LAYERS[case]}"
+
+
+def epoch_table(cases, args, script: str = __file__, label=pyg_label) -> dict:
     """The table of epoch time, sys time and peak memory of every case, each framework's row
     labelled ``label(case, framework)``, with the gnnmesh / PyG ratios on gnnmesh's row (the
     columns of ``driver.epoch_row``, as gpu.py prints them); ``{case: compare's figures}``."""
@@ -222,13 +227,13 @@ def phase_table(figures: dict) -> None:
     """Each case's epoch split by phase (``phases.PhaseClock``), gnnmesh's row beside PyG's:
     every cell the phase's wall seconds per epoch, median over the processes, and the kernel
     (sys) seconds spent inside it."""
-    print("\n| case | framework | epoch s | " + " | ".join(PHASES) + " |")
+    print("\n| model | framework | epoch s | " + " | ".join(PHASES) + " |")
     print("|" + "---|" * (3 + len(PHASES)))
     for case, fig in figures.items():
         for name, f in fig.items():
             ph = f["phases"]
             cells = [f"{ph[p].median:.3f} (sys {ph[p + ' sys'].median:.3f})" for p in PHASES]
-            print(f"| {case} | {name} | {ph['epoch'].median:.3f} (sys {ph['epoch sys'].median:.3f}) | "
+            print(f"| {case} | {pyg_label(case, name)} | {ph['epoch'].median:.3f} (sys {ph['epoch sys'].median:.3f}) | "
                   + " | ".join(cells) + " |", flush=True)
 
 

@@ -32,14 +32,15 @@ import argparse
 import gc
 import os
 import re
+import resource
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from driver import Spread, TrainFailed, epochs, spread, train  # noqa: E402
-from epoch_vs_pyg import pyg_model  # noqa: E402
+from driver import Spread, TrainFailed, epoch_header, epoch_row, epochs, spread, train  # noqa: E402
+from epoch_vs_pyg import PYG_LAYERS, pyg_model  # noqa: E402
 from kernels import spmm_bytes, timed  # noqa: E402
 
 from gnnmesh import datasets  # noqa: E402
@@ -119,36 +120,37 @@ def pyg_step(graph, case: str, device: Device):
 
 
 def measure(make, device: Device, args) -> tuple:
-    """(Spread of epoch seconds, peak MiB) of one framework's step, built by ``make()``."""
+    """(Spread of epoch seconds, sys seconds per epoch, peak MiB) of one framework's step,
+    built by ``make()``."""
     device.fresh()
     step = make()
     for _ in range(max(0, args.warmup - 1)):  # timed() warms up once more
         step()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_stime
     out = timed(step, args.epochs, device.sync)
+    sys_time = (resource.getrusage(resource.RUSAGE_SELF).ru_stime - before) / (args.epochs + 1)
     peak = device.peak_mib()
     del step
     device.fresh()
-    return out, peak
+    return out, sys_time, peak
 
 
 def model_table(graph, device: Device, args) -> None:
-    print("\n| model | gnnmesh epoch ms | peak MiB | PyG layer | PyG epoch ms | peak MiB "
-          "| gnnmesh / PyG: time | memory |")
-    print("|---|---|---|---|---|---|---|---|")
-    mib = (lambda v: "-" if v is None else f"{v:,.0f}")
+    """Every model's epoch, gnnmesh's row then PyG's, in the columns epoch_vs_pyg.py prints
+    on the CPU (``driver.epoch_row``); the peak is the device memory (none on the CPU)."""
+    epoch_header("device")
     for name in args.models.split(","):
         fields, case = MODELS[name]
-        ours, our_peak = measure(lambda: gnnmesh_step(graph, fields, device), device, args)
-        cells = [name, ours.format(1, 1e3), mib(our_peak)]
-        if case is None:
-            cells += ["-"] * 5
-        else:
-            theirs, their_peak = measure(lambda: pyg_step(graph, case, device), device, args)
-            layer = {"gcn": "GCNConv", "sage": "SAGEConv", "gat": "GATConv"}[case]
-            memory = "-" if our_peak is None else f"**{our_peak / their_peak:.2f}x**"
-            cells += [layer, theirs.format(1, 1e3), mib(their_peak),
-                      f"**{ours.median / theirs.median:.2f}x**", memory]
-        print("| " + " | ".join(cells) + " |", flush=True)
+        ours = measure(lambda: gnnmesh_step(graph, fields, device), device, args)
+        theirs = None if case is None else measure(lambda: pyg_step(graph, case, device), device, args)
+        rows = [("gnnmesh", ours, theirs)] + ([] if theirs is None else [(f"PyG {PYG_LAYERS[case]}", theirs, None)])
+        for framework, (epoch, sys_time, peak), other in rows:
+            against = None if other is None else (other[0], _spread(other[2]))
+            epoch_row(name, framework, epoch, Spread.of([sys_time]), _spread(peak), against)
+
+
+def _spread(mib):
+    return None if mib is None else Spread.of([mib])
 
 
 # -- SpMM -------------------------------------------------------------------------------------
