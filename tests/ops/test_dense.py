@@ -56,3 +56,21 @@ def test_other_activations_and_autocast_run_torch_ops_as_they_are(pool):
     assert torch.equal(dense.activation(torch.nn.functional.elu, h), torch.nn.functional.elu(h))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert dense.linear(h, torch.randn(16, 48)).dtype == torch.bfloat16  # autocast's cast kept
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage"])
+def test_a_model_trains_bit_for_bit_alike_on_pooled_ops(model):
+    """Training steps of a model with pooling on (the pooled dense ops) and off (torch's
+    own): the same losses and weights, bit for bit."""
+    from gnnmesh import datasets
+    from gnnmesh.config import Config
+    from gnnmesh.train import Trainer
+    graph = datasets.load("rmat:nodes=6000,edges=30000,features=64,classes=8")
+    runs = []
+    for on in (True, False):
+        buffers.pool(on)
+        trainer = Trainer(Config.of(model=model, hidden=64, layers=2, dropout=0.0, seed=3), graph)
+        losses = [trainer.train_step() for _ in range(2)]
+        runs.append((losses, [p.detach().clone() for p in trainer.model.parameters()]))
+    assert runs[0][0] == runs[1][0]
+    assert all(torch.equal(a, b) for a, b in zip(runs[0][1], runs[1][1]))
