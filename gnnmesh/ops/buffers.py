@@ -88,11 +88,6 @@ def pool(on: bool) -> None:
         clear()
 
 
-def enabled() -> bool:
-    """Whether pooling is on."""
-    return _state["on"]
-
-
 def idle_bytes() -> int:
     """Bytes the pool holds that no tensor uses."""
     return _state["idle"]

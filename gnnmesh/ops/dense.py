@@ -1,5 +1,5 @@
 """The models' dense ops (linear map, bias, sum, ReLU) with their outputs and gradients on
-pooled memory (``buffers``), when pooling is on.
+pooled memory (``buffers``) when pooling is on.
 
 torch allocates every dense output anew, and a fresh ``[N, F]`` tensor faults in each of its
 pages when first written: on a million-node graph the layers' linear maps, bias, activation
@@ -9,8 +9,9 @@ backward does the same, so epochs after the first fault in none.
 
 Every op runs the same torch kernel on the same operands as the plain op it replaces
 (``h @ w.t()``, ``z + b``, ``a + b``, ``torch.relu``), forward and backward, so results are
-bit-identical to it: a strategy that calls the plain op computes the same numbers. Where
-pooling is off, on other devices or dtypes, or under autocast, the plain op runs.
+bit-identical to it: a strategy that calls the plain op computes the same numbers. With
+pooling off the same ops run on fresh memory; on other devices or dtypes, or under
+autocast, the plain op runs.
 """
 
 from __future__ import annotations
@@ -20,30 +21,30 @@ import torch
 from . import buffers
 
 
-def pooled(*tensors: torch.Tensor) -> bool:
-    """Whether the ops run on pooled memory for these operands."""
-    return (buffers.enabled() and not torch.is_autocast_enabled("cpu")
+def applies(*tensors: torch.Tensor) -> bool:
+    """Whether these operands take the ops here (CPU floats outside autocast), not torch's."""
+    return (not torch.is_autocast_enabled("cpu")
             and all(t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64) for t in tensors)
             and len({t.dtype for t in tensors}) == 1)
 
 
 def linear(h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``h @ weight.t()`` for ``h`` ``[N, in]`` and ``weight`` ``[out, in]``."""
-    if h.dim() != 2 or not pooled(h, weight):
+    if h.dim() != 2 or not applies(h, weight):
         return h @ weight.t()
     return _Linear.apply(h, weight)
 
 
 def add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``a + b``: two tensors of one shape, or a bias ``b`` ``[F]`` added to every row of ``a``."""
-    if not pooled(a, b) or not (a.shape == b.shape or (b.dim() == 1 and a.dim() == 2 and a.shape[1] == b.shape[0])):
+    if not applies(a, b) or not (a.shape == b.shape or (b.dim() == 1 and a.dim() == 2 and a.shape[1] == b.shape[0])):
         return a + b
     return _Add.apply(a, b)
 
 
 def activation(fn, h: torch.Tensor) -> torch.Tensor:
     """``fn(h)``: ReLU on pooled memory, any other activation as it is."""
-    if fn in (torch.relu, torch.nn.functional.relu) and pooled(h):
+    if fn in (torch.relu, torch.nn.functional.relu) and applies(h):
         return _ReLU.apply(h)
     return fn(h)
 
