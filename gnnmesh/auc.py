@@ -44,7 +44,8 @@ class Runs:
     value: np.ndarray           # its score (float64)
     positives: np.ndarray       # the rows of that score and column labelled 1, over all ranks
     negatives: np.ndarray       # and labelled 0
-    negatives_below: np.ndarray  # the column's negatives scored lower, over all ranks
+    positives_below: np.ndarray  # the column's positives scored lower, over all ranks
+    negatives_below: np.ndarray  # and its negatives
     positives_total: np.ndarray  # per column of the block: its positives over all ranks
     negatives_total: np.ndarray  # and its negatives
 
@@ -71,6 +72,29 @@ def roc_auc(scores, positive, comm=None, block_entries: int = BLOCK_ENTRIES) -> 
     return np.where((p > 0) & (n > 0), auc, np.nan)
 
 
+def average_precision(scores, positive, comm=None, block_entries: int = BLOCK_ENTRIES) -> np.ndarray:
+    """Each column's average precision over every rank's rows, as ``roc_auc`` takes them: the
+    sum over score thresholds (tied scores one threshold), highest first, of the recall gained
+    times the precision there (scikit-learn's ``average_precision_score``); NaN for a column
+    without a positive row. The terms are summed in another order than one process's, so
+    the value is its to float64's rounding."""
+    scores, positive = _columns(scores), _columns(positive).astype(bool)
+    width = scores.shape[1]
+    weighted = np.zeros(width)
+    p = np.zeros(width, dtype=np.int64)
+    for start, runs in sorted_blocks(scores, positive, comm, block_entries):
+        stop = start + len(runs.positives_total)
+        rows = (runs.positives_total + runs.negatives_total)[runs.column]
+        hits = runs.positives_total[runs.column] - runs.positives_below           # positives at or above
+        reached = rows - runs.positives_below - runs.negatives_below              # every row at or above
+        np.add.at(weighted[start:stop], runs.column, runs.positives * (hits / np.maximum(reached, 1)))
+        p[start:stop] = runs.positives_total
+    if _size(comm) > 1:
+        weighted = _to_numpy(comm.all_reduce(_tensor(weighted, comm)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(p > 0, weighted / p, np.nan)
+
+
 def sorted_blocks(scores: np.ndarray, positive: np.ndarray, comm=None, block_entries: int = BLOCK_ENTRIES):
     """``(first column, Runs)`` of each block of columns of this rank's ``scores`` [rows, T]
     and labels ``positive`` [rows, T] (bool), sorted over every rank of ``comm``. A collective:
@@ -93,13 +117,19 @@ def _sorted(scores: np.ndarray, positive: np.ndarray, rows: np.ndarray, comm) ->
     column, value, pos, neg = runs
     totals = np.stack([np.bincount(column, pos, minlength=width), np.bincount(column, neg, minlength=width)])
     everyone = _gathered(comm, totals.astype(np.int64)[None]).reshape(-1, 2, width)  # [ranks, 2, columns]
-    below_ranks = everyone[:_rank(comm), 1].sum(0)
-    before = np.cumsum(neg) - neg  # within this rank: the negatives of the runs before, any column
+    below_ranks = everyone[:_rank(comm)].sum(0)  # [2, columns]: positives, negatives
     column_start = np.searchsorted(column, np.arange(width))
-    first_before = np.r_[before, before[-1:] + neg[-1:]][column_start] if len(neg) else np.zeros(width, np.int64)
-    below = below_ranks[column] + before - first_before[column]
     total = everyone.sum(0)
-    return Runs(column, value, pos, neg, below, total[0], total[1])
+    return Runs(column, value, pos, neg, below_ranks[0][column] + _before(pos, column, column_start),
+                below_ranks[1][column] + _before(neg, column, column_start), total[0], total[1])
+
+
+def _before(counts: np.ndarray, column: np.ndarray, column_start: np.ndarray) -> np.ndarray:
+    """Each run's ``counts`` summed over the runs before it in its column, on this rank."""
+    before = np.cumsum(counts) - counts
+    if not len(counts):
+        return before
+    return before - np.r_[before, before[-1] + counts[-1]][column_start][column]
 
 
 def local_runs(scores: np.ndarray, positive: np.ndarray) -> tuple:
@@ -206,4 +236,4 @@ def _columns(values) -> np.ndarray:
     return values[:, None] if values.ndim == 1 else values
 
 
-__all__ = ["roc_auc", "sorted_blocks", "local_runs", "Runs", "BLOCK_ENTRIES"]
+__all__ = ["roc_auc", "average_precision", "sorted_blocks", "local_runs", "Runs", "BLOCK_ENTRIES"]
