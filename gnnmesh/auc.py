@@ -49,6 +49,26 @@ class Runs:
     positives_total: np.ndarray  # per column of the block: its positives over all ranks
     negatives_total: np.ndarray  # and its negatives
 
+    def twice_u(self) -> np.ndarray:
+        """Each run's share of its column's ``2 U`` (an integer): its positives times twice the
+        negatives below them plus the negatives tied with them."""
+        return self.positives * (2 * self.negatives_below + self.negatives)
+
+    def precision_hits(self) -> np.ndarray:
+        """Each run's share of its column's average precision times its positives: the recall
+        its positives gain (their count) times the precision at its score (the positives at or
+        above it over every row at or above it)."""
+        rows = (self.positives_total + self.negatives_total)[self.column]
+        hits = self.positives_total[self.column] - self.positives_below
+        reached = rows - self.positives_below - self.negatives_below
+        return self.positives * (hits / np.maximum(reached, 1))
+
+    def per_column(self, terms: np.ndarray) -> np.ndarray:
+        """``terms`` of the runs summed per column of the block (in their own dtype)."""
+        out = np.zeros(len(self.positives_total), dtype=terms.dtype)
+        np.add.at(out, self.column, terms)
+        return out
+
 
 def roc_auc(scores, positive, comm=None, block_entries: int = BLOCK_ENTRIES) -> np.ndarray:
     """Each column's ROC-AUC over every rank's rows of ``scores`` [rows, T] (this rank's) and
@@ -56,20 +76,7 @@ def roc_auc(scores, positive, comm=None, block_entries: int = BLOCK_ENTRIES) -> 
     negative row. A collective over ``comm`` (None: this process alone); every rank gets the
     same array, the AUCs of the rows of all ranks together, exactly as ``tasks.roc_auc`` of
     them on one process."""
-    scores, positive = _columns(scores), _columns(positive).astype(bool)
-    width = scores.shape[1]
-    twice_u = np.zeros(width, dtype=np.int64)
-    p = np.zeros(width, dtype=np.int64)
-    n = np.zeros(width, dtype=np.int64)
-    for start, runs in sorted_blocks(scores, positive, comm, block_entries):
-        stop = start + len(runs.positives_total)
-        np.add.at(twice_u[start:stop], runs.column, runs.positives * (2 * runs.negatives_below + runs.negatives))
-        p[start:stop], n[start:stop] = runs.positives_total, runs.negatives_total
-    if _size(comm) > 1:
-        twice_u = _to_numpy(comm.all_reduce(_tensor(twice_u, comm)))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        auc = (twice_u / 2.0) / (p * n).astype(np.float64)
-    return np.where((p > 0) & (n > 0), auc, np.nan)
+    return statistics(scores, positive, comm, block_entries)["auc"]
 
 
 def average_precision(scores, positive, comm=None, block_entries: int = BLOCK_ENTRIES) -> np.ndarray:
@@ -78,21 +85,37 @@ def average_precision(scores, positive, comm=None, block_entries: int = BLOCK_EN
     times the precision there (scikit-learn's ``average_precision_score``); NaN for a column
     without a positive row. The terms are summed in another order than one process's, so
     the value is its to float64's rounding."""
+    return statistics(scores, positive, comm, block_entries)["ap"]
+
+
+def statistics(scores, positive, comm=None, block_entries: int = BLOCK_ENTRIES) -> dict:
+    """``{"auc": ..., "ap": ...}``: each column's ``roc_auc`` and ``average_precision`` from one
+    sort (a collective over ``comm``)."""
     scores, positive = _columns(scores), _columns(positive).astype(bool)
     width = scores.shape[1]
-    weighted = np.zeros(width)
-    p = np.zeros(width, dtype=np.int64)
+    twice_u, weighted = np.zeros(width, dtype=np.int64), np.zeros(width)
+    p, n = np.zeros(width, dtype=np.int64), np.zeros(width, dtype=np.int64)
     for start, runs in sorted_blocks(scores, positive, comm, block_entries):
-        stop = start + len(runs.positives_total)
-        rows = (runs.positives_total + runs.negatives_total)[runs.column]
-        hits = runs.positives_total[runs.column] - runs.positives_below           # positives at or above
-        reached = rows - runs.positives_below - runs.negatives_below              # every row at or above
-        np.add.at(weighted[start:stop], runs.column, runs.positives * (hits / np.maximum(reached, 1)))
-        p[start:stop] = runs.positives_total
-    if _size(comm) > 1:
-        weighted = _to_numpy(comm.all_reduce(_tensor(weighted, comm)))
+        block = slice(start, start + len(runs.positives_total))
+        twice_u[block], weighted[block] = runs.per_column(runs.twice_u()), runs.per_column(runs.precision_hits())
+        p[block], n[block] = runs.positives_total, runs.negatives_total
+    return finished(summed(comm, twice_u), summed(comm, weighted), p, n)
+
+
+def finished(twice_u: np.ndarray, weighted: np.ndarray, p: np.ndarray, n: np.ndarray) -> dict:
+    """The AUCs and APs of columns of ``p`` positives and ``n`` negatives from the sums over
+    every rank of ``Runs.twice_u`` and ``Runs.precision_hits``."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(p > 0, weighted / p, np.nan)
+        auc = (twice_u / 2.0) / (p * n).astype(np.float64)
+        ap = weighted / p
+    return {"auc": np.where((p > 0) & (n > 0), auc, np.nan), "ap": np.where(p > 0, ap, np.nan)}
+
+
+def summed(comm, array: np.ndarray) -> np.ndarray:
+    """``array`` summed over the ranks of ``comm`` (in its own dtype: int64 sums are exact)."""
+    if _size(comm) == 1:
+        return array
+    return _to_numpy(comm.all_reduce(_tensor(array, comm)))
 
 
 def sorted_blocks(scores: np.ndarray, positive: np.ndarray, comm=None, block_entries: int = BLOCK_ENTRIES):
@@ -236,4 +259,4 @@ def _columns(values) -> np.ndarray:
     return values[:, None] if values.ndim == 1 else values
 
 
-__all__ = ["roc_auc", "average_precision", "sorted_blocks", "local_runs", "Runs", "BLOCK_ENTRIES"]
+__all__ = ["roc_auc", "average_precision", "statistics", "finished", "summed", "sorted_blocks", "local_runs", "Runs", "BLOCK_ENTRIES"]

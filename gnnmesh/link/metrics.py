@@ -26,7 +26,6 @@ that one comparison's weight (1 / (positives x negatives) for the AUC).
 from __future__ import annotations
 
 import numpy as np
-import torch
 from scipy.stats import rankdata
 
 from .. import auc as spread
@@ -103,43 +102,41 @@ def ranks_link_metrics(positive: np.ndarray, negatives: np.ndarray, hits: tuple,
     sums = _summed(comm, [(1.0 / r).sum(), *((r <= k).sum() for k in hits), len(r)])
     if not sums[-1]:
         return link_metrics(positive[:0], np.zeros((0, 0)), hits)
-    out = {SELECTION: sums[0] / sums[-1], **{f"hits@{k}": sums[1 + i] / sums[-1] for i, k in enumerate(hits)}}
+    out = {SELECTION: float(sums[0] / sums[-1]), **{f"hits@{k}": float(sums[1 + i] / sums[-1]) for i, k in enumerate(hits)}}
     return {**out, **_auc_ap(positive, negatives.reshape(-1), comm)}
 
 
 def ranks_shared_link_metrics(positive: np.ndarray, negative: np.ndarray, hits: tuple, comm=None) -> dict:
     """``shared_link_metrics`` of every rank's positives [m] (this rank's scores) against every
     rank's negatives [m'] (this rank's share of the shared ones): a collective over ``comm``.
-    Each positive's rank among the negatives comes from the distributed sort: the negatives
-    above a score are those of its column less those below it and those equal."""
-    terms = np.zeros(1 + len(hits))
-    count = 0
-    scores = np.concatenate([positive, negative])
-    labels = np.arange(len(scores)) < len(positive)
-    for _, runs in spread.sorted_blocks(scores[:, None], labels[:, None], comm):
-        above = runs.negatives_total[0] - runs.negatives_below - runs.negatives
-        terms[0] += (runs.positives / (1.0 + above + runs.negatives / 2.0)).sum()
-        for i, k in enumerate(hits):  # OGB's: above the K-th best negative, i.e. fewer than K at or above
-            terms[1 + i] += runs.positives[above + runs.negatives < k].sum()
-        count = int(runs.positives_total[0])
+    Each positive's rank among the negatives comes from one distributed sort of them all (the
+    negatives above a score are the column's less those below it and those tied), as do the
+    AUC and the AP."""
+    scores = np.concatenate([positive, negative])[:, None]
+    labels = (np.arange(len(scores)) < len(positive))[:, None]
+    runs = next(iter(spread.sorted_blocks(scores, labels, comm)))[1]  # one column: one block
+    above = runs.negatives_total[0] - runs.negatives_below - runs.negatives
+    terms = [(runs.positives / (1.0 + above + runs.negatives / 2.0)).sum()]
+    terms += [runs.positives[above + runs.negatives < k].sum() for k in hits]  # OGB's: fewer than K at or above
+    terms.append(runs.per_column(runs.precision_hits())[0])
     sums = _summed(comm, terms)
+    count = int(runs.positives_total[0])
     if not count:
         return link_metrics(positive[:0], np.zeros((0, 0)), hits)
-    out = {SELECTION: sums[0] / count, **{f"hits@{k}": sums[1 + i] / count for i, k in enumerate(hits)}}
-    return {**out, **_auc_ap(positive, negative, comm)}
+    out = {SELECTION: float(sums[0] / count), **{f"hits@{k}": float(sums[1 + i] / count) for i, k in enumerate(hits)}}
+    finished = spread.finished(spread.summed(comm, runs.per_column(runs.twice_u())), sums[-1:], runs.positives_total,
+                               runs.negatives_total)
+    return {**out, "auc": float(finished["auc"][0]), "ap": float(finished["ap"][0])}
 
 
 def _auc_ap(positive: np.ndarray, negative: np.ndarray, comm) -> dict:
     """``auc`` and ``average_precision`` of every rank's ``positive`` and ``negative`` scores."""
     scores = np.concatenate([positive, negative])[:, None]
     labels = (np.arange(len(scores)) < len(positive))[:, None]
-    return {"auc": float(spread.roc_auc(scores, labels, comm)[0]),
-            "ap": float(spread.average_precision(scores, labels, comm)[0])}
+    got = spread.statistics(scores, labels, comm)
+    return {"auc": float(got["auc"][0]), "ap": float(got["ap"][0])}
 
 
 def _summed(comm, values: list) -> np.ndarray:
     """``values`` (float64) summed over the ranks of ``comm``."""
-    total = torch.tensor([float(v) for v in values], dtype=torch.float64)
-    if comm is not None and comm.world_size > 1:
-        total = comm.all_reduce(total.to(comm.device)).cpu()
-    return total.numpy()
+    return spread.summed(comm, np.array([float(v) for v in values]))
