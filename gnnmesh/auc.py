@@ -19,7 +19,9 @@ all ranks, which a distributed sort gives:
    the negatives below each run are those plus the ones before it on its own rank.
 
 ``2 U`` is an integer sum (``positives x (2 x negatives below + negatives equal)``), summed
-over ranks in int64, so the AUC is the single process's to the last bit. A rank holds its
+over ranks in int64, so the AUC is the single process's to the last bit. The same runs give
+the average precision (``average_precision``: each score's positives times the precision
+there, the positives at or above it over every row at or above it). A rank holds its
 own rows of a block of columns, what it receives (about as many, as the splitters are the
 ranks' quantiles) and ``2 P`` samples per column and rank; columns go a block at a time, the
 block's entries on the rank with most rows at most ``BLOCK_ENTRIES``.
