@@ -91,16 +91,20 @@ def edge_dot(adj: Adjacency, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     out = a.new_empty((adj.nnz,) + tuple(a.shape[1:-1]))
     if adj.nnz == 0:
         return out
-    heads, width = aa.shape[1], aa.shape[2]
     indptr, indices = csr(adj, False, a.device)
-    _kernels().edge_dot[(adj.shape[0],)](indptr, indices, aa, bb, out, H=heads, F=width, HP=_pow2(heads),
-                                        FP=_pow2(width), BLOCK_E=BLOCK_E)
+    _kernels().edge_dot[(adj.shape[0],)](indptr, indices, aa, bb, out, **_sizes(aa))
     return out
 
 
+MAX_TILE = 8192  # elements of a program's [entries, heads, columns] block of gathered rows
+
+
 def _sizes(z: torch.Tensor) -> dict:
+    """The attention kernels' block sizes: fewer entries a step for wide heads, so that a
+    step's gathered rows stay within a program's registers."""
     heads, width = z.shape[1], z.shape[2]
-    return dict(H=heads, F=width, HP=_pow2(heads), FP=_pow2(width), BLOCK_E=BLOCK_E)
+    hp, fp = _pow2(heads), _pow2(width)
+    return dict(H=heads, F=width, HP=hp, FP=fp, BLOCK_E=max(2, min(BLOCK_E, _pow2(MAX_TILE // (hp * fp) + 1) // 2)))
 
 
 def attention(adj: Adjacency, z, s_dst, s_src, keep, slope: float, scale: float):
