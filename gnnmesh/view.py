@@ -209,7 +209,7 @@ class GraphView:
         ``[rows, H]``. Composed of this view's own primitives, so every strategy runs it as it
         runs them; where those are this class's, on one local operator, and the Triton kernels
         run (CUDA), it is one fused op (``ops.attention``) drawing the same dropout mask."""
-        if self._attends_locally() and z.dim() == 3 and fused.available(z, s_dst, s_src):
+        if self._attends_locally() and z.dim() == 3 and fused.available(z, s_dst, s_src, widened=True):
             keep = self.edge_mask(op, (z.shape[1],), dropout) if training and dropout else None
             return ops.attention(self.operator(op), z, s_dst, s_src, negative_slope, keep, dropout)
         scores = self.sddmm(s_dst, s_src, op, "add")

@@ -18,6 +18,7 @@ import torch
 from ..graph import Adjacency
 from . import compiled
 from ._index import csr, transpose_perm
+from .precision import REDUCED
 
 _module: dict = {}
 
@@ -36,12 +37,14 @@ def _kernels():
     return _module["kernels"]
 
 
-def available(*tensors: torch.Tensor) -> bool:
-    """Whether the Triton kernels run on these tensors (float32, all on one device)."""
+def available(*tensors: torch.Tensor, widened: bool = False) -> bool:
+    """Whether the Triton kernels run on these tensors (float32, all on one device);
+    ``widened``: or of a reduced precision, for an op that widens them first (``in_float32``)."""
     where = compiled.choice()
     if where == "torch" or compiled.switched_off() or not tensors:
         return False
-    if any(t.dtype != torch.float32 or t.device != tensors[0].device for t in tensors):
+    floats = (torch.float32,) + (REDUCED if widened else ())
+    if any(t.dtype not in floats or t.device != tensors[0].device for t in tensors):
         return False
     if where != "triton" and tensors[0].device.type != "cuda":
         return False

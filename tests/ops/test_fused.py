@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+import gnnmesh.ops
 from gnnmesh.errors import ConfigError
 from gnnmesh.graph import Adjacency
 from gnnmesh.ops import compiled, fused
@@ -95,6 +96,7 @@ def check_gat_through_the_view():
         out = layer(view, x)
         grads = torch.autograd.grad(out.square().sum(), list(layer.parameters()))
         return [out.detach(), *grads]
+    assert GraphView(adj)._attends_locally() and fused.available(x)  # the fused op, against the composition
     with compiled.disabled():
         expected = run()
     for got, want in zip(run(), expected):
@@ -129,6 +131,8 @@ def test_they_run_where_asked(monkeypatch):
     assert not fused.available(cpu)
     monkeypatch.setenv("GNNMESH_KERNELS", "triton")
     assert not fused.available(cpu.double()) and not fused.available()  # float32 only
+    assert not fused.available(cpu.bfloat16()) and fused.available(cpu.bfloat16(), widened=True) == \
+        fused.available(cpu)  # an op that widens reduced precision first
     monkeypatch.setenv("GNNMESH_KERNELS", "cuda")
     with pytest.raises(ConfigError, match="GNNMESH_KERNELS: 'cuda' is not one of auto, compiled, torch, triton"):
         fused.available(cpu)
@@ -140,6 +144,7 @@ def test_without_triton_everything_runs_on_torch(monkeypatch):
     from gnnmesh.ops import attention, edge_softmax, sddmm, spmm
     monkeypatch.setitem(sys.modules, "triton", None)  # import triton: ImportError
     monkeypatch.setitem(sys.modules, "gnnmesh.ops._triton", None)
+    monkeypatch.delattr(gnnmesh.ops, "_triton", raising=False)  # an earlier import left it on the package
     monkeypatch.setattr(fused, "_module", {})
     monkeypatch.setenv("GNNMESH_KERNELS", "triton")
     adj = graph()
