@@ -38,8 +38,14 @@ class _Attention(torch.autograd.Function):
     def backward(ctx, grad_out):
         z, s_dst, s_src, keep, out, row_max, row_sum = ctx.saved_tensors
         with phase("aggregate"):
-            grads = fused.attention_backward(ctx.adj, z, s_dst, s_src, keep, ctx.slope, ctx.scale, out, row_max,
-                                             row_sum, grad_out.contiguous())
+            try:
+                grads = fused.attention_backward(ctx.adj, z, s_dst, s_src, keep, ctx.slope, ctx.scale, out,
+                                                 row_max, row_sum, grad_out.contiguous())
+            except fused.KernelFailed:  # the forward ran, its backward's kernels do not: torch's ops
+                with torch.enable_grad():
+                    inputs = [t.detach().requires_grad_() for t in (z, s_dst, s_src)]
+                    recomputed = _composed(ctx.adj, *inputs, ctx.slope, keep, ctx.scale)
+                    grads = torch.autograd.grad(recomputed, inputs, grad_out)
         return (None, *grads, None, None, None)
 
 
@@ -57,9 +63,17 @@ def attention(adj: Adjacency, z: torch.Tensor, s_dst: torch.Tensor, s_src: torch
     scale = 1.0 / (1.0 - p) if keep is not None else 1.0
     if fused.available(z, s_dst, s_src):
         flags = None if keep is None else keep.to(z.device, torch.uint8).contiguous()
-        return _Attention.apply(adj, z.contiguous(), s_dst.contiguous(), s_src.contiguous(), flags,
-                                float(negative_slope), scale)
+        try:
+            return _Attention.apply(adj, z.contiguous(), s_dst.contiguous(), s_src.contiguous(), flags,
+                                    float(negative_slope), scale)
+        except fused.KernelFailed:
+            pass
+    return _composed(adj, z, s_dst, s_src, negative_slope, keep, scale)
+
+
+def _composed(adj, z, s_dst, s_src, negative_slope, keep, scale):
+    """The attention of the primitives' own ops (torch's or the compiled CPU kernels)."""
     alpha = edge_softmax(adj, F.leaky_relu(sddmm(adj, s_dst, s_src, "add"), negative_slope))
     if keep is not None:
-        alpha = torch.where(keep.to(alpha.device), alpha * scale, 0.0)
+        alpha = torch.where(keep.to(alpha.device, torch.bool), alpha * scale, 0.0)
     return spmm(adj, z, alpha)

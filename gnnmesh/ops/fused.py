@@ -13,6 +13,8 @@ bits on every run (no atomics; a column's sums read the stored transpose of ``A`
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from ..graph import Adjacency
@@ -37,11 +39,35 @@ def _kernels():
     return _module["kernels"]
 
 
+class KernelFailed(RuntimeError):
+    """A Triton kernel that did not compile or launch on this device: the caller runs the
+    torch implementation instead (under ``GNNMESH_KERNELS=auto``; ``triton`` raises)."""
+
+
+def _launch(kernel, grid, *args, **kwargs) -> None:
+    """Run ``kernel`` on ``grid``. A kernel is compiled for the device at its first launch, so
+    a device or driver it does not compile for shows only here: the process then warns once
+    and runs torch's ops from now on (same results) rather than stopping a training run."""
+    try:
+        kernel[grid](*args, **kwargs)
+    except torch.cuda.OutOfMemoryError:
+        raise
+    except Exception as err:
+        if compiled.choice() == "triton":
+            raise
+        _module["failed"] = True
+        first_line = (str(err).strip().splitlines() or [""])[0][:200]
+        warnings.warn(f"gnnmesh: the Triton kernels do not run here ({type(err).__name__}: {first_line}); "
+                      "using torch's ops for the rest of this process (same results). GNNMESH_KERNELS=torch "
+                      "skips them.", RuntimeWarning, stacklevel=3)
+        raise KernelFailed(str(err)) from err
+
+
 def available(*tensors: torch.Tensor, widened: bool = False) -> bool:
     """Whether the Triton kernels run on these tensors (float32, all on one device);
     ``widened``: or of a reduced precision, for an op that widens them first (``in_float32``)."""
     where = compiled.choice()
-    if where == "torch" or compiled.switched_off() or not tensors:
+    if where == "torch" or compiled.switched_off() or _module.get("failed") or not tensors:
         return False
     floats = (torch.float32,) + (REDUCED if widened else ())
     if any(t.dtype not in floats or t.device != tensors[0].device for t in tensors):
@@ -83,8 +109,8 @@ def spmm(adj: Adjacency, values: torch.Tensor, x: torch.Tensor, transpose: bool)
     perm = transpose_perm(adj, x.device) if transpose else indptr  # unread without a transpose
     block_f = min(_pow2(width), MAX_BLOCK_F)
     grid = (n, heads * -(-width // block_f))
-    _kernels().spmm[grid](indptr, indices, vals, perm, xs, out, H=heads, F=width, HAS_PERM=transpose,
-                          BLOCK_E=BLOCK_E, BLOCK_F=block_f)
+    _launch(_kernels().spmm, grid, indptr, indices, vals, perm, xs, out, H=heads, F=width,
+            HAS_PERM=transpose, BLOCK_E=BLOCK_E, BLOCK_F=block_f)
     return out
 
 
@@ -95,7 +121,7 @@ def edge_dot(adj: Adjacency, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if adj.nnz == 0:
         return out
     indptr, indices = csr(adj, False, a.device)
-    _kernels().edge_dot[(adj.shape[0],)](indptr, indices, aa, bb, out, **_sizes(aa))
+    _launch(_kernels().edge_dot, (adj.shape[0],), indptr, indices, aa, bb, out, **_sizes(aa))
     return out
 
 
@@ -120,9 +146,9 @@ def attention(adj: Adjacency, z, s_dst, s_src, keep, slope: float, scale: float)
     row_max, row_sum = z.new_empty((rows, heads)), z.new_empty((rows, heads))
     if rows:
         indptr, indices = csr(adj, False, z.device)
-        _kernels().attention_forward[(rows,)](
-            indptr, indices, z, s_dst, s_src, keep if keep is not None else indptr, out, row_max, row_sum,
-            float(slope), float(scale), HAS_KEEP=keep is not None, **_sizes(z))
+        _launch(_kernels().attention_forward, (rows,), indptr, indices, z, s_dst, s_src,
+                keep if keep is not None else indptr, out, row_max, row_sum, float(slope), float(scale),
+                HAS_KEEP=keep is not None, **_sizes(z))
     return out, row_max, row_sum
 
 
@@ -136,13 +162,13 @@ def attention_backward(adj: Adjacency, z, s_dst, s_src, keep, slope: float, scal
     has_keep, sizes = keep is not None, _sizes(z)
     indptr, indices = csr(adj, False, z.device)
     if rows:
-        _kernels().attention_backward_rows[(rows,)](
-            indptr, indices, z, s_dst, s_src, keep if has_keep else indptr, grad_out, out, row_max, row_sum,
-            row_t, grad_s_dst, float(slope), float(scale), HAS_KEEP=has_keep, **sizes)
+        _launch(_kernels().attention_backward_rows, (rows,), indptr, indices, z, s_dst, s_src,
+                keep if has_keep else indptr, grad_out, out, row_max, row_sum, row_t, grad_s_dst,
+                float(slope), float(scale), HAS_KEEP=has_keep, **sizes)
     if cols:
         t_indptr, t_indices = csr(adj, True, z.device)
         perm = transpose_perm(adj, z.device) if has_keep else t_indptr  # the keep-mask is in A's order
-        _kernels().attention_backward_columns[(cols,)](
-            t_indptr, t_indices, perm, z, s_dst, s_src, keep if has_keep else t_indptr, grad_out, row_max,
-            row_sum, row_t, grad_z, grad_s_src, float(slope), float(scale), HAS_KEEP=has_keep, **sizes)
+        _launch(_kernels().attention_backward_columns, (cols,), t_indptr, t_indices, perm, z, s_dst, s_src,
+                keep if has_keep else t_indptr, grad_out, row_max, row_sum, row_t, grad_z, grad_s_src,
+                float(slope), float(scale), HAS_KEEP=has_keep, **sizes)
     return grad_z, grad_s_dst, grad_s_src

@@ -154,3 +154,70 @@ def test_without_triton_everything_runs_on_torch(monkeypatch):
     assert not fused.available(z)
     alpha = edge_softmax(adj, torch.nn.functional.leaky_relu(sddmm(adj, s_dst, s_src, "add"), 0.2))
     assert torch.equal(attention(adj, z, s_dst, s_src, 0.2), spmm(adj, z, alpha))
+
+
+class _FailingKernels:
+    """Stands in for ``_triton`` on a device the kernels do not compile for: every launch raises."""
+
+    launches = 0
+
+    def __getattr__(self, name):
+        return self
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            type(self).launches += 1
+            raise RuntimeError("PTX: unsupported target\nmore detail")
+        return launch
+
+
+@pytest.mark.parametrize("backward_only", [False, True])
+def test_a_kernel_that_fails_to_launch_falls_back_to_torch_once(monkeypatch, backward_only):
+    """Under auto, a kernel that does not compile or launch (a device or driver it was never
+    built for) warns once, gives the torch path's results, forward and backward, and the process
+    runs torch's ops from then on; under GNNMESH_KERNELS=triton the failure is raised."""
+    from gnnmesh.ops import attention, spmm
+    adj = graph()
+    gen = torch.Generator().manual_seed(0)
+    z, s_dst, s_src = (torch.randn(adj.shape[1], 2, 3, generator=gen), torch.randn(adj.shape[0], 2, generator=gen),
+                       torch.randn(adj.shape[1], 2, generator=gen))
+    values = torch.rand(adj.nnz, 2, generator=gen)
+    if backward_only:  # the forward's kernel ran, the backward's do not
+        def fn(z, s_dst, s_src, values):
+            return attention(adj, z, s_dst, s_src, 0.2) + values.sum()
+    else:  # the first launch fails: the attention and the product after it run on torch's ops
+        def fn(z, s_dst, s_src, values):
+            return attention(adj, z, s_dst, s_src, 0.2) + spmm(adj, z, values)
+    with compiled.disabled():
+        expected = _grads(fn, (z, s_dst, s_src, values))
+    monkeypatch.setenv("GNNMESH_KERNELS", "auto")
+    monkeypatch.setattr(fused, "_module", {"kernels": _FailingKernels()})
+    monkeypatch.setattr(_FailingKernels, "launches", 0)
+    real_available = fused.available
+    # the CPU stands in for a CUDA device: the kernels are asked for wherever they have not failed
+    monkeypatch.setattr(fused, "available", lambda *t, widened=False: not fused._module.get("failed"))
+    if backward_only:
+        monkeypatch.setattr(fused, "attention", lambda adj, z, s_dst, s_src, keep, slope, scale:
+                            _torch_attention(adj, z, s_dst, s_src, slope))
+    with pytest.warns(RuntimeWarning, match=r"Triton kernels do not run here \(RuntimeError: PTX: unsupported target\)"):
+        got = _grads(fn, (z, s_dst, s_src, values))
+    for g, want in zip(got, expected):
+        torch.testing.assert_close(g, want, rtol=1e-5, atol=1e-5)
+    assert _FailingKernels.launches == 1 and fused._module["failed"]  # one failure, then torch's ops
+    monkeypatch.setattr(fused, "available", real_available)
+    assert not fused.available(z)
+    monkeypatch.setenv("GNNMESH_KERNELS", "triton")
+    monkeypatch.setattr(fused, "_module", {"kernels": _FailingKernels()})
+    with pytest.raises(RuntimeError, match="PTX"):
+        fused.spmm(adj, values, z, False)
+
+
+def _torch_attention(adj, z, s_dst, s_src, slope):
+    """What the fused forward returns, from torch's ops: the output, each row's max and sum."""
+    rows, cols = gnnmesh.ops.rows(adj, z.device), gnnmesh.ops.cols(adj, z.device)
+    scores = torch.nn.functional.leaky_relu(s_dst[rows] + s_src[cols], slope)
+    row_max = torch.full(s_dst.shape, float("-inf")).scatter_reduce(0, rows[:, None].expand_as(scores), scores, "amax")
+    exp = (scores - row_max[rows]).exp()
+    row_sum = torch.zeros(s_dst.shape).index_add(0, rows, exp)
+    alpha = exp / row_sum[rows]
+    return torch.zeros(adj.shape[0], *z.shape[1:]).index_add(0, rows, alpha[..., None] * z[cols]), row_max, row_sum
