@@ -151,8 +151,9 @@ def test_the_triton_kernels_equal_the_torch_path_and_repeat_bit_for_bit():
     s_dst, s_src = torch.randn(adj.shape[0], 4, device=dev, generator=gen), torch.randn(adj.shape[1], 4, device=dev,
                                                                                             generator=gen)
     keep = torch.rand(adj.nnz, 4, device=dev, generator=gen) > 0.4
-    x, values = torch.randn(adj.shape[1], 200, device=dev, generator=gen), torch.rand(adj.nnz, device=dev,
-                                                                                       generator=gen)
+    # two heads: a plain [N, F] product stays cuSPARSE's under GNNMESH_KERNELS=auto
+    x, values = torch.randn(adj.shape[1], 2, 200, device=dev, generator=gen), torch.rand(adj.nnz, 2, device=dev,
+                                                                                          generator=gen)
     cases = [(lambda z, d, s: attention(adj, z, d, s, 0.2), (z, s_dst, s_src)),
              (lambda z, d, s: attention(adj, z, d, s, 0.2, keep, 0.4), (z, s_dst, s_src)),
              (lambda v, x: spmm(adj, x, v), (values, x))]
