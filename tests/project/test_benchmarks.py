@@ -38,3 +38,25 @@ def test_the_typed_graph_benchmark_runs_on_a_small_graph():
         assert any(line.startswith(start) for line in rows), (start, done.stdout)
     accuracy = done.stdout.split("## Accuracy")[1].split("## Memory")[0]
     assert all(f"| {model} | " in accuracy for model in ("rgcn", "rgat", "gcn")), accuracy
+
+
+def test_the_phase_clock_splits_a_training_epoch_by_phase():
+    """benchmarks/phases.py: a GCN step's time falls in every phase it has, and the phases
+    add up to the epoch."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("phases", BENCHMARKS / "phases.py")
+    phases = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(phases)
+
+    from gnnmesh.config import Config
+    from gnnmesh.train import Trainer
+    from tests.helpers import random_graph
+
+    trainer = Trainer(Config.of(model="gcn", hidden=16, layers=2, dropout=0.0), random_graph(n=200, e=1000))
+    trainer.train_step()
+    clock = phases.PhaseClock()
+    with clock:
+        trainer.train_step()
+    figures = clock.figures()
+    assert all(figures[p] > 0 for p in ("aggregate", "linear", "elementwise", "optimizer")), figures
+    assert abs(sum(figures[p] for p in phases.PHASES) - figures["epoch"]) < 1e-9
