@@ -360,7 +360,7 @@ def test_the_graph_rule_finds_a_swapped_graph():
 
 # -- the site -------------------------------------------------------------------------------------
 
-@pytest.mark.slow  # CI builds the site strictly as its own step too (.ci/run)
+@pytest.mark.slow  # CI's build of the site (.ci/run runs the slow tests, and no other build)
 def test_the_docs_build_strictly(tmp_path):
     pytest.importorskip("mkdocs", reason="mkdocs is in the dev extra; CI fails without it")
     pytest.importorskip("mkdocstrings_handlers.python")
