@@ -17,7 +17,7 @@ from typing import Optional
 
 import numpy as np
 
-from .. import checkpoint, comm, locks, strategies, tasks, trained
+from .. import checkpoint, comm, locks, memory, strategies, tasks, trained
 from ..atomic import check_replaceable
 from ..config import Config
 from ..errors import ConfigError
@@ -134,6 +134,9 @@ def run_prediction(config: Config, request: Request, quiet: bool = False) -> Opt
 
 
 def _run(config: Config, request: Request, quiet: bool) -> Optional[dict]:
+    # a prediction's temporaries (checks of the parts, halo rows, product pieces) are each
+    # freed once used: given back to the system, not kept fragmented in the process's heap
+    memory.map_large_blocks()
     world = world_from_env()
     rank, world_size = world or (0, 1)
     state = checkpoint.load(request.checkpoint)

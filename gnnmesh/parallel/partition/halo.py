@@ -105,6 +105,7 @@ class LocalOperator:
         self.exchange = exchange
         self._assembled = None
         self._pieces = None
+        self._by_peer = None
 
     @property
     def block(self) -> Adjacency:
@@ -151,22 +152,30 @@ class LocalOperator:
         A piece holds at least the entries the compiled kernels take (``compiled.MIN_ENTRIES``)
         where the whole part does, so the pieces run on the kernel the whole would."""
         if self._pieces is None:
-            outer = self.outer
-            n, nnz = outer.shape[0], outer.nnz
-            count = max(1, min(HALO_PIECES, nnz // compiled.MIN_ENTRIES))
-            if count == 1:
-                self._pieces = [(slice(0, n), slice(0, nnz), outer)]
-            else:
-                indptr = outer.indptr.numpy()
-                cuts = np.searchsorted(indptr, np.arange(1, count) * (nnz / count))
-                bounds = np.unique(np.concatenate(([0], np.minimum(cuts, n), [n])))
-                self._pieces = []
-                for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-                    first, last = int(indptr[lo]), int(indptr[hi])
-                    part = Adjacency(outer.indptr[lo:hi + 1] - first, outer.indices[first:last], None,
-                                     (hi - lo, outer.shape[1]))
-                    self._pieces.append((slice(lo, hi), slice(first, last), part))
+            self._pieces = _row_pieces(self.outer, min(HALO_PIECES, self.outer.nnz // compiled.MIN_ENTRIES))
         return self._pieces
+
+    def outer_of(self, peer: int) -> list:
+        """``(rows, entries, part)`` as ``outer_pieces``, of the halo part's columns from
+        ``peer`` alone (its halo rows, numbered from 0); ``entries``: the positions of the
+        piece's values among the halo part's. Made on first use (inference, see
+        ``halo_product_by_peer``). Always ``HALO_PIECES`` ranges, so that no piece's product
+        takes more than that share of the layer's output, even where the pieces then run on
+        torch's kernel (below ``compiled.MIN_ENTRIES``)."""
+        if self._by_peer is None:
+            self._by_peer = {}
+            outer, start = self.outer, 0
+            rows = torch.repeat_interleave(torch.arange(outer.shape[0]), outer.degrees())
+            for p in sorted(self.exchange.routes.recv_counts):
+                count = self.exchange.routes.recv_counts[p]
+                mine = torch.nonzero((outer.indices >= start) & (outer.indices < start + count)).flatten()
+                indptr = torch.zeros(outer.shape[0] + 1, dtype=torch.int64)
+                indptr[1:] = torch.cumsum(torch.bincount(rows[mine], minlength=outer.shape[0]), 0)
+                block = Adjacency(indptr, outer.indices[mine] - start, None, (outer.shape[0], count))
+                # always in HALO_PIECES: a piece's product is its rows x the layer's width
+                self._by_peer[p] = [(r, mine[e], part) for r, e, part in _row_pieces(block, HALO_PIECES) if part.nnz]
+                start += count
+        return self._by_peer.get(peer, [])
 
     @property
     def edge_ids(self) -> torch.Tensor:
@@ -183,6 +192,60 @@ class LocalOperator:
         if self.inner.values is None:
             return like.new_ones(self.inner.nnz), like.new_ones(self.outer.nnz)
         return self.inner.values, self.outer.values
+
+
+def _row_pieces(adj: Adjacency, count: int) -> list:
+    """``(rows, entries, part)``: ``adj`` cut into ``count`` ranges of rows of about equal
+    entries (fewer where rows are few), each its own CSR matrix (structure only)."""
+    n, nnz = adj.shape[0], adj.nnz
+    if count <= 1:
+        return [(slice(0, n), slice(0, nnz), adj)]
+    indptr = adj.indptr.numpy()
+    cuts = np.searchsorted(indptr, np.arange(1, count) * (nnz / count))
+    bounds = np.unique(np.concatenate(([0], np.minimum(cuts, n), [n])))
+    pieces = []
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        first, last = int(indptr[lo]), int(indptr[hi])
+        part = Adjacency(adj.indptr[lo:hi + 1] - first, adj.indices[first:last], None, (hi - lo, adj.shape[1]))
+        pieces.append((slice(lo, hi), slice(first, last), part))
+    return pieces
+
+
+def halo_product_by_peer(x: torch.Tensor, values, op: LocalOperator) -> torch.Tensor:
+    """``block @ [x; halo(x)]`` without autograd (inference), the halo fetched from one peer at
+    a time: at step k a rank sends its rows to rank + k and receives those of rank - k, and
+    adds their columns' product into the owned part's before the next step. Only one peer's
+    rows sent and received are held at once, where the whole halo and every peer's rows sent
+    would be (the largest buffers of a wide layer after its input and output)."""
+    ex = op.exchange
+    routes, comm = ex.routes, ex.comm
+    tail = tuple(x.shape[1:])
+
+    def start(step: int):
+        to, src = (comm.rank + step) % comm.world_size, (comm.rank - step) % comm.world_size
+        handles = [comm.isend(x[routes.send_index[to]], to)] if to in routes.send_index else []
+        halo = None
+        if src in routes.recv_counts:
+            halo = x.new_empty((routes.recv_counts[src],) + tail)
+            handles.append(comm.irecv(halo, src))
+        return handles, src, halo
+
+    with comm.phase("halo"):
+        pending = start(1) if comm.world_size > 1 else None
+        v_in, v_out = op.split_values(values, x)
+        with profile.phase("aggregate"):
+            y = multiply(op.inner, v_in, x)
+        for step in range(1, comm.world_size):
+            handles, src, halo = pending
+            comm.wait(handles)
+            handles.clear()  # the rows sent go now
+            if halo is not None:
+                with profile.phase("aggregate"):
+                    for rows, entries, piece in op.outer_of(src):
+                        y[rows].add_(multiply(piece, v_out[entries], halo))
+            del halo
+            pending = start(step + 1) if step + 1 < comm.world_size else None
+    return y
 
 
 class HaloSpMM(torch.autograd.Function):
