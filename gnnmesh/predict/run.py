@@ -9,7 +9,9 @@ its parts (``--parts DIR``), each rank reading only its own folder.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,12 +152,24 @@ def _run(config: Config, request: Request, quiet: bool) -> Optional[dict]:
     if world:
         comm.init(device)
     try:
-        manifest = _predict(config, request, state, saved, parts, quiet, rank, world_size)
+        with _kernels(parts, world_size):
+            manifest = _predict(config, request, state, saved, parts, quiet, rank, world_size)
     except BaseException:
         comm.shutdown()
         raise
     comm.shutdown(clean=True)
     return manifest
+
+
+def _kernels(parts, world_size: int):
+    """Where the sparse products run: ranks predicting from parts run torch's kernels unless
+    ``GNNMESH_KERNELS`` names a choice. numba's code and compiler (about 100 MiB a process)
+    would be a large share of a rank's memory, for one pass (torch's kernels take about 1.4
+    times as long and no more memory per product)."""
+    if parts is None or world_size == 1 or os.environ.get("GNNMESH_KERNELS", "").strip():
+        return contextlib.nullcontext()
+    from ..ops import compiled
+    return compiled.disabled()
 
 
 def with_model(config: Config, saved: Config, path) -> Config:

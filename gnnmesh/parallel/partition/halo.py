@@ -106,6 +106,7 @@ class LocalOperator:
         self._assembled = None
         self._pieces = None
         self._by_peer = None
+        self._inner_pieces = None
 
     @property
     def block(self) -> Adjacency:
@@ -154,6 +155,13 @@ class LocalOperator:
         if self._pieces is None:
             self._pieces = _row_pieces(self.outer, min(HALO_PIECES, self.outer.nnz // compiled.MIN_ENTRIES))
         return self._pieces
+
+    def inner_pieces(self) -> list:
+        """``(rows, entries, part)`` as ``outer_pieces``, of the owned part, in ``HALO_PIECES``
+        ranges (inference, see ``halo_product_by_peer``)."""
+        if self._inner_pieces is None:
+            self._inner_pieces = _row_pieces(self.inner, HALO_PIECES)
+        return self._inner_pieces
 
     def outer_of(self, peer: int) -> list:
         """``(rows, entries, part)`` as ``outer_pieces``, of the halo part's columns from
@@ -234,7 +242,11 @@ def halo_product_by_peer(x: torch.Tensor, values, op: LocalOperator) -> torch.Te
         pending = start(1) if comm.world_size > 1 else None
         v_in, v_out = op.split_values(values, x)
         with profile.phase("aggregate"):
-            y = multiply(op.inner, v_in, x)
+            # the owned part a range of rows at a time as well: a product's temporaries (torch's
+            # kernel takes one the size of its output) stay a fraction of the layer's output
+            y = x.new_empty((op.inner.shape[0],) + tail)
+            for rows, entries, piece in op.inner_pieces():
+                y[rows] = multiply(piece, v_in[entries], x)
         for step in range(1, comm.world_size):
             handles, src, halo = pending
             comm.wait(handles)
