@@ -88,6 +88,7 @@ class Exchange:
 
 
 HALO_PIECES = 8  # at most this many row ranges of the halo part, multiplied one at a time
+MESSAGE_ROWS = 1 << 14  # rows of one message of the halo fetched without autograd (8 MiB at 128 float32)
 
 
 class LocalOperator:
@@ -164,24 +165,28 @@ class LocalOperator:
         return self._inner_pieces
 
     def outer_of(self, peer: int) -> list:
-        """``(rows, entries, part)`` as ``outer_pieces``, of the halo part's columns from
-        ``peer`` alone (its halo rows, numbered from 0); ``entries``: the positions of the
-        piece's values among the halo part's. Made on first use (inference, see
-        ``halo_product_by_peer``). Always ``HALO_PIECES`` ranges, so that no piece's product
-        takes more than that share of the layer's output, even where the pieces then run on
-        torch's kernel (below ``compiled.MIN_ENTRIES``)."""
+        """``(rows received, pieces)`` for each message from ``peer`` (its halo rows in runs of
+        ``MESSAGE_ROWS``, in order): ``pieces`` as ``outer_pieces``, of the halo part's columns
+        of those rows alone (numbered from 0); their ``entries``: the positions of their values
+        among the halo part's. Made on first use (inference, see ``halo_product_by_peer``).
+        Always ``HALO_PIECES`` ranges of rows, so that no piece's product takes more than that
+        share of the layer's output, even where the pieces then run on torch's kernel (below
+        ``compiled.MIN_ENTRIES``)."""
         if self._by_peer is None:
             self._by_peer = {}
             outer, start = self.outer, 0
             rows = torch.repeat_interleave(torch.arange(outer.shape[0]), outer.degrees())
             for p in sorted(self.exchange.routes.recv_counts):
                 count = self.exchange.routes.recv_counts[p]
-                mine = torch.nonzero((outer.indices >= start) & (outer.indices < start + count)).flatten()
-                indptr = torch.zeros(outer.shape[0] + 1, dtype=torch.int64)
-                indptr[1:] = torch.cumsum(torch.bincount(rows[mine], minlength=outer.shape[0]), 0)
-                block = Adjacency(indptr, outer.indices[mine] - start, None, (outer.shape[0], count))
-                # always in HALO_PIECES: a piece's product is its rows x the layer's width
-                self._by_peer[p] = [(r, mine[e], part) for r, e, part in _row_pieces(block, HALO_PIECES) if part.nnz]
+                self._by_peer[p] = []
+                for first in range(start, start + count, MESSAGE_ROWS):
+                    last = min(first + MESSAGE_ROWS, start + count)
+                    mine = torch.nonzero((outer.indices >= first) & (outer.indices < last)).flatten()
+                    indptr = torch.zeros(outer.shape[0] + 1, dtype=torch.int64)
+                    indptr[1:] = torch.cumsum(torch.bincount(rows[mine], minlength=outer.shape[0]), 0)
+                    block = Adjacency(indptr, outer.indices[mine] - first, None, (outer.shape[0], last - first))
+                    pieces = [(r, mine[e], part) for r, e, part in _row_pieces(block, HALO_PIECES) if part.nnz]
+                    self._by_peer[p].append((last - first, pieces))
                 start += count
         return self._by_peer.get(peer, [])
 
@@ -221,25 +226,14 @@ def _row_pieces(adj: Adjacency, count: int) -> list:
 
 def halo_product_by_peer(x: torch.Tensor, values, op: LocalOperator) -> torch.Tensor:
     """``block @ [x; halo(x)]`` without autograd (inference), the halo fetched from one peer at
-    a time: at step k a rank sends its rows to rank + k and receives those of rank - k, and
-    adds their columns' product into the owned part's before the next step. Only one peer's
-    rows sent and received are held at once, where the whole halo and every peer's rows sent
-    would be (the largest buffers of a wide layer after its input and output)."""
-    ex = op.exchange
-    routes, comm = ex.routes, ex.comm
+    a time and from it ``MESSAGE_ROWS`` rows at a time: at step k a rank sends its rows to
+    rank + k and receives those of rank - k, a message each way at once, and adds the
+    received rows' product into the owned part's before the next message. One message's
+    rows each way are held at once, where the whole halo and every peer's rows sent would
+    be (the largest buffers of a wide layer after its input and output)."""
+    routes, comm = op.exchange.routes, op.exchange.comm
     tail = tuple(x.shape[1:])
-
-    def start(step: int):
-        to, src = (comm.rank + step) % comm.world_size, (comm.rank - step) % comm.world_size
-        handles = [comm.isend(x[routes.send_index[to]], to)] if to in routes.send_index else []
-        halo = None
-        if src in routes.recv_counts:
-            halo = x.new_empty((routes.recv_counts[src],) + tail)
-            handles.append(comm.irecv(halo, src))
-        return handles, src, halo
-
     with comm.phase("halo"):
-        pending = start(1) if comm.world_size > 1 else None
         v_in, v_out = op.split_values(values, x)
         with profile.phase("aggregate"):
             # the owned part a range of rows at a time as well: a product's temporaries (torch's
@@ -248,15 +242,23 @@ def halo_product_by_peer(x: torch.Tensor, values, op: LocalOperator) -> torch.Te
             for rows, entries, piece in op.inner_pieces():
                 y[rows] = multiply(piece, v_in[entries], x)
         for step in range(1, comm.world_size):
-            handles, src, halo = pending
-            comm.wait(handles)
-            handles.clear()  # the rows sent go now
-            if halo is not None:
-                with profile.phase("aggregate"):
-                    for rows, entries, piece in op.outer_of(src):
-                        y[rows].add_(multiply(piece, v_out[entries], halo))
-            del halo
-            pending = start(step + 1) if step + 1 < comm.world_size else None
+            to, src = (comm.rank + step) % comm.world_size, (comm.rank - step) % comm.world_size
+            sent = routes.send_index.get(to)
+            sends = [] if sent is None else list(torch.split(sent, MESSAGE_ROWS))  # as the peer's outer_of cuts them
+            receives = op.outer_of(src)
+            for i in range(max(len(sends), len(receives))):
+                handles = [comm.isend(x[sends[i]], to)] if i < len(sends) else []
+                halo = None
+                if i < len(receives):
+                    halo = x.new_empty((receives[i][0],) + tail)
+                    handles.append(comm.irecv(halo, src))
+                comm.wait(handles)
+                handles.clear()  # the rows sent go now
+                if halo is not None:
+                    with profile.phase("aggregate"):
+                        for rows, entries, piece in receives[i][1]:
+                            y[rows].add_(multiply(piece, v_out[entries], halo))
+                del halo
     return y
 
 

@@ -1,4 +1,4 @@
-"""Without autograd a rank's product fetches the halo one peer at a time
+"""Without autograd a rank's product fetches the halo one peer and one message at a time
 (gnnmesh.parallel.partition.halo.halo_product_by_peer): the same rows as the product with
 autograd and as the single process's, on real gloo ranks."""
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from gnnmesh.parallel.partition import strategy as partition
+from gnnmesh.parallel.partition import halo, strategy as partition
 from gnnmesh.parallel.partition.strategy import PartitionParallel
 from gnnmesh.view import GraphView
 
@@ -21,6 +21,7 @@ def make_graph():
 
 
 def _rank_products(rank, world):
+    halo.MESSAGE_ROWS = 3  # several messages from each peer
     graph = make_graph()
     assignment = np.arange(graph.num_nodes) * 5 % world  # every rank a neighbour of every other
     strategy = PartitionParallel(layout("partition"), "cpu", assignment=assignment)
@@ -45,7 +46,7 @@ def _rank_products(rank, world):
         with torch.no_grad():
             out["heads", "by peer"] = view.spmm(heads, "loop", values)
         out["heads", "autograd"] = view.spmm(heads.clone().requires_grad_(True), "loop", values).detach()
-        peers_held = [len(local.outer_of(p)) > 0 for p in range(world) if p != rank]
+        peers_held = [len(local.outer_of(p)) for p in range(world) if p != rank]
     finally:
         partition.halo_product_by_peer = fetch
     return data.row_ids().numpy(), out, len(calls), peers_held
@@ -58,7 +59,7 @@ def test_the_product_fetched_peer_by_peer_equals_autograds_and_the_single_proces
     results = run_ranks(_rank_products, 3, timeout=90)
     for rank, (ids, out, calls, peers_held) in enumerate(results):
         assert calls == len(OPS) + 1  # every product without autograd went peer by peer
-        assert all(peers_held), "every peer sends this rank rows: each has its pieces"
+        assert min(peers_held) > 1, "every peer sends this rank rows, in several messages"
         for op in OPS:
             want = single.spmm(graph.x.float(), op)[ids]
             assert torch.allclose(out[op, "by peer"], want, atol=1e-6), (rank, op)
