@@ -30,6 +30,7 @@ IMPORT_NAMES = {
     "mkdocstrings": "mkdocstrings_handlers.python",  # mkdocstrings[python]: the handler the docs use
     "pyarrow": "pyarrow",
     "hypothesis": "hypothesis",
+    "triton": "triton",
 }
 PROJECT = "gnnmesh"
 

@@ -3,6 +3,7 @@ out-of-core training against in-memory.
 
     python benchmarks/gpu.py                                   # R-MAT 2M nodes, 20M edges, 128 features
     python benchmarks/gpu.py --device cpu --nodes 20000 --edges 200000 --epochs 2   # the CPU dry run
+    python benchmarks/gpu.py --tables models --kernels torch    # gnnmesh on torch's ops, not Triton's
 
 Three tables, measured side by side in one run on one device:
 
@@ -84,6 +85,14 @@ class Device:
         props = torch.cuda.get_device_properties(self.device)
         return (f"{props.name}, {props.total_memory / 2**30:.0f} GiB, {props.multi_processor_count} SMs; "
                 f"torch {torch.__version__}, CUDA {torch.version.cuda}")
+
+
+def kernels(device: Device) -> str:
+    """Which sparse kernels gnnmesh's runs use on the device."""
+    from gnnmesh.ops import compiled, fused
+    fused_on = fused.available(torch.zeros(1, device=device.device))
+    return f"GNNMESH_KERNELS={compiled.choice()}: " + ("Triton (fused attention)" if fused_on else
+                                                      "torch's ops" if device.cuda else "compiled CPU kernels")
 
 
 # -- models -----------------------------------------------------------------------------------
@@ -242,13 +251,18 @@ def main() -> None:
     parser.add_argument("--tables", default="models,spmm,offload", help="which tables to print")
     parser.add_argument("--data-root", default=os.environ.get("GNNMESH_DATA"))
     parser.add_argument("--timeout", type=float, default=900, help="seconds per gnnmesh train run")
+    parser.add_argument("--kernels", choices=("auto", "torch", "triton"),
+                        help="GNNMESH_KERNELS for gnnmesh's runs (default: as set, else auto: on CUDA the fused "
+                             "Triton kernels where triton imports; torch: cuSPARSE and torch's index ops)")
     args = parser.parse_args()
+    if args.kernels:
+        os.environ["GNNMESH_KERNELS"] = args.kernels  # read at every op; the train runs inherit it
     device = Device(args.device)
     if device.cuda and not torch.cuda.is_available():
         parser.error("no CUDA device here: pass --device cpu for the dry run")
     args.spec = f"rmat:nodes={args.nodes},edges={args.edges},features={args.features},classes={args.classes}"
     graph = datasets.load(args.spec, root=args.data_root)
-    print(f"device: {device.describe()}\ngraph: {graph!r}")
+    print(f"device: {device.describe()}\ngraph: {graph!r}\ngnnmesh kernels: {kernels(device)}")
     tables = args.tables.split(",")
     if "models" in tables:
         model_table(graph, device, args)

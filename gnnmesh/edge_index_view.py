@@ -118,6 +118,14 @@ class EdgeIndexView:
         total = torch.zeros(shape, dtype=scores.dtype, device=scores.device).index_add_(0, targets, exp)
         return exp / total[targets]
 
+    def attention(self, z: torch.Tensor, s_dst: torch.Tensor, s_src: torch.Tensor, op: str = "loop",
+                  negative_slope: float = 0.2, dropout: float = 0.0, training: bool = False) -> torch.Tensor:
+        """GAT's aggregation of ``z`` ``[N, H, F]`` by the softmax over each target's in-edges
+        of ``leaky_relu(s_dst[i] + s_src[j])``."""
+        scores = F.leaky_relu(self.sddmm(s_dst, s_src, op, "add"), negative_slope)
+        alpha = self.edge_dropout(self.edge_softmax(scores, op), dropout, training, op)
+        return self.spmm(z, op, values=alpha)
+
     def dropout(self, x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
         return F.dropout(x, p, training)
 

@@ -26,10 +26,14 @@ How a rank's share becomes the single process's numbers exactly:
   the sums R² needs): ``Task.sums`` gives a fixed-length vector of sums over one split's rows
   on this rank (or one batch of them); the trainer adds the vectors of every batch and rank
   (one all-reduce for the three splits) and ``Task.finish`` turns the totals into metrics;
-- the metrics that are not sums (ROC-AUC): ``Task.gathered`` reads every row's scores and
-  targets of a split; each rank writes its rows' outputs and targets at their global ids
-  into a zero table of every node, an all-reduce (a sum of one value and zeros, exact) gives
-  every rank the whole table, and each computes the metric from it.
+- the metrics that are not sums (ROC-AUC): ``Task.ranked_inputs`` gives this rank's scores
+  and 0/1 labels of a split's rows, and ``gnnmesh.auc.roc_auc`` computes each column's AUC
+  over every rank's rows exactly (the Mann-Whitney statistic from a distributed sort by
+  score, in blocks of columns): no rank holds every row's scores, nor a table of every node;
+  ``Task.finish_ranked`` turns the AUCs into metrics (their mean over targets);
+- a metric of a task of your own that needs every row of a split at once (``Task.gathered``,
+  named in ``Task.gathers``): the split's rows, and only those, are gathered on every rank,
+  in the order of their node ids.
 
 The selection metric (``Task.metric``) picks the best model: higher is better for every task.
 
@@ -46,6 +50,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from . import auc
 from .errors import ConfigError
 from .registries import add
 
@@ -104,16 +109,18 @@ def build(name: str, **settings) -> "Task":
 
 class Task:
     """A loss and metrics over a graph's labels. Subclasses set ``name``, ``metrics`` (every
-    metric ``finish`` and ``gathered`` return, by name) and ``metric`` (the one that selects the
-    best model; higher is better), and implement ``loss``, and ``sums`` with ``finish`` (metrics
-    that are sums over rows) or ``gathered`` (metrics from every row's scores, listed in
-    ``gathers``), or both. What each must return for the ranks' results to be exact is in its
-    docstring."""
+    metric ``finish``, ``finish_ranked`` and ``gathered`` return, by name) and ``metric`` (the
+    one that selects the best model; higher is better), and implement ``loss``, and ``sums``
+    with ``finish`` (metrics that are sums over rows), ``ranked_inputs`` with ``finish_ranked``
+    (metrics from ROC-AUCs, listed in ``ranked``), ``gathered`` (metrics from every row of a
+    split at once, listed in ``gathers``), or several. What each must return for the ranks'
+    results to be exact is in its docstring."""
 
     name = "task"
     metric = "metric"
     metrics: tuple = ()
-    gathers: tuple = ()         # the metrics ``gathered`` computes
+    ranked: tuple = ()          # the metrics ``finish_ranked`` computes from exact ROC-AUCs
+    gathers: tuple = ()         # the metrics ``gathered`` computes from every row of a split
     outputs: tuple = ()         # what a prediction may write besides logits: "probs", "labels"
     logits_are = ""             # what else its logits are, said where it predicts no probabilities
     sums_dtype = torch.float64
@@ -161,9 +168,22 @@ class Task:
         its number of rows."""
         return {}
 
+    def ranked_inputs(self, logits: torch.Tensor, targets: torch.Tensor) -> tuple:
+        """``(scores, labels)``, [rows, T] each, of these rows (one split's rows on this rank, or
+        a batch of them): the scores and 0/1 labels whose ROC-AUC per column, over every row of
+        the split on every rank, ``finish_ranked`` reads (``gnnmesh.auc.roc_auc``, exact)."""
+        raise NotImplementedError
+
+    def finish_ranked(self, aucs: np.ndarray) -> dict:
+        """The metrics (those in ``ranked``) of one split from each column's ROC-AUC of
+        ``ranked_inputs`` (NaN for a column without both a positive and a negative row)."""
+        return {}
+
     def gathered(self, scores: torch.Tensor, targets: torch.Tensor) -> dict:
         """The metrics (those in ``gathers``) from every row of one split: its outputs and its
-        targets (float32, [rows, width] and [rows, targets' width]), the same on every rank."""
+        targets (float32, [rows, width] and [rows, targets' width], in the order of the rows'
+        node ids), the same on every rank. Every rank then holds the split's every row:
+        prefer ``sums`` or ``ranked`` where the metric allows."""
         return {}
 
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
@@ -255,7 +275,7 @@ class MultiLabel(Task):
     the target has both a positive and a negative row, averaged) and micro-F1 of the
     predictions ``logit > 0``."""
 
-    name, metric, metrics, gathers = "multilabel", "roc_auc", ("roc_auc", "micro_f1"), ("roc_auc",)
+    name, metric, metrics, ranked = "multilabel", "roc_auc", ("roc_auc", "micro_f1"), ("roc_auc",)
     outputs = ("probs", "labels")
 
     def check_labels(self, y, masks, where):
@@ -293,8 +313,10 @@ class MultiLabel(Task):
         tp, fp, fn = (float(v) for v in sums)
         return {"micro_f1": 2 * tp / (2 * tp + fp + fn) if tp + fp + fn > 0 else 0.0}
 
-    def gathered(self, scores, targets):
-        aucs = roc_auc(scores.numpy(), targets.numpy())
+    def ranked_inputs(self, logits, targets):
+        return logits.detach().double(), targets == 1
+
+    def finish_ranked(self, aucs):
         valid = aucs[~np.isnan(aucs)]
         return {"roc_auc": float(valid.mean()) if valid.size else float("nan")}
 
@@ -513,41 +535,72 @@ def average_ranks(values: np.ndarray) -> np.ndarray:
 class Evaluation:
     """The metrics of one evaluation pass over the three splits: ``add`` this rank's rows (all at
     once, or batch by batch), then ``result`` (a collective: every rank calls it) gives every
-    split's metrics, the same on every rank and for any number of ranks."""
+    split's metrics, the same on every rank and for any number of ranks. It keeps this rank's
+    rows' sums, and for a task with ``ranked`` metrics their scores and labels (what the
+    distributed ROC-AUC sorts); never a table of every node."""
 
-    def __init__(self, task: Task, num_nodes: int, width: int, target_width: int):
-        self.task, self.num_nodes = task, num_nodes
+    def __init__(self, task: Task):
+        self.task = task
         self.sums: Optional[torch.Tensor] = None
-        self.table = torch.zeros((num_nodes, width + target_width + 1)) if task.gathers else None
-        self.width = width
+        self.scored = [[] for _ in SPLITS] if task.ranked else None     # (scores, labels) per split
+        self.rows = [[] for _ in SPLITS] if task.gathers else None      # (ids, outputs, targets) per split
 
-    def add(self, logits: torch.Tensor, targets: torch.Tensor, masks: list, ids: torch.Tensor) -> None:
-        """Rows of this rank: their outputs, targets, split ``masks`` (train, val, test) and global
-        ``ids``."""
+    def add(self, logits: torch.Tensor, targets: torch.Tensor, masks: list,
+            ids: Optional[torch.Tensor] = None) -> None:
+        """Rows of this rank: their outputs, targets, split ``masks`` (train, val, test) and, for a
+        task with ``gathers``, their global ``ids``."""
         part = torch.stack([self.task.sums(logits[m], targets[m]).detach().cpu().to(self.task.sums_dtype)
                             for m in masks])
         self.sums = part if self.sums is None else self.sums + part
-        if self.table is not None:
-            split = torch.zeros(len(ids))
-            for i, m in enumerate(masks):
-                split[m.cpu()] = i + 1
-            rows = torch.nonzero(split).flatten()
-            where = ids.cpu()[rows]
-            self.table[where, :self.width] = logits.detach().cpu()[rows].float()
-            self.table[where, self.width:-1] = targets.detach().cpu()[rows].float().reshape(len(rows), -1)
-            self.table[where, -1] = split[rows]
+        for i, m in enumerate(masks):
+            if self.scored is not None:
+                scores, labels = self.task.ranked_inputs(logits[m], targets[m])
+                self.scored[i].append((_matrix(scores).double(), _matrix(labels).bool()))
+            if self.rows is not None:
+                m = m.cpu()
+                self.rows[i].append((ids.cpu()[m].long(), _matrix(logits.detach().cpu()[m]).float(),
+                                     _matrix(targets.detach().cpu()[m]).float()))
 
-    def result(self, reduce: Callable, rows: list) -> list:
+    def result(self, reduce: Callable, rows: list, comm=None) -> list:
         """Every split's metrics ({name: value}); ``reduce`` sums a tensor over ranks, ``rows``
-        are the splits' row counts (over all ranks)."""
+        are the splits' row counts (over all ranks), ``comm`` the ``Comm`` of the ranks that hold
+        the rows (None: this process holds them all), for ``ranked`` and ``gathers`` metrics."""
         sums = reduce(self.sums) if self.sums.numel() else self.sums
         out = [self.task.finish(s, n) for s, n in zip(sums, rows)]
-        if self.table is not None:
-            table = reduce(self.table)
-            for i, metrics in enumerate(out):
-                chosen = table[table[:, -1] == i + 1]
-                metrics.update(self.task.gathered(chosen[:, :self.width], chosen[:, self.width:-1]))
+        for i, metrics in enumerate(out):
+            if self.scored is not None:
+                scores, labels = (torch.cat(parts) for parts in zip(*self.scored[i]))
+                metrics.update(self.task.finish_ranked(_metrics_phase(comm, lambda: auc.roc_auc(scores, labels, comm))))
+            if self.rows is not None:
+                metrics.update(self.task.gathered(*_metrics_phase(comm, lambda: _split_rows_gathered(self.rows[i], comm))))
         return out
+
+
+def _matrix(values: torch.Tensor) -> torch.Tensor:
+    """``values`` as [rows, columns]: a vector is one column."""
+    values = values.detach().cpu()
+    return values if values.dim() == 2 else values.reshape(-1, 1)
+
+
+def _metrics_phase(comm, compute):
+    """``compute()``, its traffic counted as ``comm``'s ``metrics``."""
+    if comm is None:
+        return compute()
+    with comm.phase("metrics"):
+        return compute()
+
+
+def _split_rows_gathered(parts: list, comm) -> tuple:
+    """(outputs, targets) of every rank's rows of one split, in the order of their node ids:
+    the split's rows gathered on every rank (two all-gathers of the rows; one of their counts)."""
+    ids, outputs, targets = (torch.cat(p) for p in zip(*parts))
+    if comm is not None and comm.world_size > 1:
+        sizes = comm.all_gather(torch.tensor([len(ids)], device=comm.device)).tolist()
+        ids = comm.all_gather(ids.to(comm.device), sizes).cpu()
+        outputs = comm.all_gather(outputs.to(comm.device), sizes).cpu()
+        targets = comm.all_gather(targets.to(comm.device), sizes).cpu()
+    order = torch.argsort(ids)
+    return outputs[order], targets[order]
 
 
 def record_fields(task: Task, metrics: Optional[list]) -> dict:

@@ -2,7 +2,8 @@
 
 A model never touches the adjacency or the process layout; it calls ``view.spmm``,
 ``view.sddmm``, ``view.edge_softmax``, ``view.edge_sum``, ``view.dropout`` and
-``view.batch_norm``, and reads a graph's edge features with ``view.edge_features``. ``GraphView`` runs them on one
+``view.batch_norm`` (and ``view.attention``, GAT's composition of the first three), and reads
+a graph's edge features with ``view.edge_features``. ``GraphView`` runs them on one
 process; a parallel strategy subclasses it and supplies distributed versions, so the
 models stay the same under every strategy.
 
@@ -20,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from . import ops
+from .ops import fused
 from .edge_features import entry_rows, operator_features
 from .errors import ConfigError
 from .graph import Adjacency
@@ -139,6 +141,10 @@ def _mask(ids, shape: tuple, p: float, key: int, device, columns: slice) -> torc
 FLOAT32_PRIMITIVES = ("spmm", "sddmm", "edge_softmax", "edge_sum", "row_sum", "batch_norm")
 
 
+# What ``GraphView.attention`` is composed of: a view that overrides none runs it fused.
+_ATTENTION_PRIMITIVES = ("operator", "sddmm", "edge_softmax", "edge_dropout", "spmm")
+
+
 class GraphView:
     """The whole graph on one process."""
 
@@ -195,6 +201,26 @@ class GraphView:
     @in_float32
     def edge_softmax(self, scores: torch.Tensor, op: str = "loop") -> torch.Tensor:
         return ops.edge_softmax(self.operator(op), scores)
+
+    def attention(self, z: torch.Tensor, s_dst: torch.Tensor, s_src: torch.Tensor, op: str = "loop",
+                  negative_slope: float = 0.2, dropout: float = 0.0, training: bool = False) -> torch.Tensor:
+        """GAT's aggregation: ``spmm(z, edge_dropout(edge_softmax(leaky_relu(sddmm(s_dst,
+        s_src, "add")))))`` over operator ``op``, ``z`` ``[rows, H, F]`` and the scores' halves
+        ``[rows, H]``. Composed of this view's own primitives, so every strategy runs it as it
+        runs them; where those are this class's, on one local operator, and the Triton kernels
+        run (CUDA), it is one fused op (``ops.attention``) drawing the same dropout mask."""
+        if self._attends_locally() and z.dim() == 3 and fused.available(z, s_dst, s_src, widened=True):
+            keep = self.edge_mask(op, (z.shape[1],), dropout) if training and dropout else None
+            return ops.attention(self.operator(op), z, s_dst, s_src, negative_slope, keep, dropout)
+        scores = self.sddmm(s_dst, s_src, op, "add")
+        alpha = self.edge_softmax(F.leaky_relu(scores, negative_slope), op)
+        alpha = self.edge_dropout(alpha, dropout, training, op)
+        return self.spmm(z, op, values=alpha)
+
+    def _attends_locally(self) -> bool:
+        """Whether this view's attention primitives are GraphView's own (a subclass that
+        exchanges rows or entries in them composes attention from them instead)."""
+        return all(getattr(type(self), name) is getattr(GraphView, name) for name in _ATTENTION_PRIMITIVES)
 
     @in_float32
     def edge_sum(self, messages: torch.Tensor, op: str = "sum") -> torch.Tensor:

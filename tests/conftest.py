@@ -6,6 +6,13 @@ from pathlib import Path
 import pytest
 
 
+def pytest_collection_finish(session):
+    """Every test module is imported now: freeze what they brought too (tests.dist's
+    ``freeze_imports`` says why)."""
+    from tests.dist import freeze_imports
+    freeze_imports()
+
+
 @pytest.fixture(scope="session")
 def data_root() -> Path:
     """The shared real-data directory: $GNNMESH_DATA, else ``shared/data`` next to the repo."""

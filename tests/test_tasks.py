@@ -73,7 +73,7 @@ def test_multilabel_loss_micro_f1_and_roc_auc():
     sums = task.sums(logits, targets)   # predicted: (0,0) (1,0) (1,1) (2,1); tp 3, fp 1, fn 1
     assert sums.tolist() == [3.0, 1.0, 1.0]
     assert task.finish(sums, 4.0) == {"micro_f1": 6 / 8}
-    auc = task.gathered(logits, targets)["roc_auc"]
+    auc = task.finish_ranked(roc_auc(*task.ranked_inputs(logits, targets)))["roc_auc"]
     assert auc == pytest.approx((pairwise_auc(logits[:, 0].numpy(), targets[:, 0].numpy())
                                  + pairwise_auc(logits[:, 1].numpy(), targets[:, 1].numpy())) / 2)
     assert torch.equal(task.labels(logits), (logits > 0).to(torch.int8))
@@ -106,41 +106,75 @@ def test_regression_losses_r2_and_mae():
         mse.check_output("probs")
 
 
-@pytest.mark.parametrize("name", ["classification", "multilabel", "regression"])
-def test_sums_over_any_cut_of_the_rows_equal_the_whole(name):
-    """What two ranks (or batches) add up equals one pass over every row: every metric."""
+class MedianError(tasks.Task):
+    """A metric that is no sum: the median absolute error, from every row of a split at once."""
+
+    name, metric, metrics, gathers = "median", "neg_median", ("neg_median",), ("neg_median",)
+
+    def gathered(self, scores, targets):
+        return {"neg_median": -float((scores[:, 0] - targets[:, 0]).abs().median()) if len(scores) else math.nan}
+
+
+def cut_case(name: str):
+    """(task, outputs, targets, split masks) of 50 rows: outputs rounded to one decimal (ties)."""
     gen = torch.Generator().manual_seed(2)
     n = 50
     y = {"classification": torch.randint(0, 4, (n,), generator=gen),
          "multilabel": (torch.rand(n, 4, generator=gen) < 0.4).float(),
-         "regression": torch.randn(n, 4, generator=gen)}[name]
+         "regression": torch.randn(n, 4, generator=gen), "median": torch.randn(n, generator=gen)}[name]
     logits = torch.randn(n, 4, generator=gen).round(decimals=1)  # ties
     split = torch.randint(0, 3, (n,), generator=gen)
     masks = [split == i for i in range(3)]
-    task = build(name)
+    task = MedianError() if name == "median" else build(name)
     targets = task.targets(y)
     task.setup(targets[masks[0]], 4, lambda t: t)
-    rows = [float(m.sum()) for m in masks]
-    whole = Evaluation(task, n, 4, targets.shape[1] if targets.dim() == 2 else 1)
-    whole.add(logits, targets, masks, torch.arange(n))
-    want = whole.result(lambda t: t, rows)
-    cut = torch.randperm(n, generator=gen)
-    parts = []
-    for ids in (cut[:17], cut[17:]):
-        part = Evaluation(task, n, 4, targets.shape[1] if targets.dim() == 2 else 1)
-        part.add(logits[ids], targets[ids], [m[ids] for m in masks], ids)
-        parts.append(part)
-    summed = {"sums": parts[0].sums + parts[1].sums}
-    if parts[0].table is not None:
-        summed["table"] = parts[0].table + parts[1].table
+    return task, logits, targets, masks
 
-    def reduce(t):  # the ranks' sum, as an all-reduce gives it
-        return summed["sums"] if t is parts[0].sums else summed["table"]
-    got = parts[0].result(reduce, rows)
-    for g, w in zip(got, want):
-        assert g.keys() == w.keys() and set(task.metrics) <= set(g)
-        for key in w:
-            assert g[key] == pytest.approx(w[key], rel=1e-12, abs=1e-12), key
+
+def _rank_cut(rank, world, name):
+    """This rank's metrics of ``cut_case(name)``, holding rows cut at random (rank 1 of 3: none),
+    added in two batches."""
+    from gnnmesh.comm import Comm
+    comm = Comm()
+    task, logits, targets, masks = cut_case(name)
+    cut = torch.randperm(len(logits), generator=torch.Generator().manual_seed(5))
+    ids = [cut[:17], cut[17:17], cut[17:]][rank] if world == 3 else cut[rank::world]
+    evaluation = Evaluation(task)
+    for batch in (ids[:7], ids[7:]):
+        evaluation.add(logits[batch], targets[batch], [m[batch] for m in masks], batch)
+    return evaluation.result(comm.all_reduce, [float(m.sum()) for m in masks], comm)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("name", ["classification", "multilabel", "regression", "median"])
+def test_metrics_over_any_cut_of_the_rows_on_real_ranks_equal_the_whole(name):
+    """What two or three ranks (some in batches, one without rows) add up, sort (ROC-AUC) or
+    gather (a task's own ``gathered``) equals one pass over every row: every metric."""
+    from tests.dist import run_ranks
+    task, logits, targets, masks = cut_case(name)
+    whole = Evaluation(task)
+    whole.add(logits, targets, masks, torch.arange(len(logits)))
+    want = whole.result(lambda t: t, [float(m.sum()) for m in masks])
+    if name == "multilabel":
+        assert want[1]["roc_auc"] == pytest.approx(np.nanmean(
+            [pairwise_auc(logits[masks[1], j].numpy(), targets[masks[1], j].numpy()) for j in range(4)]), abs=1e-12)
+    for world in (2, 3):
+        for got in run_ranks(_rank_cut, world, name, timeout=100):
+            for g, w in zip(got, want):
+                assert g.keys() == w.keys() and set(task.metrics) <= set(g)
+                for key in w:
+                    assert g[key] == pytest.approx(w[key], rel=1e-12, abs=1e-12), (world, key)
+
+
+def test_an_evaluation_holds_no_table_of_every_node():
+    """An evaluation is told no node count: what it keeps is its rows' (a multilabel task's scores
+    and labels of the rows added, a task of one's own with ``gathers`` their outputs)."""
+    task, logits, targets, masks = cut_case("multilabel")
+    evaluation = Evaluation(task)
+    evaluation.add(logits[:10], targets[:10], [m[:10] for m in masks], torch.arange(10) * 10**12)
+    held = sum(t.numel() for split in evaluation.scored for pair in split for t in pair)
+    assert held == 2 * 10 * 4 and evaluation.rows is None
+    assert math.isfinite(evaluation.result(lambda t: t, [float(m[:10].sum()) for m in masks])[0]["micro_f1"])
 
 
 def test_labels_infer_a_task():

@@ -19,8 +19,9 @@ for all the split's positives, so that a rank's share of the scores falls as ran
 the known candidates scored NaN, which is neither above nor equal to any score: no rank holds a score
 per node pair, nor every node's row. A candidate's score and the positive's are the same
 decoder's computation of two rows, so a tie between them is a tie on every strategy and rank
-count where the rows are equal. The ranks' positives' ranks are summed into one table (zeros
-elsewhere), from which every rank computes the same metrics.
+count where the rows are equal. MRR and Hits@K are sums over the positives: each rank sums
+its own positives' terms and one all-reduce adds them up, so no rank holds every positive's
+rank either.
 """
 
 from __future__ import annotations
@@ -124,19 +125,19 @@ class FullRanking:
             self.sizes[name] = pairs.shape[1]
         self.split = split
 
-    def ranks(self, decoder, z: torch.Tensor, name: str, all_reduce) -> np.ndarray:
-        """Every positive's rank in the split ``name``, on every rank (``all_reduce``: the sum
-        over ranks)."""
-        mine = self.mine[name]
-        got = filtered_ranks(decoder, z, self.directory, self.split.pairs(name)[:, mine], self.masks[name],
-                             self.largest[name], self.num_nodes)
-        table = torch.zeros(self.sizes[name], dtype=torch.float64)
-        table[mine] = got
-        return all_reduce(table).numpy()
+    def ranks(self, decoder, z: torch.Tensor, name: str) -> torch.Tensor:
+        """The filtered rank of each positive of the split ``name`` that this rank ranks
+        (``mine``). Every rank calls it together."""
+        return filtered_ranks(decoder, z, self.directory, self.split.pairs(name)[:, self.mine[name]],
+                              self.masks[name], self.largest[name], self.num_nodes)
 
     def metrics(self, decoder, z: torch.Tensor, name: str, hits: tuple, all_reduce) -> dict:
-        """MRR and ``hits@K`` of the split ``name`` from its positives' filtered ranks."""
-        r = self.ranks(decoder, z, name, all_reduce)
-        if not len(r):
+        """MRR and ``hits@K`` of the split ``name`` from its positives' filtered ranks: each
+        rank's sums of ``1 / rank`` and of ``rank <= K`` over its positives, added up by
+        ``all_reduce`` (the sum over ranks)."""
+        r = self.ranks(decoder, z, name)
+        sums = all_reduce(torch.stack([(1.0 / r).sum(), *((r <= k).sum().double() for k in hits)]))
+        count = self.sizes[name]
+        if not count:
             return {SELECTION: float("nan"), **{f"hits@{k}": float("nan") for k in hits}}
-        return {SELECTION: float((1.0 / r).mean()), **{f"hits@{k}": float((r <= k).mean()) for k in hits}}
+        return {SELECTION: float(sums[0]) / count, **{f"hits@{k}": float(sums[1 + i]) / count for i, k in enumerate(hits)}}

@@ -7,8 +7,15 @@
 
 A positive tied with some negatives takes the mean of its best and worst rank among them, as
 OGB's evaluator does, and tied scores share their mean rank in the AUC, so no metric depends
-on the order pairs are listed in. Every rank computes the metrics from the same gathered
-scores, so every rank holds the same numbers.
+on the order pairs are listed in.
+
+On several ranks (``ranks_link_metrics``, ``ranks_shared_link_metrics``) each rank scores the
+positives whose source it owns, with their negatives, and no rank holds every score: MRR and
+Hits@K are sums over positives, each positive ranked on its own rank, summed by one
+all-reduce; the AUC and AP come from the distributed sort of every score (``gnnmesh.auc``),
+as does each positive's rank among negatives shared by the whole split. Every rank holds the
+same numbers: the AUC and Hits@K the single process's exactly, MRR and AP to float64's
+rounding (their terms are summed in another order).
 
 Another strategy or rank count computes every score to float32's rounding of the single
 process's (its sums are taken in another order), so a metric is the single process's unless
@@ -21,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import rankdata
 
+from .. import auc as spread
 from ..tasks import LinkTask
 
 SELECTION = LinkTask.metric
@@ -84,3 +92,51 @@ def shared_link_metrics(positive: np.ndarray, negative: np.ndarray, hits: tuple)
         out[f"hits@{k}"] = 1.0 if len(ordered) < k else float((positive > ordered[-k]).mean())
     out.update(auc=auc(positive, negative), ap=average_precision(positive, negative))
     return out
+
+
+def ranks_link_metrics(positive: np.ndarray, negatives: np.ndarray, hits: tuple, comm=None) -> dict:
+    """``link_metrics`` of every rank's positives together, from this rank's positives' scores
+    [m] and their negatives' [m, K]: a collective over ``comm`` (None: this process alone),
+    the same numbers on every rank."""
+    r = ranks(positive, negatives)
+    sums = _summed(comm, [(1.0 / r).sum(), *((r <= k).sum() for k in hits), len(r)])
+    if not sums[-1]:
+        return link_metrics(positive[:0], np.zeros((0, 0)), hits)
+    out = {SELECTION: float(sums[0] / sums[-1]), **{f"hits@{k}": float(sums[1 + i] / sums[-1]) for i, k in enumerate(hits)}}
+    return {**out, **_auc_ap(positive, negatives.reshape(-1), comm)}
+
+
+def ranks_shared_link_metrics(positive: np.ndarray, negative: np.ndarray, hits: tuple, comm=None) -> dict:
+    """``shared_link_metrics`` of every rank's positives [m] (this rank's scores) against every
+    rank's negatives [m'] (this rank's share of the shared ones): a collective over ``comm``.
+    Each positive's rank among the negatives comes from one distributed sort of them all (the
+    negatives above a score are the column's less those below it and those tied), as do the
+    AUC and the AP."""
+    scores = np.concatenate([positive, negative])[:, None]
+    labels = (np.arange(len(scores)) < len(positive))[:, None]
+    runs = next(iter(spread.sorted_blocks(scores, labels, comm)))[1]  # one column: one block
+    above = runs.negatives_total[0] - runs.negatives_below - runs.negatives
+    terms = [(runs.positives / (1.0 + above + runs.negatives / 2.0)).sum()]
+    terms += [runs.positives[above + runs.negatives < k].sum() for k in hits]  # OGB's: fewer than K at or above
+    terms.append(runs.per_column(runs.precision_hits())[0])
+    sums = _summed(comm, terms)
+    count = int(runs.positives_total[0])
+    if not count:
+        return link_metrics(positive[:0], np.zeros((0, 0)), hits)
+    out = {SELECTION: float(sums[0] / count), **{f"hits@{k}": float(sums[1 + i] / count) for i, k in enumerate(hits)}}
+    finished = spread.finished(spread.summed(comm, runs.per_column(runs.twice_u())), sums[-1:], runs.positives_total,
+                               runs.negatives_total)
+    return {**out, "auc": float(finished["auc"][0]), "ap": float(finished["ap"][0])}
+
+
+def _auc_ap(positive: np.ndarray, negative: np.ndarray, comm) -> dict:
+    """``auc`` and ``average_precision`` of every rank's ``positive`` and ``negative`` scores."""
+    scores = np.concatenate([positive, negative])[:, None]
+    labels = (np.arange(len(scores)) < len(positive))[:, None]
+    got = spread.statistics(scores, labels, comm)
+    return {"auc": float(got["auc"][0]), "ap": float(got["ap"][0])}
+
+
+def _summed(comm, values: list) -> np.ndarray:
+    """``values`` (float64) summed over the ranks of ``comm``."""
+    return spread.summed(comm, np.array([float(v) for v in values]))

@@ -15,6 +15,7 @@ scored once on the rank owning its source. Neither depends on the strategy or th
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import fields
 from typing import Optional
@@ -32,7 +33,7 @@ from ..tasks import LinkTask
 from ..train.trainer import Trainer, labelled
 from . import counter, decoders, full_ranking, ranking, renumber, typed
 from .chunks import pair_chunks
-from .metrics import link_metrics, shared_link_metrics
+from .metrics import ranks_link_metrics, ranks_shared_link_metrics
 from .rows import RowDirectory, fetch_rows, fetch_table, score_rows
 from .sources import load_split, source_of
 from .split import BATCH_KEY, TRAIN_NEGATIVES_KEY, TRAIN_SAMPLE_KEY, LinkSplit, fixed_negatives
@@ -261,33 +262,36 @@ class LinkTrainer(Trainer):
         return self._selected(self.metrics)
 
     def _split_metrics(self, z: torch.Tensor, split: str) -> dict:
-        """The metrics of ``split``, from every rank's scores of its pairs (each rank writes its
-        pairs' scores at their places in a zero table; the sum over ranks is the whole table),
-        scored a chunk of pairs at a time (``chunks``). Under ``--rank-all`` a held-out split's
-        MRR and Hits@K rank each positive against every node instead (``full_ranking``)."""
+        """The metrics of ``split``: each rank scores the pairs whose source it owns, a chunk of
+        pairs at a time (``chunks``), and the metrics come from every rank's scores without any
+        rank holding them all (``ranks_link_metrics``: sums over positives, and a distributed
+        sort for the AUC and AP). Under ``--rank-all`` a held-out split's MRR and Hits@K rank
+        each positive against every node instead (``full_ranking``)."""
         pairs, negatives = self._evaluated(split)
         chosen = self._chosen(split)
         owners = self.directory.owner[pairs[0, chosen]]
         mine = chosen[owners == self.directory.rank]
         k = negatives.shape[1]
-        table = torch.zeros(len(chosen), 1 + k, dtype=torch.float64)
+        positive, negative = torch.zeros(len(mine), dtype=torch.float64), torch.zeros(len(mine), k, dtype=torch.float64)
         for part in pair_chunks(mine, owners, 2 + k):
-            at = torch.searchsorted(chosen, part)  # their rows in the table of the chosen pairs
+            at = torch.searchsorted(chosen, part)  # their rows among the chosen pairs
+            where = torch.searchsorted(mine, part)  # and among this rank's
             src, dst, neg = pairs[0, part], pairs[1, part], negatives[at]
             m = len(src)
             rows = fetch_rows(z, self.directory.plan(torch.cat([src, dst, neg.reshape(-1)])))
             zs = rows[:m]
             relation = self.split.relation_of(split, part)
-            table[at, 0] = decoders.score(self.decoder, zs, rows[m:2 * m], relation).double().cpu()
-            table[at, 1:] = decoders.score(self.decoder, zs.repeat_interleave(k, 0), rows[2 * m:],
-                                           None if relation is None else relation.repeat_interleave(k)
-                                           ).view(m, k).double().cpu()
-        table = self.strategy.all_reduce(table)
+            positive[where] = decoders.score(self.decoder, zs, rows[m:2 * m], relation).double().cpu()
+            negative[where] = decoders.score(self.decoder, zs.repeat_interleave(k, 0), rows[2 * m:],
+                                             None if relation is None else relation.repeat_interleave(k)
+                                             ).view(m, k).double().cpu()
         shared = self.split.negative_pairs(split) if split != "train" else None
-        if shared is not None:
-            out = shared_link_metrics(table[:, 0].numpy(), self._shared_scores(z, shared), self.task.hits)
-        else:
-            out = link_metrics(table[:, 0].numpy(), table[:, 1:].numpy(), self.task.hits)
+        with self._metrics_phase():
+            if shared is not None:
+                out = ranks_shared_link_metrics(positive.numpy(), self._shared_scores(z, shared), self.task.hits,
+                                                self.directory.comm)
+            else:
+                out = ranks_link_metrics(positive.numpy(), negative.numpy(), self.task.hits, self.directory.comm)
         if self.config.link.rank_all and split != "train":
             out.update(self._full_ranking().metrics(self.decoder, z, split, self.task.hits,
                                                     self.strategy.all_reduce))
@@ -301,15 +305,21 @@ class LinkTrainer(Trainer):
         return self._ranked_all
 
     def _shared_scores(self, z: torch.Tensor, pairs: torch.Tensor) -> np.ndarray:
-        """The scores of negative ``pairs`` [2, E'] shared by a split's positives, each scored on
-        the rank owning its source, a chunk at a time, and summed over ranks into one table."""
+        """This rank's scores of the negative ``pairs`` [2, E'] shared by a split's positives:
+        those whose source it owns, scored a chunk at a time."""
         owners = self.directory.owner[pairs[0]]
-        table = torch.zeros(pairs.shape[1], dtype=torch.float64)
-        for part in pair_chunks(torch.nonzero(owners == self.directory.rank).flatten(), owners, 2):
+        mine = torch.nonzero(owners == self.directory.rank).flatten()
+        scores = torch.zeros(len(mine), dtype=torch.float64)
+        for part in pair_chunks(mine, owners, 2):
             m = len(part)
             rows = fetch_rows(z, self.directory.plan(torch.cat([pairs[0, part], pairs[1, part]])))
-            table[part] = self.decoder(rows[:m], rows[m:]).double().cpu()
-        return self.strategy.all_reduce(table).numpy()
+            scores[torch.searchsorted(mine, part)] = self.decoder(rows[:m], rows[m:]).double().cpu()
+        return scores.numpy()
+
+    def _metrics_phase(self):
+        """The metrics' traffic counted as ``metrics`` (as ``strategy.all_reduce`` counts it)."""
+        comm = self.directory.comm
+        return comm.phase("metrics") if comm is not None else contextlib.nullcontext()
 
     def _evaluated(self, split: str) -> tuple:
         """(positives, the fixed negatives of those ``_chosen``) of ``split``; the training

@@ -50,12 +50,14 @@ class GATLayer(nn.Module):
     def attend(self, view, z):
         """The rest, on the projected rows ``z`` (attention scores come from them too)."""
         z = z.view(-1, self.heads, self.out_dim)
-        scores = view.sddmm((z * self.att_dst).sum(-1), (z * self.att_src).sum(-1), "loop", "add")
-        if self.edge_logits is not None:
-            scores = scores + self.edge_logits(view, "loop")
-        alpha = view.edge_softmax(F.leaky_relu(scores, self.negative_slope), "loop")
-        alpha = view.edge_dropout(alpha, self.attn_dropout, self.training, "loop")
-        out = view.spmm(z, "loop", values=alpha)
+        s_dst, s_src = (z * self.att_dst).sum(-1), (z * self.att_src).sum(-1)
+        if self.edge_logits is None:  # one op: fused on CUDA (``view.attention``)
+            out = view.attention(z, s_dst, s_src, "loop", self.negative_slope, self.attn_dropout, self.training)
+        else:
+            scores = view.sddmm(s_dst, s_src, "loop", "add") + self.edge_logits(view, "loop")
+            alpha = view.edge_softmax(F.leaky_relu(scores, self.negative_slope), "loop")
+            alpha = view.edge_dropout(alpha, self.attn_dropout, self.training, "loop")
+            out = view.spmm(z, "loop", values=alpha)
         out = out.reshape(-1, self.heads * self.out_dim) if self.concat else out.mean(dim=1)
         return out + self.bias
 

@@ -58,6 +58,10 @@ class RelationView:
     def edge_dropout(self, values, p, training, op="loop"):
         return self._view.edge_dropout(values, p, training, relation_operator(op, self.relation))
 
+    def attention(self, z, s_dst, s_src, op="loop", negative_slope=0.2, dropout=0.0, training=False):
+        return self._view.attention(z, s_dst, s_src, relation_operator(op, self.relation), negative_slope, dropout,
+                                    training)
+
     def operator(self, name):
         return self._view.operator(relation_operator(name, self.relation))
 

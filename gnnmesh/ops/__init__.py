@@ -1,8 +1,10 @@
-"""Sparse kernels with autograd: the three primitives every model is written with."""
+"""Sparse kernels with autograd: the three primitives every model is written with, and GAT's
+attention, their composition, as one op (fused into Triton kernels on CUDA)."""
 
 import torch
 
 from ._index import bounds, cols, csr, rows, transpose_perm
+from .attention import attention
 from .softmax import edge_softmax
 from .spmm import spmm
 from .sddmm import sddmm
@@ -29,4 +31,4 @@ def index(adj, device) -> None:
     cols(adj, device)
 
 
-__all__ = ["spmm", "sddmm", "edge_softmax", "edge_sum", "index"]
+__all__ = ["spmm", "sddmm", "edge_softmax", "attention", "edge_sum", "index"]

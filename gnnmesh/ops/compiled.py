@@ -34,11 +34,12 @@ _module: dict = {}
 
 
 MIN_ENTRIES = 1 << 18
-_CHOICES = ("auto", "compiled", "torch")
+_CHOICES = ("auto", "compiled", "torch", "triton")
 
 
 def choice() -> str:
-    """Where the compiled kernels run (``GNNMESH_KERNELS``): auto, compiled or torch."""
+    """Where the compiled kernels run (``GNNMESH_KERNELS``): auto, compiled, torch, or triton
+    (the GPU kernels on every device, ``fused``; the CPU's compiled kernels then never run)."""
     value = os.environ.get("GNNMESH_KERNELS", "").strip().lower() or "auto"
     if value not in _CHOICES:
         raise ConfigError(f"environment variable GNNMESH_KERNELS: {value!r} is not one of {', '.join(_CHOICES)}")
@@ -69,7 +70,7 @@ def load() -> bool:
     per argument type starts numba's compiler and thread pool (about 55 MiB) and, on a fresh
     install, compiles it (seconds, more memory): every kernel runs here once on a tiny graph,
     with the types of float32 training on a graph of under 2^31 entries."""
-    if choice() == "torch" or _kernels() is None:
+    if choice() in ("torch", "triton") or _kernels() is None:
         return False
     if "warm" not in _module:
         _warm()
@@ -96,6 +97,11 @@ def disabled():
         yield
     finally:
         _module["off"] -= 1
+
+
+def switched_off() -> bool:
+    """Whether ops run on their torch implementations alone here (inside ``disabled()``)."""
+    return bool(_module.get("off"))
 
 
 def available(adj: Adjacency, *tensors: torch.Tensor) -> bool:

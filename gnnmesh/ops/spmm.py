@@ -3,7 +3,9 @@
 torch's own CSR autograd transposes ``A`` on every backward call; here the transpose
 structure is built once per graph and kept, and indices are int32 where they fit. On CPU
 the compiled kernels split rows between threads by entries and multiply every head in one
-pass over the entries; elsewhere (CUDA: cuSPARSE) torch's CSR product runs, head by head.
+pass over the entries; on CUDA the Triton kernels (``fused``) multiply several heads in one
+pass, a program per row, and torch's CSR product (cuSPARSE) runs plain ``[N, F]`` products
+(and, without triton, every head, one by one).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Optional
 import torch
 
 from ..graph import Adjacency
-from . import compiled
+from . import compiled, fused
 from ._index import cols, csr, rows, transpose_perm
 from .precision import in_float32
 from .profile import phase
@@ -40,6 +42,13 @@ def _multiply(adj: Adjacency, values: torch.Tensor, x: torch.Tensor, transpose: 
 def multiply(adj, values, x, transpose: bool = False, pooled: bool = True):
     """Heads-aware multiply: ``x`` is [N, F] with values [E], or [N, H, F] with values [E, H].
     ``pooled``: whether the compiled kernels' output takes pooled memory (``compiled.spmm``)."""
+    # On CUDA a plain [N, F] product stays cuSPARSE's (it runs near the memory's speed there)
+    # unless GNNMESH_KERNELS=triton; heads take one Triton pass, not a product per head.
+    if (x.dim() == 3 or compiled.choice() == "triton") and fused.available(x) and values.device == x.device:
+        try:
+            return fused.spmm(adj, values, x, transpose)
+        except fused.KernelFailed:
+            pass
     if x.dim() in (2, 3) and compiled.available(adj, x):
         return compiled.spmm(adj, values, x, transpose, pooled)
     if x.dim() == 2:
@@ -51,6 +60,11 @@ def multiply(adj, values, x, transpose: bool = False, pooled: bool = True):
 
 def edge_dot(adj: Adjacency, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``out[e] = <a[row(e)], b[col(e)]>`` over the last dim, in chunks of edges to bound memory."""
+    if a.dim() in (2, 3) and a.shape[1:] == b.shape[1:] and fused.available(a, b):
+        try:
+            return fused.edge_dot(adj, a, b)
+        except fused.KernelFailed:
+            pass
     if a.dim() in (2, 3) and compiled.available(adj, a, b):
         return compiled.edge_dot(adj, a, b)
     row, col = rows(adj, a.device), cols(adj, a.device)

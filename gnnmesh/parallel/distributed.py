@@ -39,6 +39,9 @@ class DistributedStrategy(Strategy):
         with self.comm.phase("metrics"):
             return self.comm.all_reduce(tensor)
 
+    def metrics_comm(self):
+        return self.comm
+
     @torch.no_grad()
     def agree_parameters(self, model):
         world = self.mesh.comm()

@@ -101,6 +101,11 @@ class Strategy:
         """Sum ``tensor`` over ranks (in place) and return it."""
         return tensor
 
+    def metrics_comm(self):
+        """The ``Comm`` over the ranks whose rows ``all_reduce`` sums (the metrics that are not
+        sums, such as ROC-AUC, talk over it too); None where this process holds every row."""
+        return None
+
     def sync_gradients(self, model: torch.nn.Module) -> None:
         """Make every rank's parameter gradients equal the full-graph gradient."""
 

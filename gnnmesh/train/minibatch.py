@@ -129,7 +129,7 @@ class MiniBatchTrainer(Trainer):
                     with self.forward_precision():
                         logits = widened(self._logits(self.eval_sampler, seeds, self.epoch, step))
                     count(seeds, logits)
-        self.metrics = evaluation.result(self.strategy.all_reduce, self.split_sizes)
+        self.metrics = evaluation.result(self.strategy.all_reduce, self.split_sizes, self.strategy.metrics_comm())
         return self._selected(self.metrics)
 
     def run_epoch(self):

@@ -278,8 +278,7 @@ class Trainer:
         self.loss_divisor = float(reduce(torch.tensor([self.task.count(train)], dtype=torch.float64))[0])
 
     def _evaluation(self) -> tasks.Evaluation:
-        width = self.targets.shape[1] if self.targets.dim() == 2 else 1
-        return tasks.Evaluation(self.task, self.num_nodes, self.num_classes, width)
+        return tasks.Evaluation(self.task)
 
     def _selected(self, metrics: list) -> list:
         """The selection metric of every split (what ``train_acc``, ``val_acc``, ``test_acc`` hold)."""
@@ -397,7 +396,7 @@ class Trainer:
         with self.forward_precision():
             self.strategy.evaluate_rows(self.model, s.view, s.x, lambda logits, rows: evaluation.add(
                 widened(logits), self.targets[rows], [m[rows] for m in masks], None if ids is None else ids[rows]))
-        self.metrics = evaluation.result(self.strategy.all_reduce, self.split_sizes)
+        self.metrics = evaluation.result(self.strategy.all_reduce, self.split_sizes, self.strategy.metrics_comm())
         return self._selected(self.metrics)
 
     def run_epoch(self) -> EpochResult:

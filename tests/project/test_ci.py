@@ -8,7 +8,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DEV_MODULES = ("pytest", "pytest_timeout", "psutil", "torch_geometric", "pymetis", "mtkahypar", "matplotlib",
-               "mkdocs", "material", "mkdocstrings_handlers.python", "pyarrow", "hypothesis")
+               "mkdocs", "material", "mkdocstrings_handlers.python", "pyarrow", "hypothesis", "triton")
 
 
 @pytest.fixture()
@@ -79,3 +79,18 @@ def test_a_rank_timeout_the_test_timeout_would_pre_empt_is_refused():
     from tests.dist import run_ranks
     with pytest.raises(ValueError, match="never fires"):
         run_ranks(print, 2, timeout=25)
+
+
+def _frozen(rank, world_size):
+    import gc
+    return gc.get_freeze_count()
+
+
+@pytest.mark.timeout(60)
+def test_the_imports_are_frozen_here_and_in_forked_ranks():
+    """A full collection skips the import-time heap (tests.dist.freeze_imports): torch's alone
+    is some 300,000 objects, which every gc.collect() of a run would otherwise walk."""
+    import gc
+    from tests.dist import run_ranks
+    assert gc.get_freeze_count() > 100_000
+    assert run_ranks(_frozen, 1, timeout=40)[0] > 100_000

@@ -66,9 +66,7 @@ HOST_SIDE = {
     ("tasks.py", "Classification.sums"): "metric sums, kept on the host",
     ("tasks.py", "MultiLabel.sums"): "metric sums, kept on the host",
     ("tasks.py", "Regression.setup"): "the training targets' mean, reduced on the host",
-    ("tasks.py", "_split_rows"): "row positions of the splits' gathered scores (host)",
-    ("tasks.py", "Evaluation.__init__"): "the gathered scores' table, on the host",
-    ("tasks.py", "Evaluation.add"): "split labels of gathered rows, on the host",
+    ("tasks.py", "_split_rows"): "row positions of the splits' labels, checked on the host",
     ("tasks.py", "Custom.sums"): "metric sums, kept on the host",
 }
 

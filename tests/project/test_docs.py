@@ -5,8 +5,8 @@ The examples are the fenced ``bash`` and ``python`` blocks of ``docs/**/*.md`` (
 test; the blocks of a page run in order in one working directory of their own, so that a page
 can train a run and then report it. A ``gnnmesh ...`` command runs as ``python -m gnnmesh ...``,
 and a Python block as ``python example_LINE.py``, in a process of its own (forked by
-``tests.forked``), with a timeout, a fresh cache directory (``GNNMESH_CACHE``) shared by the whole
-session, and progress reports off.
+``tests.forked``), with a timeout, the test session's cache directory (``GNNMESH_CACHE``: fresh
+for the session, unless CI sets one for its runs), and progress reports off.
 
 An example shows what a user would type, often on a graph far larger than a test can afford,
 so the lines directly above a block may carry annotations, HTML comments that the rendered
@@ -197,9 +197,9 @@ def prepared(words: list, plan: Plan, where: str) -> list:
 
 
 @pytest.fixture(scope="session")
-def env(tmp_path_factory):
-    environ = dict(os.environ)
-    environ["GNNMESH_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+def env():
+    environ = dict(os.environ)  # the session's cache (tests/conftest.py): graphs, partitions and rates
+    # already made by other tests are not made again (a rates probe alone takes ~10 s)
     environ["GNNMESH_PROGRESS"] = "off"
     environ["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [environ.get("PYTHONPATH")] if p])
     return environ
@@ -360,7 +360,7 @@ def test_the_graph_rule_finds_a_swapped_graph():
 
 # -- the site -------------------------------------------------------------------------------------
 
-@pytest.mark.slow  # CI builds the site strictly as its own step too (.ci/run)
+@pytest.mark.slow  # CI's build of the site (.ci/run runs the slow tests, and no other build)
 def test_the_docs_build_strictly(tmp_path):
     pytest.importorskip("mkdocs", reason="mkdocs is in the dev extra; CI fails without it")
     pytest.importorskip("mkdocstrings_handlers.python")

@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "gnnmesh"
 # Bottom to top; a module may import from its own layer's earlier entries and from lower layers.
 LAYERS = [
     ["edge_index_view", "errors", "registries", "structured", "progress", "validate", "locks", "atomic", "checkpoint", "memory", "launch", "host_store"],
-    ["graph", "transforms", "relations", "typed", "tasks", "datasets", "link.counter", "link.split", "link.sources", "link.decoders"],
+    ["graph", "transforms", "relations", "typed", "auc", "tasks", "datasets", "link.counter", "link.split", "link.sources", "link.decoders"],
     ["ops"],
     ["edge_features", "view", "models", "sampling"],
     ["comm"],

@@ -22,7 +22,7 @@ sets' meta.json, config files, OGB directories, edge lists, MatrixMarket and ``.
 dataset descriptions (a TOML naming CSV, ``.npy`` and text files; its fields set to other values).
 
 Every property runs twice, each time the same cases (a fixed seed): 1,210 cases in all in the
-fast suite (``-m "not slow"``) and 17,550 others among the slow tests, about two minutes
+fast suite (``-m "not slow"``) and 7,020 others among the slow tests, about a minute
 together on two cores. ``GNNMESH_FUZZ_EXAMPLES=5000 python -m pytest tests/system/test_fuzz.py -m slow``
 makes each slow run 5,000 cases drawn afresh every time; a failure prints its case and a
 ``@reproduce_failure`` line to replay it.
@@ -310,7 +310,7 @@ def checkpoint_file(graph, valid):
     return Valid(path, plain(load(path)))
 
 
-@fuzz(60, 1200, data=st.data())
+@fuzz(60, 480, data=st.data())
 def test_checkpoint_bytes(checkpoint_file, data):
     from gnnmesh.checkpoint import load
     source, original = checkpoint_file
@@ -326,7 +326,7 @@ def _checkpoint_state(path):
 CHECKED_KEYS = ("version", "epoch", "model", "optimizer", "best", "history", "config", "widths", "job")
 
 
-@fuzz(50, 800, data=st.data())
+@fuzz(50, 320, data=st.data())
 def test_checkpoint_fields(checkpoint_file, data):
     """A checked field given a value no checkpoint holds (the fields are what the loader checks)."""
     from gnnmesh.checkpoint import load
@@ -476,7 +476,7 @@ def parts_dirs(graph, valid):
 PART_KINDS = ["partition", "tensor", "grid3d"]
 
 
-@fuzz(60, 1100, kind=st.sampled_from(PART_KINDS), data=st.data())
+@fuzz(60, 440, kind=st.sampled_from(PART_KINDS), data=st.data())
 def test_parts_array_with_its_checksum_recomputed(parts_dirs, kind, data):
     from gnnmesh.parts.store import MANIFEST, checksum
     source, original = parts_dirs[kind]
@@ -490,7 +490,7 @@ def test_parts_array_with_its_checksum_recomputed(parts_dirs, kind, data):
         exact_or_refused(lambda: read_parts(where), original)
 
 
-@fuzz(30, 450, kind=st.sampled_from(PART_KINDS), data=st.data())
+@fuzz(30, 180, kind=st.sampled_from(PART_KINDS), data=st.data())
 def test_parts_file_bytes(parts_dirs, kind, data):
     from gnnmesh.parts.store import MANIFEST
     source, original = parts_dirs[kind]
@@ -505,7 +505,7 @@ def test_parts_file_bytes(parts_dirs, kind, data):
             exact_or_refused(lambda: read_parts(where), original)
 
 
-@fuzz(60, 1100, kind=st.sampled_from(PART_KINDS), data=st.data())
+@fuzz(60, 440, kind=st.sampled_from(PART_KINDS), data=st.data())
 def test_parts_manifest_fields(parts_dirs, kind, data):
     from gnnmesh.parts.store import MANIFEST
     source, original = parts_dirs[kind]
@@ -539,7 +539,7 @@ def block_dir(graph, valid):
     return Valid(path, plain(read_block_files(path)))
 
 
-@fuzz(50, 750, data=st.data())
+@fuzz(50, 300, data=st.data())
 def test_block_file_array(block_dir, data):
     source, original = block_dir
     with copy_of(source) as where:
@@ -548,7 +548,7 @@ def test_block_file_array(block_dir, data):
         exact_or_refused(lambda: read_block_files(where), original)
 
 
-@fuzz(30, 450, data=st.data())
+@fuzz(30, 180, data=st.data())
 def test_block_file_file_bytes(block_dir, data):
     """Block files carry no checksums: damage that leaves a valid array of other values reads as it is."""
     source, _ = block_dir
@@ -558,7 +558,7 @@ def test_block_file_file_bytes(block_dir, data):
         read_or_refused(lambda: read_block_files(where))
 
 
-@fuzz(50, 500, data=st.data())
+@fuzz(50, 200, data=st.data())
 def test_block_file_manifest_fields(block_dir, data):
     from gnnmesh.parallel.grid3d.block_files import MANIFEST
     source, original = block_dir
@@ -588,7 +588,7 @@ def read_partition(path, graph):
     return replace(load_partition(path, graph), path=None)  # where it lies is no part of it
 
 
-@fuzz(60, 800, data=st.data())
+@fuzz(60, 320, data=st.data())
 def test_partition_store(graph, stored_partition, data):
     source, original = stored_partition
     with tempfile.TemporaryDirectory() as tmp:
@@ -691,7 +691,7 @@ def plan_legal(path, value) -> bool:
     return value is None or isinstance(value, str)
 
 
-@fuzz(100, 1200, data=st.data())
+@fuzz(100, 480, data=st.data())
 def test_report_inputs(report_inputs, data):
     (metrics_source, original), plan_source = report_inputs
     with tempfile.TemporaryDirectory() as tmp:
@@ -768,7 +768,7 @@ def rates_file(valid):
     return Valid(path, plain(read_rates(path)))
 
 
-@fuzz(100, 1200, data=st.data())
+@fuzz(100, 480, data=st.data())
 def test_rates_file(rates_file, data):
     source, original = rates_file
     with copy_of(source) as path:
@@ -834,7 +834,7 @@ def prediction_dir(valid):
     return Valid(where, plain(read_prediction(where)))
 
 
-@fuzz(60, 900, data=st.data())
+@fuzz(60, 360, data=st.data())
 def test_prediction_directory(prediction_dir, data):
     from gnnmesh.predict.store import MANIFEST
     source, original = prediction_dir
@@ -968,7 +968,7 @@ def write_text(path: Path, data: bytes) -> None:
     path.write_bytes(gzip.compress(data, mtime=0) if path.suffix == ".gz" else data)
 
 
-@fuzz(100, 1500, kind=st.sampled_from(TEXT_DATASETS), data=st.data())
+@fuzz(100, 600, kind=st.sampled_from(TEXT_DATASETS), data=st.data())
 def test_dataset_text_number(dataset_files, kind, data):
     """A number of a dataset's text files replaced by something no valid file holds there."""
     import re
@@ -989,7 +989,7 @@ def test_dataset_text_number(dataset_files, kind, data):
         exact_or_refused(lambda: load_dataset(where), original)
 
 
-@fuzz(80, 1100, kind=st.sampled_from(TEXT_DATASETS + ["npz"] + DESCRIBED), data=st.data())
+@fuzz(80, 440, kind=st.sampled_from(TEXT_DATASETS + ["npz"] + DESCRIBED), data=st.data())
 def test_dataset_bytes(dataset_files, kind, data):
     """Bytes damaged anywhere (a gzip file's compressed bytes included): a text file carries no
     checksum, so a flipped digit is another valid file, read as it is; all else is one line."""
@@ -1006,7 +1006,7 @@ def test_dataset_bytes(dataset_files, kind, data):
 TOML_VALUES = ['0', '-1', '1.5', 'nan', '"x"', '""', '"absent.csv"', 'true', '[]', '{}', '[1, "a"]', '"../g.toml"']
 
 
-@fuzz(60, 800, data=st.data())
+@fuzz(60, 320, data=st.data())
 def test_description_fields(dataset_files, data):
     """A field of a dataset description set to another value or type, or deleted: it reads
     (another valid description: columns swapped, another file) or is refused in one line."""
@@ -1027,7 +1027,7 @@ def test_description_fields(dataset_files, data):
 NPZ_VALUES = ("adj_data", "attr_matrix", "labels", "num_classes")
 
 
-@fuzz(60, 900, data=st.data())
+@fuzz(60, 360, data=st.data())
 def test_npz_field(dataset_files, data):
     source, original = dataset_files["npz"]
     with copy_of(source) as path:
@@ -1069,7 +1069,7 @@ def export_dirs(graph, valid):
     return {name: Valid(path, plain(read_export(path))) for name, path in out.items()}
 
 
-@fuzz(60, 900, model=st.sampled_from(EXPORT_MODELS), data=st.data())
+@fuzz(60, 360, model=st.sampled_from(EXPORT_MODELS), data=st.data())
 def test_export_directory(export_dirs, model, data):
     """model.json given a value no export writes (sizes of 2^63, heads of -1, nesting) or damaged
     bytes, weights.pt damaged: the same model, or one line; never an allocation or torch's error."""
@@ -1104,7 +1104,7 @@ def shard_set(valid):
     return Valid(path, plain(read_shard_set(path)))
 
 
-@fuzz(60, 900, data=st.data())
+@fuzz(60, 360, data=st.data())
 def test_shard_set_meta(shard_set, data):
     """A field of meta.json given a value no set holds (a class count of 10^9, nesting 100,000
     deep, ...), or its bytes damaged: the same graph, or one line naming meta.json."""
@@ -1147,7 +1147,7 @@ def config_file(valid):
     return Valid(path, plain(read_config(path)))
 
 
-@fuzz(80, 1000, data=st.data())
+@fuzz(80, 400, data=st.data())
 def test_config_file(config_file, data):
     """A setting's value replaced (by a number out of range, another type, nesting 100,000 deep),
     a table nested deeply, or bytes damaged: a config (of other settings, where the value is

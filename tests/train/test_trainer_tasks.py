@@ -91,6 +91,43 @@ def test_every_task_under_offload_tensor_grid3d_and_minibatch_equals_the_single_
     check_runs(["offload", "tensor", "grid3d", "gdp"], timeout=360)
 
 
+def few_labelled(nodes: int = 1000, labelled: int = 60):
+    """A graph of ``nodes`` nodes, 4 multilabel targets, of which the splits hold ``labelled`` rows."""
+    graph = random_graph(n=nodes, e=4 * nodes, features=6, classes=3, directed=True, isolated=2)
+    gen = torch.Generator().manual_seed(3)
+    chosen = torch.randperm(nodes, generator=gen)[:labelled]
+    masks = [torch.zeros(nodes, dtype=torch.bool) for _ in range(3)]
+    for i, part in enumerate(chosen.chunk(3)):
+        masks[i][part] = True
+    return graph.replace(y=(torch.rand(nodes, 4, generator=gen) < 0.4).float(), train_mask=masks[0],
+                         val_mask=masks[1], test_mask=masks[2])
+
+
+def _rank_evaluation(rank, world):
+    trainer = Trainer(config("multilabel", epochs=1, strategy="partition", partitioner="contiguous", nproc=world),
+                      few_labelled())
+    trainer.fit()
+    trainer.strategy.reset_counters()
+    trainer.evaluate()
+    return trainer.metrics, trainer.strategy.take_counters()["phases"]["metrics"]["bytes"]
+
+
+@pytest.mark.timeout(150)
+def test_the_roc_auc_of_two_ranks_is_exact_and_sends_no_table_of_every_node():
+    """Two ranks' ROC-AUC is the single process's to 1e-12, and what one evaluation sends is a
+    small fraction of what a table of every node's outputs and targets (float32) would be: the
+    ranks sort the split's scores between them."""
+    single = Trainer(config("multilabel", epochs=1), few_labelled())
+    single.fit()
+    single.evaluate()
+    table = 1000 * (4 + 4 + 1) * 4
+    for metrics, sent in run_ranks(_rank_evaluation, 2, timeout=110):
+        for got, want in zip(metrics, single.metrics):
+            assert got["roc_auc"] == pytest.approx(want["roc_auc"], abs=1e-12)
+            assert got["micro_f1"] == pytest.approx(want["micro_f1"], abs=1e-12)
+        assert 0 < sent < table / 10, sent
+
+
 def test_class_weights_weigh_the_loss_as_torch_does():
     graph = task_graph("classification")
     for weights, w in (("0.5,3,1", torch.tensor([0.5, 3.0, 1.0])), ("balanced", None)):
