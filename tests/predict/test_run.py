@@ -8,10 +8,6 @@ from gnnmesh.predict.run import _kernels
 PARTS = object()  # a parts directory, as _run has it (only whether there is one matters)
 
 
-def _off() -> bool:
-    return bool(compiled._module.get("off"))
-
-
 @pytest.mark.parametrize("parts,ranks,choice,torch_only", [
     (PARTS, 4, "", True),           # ranks from parts: numba's code would be a large share of each
     (PARTS, 4, "compiled", False),  # unless GNNMESH_KERNELS names a choice
@@ -21,7 +17,7 @@ def _off() -> bool:
 ])
 def test_ranks_from_parts_run_torchs_kernels_unless_told(monkeypatch, parts, ranks, choice, torch_only):
     monkeypatch.setenv("GNNMESH_KERNELS", choice)
-    assert not _off()
+    assert not compiled.switched_off()
     with _kernels(parts, ranks):
-        assert _off() == torch_only
-    assert not _off()
+        assert compiled.switched_off() == torch_only
+    assert not compiled.switched_off()
