@@ -97,6 +97,23 @@ def release_freed(collect: bool = False) -> None:
         trim(0)
 
 
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+
+
+def map_large_blocks(threshold: int = 1 << 20) -> None:
+    """Have the C allocator map every block of ``threshold`` bytes or more on its own, and
+    unmap it when freed (glibc's ``mallopt(M_MMAP_THRESHOLD)``). By default glibc raises its
+    threshold (to 32 MiB) after the first large free, and the blocks below it then come from
+    its heap, which keeps them, fragmented, after they are freed: a pass that allocates and
+    frees many such temporaries (a halo fetched peer by peer, a product piece by piece) would
+    hold them all in resident memory at once. Nothing where the allocator is not glibc's."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc
+        return
+    mallopt(M_MMAP_THRESHOLD, int(threshold))
+
+
 @functools.lru_cache(maxsize=None)
 def _malloc_trim():
     try:

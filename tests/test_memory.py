@@ -68,3 +68,26 @@ def test_peak_rss_without_proc(monkeypatch):
     proc = memory.peak_rss_mib()
     monkeypatch.setattr(memory, "_STATUS", "/nonexistent/status")
     assert 0.5 * proc < memory.peak_rss_mib() < 2 * proc + 64
+
+
+
+def test_large_blocks_are_mapped_on_their_own(monkeypatch):
+    """glibc's mallopt(M_MMAP_THRESHOLD, bytes): fixed, so that it no longer rises past the
+    blocks a pass frees; nothing where the C library has no mallopt."""
+    calls = []
+
+    class Libc:
+        def mallopt(self, param, value):
+            calls.append((param, value))
+            return 1
+
+    monkeypatch.setattr(memory.ctypes, "CDLL", lambda name: Libc())
+    memory.map_large_blocks()
+    memory.map_large_blocks(4 << 20)
+    assert calls == [(-3, 1 << 20), (-3, 4 << 20)]
+
+    def no_libc(name):
+        raise OSError("no C library")
+    monkeypatch.setattr(memory.ctypes, "CDLL", no_libc)
+    memory.map_large_blocks()  # quietly nothing
+    assert len(calls) == 2

@@ -9,7 +9,9 @@ its parts (``--parts DIR``), each rank reading only its own folder.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +19,7 @@ from typing import Optional
 
 import numpy as np
 
-from .. import checkpoint, comm, locks, strategies, tasks, trained
+from .. import checkpoint, comm, locks, memory, strategies, tasks, trained
 from ..atomic import check_replaceable
 from ..config import Config
 from ..errors import ConfigError
@@ -134,6 +136,9 @@ def run_prediction(config: Config, request: Request, quiet: bool = False) -> Opt
 
 
 def _run(config: Config, request: Request, quiet: bool) -> Optional[dict]:
+    # a prediction's temporaries (checks of the parts, halo rows, product pieces) are each
+    # freed once used: given back to the system, not kept fragmented in the process's heap
+    memory.map_large_blocks()
     world = world_from_env()
     rank, world_size = world or (0, 1)
     state = checkpoint.load(request.checkpoint)
@@ -147,12 +152,24 @@ def _run(config: Config, request: Request, quiet: bool) -> Optional[dict]:
     if world:
         comm.init(device)
     try:
-        manifest = _predict(config, request, state, saved, parts, quiet, rank, world_size)
+        with _kernels(parts, world_size):
+            manifest = _predict(config, request, state, saved, parts, quiet, rank, world_size)
     except BaseException:
         comm.shutdown()
         raise
     comm.shutdown(clean=True)
     return manifest
+
+
+def _kernels(parts, world_size: int):
+    """Where the sparse products run: ranks predicting from parts run torch's kernels unless
+    ``GNNMESH_KERNELS`` names a choice. numba's code and compiler (about 100 MiB a process)
+    would be a large share of a rank's memory, for one pass (torch's kernels take about 1.4
+    times as long and no more memory per product)."""
+    if parts is None or world_size == 1 or os.environ.get("GNNMESH_KERNELS", "").strip():
+        return contextlib.nullcontext()
+    from ..ops import compiled
+    return compiled.disabled()
 
 
 def with_model(config: Config, saved: Config, path) -> Config:

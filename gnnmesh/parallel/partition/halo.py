@@ -88,6 +88,7 @@ class Exchange:
 
 
 HALO_PIECES = 8  # at most this many row ranges of the halo part, multiplied one at a time
+MESSAGE_ROWS = 1 << 14  # rows of one message of the halo fetched without autograd (8 MiB at 128 float32)
 
 
 class LocalOperator:
@@ -105,6 +106,8 @@ class LocalOperator:
         self.exchange = exchange
         self._assembled = None
         self._pieces = None
+        self._by_peer = None
+        self._inner_pieces = None
 
     @property
     def block(self) -> Adjacency:
@@ -151,22 +154,41 @@ class LocalOperator:
         A piece holds at least the entries the compiled kernels take (``compiled.MIN_ENTRIES``)
         where the whole part does, so the pieces run on the kernel the whole would."""
         if self._pieces is None:
-            outer = self.outer
-            n, nnz = outer.shape[0], outer.nnz
-            count = max(1, min(HALO_PIECES, nnz // compiled.MIN_ENTRIES))
-            if count == 1:
-                self._pieces = [(slice(0, n), slice(0, nnz), outer)]
-            else:
-                indptr = outer.indptr.numpy()
-                cuts = np.searchsorted(indptr, np.arange(1, count) * (nnz / count))
-                bounds = np.unique(np.concatenate(([0], np.minimum(cuts, n), [n])))
-                self._pieces = []
-                for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-                    first, last = int(indptr[lo]), int(indptr[hi])
-                    part = Adjacency(outer.indptr[lo:hi + 1] - first, outer.indices[first:last], None,
-                                     (hi - lo, outer.shape[1]))
-                    self._pieces.append((slice(lo, hi), slice(first, last), part))
+            self._pieces = _row_pieces(self.outer, min(HALO_PIECES, self.outer.nnz // compiled.MIN_ENTRIES))
         return self._pieces
+
+    def inner_pieces(self) -> list:
+        """``(rows, entries, part)`` as ``outer_pieces``, of the owned part, in ``HALO_PIECES``
+        ranges (inference, see ``halo_product_by_peer``)."""
+        if self._inner_pieces is None:
+            self._inner_pieces = _row_pieces(self.inner, HALO_PIECES)
+        return self._inner_pieces
+
+    def outer_of(self, peer: int) -> list:
+        """``(rows received, pieces)`` for each message from ``peer`` (its halo rows in runs of
+        ``MESSAGE_ROWS``, in order): ``pieces`` as ``outer_pieces``, of the halo part's columns
+        of those rows alone (numbered from 0); their ``entries``: the positions of their values
+        among the halo part's. Made on first use (inference, see ``halo_product_by_peer``).
+        Always ``HALO_PIECES`` ranges of rows, so that no piece's product takes more than that
+        share of the layer's output, even where the pieces then run on torch's kernel (below
+        ``compiled.MIN_ENTRIES``)."""
+        if self._by_peer is None:
+            self._by_peer = {}
+            outer, start = self.outer, 0
+            rows = torch.repeat_interleave(torch.arange(outer.shape[0]), outer.degrees())
+            for p in sorted(self.exchange.routes.recv_counts):
+                count = self.exchange.routes.recv_counts[p]
+                self._by_peer[p] = []
+                for first in range(start, start + count, MESSAGE_ROWS):
+                    last = min(first + MESSAGE_ROWS, start + count)
+                    mine = torch.nonzero((outer.indices >= first) & (outer.indices < last)).flatten()
+                    indptr = torch.zeros(outer.shape[0] + 1, dtype=torch.int64)
+                    indptr[1:] = torch.cumsum(torch.bincount(rows[mine], minlength=outer.shape[0]), 0)
+                    block = Adjacency(indptr, outer.indices[mine] - first, None, (outer.shape[0], last - first))
+                    pieces = [(r, mine[e], part) for r, e, part in _row_pieces(block, HALO_PIECES) if part.nnz]
+                    self._by_peer[p].append((last - first, pieces))
+                start += count
+        return self._by_peer.get(peer, [])
 
     @property
     def edge_ids(self) -> torch.Tensor:
@@ -183,6 +205,61 @@ class LocalOperator:
         if self.inner.values is None:
             return like.new_ones(self.inner.nnz), like.new_ones(self.outer.nnz)
         return self.inner.values, self.outer.values
+
+
+def _row_pieces(adj: Adjacency, count: int) -> list:
+    """``(rows, entries, part)``: ``adj`` cut into ``count`` ranges of rows of about equal
+    entries (fewer where rows are few), each its own CSR matrix (structure only)."""
+    n, nnz = adj.shape[0], adj.nnz
+    if count <= 1:
+        return [(slice(0, n), slice(0, nnz), adj)]
+    indptr = adj.indptr.numpy()
+    cuts = np.searchsorted(indptr, np.arange(1, count) * (nnz / count))
+    bounds = np.unique(np.concatenate(([0], np.minimum(cuts, n), [n])))
+    pieces = []
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        first, last = int(indptr[lo]), int(indptr[hi])
+        part = Adjacency(adj.indptr[lo:hi + 1] - first, adj.indices[first:last], None, (hi - lo, adj.shape[1]))
+        pieces.append((slice(lo, hi), slice(first, last), part))
+    return pieces
+
+
+def halo_product_by_peer(x: torch.Tensor, values, op: LocalOperator) -> torch.Tensor:
+    """``block @ [x; halo(x)]`` without autograd (inference), the halo fetched from one peer at
+    a time and from it ``MESSAGE_ROWS`` rows at a time: at step k a rank sends its rows to
+    rank + k and receives those of rank - k, a message each way at once, and adds the
+    received rows' product into the owned part's before the next message. One message's
+    rows each way are held at once, where the whole halo and every peer's rows sent would
+    be (the largest buffers of a wide layer after its input and output)."""
+    routes, comm = op.exchange.routes, op.exchange.comm
+    tail = tuple(x.shape[1:])
+    with comm.phase("halo"):
+        v_in, v_out = op.split_values(values, x)
+        with profile.phase("aggregate"):
+            # the owned part a range of rows at a time as well: a product's temporaries (torch's
+            # kernel takes one the size of its output) stay a fraction of the layer's output
+            y = x.new_empty((op.inner.shape[0],) + tail)
+            for rows, entries, piece in op.inner_pieces():
+                y[rows] = multiply(piece, v_in[entries], x)
+        for step in range(1, comm.world_size):
+            to, src = (comm.rank + step) % comm.world_size, (comm.rank - step) % comm.world_size
+            sent = routes.send_index.get(to)
+            sends = [] if sent is None else list(torch.split(sent, MESSAGE_ROWS))  # as the peer's outer_of cuts them
+            receives = op.outer_of(src)
+            for i in range(max(len(sends), len(receives))):
+                handles = [comm.isend(x[sends[i]], to)] if i < len(sends) else []
+                halo = None
+                if i < len(receives):
+                    halo = x.new_empty((receives[i][0],) + tail)
+                    handles.append(comm.irecv(halo, src))
+                comm.wait(handles)
+                handles.clear()  # the rows sent go now
+                if halo is not None:
+                    with profile.phase("aggregate"):
+                        for rows, entries, piece in receives[i][1]:
+                            y[rows].add_(multiply(piece, v_out[entries], halo))
+                del halo
+    return y
 
 
 class HaloSpMM(torch.autograd.Function):

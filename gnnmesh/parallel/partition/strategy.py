@@ -12,7 +12,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ... import ops
+from ... import memory, ops
 from ...comm import agreed
 from ...errors import GraphError
 from ...layout import ParallelLayout
@@ -24,7 +24,7 @@ from ..distributed import DistributedStrategy
 from ..input_rows import LeafRows
 from ..row_sums import SumOverRanks
 from ..strategy import RankData
-from .halo import HaloGather, HaloSpMM, build_local_operator, local_operator
+from .halo import HaloGather, HaloSpMM, build_local_operator, halo_product_by_peer, local_operator
 
 
 class PartitionView(GraphView):
@@ -57,6 +57,8 @@ class PartitionView(GraphView):
 
     # -- primitives ------------------------------------------------------------------------
     def spmm(self, x, op="gcn", values=None):
+        if not torch.is_grad_enabled():  # inference: the halo one peer at a time, nothing kept for a backward
+            return halo_product_by_peer(x, values, self.local(op))
         return HaloSpMM.apply(x, values, self.local(op))  # values None: the operator's own
 
     def sddmm(self, dst, src, op="loop", kind="add"):
@@ -115,6 +117,7 @@ class PartitionParallel(DistributedStrategy):
         self.method = parts.manifest["method"]
         view = PartitionView(None, owned, self.comm, seed, device, part=part)
         x, *rest = (t.to(device) for t in data)
+        memory.release_freed()  # the checks' temporaries, kept by the allocator otherwise
         return RankData(view, x.float(), *rest)
 
     def _assignment(self, graph) -> torch.Tensor:
