@@ -39,6 +39,7 @@ HOST_SIDE = {
     ("parallel/partition/halo.py", "_sub_block"): "a block's CSR row pointers (host structure)",
     ("parallel/partition/halo.py", "local_operator"): "the row of each block entry, to split the block (host structure)",
     ("parallel/partition/halo.py", "LocalOperator._build_block"): "a block's CSR rebuilt from its parts (host structure)",
+    ("parallel/partition/halo.py", "LocalOperator.outer_of"): "the halo part's rows and row pointers split by message (host structure)",
     ("parallel/minibatch/routes.py", "SourceNodeRoute.serve"): "self-loop values of a host CSR block",
     ("parallel/strategy.py", "RankData.row_ids"): "global ids, for metrics gathered and predictions written",
     ("parallel/tensor/layout_switch.py", "LayoutSwitch.owned_in"): "row ids to exchange, moved by the switch",
