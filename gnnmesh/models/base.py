@@ -11,7 +11,12 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
-from ..ops import dense
+try:
+    from ..ops import dense
+except ImportError:  # the copy a PyG export ships runs without gnnmesh: torch's own ops, the same results
+    from types import SimpleNamespace
+    dense = SimpleNamespace(linear=lambda h, weight: h @ weight.t(), add=lambda a, b: a + b,
+                            activation=lambda fn, h: fn(h))
 
 # The operator name of the identity: a term on H itself, with no aggregation.
 SELF = "self"
