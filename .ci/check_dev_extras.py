@@ -20,7 +20,6 @@ else:  # pragma: no cover
 IMPORT_NAMES = {
     "pytest": "pytest",
     "pytest-timeout": "pytest_timeout",
-    "pytest-xdist": "xdist",
     "psutil": "psutil",
     "pymetis": "pymetis",
     "mtkahypar": "mtkahypar",

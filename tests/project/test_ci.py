@@ -8,7 +8,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DEV_MODULES = ("pytest", "pytest_timeout", "psutil", "torch_geometric", "pymetis", "mtkahypar", "matplotlib",
-               "mkdocs", "material", "mkdocstrings_handlers.python", "pyarrow", "hypothesis", "triton", "xdist")
+               "mkdocs", "material", "mkdocstrings_handlers.python", "pyarrow", "hypothesis", "triton")
 
 
 @pytest.fixture()
