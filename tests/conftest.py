@@ -34,6 +34,19 @@ def test_timeout(request):
     TEST_TIMEOUT["seconds"] = None
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """One compute thread for a module's in-process runs, as on every rank (tests.dist runs
+    its ranks so): their graphs are tiny, so a second thread only adds a wake-up to every op,
+    and on a busy machine each op then waits for a second core. Numerics are unchanged (a
+    parallel product adds in the same order; GAT's scatter on one thread is deterministic)."""
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def isolated_cache(tmp_path_factory):
     """Keep processed graphs out of the user's cache unless a cache dir is set explicitly

@@ -34,14 +34,7 @@ EPOCHS, EVAL_EVERY = 6, 3
 GRID3D_MODELS = tuple(m for m in strategies.spec("grid3d").models if "relations" not in options_of(m))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One thread, as on every rank: the graphs are tiny, and on a busy machine a second
-    thread makes each op wait for a core."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # as on every rank (tests/conftest.py says why)
 
 
 def make_graph():

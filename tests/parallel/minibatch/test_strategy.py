@@ -19,6 +19,8 @@ from gnnmesh import datasets
 from gnnmesh.config import Config
 from gnnmesh.errors import ConfigError
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # as on every rank (tests/conftest.py says why)
+
 
 def graph():
     return random_graph(n=120, e=700, features=9, classes=4, directed=True, isolated=3)

@@ -15,6 +15,8 @@ from tests.parity import assert_same_run, train
 from gnnmesh.config import Config
 from gnnmesh.errors import ConfigError
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # as on every rank (tests/conftest.py says why)
+
 MODELS = ["gcn", "sage", "gin", "gat", "decoupled-gcn", "decoupled-sage", "decoupled-gat"]
 CHUNKS = [1, 3, 8]
 # Every dedup mode, reorganized and not, meets every model and K across the runs.
