@@ -4,6 +4,8 @@ types, DistMult scores each pair with its relation's diagonal; partition (3 rank
 offload and grid3d runs equal the single process (losses, parameters, metrics); checkpoints record the relations
 and predict scores and ranks a chosen one; bad input is one line."""
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -19,6 +21,8 @@ from tests.dist import run_ranks
 from tests.forked import run_cli
 from tests.helpers import random_graph
 from tests.parity import assert_same_run
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # as on every rank (tests/conftest.py says why)
 
 SPEC = "igbh-synth:papers=60,authors=40,institutes=5,fos=8,features=4,features_on=all"
 CITES, WRITES = "paper__cites__paper", "paper__written_by__author"
@@ -121,9 +125,15 @@ def _rank_runs(rank, world, strategy, variants):
     return {v: train(**RUNS[strategy], **VARIANTS[v], nproc=world) for v in variants}
 
 
+@functools.lru_cache(maxsize=None)
+def _single(variant: str) -> dict:
+    """The single process's run of a variant, once per module: every strategy compares with it."""
+    return train(**VARIANTS[variant])
+
+
 def check(strategy, world, variants, timeout):
     """Losses, parameters (the decoder's diagonals too) and every metric, to 1e-5."""
-    want = {v: train(**VARIANTS[v]) for v in variants}
+    want = {v: _single(v) for v in variants}
     for rank, runs in enumerate(run_ranks(_rank_runs, world, strategy, variants, timeout=timeout)):
         for v, got in runs.items():
             try:
