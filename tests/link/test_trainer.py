@@ -1,6 +1,9 @@
 """Link prediction under every strategy that scores pairs equals the single process: losses,
 parameters (the decoder's too) and every metric, on real gloo ranks."""
 
+import functools
+import os
+
 import numpy as np
 import pytest
 
@@ -10,6 +13,8 @@ from gnnmesh.link.trainer import LinkTrainer
 from tests.dist import run_ranks
 from tests.helpers import random_graph
 from tests.parity import assert_same_run
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # as on every rank (tests/conftest.py says why)
 
 EPOCHS = 6
 
@@ -41,12 +46,19 @@ def _rank_runs(rank, world, strategy, variants):
     return {v: train(**RUNS[strategy], **VARIANTS[v], nproc=world) for v in variants}
 
 
+@functools.lru_cache(maxsize=None)
+def _single(variant: str, kernels) -> dict:
+    """The single process's run of a variant, once per module and choice of kernels
+    (``GNNMESH_KERNELS``, which a test may set): every strategy compares with it."""
+    return train(**VARIANTS[variant])
+
+
 def check(strategy, world, variants, timeout):
     """Losses and parameters (the decoder's too) to 1e-5, and the metrics to 1e-5 with the dot
     decoder, whose scores' rounding never reorders two of them here. Under the MLP's dead
     ReLUs many scores agree to float32's rounding, and two of them may be ordered the other
     way (``gnnmesh.link.metrics``), which moves a rank metric by that comparison's weight."""
-    want = {v: train(**VARIANTS[v]) for v in variants}
+    want = {v: _single(v, os.environ.get("GNNMESH_KERNELS")) for v in variants}
     for rank, runs in enumerate(run_ranks(_rank_runs, world, strategy, variants, timeout=timeout)):
         for v, got in runs.items():
             try:
