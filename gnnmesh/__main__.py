@@ -1,5 +1,4 @@
-import sys
-
 from .cli import main
+from .launch import end_program
 
-sys.exit(main())
+end_program(main())

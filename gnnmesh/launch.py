@@ -147,6 +147,39 @@ def check_job_env() -> None:
                           "'srun torchrun ...' (one task per node) or set them")
 
 
+def end_program(status) -> None:
+    """End a finished ``python -m gnnmesh`` with exit status ``status``, skipping the
+    interpreter's teardown: freeing every module's objects (torch's, dynamo's, sympy's) takes
+    more than a second of CPU, paid by every rank of every job. What the teardown would do
+    that matters is done first: the atexit handlers (the process group's shutdown, temporary
+    files' removal, logging's flush) and the flush of stdout, stderr and C's stdio. Ends the
+    usual way where that could lose something: a status that is not a number (sys.exit prints
+    it), another thread still working (the interpreter would wait for it), or output that
+    cannot be flushed (the interpreter reports it, and its status changes)."""
+    status = 0 if status is None else status
+    others = [t for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]
+    if not isinstance(status, int) or any(t.is_alive() for t in others):
+        sys.exit(status)
+    import atexit
+    atexit._run_exitfuncs()  # runs each handler once: a later sys.exit finds none left
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except (OSError, ValueError):
+        sys.exit(status)
+    _flush_c_stdio()
+    os._exit(status & 0xFF)
+
+
+def _flush_c_stdio() -> None:
+    """What C code printed and left in stdio's buffers, which exit() would flush and _exit not."""
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError, TypeError):  # no C library to ask (Windows)
+        pass
+
+
 def launched_rank() -> bool:
     """Whether this process is a rank started by ``launch`` (which reports for it)."""
     return LAUNCHER_ENV in os.environ and "RANK" in os.environ

@@ -127,3 +127,59 @@ def test_partition_file_of_another_graph_is_refused(tmp_path):
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and stored.name in lines[0], result.stderr
+
+
+ENDING = """
+import atexit, ctypes, sys, threading, time
+from gnnmesh.launch import end_program
+
+class Teardown:
+    def __del__(self, open=open, path=sys.argv[1] + "/teardown"):  # freed by the teardown alone
+        open(path, "w").close()
+
+def later():
+    time.sleep(0.3)
+    open(sys.argv[1] + "/thread", "w").close()
+
+kept = Teardown()
+atexit.register(lambda: open(sys.argv[1] + "/atexit", "w").close())
+if sys.argv[3] == "thread":
+    threading.Thread(target=later).start()
+sys.stdout.write("buffered, no newline")
+sys.stderr.write("stderr too")
+ctypes.CDLL(None).printf(b" and C's stdio")
+end_program(eval(sys.argv[2]))
+"""
+
+
+def _end(tmp_path, status: str, thread: str = "") -> subprocess.CompletedProcess:
+    script = tmp_path / "ending.py"
+    script.write_text(ENDING)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, str(script), str(tmp_path), status, thread or "-"], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="C's printf through ctypes")
+@pytest.mark.parametrize("status, code", [("3", 3), ("0", 0), ("None", 0)])
+def test_a_finished_program_ends_without_the_teardown_and_loses_nothing(tmp_path, status, code):
+    """Its status, its buffered output (Python's and C's) and its atexit handlers kept; the
+    teardown that frees every object skipped."""
+    done = _end(tmp_path, status)
+    assert done.returncode == code, done.stderr
+    assert done.stdout.startswith("buffered, no newline") and " and C's stdio" in done.stdout
+    assert done.stderr == "stderr too"
+    assert (tmp_path / "atexit").exists() and not (tmp_path / "teardown").exists()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="C's printf through ctypes")
+@pytest.mark.parametrize("status, thread, code", [("0", "thread", 0), ("'a message'", "", 1)])
+def test_a_program_ends_the_usual_way_when_ending_early_could_lose_something(tmp_path, status, thread, code):
+    """A thread still working is waited for; a status that is a message is printed."""
+    done = _end(tmp_path, status, thread)
+    assert done.returncode == code, done.stderr
+    assert done.stdout.startswith("buffered, no newline")
+    assert (tmp_path / "atexit").exists() and (tmp_path / "teardown").exists()
+    assert (tmp_path / "thread").exists() == bool(thread)
+    assert ("a message" in done.stderr) == (code == 1)
