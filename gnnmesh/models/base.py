@@ -20,6 +20,7 @@ except ImportError:  # the copy a PyG export ships runs without gnnmesh: torch's
 
 # The operator name of the identity: a term on H itself, with no aggregation.
 SELF = "self"
+_RELU = (torch.relu, nn.functional.relu)  # the activations that may run in place (``torch.relu_``)
 
 
 def layer_dims(in_dim: int, hidden: int, out_dim: int, layers: int) -> list[tuple[int, int]]:
@@ -72,7 +73,12 @@ class LayerStack(nn.Module):
         given a block of rows at a time by ``blocks()``: the same products on the same
         operands, without the whole input in memory at once."""
         h = self.layers[0].maths().evaluate_by_blocks(view.layer(0), blocks, rows)  # eval: no dropout
-        return self(view, h, start=1)
+        for i in range(1, len(self.layers)):
+            # the first layer's output is this pass's own: its activation may overwrite it (no
+            # second [rows, hidden] beside it); a later layer's may be anything the layer returns
+            h = torch.relu_(h) if i == 1 and self.activation in _RELU else dense.activation(self.activation, h)
+            h = self.layer_output(view, i, h)
+        return h
 
 
 @dataclass(frozen=True, eq=False)
@@ -168,12 +174,14 @@ class Maths:
             summed = reduce(operator.add, (t.scaled(aggregate(view, t.op, z)) for t in terms))
             del z  # before the next weight's product, or the bias
             total = summed if total is None else dense.add(total, summed)
-        return self.finish(total)
+        return self.finish(total, in_place=True)  # the sum is this pass's own tensor
 
-    def finish(self, z: torch.Tensor) -> torch.Tensor:
-        """The layer's output from its summed terms: bias, then the activation and second map."""
+    def finish(self, z: torch.Tensor, in_place: bool = False) -> torch.Tensor:
+        """The layer's output from its summed terms: bias, then the activation and second map.
+        ``in_place``: the bias is added into ``z`` (a pass without gradients that owns ``z``;
+        the same kernel, so the same numbers)."""
         if self.bias is not None:
-            z = dense.add(z, self.bias)
+            z = z.add_(self.bias) if in_place else dense.add(z, self.bias)
         return z if self.out is None else self.out(self.act(z))
 
 
