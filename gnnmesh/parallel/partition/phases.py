@@ -61,6 +61,7 @@ class Phases:
     def __init__(self, comm, directory, key: dict, names: tuple, log: Optional[Callable] = None):
         self.comm, self.names = comm, tuple(names)
         self.folder = work_folder(directory)
+        self.shown = Path(f"{Path(directory)}{SUFFIX}")  # named as the output was given
         self.mine = self.folder / f"rank-{comm.rank:05d}"
         self.key = {"format": FORMAT, "gnnmesh": __version__, **key, "parts": comm.world_size, "rank": comm.rank}
         comms.agreed(self._check_folder)
@@ -70,8 +71,8 @@ class Phases:
         if self.resumed is None and self.mine.exists():  # another key's, or torn: none of it is used
             shutil.rmtree(self.mine, ignore_errors=True)
         if self.resumed is not None and log is not None and comm.rank == 0:
-            log(f"resumed:       after phase {finished + 1} of {len(self.names)} ({self.resumed}), "
-                f"kept in {self.folder}")
+            log(f"resumed:       after phase {finished + 1} of {len(self.names)} ({self.resumed}) of an earlier "
+                f"run, kept in {self.shown}")
 
     def done(self, name: str) -> bool:
         """Whether phase ``name`` finished in an earlier run (and is skipped in this one)."""
@@ -104,14 +105,14 @@ class Phases:
         if not os.path.lexists(self.folder):
             return
         if not self.folder.is_dir() or self.folder.is_symlink():
-            raise ConfigError(f"{self.folder}: exists and is not the folder of a partial run's phases; "
+            raise ConfigError(f"{self.shown}: exists and is not the folder of a partial run's phases; "
                               f"move it away")
         for entry in os.scandir(self.folder):
             ours = entry.is_dir(follow_symlinks=False) and _RANK_FOLDER.match(entry.name) and all(
                 (inner.is_file(follow_symlinks=False) and (_FILE.match(inner.name) or is_temporary(inner.name)))
                 for inner in os.scandir(entry.path))
             if not ours:
-                raise ConfigError(f"{self.folder}: holds {entry.name}, which gnnmesh did not write there (the folder "
+                raise ConfigError(f"{self.shown}: holds {entry.name}, which gnnmesh did not write there (the folder "
                                   f"keeps a partial run's phases); move it away")
 
     def _record(self, name: str) -> Path:
@@ -161,7 +162,7 @@ class Phases:
                 facts[array] = None
                 continue
             file = self.mine / f"{name}.{array}.npy"
-            value = np.ascontiguousarray(value)
+            value = np.asarray(value)
             try:
                 with atomic_file(file) as out:
                     np.save(out, value, allow_pickle=False)
