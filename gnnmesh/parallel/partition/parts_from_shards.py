@@ -39,7 +39,7 @@ import torch
 
 from ... import comm as comms
 from ... import locks
-from ...atomic import staged_directory
+from ...atomic import check_replaceable, staged_directory
 from ...datasets import sorted_unique
 from ...errors import ConfigError, GraphError
 from ...partition import registry as partitioners
@@ -82,6 +82,8 @@ def write_parts_from_shards(shards, directory, *, method: str, epsilon: float, s
         raise GraphError(f"{shards.directory}: {n} nodes cannot be split among {parts} ranks")
     comms.agreed(lambda: _same_input(comm, shards))
     with locks.hold(directory, "parts directory", peers=True):
+        # refused now, not after the phases (the staging checks again before it replaces)
+        comms.agreed(lambda: check_replaceable(directory, OUTPUT) if comm.rank == 0 else None)
         start = time.perf_counter()
         key = {"input": _input_digest(shards), "method": method, "epsilon": epsilon, "seed": seed,
                "parts format": FORMAT_VERSION}

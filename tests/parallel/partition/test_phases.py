@@ -39,6 +39,7 @@ def write(source, out, method="rp", seed=0, stop_after=None, stop_rank=None, bef
             keep(self, name, arrays)
         if name == stop_after:
             if comm.world_size() > 1:
+                others_kept(self, name)
                 os._exit(9)
             raise Stopped(name)
 
@@ -51,6 +52,17 @@ def write(source, out, method="rp", seed=0, stop_after=None, stop_rank=None, bef
     finally:
         phases.Phases._save = keep
     return lines
+
+
+def others_kept(phases, name: str) -> None:
+    """Wait until every other rank has kept phase ``name`` (whose collectives this rank has
+    joined): the ranks that survive a loss are stopped when it is seen, wherever they are."""
+    import time
+    others = [phases.folder / f"rank-{r:05d}" / f"{name}.json" for r in range(phases.comm.world_size)
+              if r != phases.comm.rank]
+    deadline = time.monotonic() + 30
+    while not all(p.is_file() for p in others) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def write_on_ranks(rank, world, source, out, method, stop_after=None, stop_rank=None, before=False):
@@ -186,3 +198,12 @@ def test_phases_kept_for_another_rank_count_are_stale(tmp_path, graph_dir):
     assert write(graph_dir, out) == []  # one process: no phase of the 2 ranks' is its own
     assert sorted(p.name for p in tmp_path.iterdir()) == ["parts"]
     assert np.array_equal(np.load(out / "rank-00000" / "owned.npy"), np.arange(41))
+
+
+def test_an_output_that_may_not_be_replaced_is_refused_before_the_phases(tmp_path, graph_dir):
+    out = tmp_path / "web"
+    out.mkdir()
+    (out / "index.html").write_text("mine")
+    with pytest.raises(ConfigError, match="web: exists and is not a parts directory"):
+        write(graph_dir, out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["web"]  # no phase was kept
