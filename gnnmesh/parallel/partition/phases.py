@@ -145,7 +145,10 @@ class Phases:
             if facts is None:
                 continue
             file = self.mine / f"{name}.{array}.npy"
-            if not isinstance(facts, dict) or not file.is_file():
+            if not (isinstance(facts, dict) and isinstance(facts.get("dtype"), str) and isinstance(
+                    facts.get("shape"), list) and all(isinstance(d, int) for d in facts["shape"])):
+                return _damaged(path, f"not a phase record (array {array!r})")
+            if not file.is_file():
                 return _damaged(file, "missing")
             if file.stat().st_size != facts.get("bytes"):
                 return _damaged(file, f"{file.stat().st_size} bytes where {facts.get('bytes')} were written")
@@ -180,7 +183,11 @@ class Phases:
     def _load(self, name: str) -> dict:
         """The arrays of phase ``name``, each checked against its record (found sound on
         opening; a file changed since is a GraphError naming it)."""
-        record = loads_json(self._record(name).read_text())
+        file = self._record(name)
+        try:
+            record = loads_json(file.read_text())
+        except (ValueError, OSError) as err:
+            raise GraphError(f"{file}: cannot read the phase kept there ({' '.join(str(err).split())})") from None
         arrays = {}
         for array, facts in record["arrays"].items():
             if facts is None:
