@@ -57,6 +57,23 @@ class LayerStack(nn.Module):
         at = view.layer(i)
         return self.layers[i](at, at.dropout(h, self.dropout, self.training))
 
+    def reads_input_by_rows(self) -> bool:
+        """Whether, in eval mode, the stack's first use of its input is row by row: its first
+        layer is a ``GraphLayer`` evaluated as its maths say, multiplying the input by its
+        weights before aggregating (``Maths.projects_first``). ``forward_by_blocks`` may then
+        take the input a block of rows at a time."""
+        first = self.layers[0] if len(self.layers) else None
+        return (not self.training and isinstance(first, GraphLayer) and type(first).forward is GraphLayer.forward
+                and type(self).forward is LayerStack.forward and type(self).layer_output is LayerStack.layer_output
+                and first.maths().projects_first())
+
+    def forward_by_blocks(self, view, blocks: Callable, rows: int) -> torch.Tensor:
+        """``forward(view, x)`` of a stack that ``reads_input_by_rows``, ``x`` (``rows`` rows)
+        given a block of rows at a time by ``blocks()``: the same products on the same
+        operands, without the whole input in memory at once."""
+        h = self.layers[0].maths().evaluate_by_blocks(view.layer(0), blocks, rows)  # eval: no dropout
+        return self(view, h, start=1)
+
 
 @dataclass(frozen=True, eq=False)
 class Term:
@@ -124,6 +141,34 @@ class Maths:
         layer's linear map is a sum over input columns, so ranks holding disjoint columns
         add their pieces up to the whole."""
         return reduce(dense.add, (propagate_linear(view, w[:, columns], h, terms) for w, terms in self.by_weight()))
+
+    def projects_first(self) -> bool:
+        """Whether ``linear`` multiplies its input by every weight before aggregating
+        (``propagate_linear``'s order for these shapes): the input is then used row by row."""
+        return all(w.shape[0] <= w.shape[1] for w, _ in self.by_weight())
+
+    def evaluate_by_blocks(self, view, blocks: Callable, rows: int) -> torch.Tensor:
+        """``evaluate(view, h)`` of a layer that ``projects_first``, its input ``h`` (``rows``
+        rows) given a block of rows at a time: ``blocks()`` yields ``(rows slice, h[rows])``
+        and is called once per weight. Each product ``h W^T`` is made block by block, then
+        aggregated and summed in ``linear``'s order: the whole product's rows, bit for bit,
+        where the BLAS multiplies a row of a block as it does a row of the whole (torch's CPU
+        BLAS does for blocks of two rows or more; a single row takes another kernel)."""
+        total = None
+        for w, terms in self.by_weight():
+            z = None
+            for at, block in blocks():
+                projected = dense.linear(block, w)
+                if z is None:
+                    z = projected.new_empty((rows, projected.shape[1]))
+                z[at] = projected
+                del projected
+            if z is None:  # no rows
+                z = w.new_empty((0, w.shape[0]))
+            summed = reduce(operator.add, (t.scaled(aggregate(view, t.op, z)) for t in terms))
+            del z  # before the next weight's product, or the bias
+            total = summed if total is None else dense.add(total, summed)
+        return self.finish(total)
 
     def finish(self, z: torch.Tensor) -> torch.Tensor:
         """The layer's output from its summed terms: bias, then the activation and second map."""
