@@ -53,7 +53,7 @@ from .phases import Phases
 ROUND_ITEMS = 1 << 21  # items (edges, rows) one rank sends in one all-to-all round
 BUILT_IN = ("gcn", "mean", "sum", "loop")  # the operators built here from rows alone
 NODE_DATA = ("x", "y", "train_mask", "val_mask", "test_mask")
-# The phases kept for a resume (``phases``), each the longest steps of a run: the rows routed
+# The phases kept for a resume (``phases``), the long steps of a run: the rows routed
 # to their blocks, the assignment, the rows and the node data moved to their parts' ranks.
 PHASES = ("rows", "assignment", "part-rows", "part-nodes")
 
@@ -86,7 +86,7 @@ def write_parts_from_shards(shards, directory, *, method: str, epsilon: float, s
         comms.agreed(lambda: check_replaceable(directory, OUTPUT) if comm.rank == 0 else None)
         start = time.perf_counter()
         key = {"input": _input_digest(shards), "method": method, "epsilon": epsilon, "seed": seed,
-               "parts format": FORMAT_VERSION}
+               "parts_format": FORMAT_VERSION}
         phases = Phases(comm, directory, key, PHASES, log)
         rows = None if phases.done("part-rows") else phases.run(
             "rows", lambda: _read_rows(comm, shards), decode=lambda saved: _Rows(**saved))
