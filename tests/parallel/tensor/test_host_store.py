@@ -13,6 +13,8 @@ from tests.dist import run_ranks
 from tests.helpers import model_fields, random_graph, taken
 from tests.parity import assert_same_run, train
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # as on every rank (tests/conftest.py says why)
+
 from gnnmesh.config import Config
 from gnnmesh.errors import ConfigError
 from gnnmesh.parallel.offload.plan import RESIDENT

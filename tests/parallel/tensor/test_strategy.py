@@ -9,6 +9,8 @@ from tests.dist import run_ranks, run_ranks_once
 from tests.helpers import layout, random_graph, taken
 from tests.parity import assert_same_run, train
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # as on every rank (tests/conftest.py says why)
+
 EPOCHS = 5  # several steps of Adam: parameters and moments carried from epoch to epoch
 NAIVE = ["gcn", "sage", "gin", "gat"]
 DECOUPLED = ["gcn", "sage", "gat"]  # their decoupled forms
