@@ -83,9 +83,8 @@ def write_parts_from_shards(shards, directory, *, method: str, epsilon: float, s
     with locks.hold(directory, "parts directory", peers=True):
         start = time.perf_counter()
         lo, hi = _share(shards.num_edges, parts, comm.rank)
-        edges = comms.agreed(lambda: shards.read_edges(lo, hi))
-        rows = _block_rows(comm, shards, lo, *edges)
-        del edges
+        edges = list(comms.agreed(lambda: shards.read_edges(lo, hi)))
+        rows = _block_rows(comm, shards, lo, edges)
         labels = _assign(comm, rows, method, parts, epsilon, seed)
         seconds = time.perf_counter() - start
         mine = _my_rows(comm, rows, labels)
@@ -130,32 +129,39 @@ class _Rows:
         return np.repeat(self.owned, self.counts)
 
 
-def _block_rows(comm, shards, first: int, src, dst, weight) -> _Rows:
-    """This rank's block of rows of A, built from the edges every rank read (this one's
-    start at ``first`` in the listing)."""
+def _block_rows(comm, shards, first: int, edges: list) -> _Rows:
+    """This rank's block of rows of A, built from the edges every rank read (``edges``: this
+    one's ``[src, dst, weight or None]``, starting at ``first`` in the listing; emptied, so
+    that each array read is freed once it has been transformed)."""
     n, parts = shards.num_nodes, comm.world_size
-    position = np.arange(first, first + len(src), dtype=np.int64)  # listing order: weighted duplicates sum in it
+    src, dst, weight = edges
+    edges.clear()
+    weighted = weight is not None  # only then do duplicates need their listing order and direction
+    position = np.arange(first, first + len(src), dtype=np.int64) if weighted else None
     if shards.drop_self_loops:
         keep = src != dst
-        src, dst, position = src[keep], dst[keep], position[keep]
-        weight = None if weight is None else weight[keep]
-    mirrored = np.zeros(len(src), dtype=np.uint8)
+        src, dst = src[keep], dst[keep]
+        position, weight = (None, None) if not weighted else (position[keep], weight[keep])
+        del keep
     if shards.symmetrize:
+        if weighted:
+            mirrored = np.repeat(np.array([0, 1], dtype=np.uint8), len(src))
+            position, weight = np.concatenate([position, position]), np.concatenate([weight, weight])
         src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
-        mirrored = np.concatenate([mirrored, np.ones_like(mirrored)])
-        position = np.concatenate([position, position])
-        weight = None if weight is None else np.concatenate([weight, weight])
+    elif weighted:
+        mirrored = np.zeros(len(src), dtype=np.uint8)
     dest = _block_of(dst, n, parts)
     keys = dst * n + src
     del src, dst
-    if weight is None:
+    if not weighted:
         (keys,) = _exchange(comm, dest, [keys])
+        del dest
         keys = sorted_unique(keys)
         values = None
     else:
-        keys, values = _weighted_entries(*_exchange(comm, dest, [keys, weight.astype(np.float64),
-                                                                    mirrored, position]),
-                                         shards.symmetrize)
+        moved = _exchange(comm, dest, [keys, weight.astype(np.float64), mirrored, position])
+        del dest, keys, weight, mirrored, position
+        keys, values = _weighted_entries(*moved, shards.symmetrize)
     lo, hi = _share(n, parts, comm.rank)
     rows = keys // n
     counts = np.bincount(rows - lo, minlength=hi - lo)
