@@ -15,15 +15,16 @@ memory available, as at 100M edges on a 24 GiB machine.
 
 ``--scaling`` measures every stage (the reference aside) at growing edge counts, 10 edges a
 node, each rank's peak and their sum, and projects each stage's sum over the ranks to
-``--project`` edges by a straight line through the two largest runs. ``--flat-nodes`` keeps
-the edges per rank fixed (``--edges-per-rank``) and grows the nodes: a rank's peak at
-partitioning and at training from the parts, which holds no vector over all nodes.
+``--project`` edges by a straight line through the two largest runs. ``--flat-ranks`` keeps
+the nodes and edges per rank fixed (``--nodes-per-rank``, ``--edges-per-rank``) and grows
+the graph with the ranks: a rank's peak at partitioning and at training from the parts
+stays flat, as no rank holds a vector over all nodes.
 
     python benchmarks/pipeline.py                                        # 2M nodes, 20M edges, P = 4
     python benchmarks/pipeline.py --nodes 200000 --edges 2000000         # a quick run
     python benchmarks/pipeline.py --scaling 1000000,2000000,4000000,8000000,16000000 --no-train
     python benchmarks/pipeline.py --scaling 1000000,3000000,10000000 --ranks 8 --features 64 --epochs 2
-    python benchmarks/pipeline.py --flat-nodes 250000,1000000,4000000 --edges-per-rank 500000 --features 8
+    python benchmarks/pipeline.py --flat-ranks 2,4,8 --features 8 --hidden 32 --epochs 2
     python benchmarks/pipeline.py --nodes 10000000 --edges 100000000 --features 64 --ranks 8 --epochs 2
 """
 
@@ -175,19 +176,22 @@ def scaling(args, work: Path) -> None:
 
 
 def flat(args, work: Path) -> None:
-    """A rank's peak at fixed edges per rank against the node count."""
-    edges = args.edges_per_rank * args.ranks
-    print(f"\na rank's peak against the nodes, {args.edges_per_rank:,} edges per rank, P = {args.ranks} "
-          f"({edges:,} edges, {args.features} features, {args.partitioner}"
+    """A rank's peak against the node count, at fixed nodes and edges per rank (the ranks
+    grow with the graph): what a rank holds of its own share stays the same, so its peak
+    stays flat unless something it holds grows with the whole graph's nodes."""
+    print(f"\na rank's peak against the nodes: {args.nodes_per_rank:,} nodes and {args.edges_per_rank:,} edges "
+          f"a rank ({args.features} features, {args.partitioner}"
           + (f", GCN hidden {args.hidden}, {args.epochs} epochs" if args.train else "") + ")\n")
-    print("| nodes | nodes per rank | partition: largest rank (MiB) | per rank (MiB)"
+    print("| ranks | nodes | edges | partition: largest rank (MiB) | per rank (MiB)"
           + (" | train from parts: largest rank (MiB) | per rank (MiB)" if args.train else "") + " |")
-    print("|---" * (4 + 2 * args.train) + "|")
-    for nodes in map(int, args.flat_nodes.split(",")):
+    print("|---" * (5 + 2 * args.train) + "|")
+    for ranks in map(int, args.flat_ranks.split(",")):
+        nodes, edges = ranks * args.nodes_per_rank, ranks * args.edges_per_rank
+        args.ranks = ranks
         stages = preprocess(args, f"rmat:nodes={nodes},edges={edges},features={args.features}", work)
         if args.train:
             stages.append(("train from parts",) + train_parts(args, work)[1:])
-        print(f"| {nodes:,} | {nodes // args.ranks:,} | " + " | ".join(
+        print(f"| {ranks} | {nodes:,} | {edges:,} | " + " | ".join(
             f"{max(peaks):,.0f} | {', '.join(f'{p:,.0f}' for p in peaks)}" for _, _, peaks in stages[1:]) + " |",
             flush=True)
 
@@ -208,8 +212,10 @@ def main():
                         help="one more flag for training from the parts (repeatable)")
     parser.add_argument("--scaling", help="edge counts (comma-separated) to run every stage at, P = --ranks")
     parser.add_argument("--project", type=int, default=100_000_000, help="edges to project --scaling's sums to")
-    parser.add_argument("--flat-nodes", help="node counts (comma-separated) at --edges-per-rank edges a rank")
-    parser.add_argument("--edges-per-rank", type=int, default=500_000)
+    parser.add_argument("--flat-ranks", help="rank counts (comma-separated) to run at --nodes-per-rank and "
+                        "--edges-per-rank: a rank's peak against the graph's nodes")
+    parser.add_argument("--nodes-per-rank", type=int, default=250_000)
+    parser.add_argument("--edges-per-rank", type=int, default=1_000_000)
     parser.add_argument("--no-train", dest="train", action="store_false", help="preprocessing stages only")
     parser.add_argument("--work", help="where the shards and parts go (default: the system's temporary folder)")
     args = parser.parse_args()
@@ -218,9 +224,9 @@ def main():
         work = Path(tmp)
         if args.scaling:
             scaling(args, work)
-        if args.flat_nodes:
+        if args.flat_ranks:
             flat(args, work)
-        if not args.scaling and not args.flat_nodes:
+        if not args.scaling and not args.flat_ranks:
             one_run(args, f"rmat:nodes={args.nodes},edges={args.edges},features={args.features}", work)
 
 
