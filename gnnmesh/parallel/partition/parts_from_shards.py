@@ -87,7 +87,7 @@ def write_parts_from_shards(shards, directory, *, method: str, epsilon: float, s
         rows = _block_rows(comm, shards, lo, edges)
         labels = _assign(comm, rows, method, parts, epsilon, seed)
         seconds = time.perf_counter() - start
-        mine = _my_rows(comm, rows, labels)
+        mine = _my_rows(comm, rows, labels, n)
         del rows
         nodes = _my_nodes(comm, shards, labels, mine.owned)
         return _write(comm, shards, directory, mine, nodes, labels, dataset,
@@ -163,9 +163,17 @@ def _block_rows(comm, shards, first: int, edges: list) -> _Rows:
         del dest, keys, weight, mirrored, position
         keys, values = _weighted_entries(*moved, shards.symmetrize)
     lo, hi = _share(n, parts, comm.rank)
+    return _Rows(np.arange(lo, hi, dtype=np.int64), *_split_keys(keys, n, lo, hi), values)
+
+
+def _split_keys(keys: np.ndarray, n: int, lo: int, hi: int) -> tuple:
+    """(entries of each row ``lo..hi-1``, column ids) of the entries ``keys`` (row * n + column,
+    ascending), the keys turned into the columns in place."""
     rows = keys // n
     counts = np.bincount(rows - lo, minlength=hi - lo)
-    return _Rows(np.arange(lo, hi, dtype=np.int64), counts, keys - rows * n, values)
+    rows *= n
+    keys -= rows
+    return counts, keys
 
 
 def _weighted_entries(keys, weight, mirrored, position, symmetrize: bool):
@@ -226,18 +234,29 @@ def propagated_assignment(comm, rows: _Rows, parts: int, epsilon: float, seed: i
                       dtype=np.int64)
 
 
-def _my_rows(comm, rows: _Rows, labels: np.ndarray) -> _Rows:
+def _my_rows(comm, rows: _Rows, labels: np.ndarray, n: int) -> _Rows:
     """The rows of A of this rank's part, sent by the ranks whose blocks held them (``labels``:
-    the part of each row of the block)."""
+    the part of each row of the block). An entry travels as one key, row * n + column."""
     ids, counts = _exchange(comm, labels, [rows.owned, rows.counts])
-    entry_owner = np.repeat(labels, rows.counts)
-    payload = [rows.row_ids, rows.cols] + ([] if rows.values is None else [rows.values])
-    got = _exchange(comm, entry_owner, payload)
-    del entry_owner, payload
     order = np.argsort(ids, kind="stable")
-    entry_order = np.lexsort((got[1], got[0]))  # by row, then column: CSR order
-    values = None if rows.values is None else got[2][entry_order]
-    return _Rows(ids[order], counts[order], got[1][entry_order], values)
+    ids, counts = ids[order], counts[order]
+    keys = rows.row_ids
+    keys *= n
+    keys += rows.cols
+    payload = [keys] + ([] if rows.values is None else [rows.values])
+    got = _exchange(comm, np.repeat(labels, rows.counts), payload)
+    del keys, payload
+    if rows.values is None:
+        keys, values = got[0], None
+        keys.sort()  # CSR order: by row, then column
+    else:
+        entry_order = np.argsort(got[0])
+        keys, values = got[0][entry_order], got[1][entry_order]
+    del got
+    rows_of = keys // n
+    rows_of *= n
+    keys -= rows_of  # now the columns
+    return _Rows(ids, counts, keys, values)
 
 
 def _my_nodes(comm, shards, labels: np.ndarray, owned: np.ndarray) -> dict:
