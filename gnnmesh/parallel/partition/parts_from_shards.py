@@ -364,17 +364,16 @@ def _operators(comm, rows: _Rows, n: int, parts_of: _PartsOf) -> tuple[dict, dic
     column held elsewhere is asked of the rank of its part (``parts_of``), which holds its row."""
     loop_counts, loop_cols, loop_values, missing = _with_loops(rows)
     no_loop_missing = int(comm.all_reduce(torch.tensor([int(missing.sum())])).item()) == 0
-    weights = np.ones(len(rows.cols), np.float32) if rows.values is None else rows.values
-    at_row = np.repeat(np.arange(len(rows.owned)), rows.counts)
-    at_loop_row = np.repeat(np.arange(len(rows.owned)), loop_counts)
-
     deg = _row_sums(loop_counts, loop_values)
     col_deg = _ask(comm, parts_of.parts, parts_of.ids, lambda q: deg[np.searchsorted(rows.owned, q)])
     row_scale, col_scale = (_inv_sqrt(d) for d in (deg, col_deg))
-    gcn = row_scale[at_loop_row] * loop_values * col_scale[np.searchsorted(parts_of.ids, loop_cols)]
+    gcn = np.repeat(row_scale, loop_counts) * loop_values * col_scale[np.searchsorted(parts_of.ids, loop_cols)]
+    del loop_values, col_scale
+    weights = np.ones(len(rows.cols), np.float32) if rows.values is None else rows.values
     mean_deg = torch.from_numpy(_row_sums(rows.counts, weights))
     inv = torch.where(mean_deg > 0, 1.0 / mean_deg, torch.zeros_like(mean_deg)).numpy()
-    mean = inv[at_row] * weights
+    mean = np.repeat(inv, rows.counts) * weights
+    del weights
 
     plain = ("plain", rows.counts, rows.cols)
     looped = plain if no_loop_missing else ("looped", loop_counts, loop_cols)
@@ -425,11 +424,17 @@ def _write(comm, shards, directory, mine: _Rows, nodes: dict, labels: np.ndarray
     named, structures = _operators(comm, mine, n, parts_of)
     fingerprint, num_edges = _fingerprint(comm, mine, n)
     stage = _Stage(comm, directory)
+    operators = {name: {"structure": s["name"], "values": v is not None} for name, (s, v) in named.items()}
     with stage as tmp:
-        halos = {s["name"]: _halo(comm, mine.owned, s, parts_of) for s in structures.values()}
         folder = tmp / rank_folder(rank)
-        files, summary = comms.agreed(lambda: _written(folder, lambda: _write_folder(folder, mine, nodes, named,
-                                                                                         structures, halos)))
+        files: dict = {}
+        comms.agreed(lambda: _written(folder, lambda: _write_nodes(folder, mine, nodes, files)))
+        summary = {}
+        for structure in structures.values():  # one halo held at a time, written, then let go
+            halo = _halo(comm, mine.owned, structure, parts_of)
+            summary[structure["name"]] = comms.agreed(lambda: _written(folder, lambda: _write_structure(
+                folder, structure, halo, named, files)))
+            halo = None
         everyone = comm.all_gather_object((len(mine.owned), files, summary))
         if rank == 0:
             manifest = {
@@ -440,7 +445,7 @@ def _write(comm, shards, directory, mine: _Rows, nodes: dict, labels: np.ndarray
                 "how": f"{how['method']}, epsilon {how['epsilon']:g}, seed {how['seed']}",
                 "method": how["method"], "epsilon": how["epsilon"], "seed": how["seed"],
                 "partition_seconds": how["seconds"],
-                "operators": {name: {"structure": s["name"], "values": v is not None} for name, (s, v) in named.items()},
+                "operators": operators,
                 "structures": {s["name"]: {"send_counts": [e[2][s["name"]]["send_counts"] for e in everyone],
                                            "nnz": [e[2][s["name"]]["nnz"] for e in everyone]}
                                for s in structures.values()},
@@ -468,29 +473,34 @@ def _written(folder: Path, write):
         raise ConfigError(f"{where}: cannot write the parts ({err.strerror or err})") from None
 
 
-def _write_folder(folder: Path, mine: _Rows, nodes: dict, named: dict, structures: dict,
-                  halos: dict) -> tuple[dict, dict]:
-    """This rank's folder, written as ``write_partition_parts`` writes it."""
-    files: dict = {}
+def _write_nodes(folder: Path, mine: _Rows, nodes: dict, files: dict) -> None:
+    """This rank's folder with its node ids and node data, as ``write_partition_parts``
+    writes them."""
     folder.mkdir()
     save_array(folder, "owned", mine.owned, files)
     for name in NODE_DATA:
         save_array(folder, name, nodes[name], files)
-    summary, blocks = {}, {}
-    for s in structures.values():
-        name = s["name"]
-        halo = halos[name]
-        save_array(folder, f"{name}.indptr", halo.block.indptr.numpy(), files)
-        save_array(folder, f"{name}.indices", halo.block.indices.numpy(), files)
-        save_array(folder, f"{name}.entries", halo.entry_ids, files)
-        save_array(folder, f"{name}.halo", halo.halo, files)
-        save_array(folder, f"{name}.send", np.concatenate(halo.send_index), files)
-        summary[name] = {"send_counts": halo.send_counts.tolist(), "nnz": halo.block.nnz}
-        blocks[name] = np.searchsorted(s["entries"], halo.entry_ids)  # block order of my entries
-    for op, (s, values) in named.items():
-        if values is not None:
-            save_array(folder, f"{op}.values", values[blocks[s["name"]]], files)
-    return files, summary
+
+
+def _write_structure(folder: Path, structure: dict, halo, named: dict, files: dict) -> dict:
+    """A structure's files and those of the operators' values on it, as
+    ``write_partition_parts`` writes them; its summary for the manifest. The operators'
+    values on it and its own arrays are let go once written."""
+    name = structure["name"]
+    save_array(folder, f"{name}.indptr", halo.block.indptr.numpy(), files)
+    save_array(folder, f"{name}.indices", halo.block.indices.numpy(), files)
+    save_array(folder, f"{name}.entries", halo.entry_ids, files)
+    save_array(folder, f"{name}.halo", halo.halo, files)
+    save_array(folder, f"{name}.send", np.concatenate(halo.send_index), files)
+    order = np.searchsorted(structure["entries"], halo.entry_ids)  # block order of my entries
+    for op, (s, values) in list(named.items()):
+        if s is structure:
+            if values is not None:
+                save_array(folder, f"{op}.values", values[order], files)
+            named[op] = (s, None)
+    for key in ("counts", "cols", "entries"):
+        structure.pop(key)
+    return {"send_counts": halo.send_counts.tolist(), "nnz": halo.block.nnz}
 
 
 def _halo(comm, owned: np.ndarray, structure: dict, parts_of: _PartsOf):
