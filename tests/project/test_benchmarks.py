@@ -63,6 +63,7 @@ def test_the_phase_clock_splits_a_training_epoch_by_phase():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # eight runs of several ranks each: minutes on a busy machine
 def test_the_pipeline_benchmark_measures_flat_peaks_and_projects_the_stages(tmp_path):
     """benchmarks/pipeline.py --flat-ranks and --scaling on small graphs: a row per rank count
     with each rank's peak at partitioning and at training, a row per size with every stage,
