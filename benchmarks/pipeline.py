@@ -10,11 +10,22 @@ One run, on an R-MAT graph:
 Every process's peak resident memory at every stage (the kernel's, for the one-process
 stages; each rank's own, reported by gnnmesh, for the ranks), beside the single-process
 training peak, and whether training from the parts matched the single process's losses.
-``--scaling`` adds the preprocessing stages alone at growing edge counts (10 edges a node).
+The reference is left out (``--reference auto``) where its estimated peak exceeds the
+memory available, as at 100M edges on a 24 GiB machine.
+
+``--scaling`` measures every stage (the reference aside) at growing edge counts, 10 edges a
+node, each rank's peak and their sum, and projects each stage's sum over the ranks to
+``--project`` edges by a straight line through the two largest runs. ``--flat-ranks`` keeps
+the nodes and edges per rank fixed (``--nodes-per-rank``, ``--edges-per-rank``) and grows
+the graph with the ranks: a rank's peak at partitioning and at training from the parts
+stays flat, as no rank holds a vector over all nodes.
 
     python benchmarks/pipeline.py                                        # 2M nodes, 20M edges, P = 4
     python benchmarks/pipeline.py --nodes 200000 --edges 2000000         # a quick run
     python benchmarks/pipeline.py --scaling 1000000,2000000,4000000,8000000,16000000 --no-train
+    python benchmarks/pipeline.py --scaling 1000000,3000000,10000000 --ranks 8 --features 64 --epochs 2
+    python benchmarks/pipeline.py --flat-ranks 2,4,8 --features 8 --hidden 32 --epochs 2
+    python benchmarks/pipeline.py --nodes 10000000 --edges 100000000 --features 64 --ranks 8 --epochs 2
 """
 
 from __future__ import annotations
@@ -32,6 +43,9 @@ import driver
 from memory_scaling import measured
 
 GOAL = 0.35  # no process above this fraction of the single-process training peak
+# The single process's training peak, roughly (fitted to R-MAT 1M-2M nodes, 10M-20M edges,
+# 128 features: 7.7 GiB at 2M / 20M): the start-up, the edges, four copies of the features.
+BASE_MIB, EDGE_BYTES, FEATURE_COPIES = 340, 170, 4
 
 
 def gnnmesh(*args) -> list:
@@ -70,6 +84,118 @@ def losses(records: list) -> list:
     return [r["loss"] for r in driver.epochs(records)]
 
 
+def train_flags(args) -> list:
+    return ["--epochs", args.epochs, "--hidden", args.hidden, "--eval-every", args.epochs, "--model", "gcn"]
+
+
+def train_parts(args, work: Path) -> tuple:
+    """(records, seconds, [peak MiB of each rank]) of training from ``work/parts``."""
+    start = time.perf_counter()
+    ranked = driver.train(train_flags(args) + ["--parts", work / "parts", "--nproc", args.ranks,
+                                                "--strategy", "partition"] + args.train_flag)
+    return ranked, time.perf_counter() - start, [max(r["rank_peak_rss_mib"][k] for r in ranked)
+                                                 for k in range(args.ranks)]
+
+
+def available_mib() -> float:
+    """MemAvailable of this machine (MiB); infinite where /proc/meminfo is absent."""
+    try:
+        text = Path("/proc/meminfo").read_text()
+    except OSError:
+        return float("inf")
+    return int(re.search(r"MemAvailable:\s+(\d+) kB", text).group(1)) / 1024
+
+
+def reference_estimate(nodes: int, edges: int, features: int) -> float:
+    """The single process's training peak, roughly (MiB)."""
+    return BASE_MIB + (edges * EDGE_BYTES + nodes * features * 4 * FEATURE_COPIES) / 2**20
+
+
+def one_run(args, spec: str, work: Path) -> None:
+    """The stages of one graph, with the single process as the reference where it fits."""
+    stages = preprocess(args, spec, work)
+    if args.train:
+        ranked, seconds, peaks = train_parts(args, work)
+        stages.append(("train from parts", seconds, peaks))
+    estimate = reference_estimate(args.nodes, args.edges, args.features)
+    reference = None
+    if args.train and (args.reference == "yes" or (args.reference == "auto" and estimate < 0.9 * available_mib())):
+        start = time.perf_counter()
+        single = driver.train(train_flags(args) + ["--dataset", spec])
+        single_seconds = time.perf_counter() - start
+        reference = max(r["peak_rss_mib_max"] for r in single)
+        gap = max(abs(a - b) for a, b in zip(losses(ranked), losses(single)))
+    print(f"{spec}, P = {args.ranks}, {args.shards} shards, partitioner {args.partitioner}; GCN hidden "
+          f"{args.hidden}, {args.epochs} epochs. Peaks are resident memory (VmHWM).\n")
+    if reference is None and args.train:
+        print(f"single-process training: left out (estimated peak {estimate:,.0f} MiB, "
+              f"{available_mib():,.0f} MiB available)\n")
+    if reference is None:
+        print("| stage | seconds | processes | largest peak (MiB) | sum of peaks (MiB) |")
+        print("|---|---|---|---|---|")
+        for stage, seconds, peaks in stages:
+            print(f"| {stage} | {seconds:.1f} | {len(peaks)} | {max(peaks):,.0f} | {sum(peaks):,.0f} |")
+    else:
+        print(f"single-process training: {single_seconds:.1f} s, peak {reference:,.0f} MiB "
+              f"(the reference); goal: every process <= {GOAL} x = {GOAL * reference:,.0f} MiB\n")
+        print("| stage | seconds | processes | largest peak (MiB) | vs. single training | goal |")
+        print("|---|---|---|---|---|---|")
+        for stage, seconds, peaks in stages:
+            top = max(peaks)
+            print(f"| {stage} | {seconds:.1f} | {len(peaks)} | {top:,.0f} | {top / reference:.2f}x | "
+                  f"{'met' if top <= GOAL * reference else 'missed'} |")
+    for stage, _, peaks in stages[1:]:
+        print(f"\nper-rank {stage} peaks (MiB): {', '.join(f'{p:,.0f}' for p in peaks)}", end="")
+    print()
+    if reference is not None:
+        print(f"largest loss difference, parts vs. single process, over {args.epochs} epochs: {gap:.2e}")
+
+
+def scaling(args, work: Path) -> None:
+    """Every stage at growing edges (10 a node): each stage's largest process and its sum
+    over the processes, and that sum projected to ``--project`` edges."""
+    print(f"\nevery stage at P = {args.ranks} ({args.features} features, 10 edges a node, {args.partitioner}"
+          + (f", GCN hidden {args.hidden}, {args.epochs} epochs" if args.train else "") + ")\n")
+    names = ["shard", "partition"] + (["train from parts"] if args.train else [])
+    print("| edges | " + " | ".join(f"{n} (s) | {n}: largest (MiB) | {n}: sum (MiB)" for n in names) + " |")
+    print("|---" * (1 + 3 * len(names)) + "|")
+    sums = []
+    for edges in map(int, args.scaling.split(",")):
+        size = f"rmat:nodes={edges // 10},edges={edges},features={args.features}"
+        stages = preprocess(args, size, work)
+        if args.train:
+            stages.append(("train from parts",) + train_parts(args, work)[1:])
+        sums.append((edges, [sum(peaks) for _, _, peaks in stages], [max(peaks) for _, _, peaks in stages]))
+        print(f"| {edges:,} | " + " | ".join(f"{sec:.1f} | {max(peaks):,.0f} | {sum(peaks):,.0f}"
+                                             for _, sec, peaks in stages) + " |", flush=True)
+    if len(sums) > 1:
+        (e0, s0, m0), (e1, s1, m1) = sums[-2:]
+        at = lambda a, b: b + (b - a) * (args.project - e1) / (e1 - e0)  # noqa: E731
+        print(f"| {args.project:,} (projected) | " + " | ".join(f"- | {at(a, b):,.0f} | {at(c, d):,.0f}"
+                                                                 for a, b, c, d in zip(m0, m1, s0, s1)) + " |")
+
+
+def flat(args, work: Path) -> None:
+    """A rank's peak against the node count, at fixed nodes and edges per rank (the ranks
+    grow with the graph): what a rank holds of its own share stays the same, so its peak
+    stays flat unless something it holds grows with the whole graph's nodes."""
+    print(f"\na rank's peak against the nodes: {args.nodes_per_rank:,} nodes and {args.edges_per_rank:,} edges "
+          f"a rank ({args.features} features, {args.partitioner}"
+          + (f", GCN hidden {args.hidden}, {args.epochs} epochs" if args.train else "") + ")\n")
+    print("| ranks | nodes | edges | partition: largest rank (MiB) | per rank (MiB)"
+          + (" | train from parts: largest rank (MiB) | per rank (MiB)" if args.train else "") + " |")
+    print("|---" * (5 + 2 * args.train) + "|")
+    for ranks in map(int, args.flat_ranks.split(",")):
+        nodes, edges = ranks * args.nodes_per_rank, ranks * args.edges_per_rank
+        args.ranks = ranks
+        stages = preprocess(args, f"rmat:nodes={nodes},edges={edges},features={args.features}", work)
+        if args.train:
+            stages.append(("train from parts",) + train_parts(args, work)[1:])
+        print(f"| {ranks} | {nodes:,} | {edges:,} | " + " | ".join(
+            f"{max(peaks):,.0f} | {', '.join(f'{p:,.0f}' for p in peaks)}" for _, _, peaks in stages[1:]) + " |",
+            flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=2_000_000)
@@ -80,45 +206,28 @@ def main():
     parser.add_argument("--partitioner", default="lp", choices=("rp", "contiguous", "lp"))
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--hidden", type=int, default=128)
-    parser.add_argument("--scaling", help="edge counts (comma-separated) to preprocess at P = --ranks")
+    parser.add_argument("--reference", default="auto", choices=("auto", "yes", "no"),
+                        help="train the single process too (auto: where its estimated peak fits in memory)")
+    parser.add_argument("--train-flag", action="append", default=[],
+                        help="one more flag for training from the parts (repeatable)")
+    parser.add_argument("--scaling", help="edge counts (comma-separated) to run every stage at, P = --ranks")
+    parser.add_argument("--project", type=int, default=100_000_000, help="edges to project --scaling's sums to")
+    parser.add_argument("--flat-ranks", help="rank counts (comma-separated) to run at --nodes-per-rank and "
+                        "--edges-per-rank: a rank's peak against the graph's nodes")
+    parser.add_argument("--nodes-per-rank", type=int, default=250_000)
+    parser.add_argument("--edges-per-rank", type=int, default=1_000_000)
     parser.add_argument("--no-train", dest="train", action="store_false", help="preprocessing stages only")
+    parser.add_argument("--work", help="where the shards and parts go (default: the system's temporary folder)")
     args = parser.parse_args()
 
-    spec = f"rmat:nodes={args.nodes},edges={args.edges},features={args.features}"
-    flags = ["--epochs", args.epochs, "--hidden", args.hidden, "--eval-every", args.epochs, "--model", "gcn"]
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=args.work) as tmp:
         work = Path(tmp)
-        if args.train:
-            stages = preprocess(args, spec, work)
-            start = time.perf_counter()
-            ranked = driver.train(flags + ["--parts", work / "parts", "--nproc", args.ranks, "--strategy", "partition"])
-            stages.append(("train from parts", time.perf_counter() - start,
-                           [max(r["peak_rss_mib_max"] for r in ranked)]))
-            start = time.perf_counter()
-            single = driver.train(flags + ["--dataset", spec])
-            single_seconds = time.perf_counter() - start
-            reference = max(r["peak_rss_mib_max"] for r in single)
-            gap = max(abs(a - b) for a, b in zip(losses(ranked), losses(single)))
-            print(f"{spec}, P = {args.ranks}, {args.shards} shards, partitioner {args.partitioner}; GCN hidden "
-                  f"{args.hidden}, {args.epochs} epochs. Peaks are resident memory (VmHWM).\n")
-            print(f"single-process training: {single_seconds:.1f} s, peak {reference:,.0f} MiB "
-                  f"(the reference); goal: every process <= {GOAL} x = {GOAL * reference:,.0f} MiB\n")
-            print("| stage | seconds | processes | largest peak (MiB) | vs. single training | goal |")
-            print("|---|---|---|---|---|---|")
-            for stage, seconds, peaks in stages:
-                top = max(peaks)
-                print(f"| {stage} | {seconds:.1f} | {len(peaks) if 'train' not in stage else args.ranks} | "
-                      f"{top:,.0f} | {top / reference:.2f}x | {'met' if top <= GOAL * reference else 'missed'} |")
-            print(f"\nper-rank partition peaks (MiB): {', '.join(f'{p:,.0f}' for p in stages[1][2])}")
-            print(f"largest loss difference, parts vs. single process, over {args.epochs} epochs: {gap:.2e}")
         if args.scaling:
-            print(f"\npreprocessing at P = {args.ranks} ({args.features} features, 10 edges a node)\n")
-            print("| edges | shard (s) | shard peak (MiB) | partition (s) | largest rank (MiB) |")
-            print("|---|---|---|---|---|")
-            for edges in map(int, args.scaling.split(",")):
-                size = f"rmat:nodes={edges // 10},edges={edges},features={args.features}"
-                (_, s_sec, s_peak), (_, p_sec, p_peaks) = preprocess(args, size, work)
-                print(f"| {edges:,} | {s_sec:.1f} | {s_peak[0]:,.0f} | {p_sec:.1f} | {max(p_peaks):,.0f} |", flush=True)
+            scaling(args, work)
+        if args.flat_ranks:
+            flat(args, work)
+        if not args.scaling and not args.flat_ranks:
+            one_run(args, f"rmat:nodes={args.nodes},edges={args.edges},features={args.features}", work)
 
 
 if __name__ == "__main__":

@@ -155,8 +155,10 @@ def local_halo(owned: np.ndarray, row_counts: np.ndarray, cols: np.ndarray, entr
     """The halo of rank ``rank`` from its own rows alone: ``owned`` (ascending global ids), the
     entries of those rows in CSR order (``cols``: global column ids; ``entry_ids``: positions
     among the whole operator's entries; ``values``: None when unweighted) and what it sends
-    (``send_index``, from its peers' halos). A process holding only these rows builds the
-    same block as one holding the whole operator."""
+    (``send_index``, from its peers' halos). ``assignment`` gives the part of the columns when
+    indexed by an array of them: a vector over all nodes, or a lookup of the columns' parts
+    alone. A process holding only these rows builds the same block as one holding the whole
+    operator."""
     num_owned = owned.shape[0]
     # the distinct columns my rows reference
     uniq, col_of_entry = np.unique(cols, return_inverse=True)

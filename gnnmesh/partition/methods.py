@@ -45,11 +45,49 @@ def random(adj: Adjacency, parts: int, epsilon: float, seed: int) -> np.ndarray:
 
 
 def random_parts(n: int, parts: int, seed: int) -> np.ndarray:
-    """A seeded random permutation dealt round-robin: part sizes differ by at most one."""
-    order = np.random.default_rng(seed).permutation(n)
-    assignment = np.empty(n, dtype=np.int64)
-    assignment[order] = np.arange(n, dtype=np.int64) % parts
-    return assignment
+    """A seeded random permutation of the ids dealt round-robin: part sizes differ by at most
+    one. ``random_block_parts`` over ``0..n-1``."""
+    return random_block_parts(np.arange(n, dtype=np.int64), n, parts, seed)
+
+
+def random_block_parts(ids: np.ndarray, n: int, parts: int, seed: int) -> np.ndarray:
+    """The random part of each of ``ids`` (in ``0..n-1``) among ``n`` nodes, computed from the
+    ids alone, so that a process holding a block of ids gives them the parts the whole graph's
+    ``random_parts`` does: node v's part is pi(v) mod ``parts``, pi a seeded permutation of
+    ``0..n-1`` (``_permuted``), so the sizes still differ by at most one."""
+    return (_permuted(np.asarray(ids, dtype=np.int64), n, seed) % parts).astype(np.int64)
+
+
+_ROUNDS = 4  # Feistel rounds: four make a keyed permutation indistinguishable from random
+
+
+def _permuted(ids: np.ndarray, n: int, seed: int) -> np.ndarray:
+    """pi(ids) for a seeded permutation pi of ``0..n-1``: a Feistel network on the smallest
+    even number of bits that holds n (its rounds keyed by ``seed``), walked along each id's
+    cycle until it lands below n (fewer than four steps on average: the domain is < 4n)."""
+    half = max(1, (max(n - 1, 1).bit_length() + 1) // 2)
+    mask = np.uint64((1 << half) - 1)
+    keys = _mix(np.uint64(seed % (1 << 64)) + np.arange(1, _ROUNDS + 1, dtype=np.uint64) *
+                np.uint64(0x9E3779B97F4A7C15))
+    out = ids.astype(np.uint64)
+    walking = np.arange(len(out))
+    while len(walking):
+        x = out[walking]
+        left, right = x >> np.uint64(half), x & mask
+        for key in keys:
+            left, right = right, left ^ (_mix(right ^ key) & mask)
+        out[walking] = (left << np.uint64(half)) | right
+        walking = walking[out[walking] >= np.uint64(n)]
+    return out.astype(np.int64)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: a bijection of uint64 that scatters every input bit."""
+    x = np.asarray(x, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
 
 
 def contiguous(adj: Adjacency, parts: int, epsilon: float, seed: int) -> np.ndarray:
@@ -60,18 +98,34 @@ def contiguous_parts(weights: np.ndarray, parts: int) -> np.ndarray:
     """Consecutive id ranges with about equal weight (``weights``: nonzeros + 1 per vertex),
     each non-empty."""
     n = weights.shape[0]
-    prefix = np.concatenate([[0], np.cumsum(weights)])  # prefix[c] = weight of rows < c
-    targets = prefix[-1] * np.arange(1, parts) / parts
-    cuts = np.searchsorted(prefix, targets)  # first c with prefix[c] >= target
-    closer_below = (cuts > 0) & (targets - prefix[np.maximum(cuts - 1, 0)] < prefix[cuts] - targets)
-    cuts = cuts - closer_below
-    # strictly increasing cuts in [k, n - parts + k]: no part empty
-    bounds = np.concatenate([[0], cuts, [n]]).astype(np.int64)
+    total = int(np.sum(weights))
+    bounds = contiguous_bounds(contiguous_cuts(weights, 0, 0, total, parts), n, parts)
+    return np.repeat(np.arange(parts, dtype=np.int64), np.diff(bounds))
+
+
+def contiguous_cuts(weights: np.ndarray, first: int, before: int, total: int, parts: int) -> dict:
+    """The cuts of ``contiguous_parts`` that fall in a block of ids: ``weights`` those of ids
+    ``first, first + 1, ...``, ``before`` the weight of the ids below ``first``, ``total``
+    the whole graph's. Cut k (1 <= k < parts) is the id nearest the weight ``total k / parts``
+    (the lower one on a tie) as ``{k: id}``; each cut falls in exactly one block."""
+    prefix = before + np.cumsum(weights, dtype=np.int64)  # weight of the ids <= first + j
+    targets = total * np.arange(1, parts, dtype=np.int64) / parts
+    here = np.flatnonzero((before < targets) & (targets <= (prefix[-1] if len(prefix) else before)))
+    at = np.searchsorted(prefix, targets[here])  # first j with prefix[j] >= target: cut first + j + 1
+    below = np.where(at > 0, prefix[np.maximum(at - 1, 0)], before)  # weight of the ids < the cut
+    closer_below = targets[here] - below < prefix[at] - targets[here]
+    return {int(k) + 1: first + int(j) + 1 - int(c) for k, j, c in zip(here, at, closer_below)}
+
+
+def contiguous_bounds(cuts: dict, n: int, parts: int) -> np.ndarray:
+    """Part k's ids are ``bounds[k]:bounds[k + 1]``: the ``cuts`` (``contiguous_cuts`` of every
+    block), made strictly increasing in [k, n - parts + k] so that no part is empty."""
+    bounds = np.array([0] + [cuts[k] for k in range(1, parts)] + [n], dtype=np.int64)
     for k in range(1, parts):
         bounds[k] = max(bounds[k], bounds[k - 1] + 1)
     for k in range(parts - 1, 0, -1):
         bounds[k] = min(bounds[k], bounds[k + 1] - 1)
-    return np.repeat(np.arange(parts, dtype=np.int64), np.diff(bounds))
+    return bounds
 
 
 def _import_extra(module: str, method: str):

@@ -74,7 +74,7 @@ _METHODS = "gnnmesh.partition.methods"
 _BLOCKS = "gnnmesh.parallel.partition.parts_from_shards"
 for _spec in (
     PartitionerSpec("rp", f"{_METHODS}:random", "random", distributed=f"{_BLOCKS}:random_assignment", ranked=True,
-                    structural=False),
+                    structural=False, version=2),
     PartitionerSpec("contiguous", f"{_METHODS}:contiguous", "id ranges", distributed=f"{_BLOCKS}:contiguous_assignment",
                     balances="nonzeros"),
     PartitionerSpec("gp", f"{_METHODS}:metis", "METIS graph partitioning", extra="pymetis", ranked=True, version=2),

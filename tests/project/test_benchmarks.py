@@ -60,3 +60,22 @@ def test_the_phase_clock_splits_a_training_epoch_by_phase():
     figures = clock.figures()
     assert all(figures[p] > 0 for p in ("aggregate", "linear", "elementwise", "optimizer")), figures
     assert abs(sum(figures[p] for p in phases.PHASES) - figures["epoch"]) < 1e-9
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # eight starts of gnnmesh, several ranks each: minutes on a busy machine
+def test_the_pipeline_benchmark_measures_flat_peaks_and_projects_the_stages(tmp_path):
+    """benchmarks/pipeline.py --flat-ranks and --scaling on small graphs, preprocessing only: a
+    row per rank count with each rank's partitioning peak, a row per size with its stages, and
+    the projected row."""
+    done = run_script(BENCHMARKS / "pipeline.py", "--flat-ranks", "1,2", "--nodes-per-rank", "2000",
+                      "--edges-per-rank", "10000", "--scaling", "20000,40000", "--ranks", "2", "--shards", "2",
+                      "--features", "4", "--partitioner", "rp", "--no-train", "--project", "100000",
+                      "--work", str(tmp_path), timeout=900)
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ")]
+    for start in ("| 1 | 2,000 | 10,000 | ", "| 2 | 4,000 | 20,000 | ", "| 20,000 | ", "| 40,000 | ",
+                  "| 100,000 (projected) | "):
+        assert any(line.startswith(start) for line in rows), (start, done.stdout)
+    flat = next(line for line in rows if line.startswith("| 2 | 4,000 "))
+    assert len(flat.split("|")) == 7 and len(flat.split("|")[5].split(",")) == 2, flat  # a peak per rank

@@ -50,7 +50,6 @@ HOST_SIDE = {
     ("parallel/minibatch/feature_homes.py", "HomedSource.read"): "feature rows read from a host store",
     # the parts writer of P ranks: it runs before training, on the host, over gloo
     ("parallel/partition/parts_from_shards.py", "_node_count"): "a node count summed over the writer's ranks",
-    ("parallel/partition/parts_from_shards.py", "_full"): "a vector over all nodes, assembled on the host",
     ("parallel/partition/parts_from_shards.py", "_operators"): "a count of missing self-loops summed over ranks",
     ("host_store.py", "HostStore.create"): "the host tier's tables",
     ("host_store.py", "HostStore.read"): "pinned staging (the device's tensor is made with its device)",

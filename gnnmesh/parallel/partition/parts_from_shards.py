@@ -9,16 +9,23 @@ Rank r of P:
    at most ``ROUND_ITEMS`` edges a rank; there duplicates collapse and the input's edge
    rules (symmetrise, drop self-loops) apply, so each rank holds its block's rows of A
    exactly as the one-process loader builds them;
-3. partitions: ``rp`` and ``contiguous`` from vectors over all nodes that every rank
-   computes alike, ``lp`` (``partition.propagate``) from the blocks themselves;
-4. sends each row of A and each node's data to the rank of its part;
+3. partitions its block: the part of each of its rows (``rp`` from the ids, ``contiguous``
+   from the block's weights and the P block totals, ``lp`` by ``partition.propagate``);
+4. sends each row of A and each node's data (read by the same block of ids) to the rank of
+   its part;
 5. builds the rows of every operator, its halo and its send lists from its own rows
    (``partition.halo.local_halo``), and writes its folder.
 
 The folders are those ``write_partition_parts`` writes from the whole graph, bit for bit,
-for the same graph and partition (``tests/parallel/partition/test_parts_from_shards.py``). Besides its share
-of the graph a rank holds a few vectors over all nodes: the part, the row counts and the
-degree of every node, a few tens of bytes a node.
+for the same graph and partition (``tests/parallel/partition/test_parts_from_shards.py``).
+
+No rank holds a vector over all nodes: what a rank needs to know of a node it does not hold
+(the part of a column of its rows, a column's degree for the gcn normalization, where a row's
+entries start among the whole operator's) it asks the rank that knows (``_ask``): the rank of
+the node's block for its part, the rank of its part for its degree; row starts are the
+exclusive prefix sums of the row counts, computed on the blocks. Every exchange moves at most
+``ROUND_ITEMS`` items a rank per round, so a rank's memory follows the edges and nodes it
+holds, not the graph's node count (``benchmarks/pipeline.py --flat-ranks`` measures it).
 
 The ranks write into one staged directory (on a file system they share) that rank 0 moves
 into place once every rank has written its folder: an error on any rank, or a rank killed,
@@ -45,7 +52,7 @@ from ...errors import ConfigError, GraphError
 from ...partition import registry as partitioners
 from ...partition.base import add_sums, entry_sums, structure_key
 from ...partition.halo import local_halo
-from ...partition.methods import contiguous_parts, random_parts
+from ...partition.methods import contiguous_bounds, contiguous_cuts, random_block_parts
 from ...parts.store import FORMAT_VERSION, OUTPUT, rank_folder, save_array, write_manifest
 from ...view import OPERATORS
 from .phases import Phases
@@ -90,15 +97,14 @@ def write_parts_from_shards(shards, directory, *, method: str, epsilon: float, s
         phases = Phases(comm, directory, key, PHASES, log)
         rows = None if phases.done("part-rows") else phases.run(
             "rows", lambda: _read_rows(comm, shards), decode=lambda saved: _Rows(**saved))
-        block = slice(*_share(n, parts, comm.rank))  # a rank keeps its block of the labels
-        assignment, seconds = phases.run(
+        labels, seconds = phases.run(  # the parts of this rank's block of ids
             "assignment", lambda: (_assign(comm, rows, method, parts, epsilon, seed), time.perf_counter() - start),
-            encode=lambda done: {"labels": done[0][block], "seconds": np.float64(done[1])},
-            decode=lambda saved: (_gather(comm, saved["labels"]), float(saved["seconds"])))
-        mine = phases.run("part-rows", lambda: _my_rows(comm, rows, assignment), decode=lambda saved: _Rows(**saved))
+            encode=lambda done: {"labels": done[0], "seconds": np.float64(done[1])},
+            decode=lambda saved: (saved["labels"], float(saved["seconds"])))
+        mine = phases.run("part-rows", lambda: _my_rows(comm, rows, labels, n), decode=lambda saved: _Rows(**saved))
         rows = None  # freed here (not del: the phases' lambdas above name it)
-        nodes = phases.run("part-nodes", lambda: _my_nodes(comm, shards, assignment, mine.owned))
-        path = _write(comm, shards, directory, mine, nodes, assignment, dataset,
+        nodes = phases.run("part-nodes", lambda: _my_nodes(comm, shards, labels, mine.owned))
+        path = _write(comm, shards, directory, mine, nodes, labels, dataset,
                       {"method": method, "epsilon": epsilon, "seed": seed, "seconds": seconds})
         phases.finish()
         return path
@@ -124,6 +130,12 @@ def _share(total: int, parts: int, rank: int) -> tuple[int, int]:
     return total * rank // parts, total * (rank + 1) // parts
 
 
+def _block_of(ids: np.ndarray, n: int, parts: int) -> np.ndarray:
+    """The rank whose block (``_share`` of the ``n`` node ids) holds each of ``ids``."""
+    starts = np.array([_share(n, parts, r)[0] for r in range(parts)], dtype=np.int64)
+    return np.searchsorted(starts, ids, side="right") - 1
+
+
 class _Rows:
     """Rows of A held by this rank, in CSR order: ``owned`` ascending global ids, ``counts``
     entries per row, ``cols`` global column ids (ascending within a row), ``values`` float32
@@ -140,41 +152,55 @@ class _Rows:
 def _read_rows(comm, shards) -> _Rows:
     """This rank's block of rows of A, from its share of the edge listing."""
     lo, hi = _share(shards.num_edges, comm.world_size, comm.rank)
-    edges = comms.agreed(lambda: shards.read_edges(lo, hi))
-    return _block_rows(comm, shards, lo, *edges)
+    edges = list(comms.agreed(lambda: shards.read_edges(lo, hi)))
+    return _block_rows(comm, shards, lo, edges)
 
 
-def _block_rows(comm, shards, first: int, src, dst, weight) -> _Rows:
-    """This rank's block of rows of A, built from the edges every rank read (this one's
-    start at ``first`` in the listing)."""
+def _block_rows(comm, shards, first: int, edges: list) -> _Rows:
+    """This rank's block of rows of A, built from the edges every rank read (``edges``: this
+    one's ``[src, dst, weight or None]``, starting at ``first`` in the listing; emptied, so
+    that each array read is freed once it has been transformed)."""
     n, parts = shards.num_nodes, comm.world_size
-    position = np.arange(first, first + len(src), dtype=np.int64)  # listing order: weighted duplicates sum in it
+    src, dst, weight = edges
+    edges.clear()
+    weighted = weight is not None  # only then do duplicates need their listing order and direction
+    position = np.arange(first, first + len(src), dtype=np.int64) if weighted else None
     if shards.drop_self_loops:
         keep = src != dst
-        src, dst, position = src[keep], dst[keep], position[keep]
-        weight = None if weight is None else weight[keep]
-    mirrored = np.zeros(len(src), dtype=np.uint8)
+        src, dst = src[keep], dst[keep]
+        position, weight = (None, None) if not weighted else (position[keep], weight[keep])
+        del keep
     if shards.symmetrize:
+        if weighted:
+            mirrored = np.repeat(np.array([0, 1], dtype=np.uint8), len(src))
+            position, weight = np.concatenate([position, position]), np.concatenate([weight, weight])
         src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
-        mirrored = np.concatenate([mirrored, np.ones_like(mirrored)])
-        position = np.concatenate([position, position])
-        weight = None if weight is None else np.concatenate([weight, weight])
-    block_starts = np.array([_share(n, parts, r)[0] for r in range(parts)], dtype=np.int64)
-    dest = np.searchsorted(block_starts, dst, side="right") - 1
+    elif weighted:
+        mirrored = np.zeros(len(src), dtype=np.uint8)
+    dest = _block_of(dst, n, parts)
     keys = dst * n + src
     del src, dst
-    if weight is None:
+    if not weighted:
         (keys,) = _exchange(comm, dest, [keys])
+        del dest
         keys = sorted_unique(keys)
         values = None
     else:
-        keys, values = _weighted_entries(*_exchange(comm, dest, [keys, weight.astype(np.float64),
-                                                                    mirrored, position]),
-                                         shards.symmetrize)
+        moved = _exchange(comm, dest, [keys, weight.astype(np.float64), mirrored, position])
+        del dest, keys, weight, mirrored, position
+        keys, values = _weighted_entries(*moved, shards.symmetrize)
     lo, hi = _share(n, parts, comm.rank)
+    return _Rows(np.arange(lo, hi, dtype=np.int64), *_split_keys(keys, n, lo, hi), values)
+
+
+def _split_keys(keys: np.ndarray, n: int, lo: int, hi: int) -> tuple:
+    """(entries of each row ``lo..hi-1``, column ids) of the entries ``keys`` (row * n + column,
+    ascending), the keys turned into the columns in place."""
     rows = keys // n
     counts = np.bincount(rows - lo, minlength=hi - lo)
-    return _Rows(np.arange(lo, hi, dtype=np.int64), counts, keys - rows * n, values)
+    rows *= n
+    keys -= rows
+    return counts, keys
 
 
 def _weighted_entries(keys, weight, mirrored, position, symmetrize: bool):
@@ -197,19 +223,28 @@ def _weighted_entries(keys, weight, mirrored, position, symmetrize: bool):
 # -- the partition -----------------------------------------------------------------------------
 
 def _assign(comm, rows: _Rows, method: str, parts: int, epsilon: float, seed: int) -> np.ndarray:
-    """The part of every node (int64 [n]), the same on every rank: the partitioner's form that
-    runs on blocks (``PartitionerSpec.distributed``)."""
+    """The part of each row of this rank's block (int64, ``rows.owned`` order): the
+    partitioner's form that runs on blocks (``PartitionerSpec.distributed``)."""
     return partitioners.load(partitioners.spec(method).distributed)(comm, rows, parts, epsilon, seed)
 
 
 def random_assignment(comm, rows: _Rows, parts: int, epsilon: float, seed: int) -> np.ndarray:
-    """``rp`` on the ranks' blocks: the random parts of every node."""
-    return random_parts(_node_count(comm, rows), parts, seed)
+    """``rp`` on the ranks' blocks: the random part of each node, from its id."""
+    return random_block_parts(rows.owned, _node_count(comm, rows), parts, seed)
 
 
 def contiguous_assignment(comm, rows: _Rows, parts: int, epsilon: float, seed: int) -> np.ndarray:
-    """``contiguous`` on the ranks' blocks: id ranges of equal nonzeros + 1."""
-    return contiguous_parts(_gather(comm, rows.counts + 1), parts)
+    """``contiguous`` on the ranks' blocks: id ranges of equal nonzeros + 1. Each rank finds
+    the cuts in its block from the weight of the blocks before it; the P - 1 cuts are shared."""
+    weights = rows.counts + 1
+    totals = [int(t) for t in comm.all_gather_object(int(weights.sum()))]
+    first = int(rows.owned[0]) if len(rows.owned) else 0
+    cuts: dict = {}
+    for found in comm.all_gather_object(contiguous_cuts(weights, first, sum(totals[:comm.rank]), sum(totals),
+                                                        parts)):
+        cuts.update(found)
+    bounds = contiguous_bounds(cuts, _node_count(comm, rows), parts)
+    return np.searchsorted(bounds, rows.owned, side="right") - 1
 
 
 def _node_count(comm, rows: _Rows) -> int:
@@ -222,35 +257,44 @@ def propagated_assignment(comm, rows: _Rows, parts: int, epsilon: float, seed: i
     from ...partition.propagate import propagate
     indptr = np.concatenate([[0], np.cumsum(rows.counts)])
     lo = int(rows.owned[0]) if len(rows.owned) else _share(n, parts, comm.rank)[0]
-    labels = propagate(comm, lo, lo + len(rows.owned), indptr, rows.cols, n, parts, epsilon, seed)
-    return _gather(comm, np.asarray(labels, dtype=np.int64))
+    return np.asarray(propagate(comm, lo, lo + len(rows.owned), indptr, rows.cols, n, parts, epsilon, seed),
+                      dtype=np.int64)
 
 
-def _gather(comm, block: np.ndarray) -> np.ndarray:
-    """The blocks of every rank, concatenated (a vector over all nodes)."""
-    sizes = [int(s) for s in comm.all_gather_object(len(block))]
-    return comm.all_gather(torch.from_numpy(np.ascontiguousarray(block)), sizes).numpy()
-
-
-def _my_rows(comm, rows: _Rows, assignment: np.ndarray) -> _Rows:
-    """The rows of A of this rank's part, sent by the ranks whose blocks held them."""
-    owner = assignment[rows.owned]
-    ids, counts = _exchange(comm, owner, [rows.owned, rows.counts])
-    entry_owner = np.repeat(owner, rows.counts)
-    payload = [rows.row_ids, rows.cols] + ([] if rows.values is None else [rows.values])
-    got = _exchange(comm, entry_owner, payload)
+def _my_rows(comm, rows: _Rows, labels: np.ndarray, n: int) -> _Rows:
+    """The rows of A of this rank's part, sent by the ranks whose blocks held them (``labels``:
+    the part of each row of the block). An entry travels as one key, row * n + column."""
+    ids, counts = _exchange(comm, labels, [rows.owned, rows.counts])
     order = np.argsort(ids, kind="stable")
-    entry_order = np.lexsort((got[1], got[0]))  # by row, then column: CSR order
-    values = None if rows.values is None else got[2][entry_order]
-    return _Rows(ids[order], counts[order], got[1][entry_order], values)
+    ids, counts = ids[order], counts[order]
+    keys = rows.row_ids
+    keys *= n
+    keys += rows.cols
+    payload = [keys] + ([] if rows.values is None else [rows.values])
+    got = _exchange(comm, np.repeat(labels, rows.counts), payload)
+    del keys, payload
+    if rows.values is None:
+        keys, values = got[0], None
+        keys.sort()  # CSR order: by row, then column
+    else:
+        entry_order = np.argsort(got[0])
+        keys, values = got[0][entry_order], got[1][entry_order]
+    del got
+    rows_of = keys // n
+    rows_of *= n
+    keys -= rows_of  # now the columns
+    return _Rows(ids, counts, keys, values)
 
 
-def _my_nodes(comm, shards, assignment: np.ndarray, owned: np.ndarray) -> dict:
-    """The node data (features, labels, split masks) of this rank's part, in ``owned`` order."""
+def _my_nodes(comm, shards, labels: np.ndarray, owned: np.ndarray) -> dict:
+    """The node data (features, labels, split masks) of this rank's part, in ``owned`` order.
+    Node data is read by the block of ids that ``_block_rows`` gave this rank's rows, so
+    ``labels`` (the parts of the block's rows) are those of the block's nodes."""
     lo, hi = _share(shards.num_nodes, comm.world_size, comm.rank)
     data = comms.agreed(lambda: shards.read_nodes(lo, hi))
     ids = np.arange(lo, hi, dtype=np.int64)
-    got = _exchange(comm, assignment[lo:hi], [ids] + [data[k] for k in NODE_DATA])
+    got = _exchange(comm, labels, [ids] + [data[k] for k in NODE_DATA])
+    del data
     order = np.argsort(got[0], kind="stable")
     return {k: v[order] for k, v in zip(NODE_DATA, got[1:])}
 
@@ -272,6 +316,39 @@ def _exchange(comm, dest: np.ndarray, arrays: list) -> list:
         for out, array in zip(pieces, arrays):
             out.append(_move(comm, np.ascontiguousarray(array[part][order]), send, recv))
     return [np.concatenate(p) if p else np.asarray(a)[:0] for p, a in zip(pieces, arrays)]
+
+
+def _ask(comm, dest: np.ndarray, questions: np.ndarray, answer) -> np.ndarray:
+    """``answer(q)`` for item k of ``questions`` (a 1-D array), computed on rank ``dest[k]``
+    (``answer`` maps an array of the questions that rank got to its answers, one each): the
+    questions travel there and the answers back, in rounds of at most ``ROUND_ITEMS``."""
+    rounds = max(int(v) for v in comm.all_gather_object(-(-len(dest) // ROUND_ITEMS)))
+    pieces = []
+    for r in range(rounds):
+        part = slice(r * ROUND_ITEMS, (r + 1) * ROUND_ITEMS)
+        order = np.argsort(dest[part], kind="stable")
+        send = np.bincount(dest[part][order], minlength=comm.world_size)
+        recv = comm.all_to_all(torch.from_numpy(send), [1] * comm.world_size, [1] * comm.world_size).numpy()
+        asked = _move(comm, np.ascontiguousarray(questions[part][order]), send, recv)
+        replies = _move(comm, np.ascontiguousarray(answer(asked)), recv, send)
+        piece = np.empty_like(replies)
+        piece[order] = replies
+        pieces.append(piece)
+    return np.concatenate(pieces) if pieces else np.asarray(answer(questions[:0]))
+
+
+class _PartsOf:
+    """The parts of the columns of this rank's rows (and of its own rows), asked of the ranks
+    whose blocks hold them: indexed by an array of those ids, as ``local_halo`` indexes a
+    vector over all nodes."""
+
+    def __init__(self, comm, n: int, mine: _Rows, labels: np.ndarray):
+        lo = _share(n, comm.world_size, comm.rank)[0]
+        self.ids = np.union1d(mine.cols, mine.owned)
+        self.parts = _ask(comm, _block_of(self.ids, n, comm.world_size), self.ids, lambda q: labels[q - lo])
+
+    def __getitem__(self, ids: np.ndarray) -> np.ndarray:
+        return self.parts[np.searchsorted(self.ids, ids)]
 
 
 def _move(comm, array: np.ndarray, send: np.ndarray, recv: np.ndarray) -> np.ndarray:
@@ -301,37 +378,29 @@ def _with_loops(rows: _Rows):
     return rows.counts + missing, cols[order], values[order], missing
 
 
-def _full(comm, n: int, owned: np.ndarray, values: np.ndarray, dtype) -> np.ndarray:
-    """A vector over all nodes holding each rank's ``values`` at its ``owned`` ids."""
-    full = torch.zeros(n, dtype=dtype)
-    full[torch.from_numpy(owned)] = torch.from_numpy(np.ascontiguousarray(values)).to(dtype)
-    return comm.all_reduce(full).numpy()
-
-
 def _row_sums(counts: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Row sums accumulated in float64 and rounded to float32, as ``transforms`` does."""
     at_row = np.repeat(np.arange(len(counts)), counts)
     return np.bincount(at_row, weights=values, minlength=len(counts)).astype(np.float32)
 
 
-def _operators(comm, rows: _Rows, n: int) -> tuple[dict, dict]:
+def _operators(comm, rows: _Rows, n: int, parts_of: _PartsOf) -> tuple[dict, dict]:
     """``{name: structure}`` and, per structure, ``(counts, cols, values or None)`` of this
     rank's rows with the global position of each entry; the structures named and shared as
-    the one-process writer names and shares them (by operator order)."""
+    the one-process writer names and shares them (by operator order). The degree of a
+    column held elsewhere is asked of the rank of its part (``parts_of``), which holds its row."""
     loop_counts, loop_cols, loop_values, missing = _with_loops(rows)
     no_loop_missing = int(comm.all_reduce(torch.tensor([int(missing.sum())])).item()) == 0
+    deg = _row_sums(loop_counts, loop_values)
+    col_deg = _ask(comm, parts_of.parts, parts_of.ids, lambda q: deg[np.searchsorted(rows.owned, q)])
+    row_scale, col_scale = (_inv_sqrt(d) for d in (deg, col_deg))
+    gcn = np.repeat(row_scale, loop_counts) * loop_values * col_scale[np.searchsorted(parts_of.ids, loop_cols)]
+    del loop_values, col_scale
     weights = np.ones(len(rows.cols), np.float32) if rows.values is None else rows.values
-    at_row = np.repeat(np.arange(len(rows.owned)), rows.counts)
-    at_loop_row = np.repeat(np.arange(len(rows.owned)), loop_counts)
-
-    deg = _full(comm, n, rows.owned, _row_sums(loop_counts, loop_values), torch.float32)
-    deg_t = torch.from_numpy(deg)
-    inv_sqrt = torch.where(deg_t > 0, deg_t.pow(-0.5), torch.zeros_like(deg_t)).numpy()
-    loop_row_ids = rows.owned[at_loop_row]
-    gcn = inv_sqrt[loop_row_ids] * loop_values * inv_sqrt[loop_cols]
     mean_deg = torch.from_numpy(_row_sums(rows.counts, weights))
     inv = torch.where(mean_deg > 0, 1.0 / mean_deg, torch.zeros_like(mean_deg)).numpy()
-    mean = inv[at_row] * weights
+    mean = np.repeat(inv, rows.counts) * weights
+    del weights
 
     plain = ("plain", rows.counts, rows.cols)
     looped = plain if no_loop_missing else ("looped", loop_counts, loop_cols)
@@ -346,27 +415,53 @@ def _operators(comm, rows: _Rows, n: int) -> tuple[dict, dict]:
     return named, structures
 
 
+def _inv_sqrt(deg: np.ndarray) -> np.ndarray:
+    """deg^-1/2 (0 where deg is 0), in float32 as ``transforms`` computes it."""
+    deg_t = torch.from_numpy(deg)
+    return torch.where(deg_t > 0, deg_t.pow(-0.5), torch.zeros_like(deg_t)).numpy()
+
+
 def _entry_ids(comm, n: int, owned: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """The position of each of this rank's entries among the whole operator's (CSR order)."""
-    full = _full(comm, n, owned, counts, torch.int64)
-    starts = np.cumsum(full) - full
-    return np.repeat(starts[owned], counts) + (np.arange(int(counts.sum())) -
-                                               np.repeat(np.cumsum(counts) - counts, counts))
+    starts = _row_starts(comm, n, owned, counts)
+    return np.repeat(starts, counts) + (np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts))
+
+
+def _row_starts(comm, n: int, owned: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The position of the first entry of each ``owned`` row among the operator's: the
+    exclusive prefix sum of the row counts in id order. The counts go to the ranks of their
+    blocks, which sum them (the blocks before theirs, then row by row) and answer."""
+    parts, rank = comm.world_size, comm.rank
+    lo, hi = _share(n, parts, rank)
+    blocks = _block_of(owned, n, parts)
+    ids, got = _exchange(comm, blocks, [owned, np.asarray(counts, dtype=np.int64)])
+    block = np.zeros(hi - lo, dtype=np.int64)
+    block[ids - lo] = got
+    before = sum(int(t) for t in comm.all_gather_object(int(block.sum()))[:rank])
+    starts = before + np.cumsum(block) - block
+    return _ask(comm, blocks, owned, lambda q: starts[q - lo])
 
 
 # -- writing -----------------------------------------------------------------------------------
 
-def _write(comm, shards, directory, mine: _Rows, nodes: dict, assignment: np.ndarray, dataset: str,
+def _write(comm, shards, directory, mine: _Rows, nodes: dict, labels: np.ndarray, dataset: str,
            how: dict) -> Path:
     n, parts, rank = shards.num_nodes, comm.world_size, comm.rank
-    named, structures = _operators(comm, mine, n)
+    parts_of = _PartsOf(comm, n, mine, labels)
+    named, structures = _operators(comm, mine, n, parts_of)
     fingerprint, num_edges = _fingerprint(comm, mine, n)
     stage = _Stage(comm, directory)
+    operators = {name: {"structure": s["name"], "values": v is not None} for name, (s, v) in named.items()}
     with stage as tmp:
-        halos = {s["name"]: _halo(comm, mine.owned, s, assignment) for s in structures.values()}
         folder = tmp / rank_folder(rank)
-        files, summary = comms.agreed(lambda: _written(folder, lambda: _write_folder(folder, mine, nodes, named,
-                                                                                         structures, halos)))
+        files: dict = {}
+        comms.agreed(lambda: _written(folder, lambda: _write_nodes(folder, mine, nodes, files)))
+        summary = {}
+        for structure in structures.values():  # one halo held at a time, written, then let go
+            halo = _halo(comm, mine.owned, structure, parts_of)
+            summary[structure["name"]] = comms.agreed(lambda: _written(folder, lambda: _write_structure(
+                folder, structure, halo, named, files)))
+            halo = None
         everyone = comm.all_gather_object((len(mine.owned), files, summary))
         if rank == 0:
             manifest = {
@@ -377,7 +472,7 @@ def _write(comm, shards, directory, mine: _Rows, nodes: dict, assignment: np.nda
                 "how": f"{how['method']}, epsilon {how['epsilon']:g}, seed {how['seed']}",
                 "method": how["method"], "epsilon": how["epsilon"], "seed": how["seed"],
                 "partition_seconds": how["seconds"],
-                "operators": {name: {"structure": s["name"], "values": v is not None} for name, (s, v) in named.items()},
+                "operators": operators,
                 "structures": {s["name"]: {"send_counts": [e[2][s["name"]]["send_counts"] for e in everyone],
                                            "nnz": [e[2][s["name"]]["nnz"] for e in everyone]}
                                for s in structures.values()},
@@ -405,36 +500,41 @@ def _written(folder: Path, write):
         raise ConfigError(f"{where}: cannot write the parts ({err.strerror or err})") from None
 
 
-def _write_folder(folder: Path, mine: _Rows, nodes: dict, named: dict, structures: dict,
-                  halos: dict) -> tuple[dict, dict]:
-    """This rank's folder, written as ``write_partition_parts`` writes it."""
-    files: dict = {}
+def _write_nodes(folder: Path, mine: _Rows, nodes: dict, files: dict) -> None:
+    """This rank's folder with its node ids and node data, as ``write_partition_parts``
+    writes them."""
     folder.mkdir()
     save_array(folder, "owned", mine.owned, files)
     for name in NODE_DATA:
         save_array(folder, name, nodes[name], files)
-    summary, blocks = {}, {}
-    for s in structures.values():
-        name = s["name"]
-        halo = halos[name]
-        save_array(folder, f"{name}.indptr", halo.block.indptr.numpy(), files)
-        save_array(folder, f"{name}.indices", halo.block.indices.numpy(), files)
-        save_array(folder, f"{name}.entries", halo.entry_ids, files)
-        save_array(folder, f"{name}.halo", halo.halo, files)
-        save_array(folder, f"{name}.send", np.concatenate(halo.send_index), files)
-        summary[name] = {"send_counts": halo.send_counts.tolist(), "nnz": halo.block.nnz}
-        blocks[name] = np.searchsorted(s["entries"], halo.entry_ids)  # block order of my entries
-    for op, (s, values) in named.items():
-        if values is not None:
-            save_array(folder, f"{op}.values", values[blocks[s["name"]]], files)
-    return files, summary
 
 
-def _halo(comm, owned: np.ndarray, structure: dict, assignment: np.ndarray):
+def _write_structure(folder: Path, structure: dict, halo, named: dict, files: dict) -> dict:
+    """A structure's files and those of the operators' values on it, as
+    ``write_partition_parts`` writes them; its summary for the manifest. The operators'
+    values on it and its own arrays are let go once written."""
+    name = structure["name"]
+    save_array(folder, f"{name}.indptr", halo.block.indptr.numpy(), files)
+    save_array(folder, f"{name}.indices", halo.block.indices.numpy(), files)
+    save_array(folder, f"{name}.entries", halo.entry_ids, files)
+    save_array(folder, f"{name}.halo", halo.halo, files)
+    save_array(folder, f"{name}.send", np.concatenate(halo.send_index), files)
+    order = np.searchsorted(structure["entries"], halo.entry_ids)  # block order of my entries
+    for op, (s, values) in list(named.items()):
+        if s is structure:
+            if values is not None:
+                save_array(folder, f"{op}.values", values[order], files)
+            named[op] = (s, None)
+    for key in ("counts", "cols", "entries"):
+        structure.pop(key)
+    return {"send_counts": halo.send_counts.tolist(), "nnz": halo.block.nnz}
+
+
+def _halo(comm, owned: np.ndarray, structure: dict, parts_of: _PartsOf):
     """This rank's halo of a structure; what it sends each peer is the peer's halo slice
     from it, which the peers send over."""
     halo = local_halo(owned, structure["counts"], structure["cols"], structure["entries"], None,
-                      assignment, comm.world_size, comm.rank, [])
+                      parts_of, comm.world_size, comm.rank, [])
     counts = _counts_to_me(comm, halo.recv_counts)
     wanted = comm.all_to_all(torch.from_numpy(halo.halo), halo.recv_counts.tolist(), counts).numpy()
     asked = np.split(wanted, np.cumsum(counts)[:-1])

@@ -177,3 +177,42 @@ def test_a_rank_killed_mid_way_leaves_no_parts(tmp_path):
     done = subprocess.run(command, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr
     assert out.is_dir() and not [p.name for p in tmp_path.iterdir() if is_temporary(p.name)]
+
+
+def write_simulated(comm, directory, out, method):
+    from gnnmesh.parallel.partition.parts_from_shards import write_parts_from_shards
+    write_parts_from_shards(open_shards(directory), out, method=method, epsilon=0.05, seed=3, dataset="g", comm=comm)
+    return True
+
+
+@pytest.mark.parametrize("method", ["rp", "contiguous"])
+def test_parts_are_the_same_when_every_exchange_takes_many_rounds(tmp_path, monkeypatch, method):
+    """Rounds of 5 items (so each rank's edges, rows, questions and answers take many rounds,
+    some ranks sending none in the last): the files still equal the one-process writer's.
+    The ranks are simulated, threads of this process taking turns."""
+    from gnnmesh.parallel.partition import parts_from_shards
+    from gnnmesh.partition.simulate import simulate
+    monkeypatch.setattr(parts_from_shards, "ROUND_ITEMS", 5)
+    graph = random_graph(**GRAPHS["weighted"], seed=11)
+    source = shard(graph, tmp_path / "s")
+    simulate(write_simulated, 4, source, tmp_path / "parts", method)
+    expected = partition(open_shards(source).graph(), 4, method, seed=3, cache=False)
+    assert np.array_equal(assignment_of(tmp_path / "parts"), expected.assignment)
+    same_parts(tmp_path / "parts", one_host(open_shards(source).graph(), 4, expected.assignment, method, 3,
+                                            tmp_path / "one"))
+
+
+def test_a_ranks_memory_does_not_grow_with_the_graphs_nodes(tmp_path):
+    """No rank holds a vector over all nodes: at the same nodes and edges per rank, a rank's
+    peak (numpy's allocations, traced) at 12 ranks is that at 2, where 12 times the nodes
+    would add 3.7 MiB for each int64 vector over all of them (rp's parts, say)."""
+    from gnnmesh.datasets.sharding import write_graph_shards
+    from gnnmesh.partition.simulate import simulate
+    peaks = {}
+    for world in (2, 12):
+        graph = random_graph(n=40_000 * world, e=1_000 * world, features=1, classes=2, isolated=0, seed=1)
+        write_graph_shards(graph, tmp_path / f"s{world}", 2)
+        _, traced = simulate(write_simulated, world, tmp_path / f"s{world}", tmp_path / f"p{world}", "rp",
+                             trace_memory=True)
+        peaks[world] = max(traced)
+    assert peaks[12] < 1.15 * peaks[2], peaks
