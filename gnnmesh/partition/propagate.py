@@ -84,6 +84,11 @@ CLASSES = 128  # load-per-vertex classes of the balancing plan (half octaves)
 PLAN_MARGIN = 0.2  # the plan aims this fraction of the slack below the caps (rounding)
 PLAN_STEPS = 4  # the planned moves are made in this many steps, the gains updated between
 FM_PASSES, FM_PATIENCE = 4, 200  # the coarsest graph's bisections: passes, moves past the best
+# Jet refinement: rounds at most, rounds without a better cut before it stops, and the loss a
+# proposed move may have, as a fraction of its edges to its own part (coarse levels, input)
+JET_ROUNDS, JET_PATIENCE = 12, 3
+JET_NEGATIVE = (0.75, 0.25)
+LOWER_BOUNDS = False
 REPAIR_OFFERS = 4  # vertices each rank offers per part and class to the final repair
 
 
@@ -819,6 +824,7 @@ def _repair_moves(pool: np.ndarray, loads: np.ndarray, caps: np.ndarray) -> np.n
 
 
 def _balance(level: _Level, labels: np.ndarray, parts: int, caps, lower, seed: int, salt: int):
+    labels = _greedy(level, labels, parts, caps, seed, salt + 500)
     for step in range(3):
         loads = _loads(level, labels, parts)
         if (loads <= caps).all() and (lower is None or (loads >= lower).all()):
@@ -872,6 +878,69 @@ def _refine(level: _Level, labels: np.ndarray, parts: int, caps, seed: int, salt
         if _sum(comm, np.array([moved]))[0] <= 0.001 * level.total:
             break
     return labels
+
+
+def _total_cut(level: _Level, labels_all: np.ndarray) -> int:
+    """Edge weight between parts, over all ranks (each edge counted from both ends)."""
+    mine = int(level.ew[labels_all[level.rows] != labels_all[level.adj]].sum())
+    return int(_sum(level.comm, np.array([mine]))[0])
+
+
+def _jet(level: _Level, labels: np.ndarray, parts: int, caps, lower, seed: int, salt: int,
+         negative: float, rounds: int = JET_ROUNDS) -> np.ndarray:
+    """Refinement that can leave local optima, after Jet (Gilbert et al., 2023): every
+    unlocked vertex proposes its best other part, also at a loss smaller than ``negative``
+    times its edges to its own part; a proposal is kept only if it still gains when the
+    neighbours' proposals that rank before it (higher gain, then a seeded tie) are assumed
+    made (so a group of vertices moves together where each alone would lose); the moved
+    vertices stay put next round; a balancing step restores the caps. The best labels seen
+    (within the caps, then the smallest cut) are returned; the rounds stop after
+    ``JET_PATIENCE`` without a new best."""
+    n = level.n
+    gid = level.gid()
+    best, best_score, stale = labels, None, 0
+    locked = np.zeros(n, dtype=bool)
+    rows, adj, ew = level.rows, level.adj, level.ew
+    for it in range(rounds + 1):
+        labels_all = level.with_ghosts(labels)
+        loads = _loads(level, labels, parts)
+        over = np.maximum(loads - caps, 0).sum() + (0 if lower is None else np.maximum(lower - loads, 0).sum())
+        score = (int(over > 0), _total_cut(level, labels_all))
+        if best_score is None or score < best_score:
+            best, best_score, stale = labels, score, 0
+        else:
+            stale += 1
+        if it == rounds or stale >= JET_PATIENCE:
+            break
+        v, p, conn = _connections(level, labels_all)
+        own = p == labels[v]
+        own_conn = np.zeros(n, dtype=INT)
+        own_conn[v[own]] = conn[own]
+        v, p, conn = v[~own], p[~own], conn[~own]
+        pick = _best(v, conn, _hash(seed, salt, it, gid[v], p))
+        v, t, gain = v[pick], p[pick], conn[pick] - own_conn[v[pick]]
+        ok = ~locked[v] & ((gain >= 0) | (-gain < np.floor(negative * own_conn[v])))
+        target = np.full(n, -1, dtype=INT)
+        target[v[ok]] = t[ok]
+        gains = np.zeros(n, dtype=INT)
+        gains[v[ok]] = gain[ok]
+        tie = (_hash(seed, salt, it, gid) >> np.uint64(2)).astype(INT)
+        ghost = level.exchange(np.column_stack([target, gains, tie]))
+        info = np.concatenate([np.column_stack([target, gains, tie]), ghost])
+        moving = target[rows] >= 0
+        r, a, w = rows[moving], adj[moving], ew[moving]
+        first = (info[a, 1] > gains[r]) | ((info[a, 1] == gains[r]) & (info[a, 2] > tie[r]))
+        there = np.where((info[a, 0] >= 0) & first, info[a, 0], labels_all[a])
+        after = np.zeros(n, dtype=INT)
+        np.add.at(after, r, w * ((there == target[r]).astype(INT) - (there == labels[r])))
+        move = (target >= 0) & (after > 0)
+        labels = labels.copy()
+        labels[move] = target[move]
+        locked = move
+        labels = _greedy(level, labels, parts, caps, seed, salt + 1000 + it)
+        if (_loads(level, labels, parts) > caps).any():
+            labels = _balance(level, labels, parts, caps, lower, seed, salt + 2000 + it)
+    return best
 
 
 # -- initial partition --------------------------------------------------------------------
@@ -1029,6 +1098,8 @@ def _caps(level: _Level, parts: int, epsilon: float, slack: Optional[np.ndarray]
     caps = np.maximum(caps, np.ceil(average))
     if slack is None:
         return np.tile(caps, (parts, 1)), None
+    if not LOWER_BOUNDS:
+        return np.tile(caps + np.ceil(slack), (parts, 1)), None
     lower = np.floor((1 - epsilon) * average - slack)
     return np.tile(caps + np.ceil(slack), (parts, 1)), np.tile(lower, (parts, 1))
 
@@ -1101,10 +1172,13 @@ def propagate(comm, lo: int, hi: int, indptr: np.ndarray, indices: np.ndarray, n
         labels = _dealt(level, parts, seed)
     labels = _balance(level, labels, parts, caps, lower, seed, 11)
     labels = _refine(level, labels, parts, caps, seed, 13)
+    labels = _jet(level, labels, parts, caps, lower, seed, 15, JET_NEGATIVE[not levels])
     for depth, (finer, cid) in enumerate(reversed(levels)):
         labels = _project(comm, level.starts, cid, labels)
         level = finer
         caps, lower = bounds(level, depth == len(levels) - 1)
         labels = _balance(level, labels, parts, caps, lower, seed, 17 + 4 * depth)
         labels = _refine(level, labels, parts, caps, seed, 19 + 4 * depth)
+        labels = _jet(level, labels, parts, caps, lower, seed, 21 + 4 * depth,
+                      JET_NEGATIVE[depth == len(levels) - 1])
     return _fill_empty(level, labels, parts)
