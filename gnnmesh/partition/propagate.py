@@ -82,6 +82,7 @@ COARSEST_DEGREE = 32
 GATHER_MAX_VERTICES, GATHER_MAX_EDGES = 200_000, 4_000_000
 CLASSES = 128  # load-per-vertex classes of the balancing plan (half octaves)
 PLAN_MARGIN = 0.2  # the plan aims this fraction of the slack below the caps (rounding)
+PLAN_TARGETS = 8  # the parts each part may send to in the plan: its most connected, the lightest
 PLAN_STEPS = 4  # the planned moves are made in this many steps, the gains updated between
 FM_PASSES, FM_PATIENCE = 4, 200  # the coarsest graph's bisections: passes, moves past the best
 # Jet refinement: rounds at most, rounds without a better cut before it stops, and the loss a
@@ -188,6 +189,20 @@ def _gather(comm, rows: np.ndarray) -> np.ndarray:
     if sizes.sum() == 0:
         return rows[:0]
     return comm.all_gather(torch.from_numpy(rows), sizes=sizes.tolist()).numpy()
+
+
+def _gather_to(comm, rows: np.ndarray, root: Optional[int]) -> Optional[np.ndarray]:
+    """Every rank's rows (int64 [m_r, k]) concatenated in rank order, on rank ``root`` only
+    (None elsewhere), or on every rank where ``root`` is None."""
+    if root is None:
+        return _gather(comm, rows)
+    rows = np.ascontiguousarray(rows, dtype=INT)
+    if comm.world_size == 1:
+        return rows
+    counts = np.zeros(comm.world_size, dtype=INT)
+    counts[root] = rows.shape[0]
+    got, _ = _alltoall(comm, rows, counts)
+    return got if comm.rank == root else None
 
 
 def _gather_equal(comm, array: np.ndarray) -> np.ndarray:
@@ -461,22 +476,29 @@ def _project(comm, cstarts: np.ndarray, cid: np.ndarray, coarse_labels: np.ndarr
     return sent.answer(coarse_labels[sent.received[:, 0] - clo])[:, 0][inverse]
 
 
-def _gathered(level: _Level) -> _Level:
-    """The whole level on this rank, as a one-rank level: every edge, or, where a vertex has
-    more than ``COARSEST_DEGREE``, each vertex's heaviest ones (an edge kept by either end)."""
+def _gathered(level: _Level, root: Optional[int] = None) -> Optional[_Level]:
+    """The whole level, as a one-rank level, on rank ``root`` (None elsewhere), or on every
+    rank where ``root`` is None: every edge, or, where a vertex has more than
+    ``COARSEST_DEGREE``, each vertex's heaviest ones (an edge kept by either end)."""
     comm = level.comm
     degrees = np.diff(level.indptr)
-    nodes = _gather(comm, np.column_stack([level.vw, degrees]))
-    vw = nodes[:, :2]
-    if nodes[:, 2].max(initial=0) <= COARSEST_DEGREE:
-        edges = _gather(comm, np.column_stack([level.global_cols(), level.ew]))
+    sparse = _gather_equal(comm, np.array([degrees.max(initial=0)])).max() <= COARSEST_DEGREE
+    nodes = _gather_to(comm, np.column_stack([level.vw, degrees]), root)
+    if sparse:
+        edges = _gather_to(comm, np.column_stack([level.global_cols(), level.ew]), root)
+        if nodes is None:
+            return None
+        vw = nodes[:, :2]
         return _Level(Solo(), np.array([0, vw.shape[0]], dtype=INT), _csr(vw.shape[0], np.repeat(
             np.arange(vw.shape[0], dtype=INT), nodes[:, 2])), edges[:, 0], edges[:, 1], vw)
     cols = level.global_cols()
     order = np.lexsort((cols, -level.ew, level.rows))  # by row, heaviest first, then by column
     rank_in_row = np.arange(order.shape[0], dtype=INT) - np.repeat(level.indptr[:-1], degrees)
     kept = order[rank_in_row < COARSEST_DEGREE]
-    edges = _gather(comm, np.column_stack([level.rows[kept] + level.lo, cols[kept], level.ew[kept]]))
+    edges = _gather_to(comm, np.column_stack([level.rows[kept] + level.lo, cols[kept], level.ew[kept]]), root)
+    if nodes is None:
+        return None
+    vw = nodes[:, :2]
     n = vw.shape[0]
     half = sp.csr_matrix((edges[:, 2], (edges[:, 0], edges[:, 1])), shape=(n, n))
     whole = half.maximum(half.T).tocsr()  # symmetric weights: the union keeps each edge's own
@@ -499,7 +521,7 @@ def _classes(vw: np.ndarray) -> np.ndarray:
     return np.clip(np.floor(2 * np.log2(np.maximum(ratio, 1))), 0, CLASSES - 1).astype(INT)
 
 
-def _plan(amount, load, movable, adjacent, caps, lower, margin: float = PLAN_MARGIN):
+def _plan(amount, load, movable, between, caps, lower, margin: float = PLAN_MARGIN):
     """Moves (from, to, class, vertex weight) that bring every part within ``caps`` (and
     above ``lower``), at least cost: a linear program over the parts' class totals
     (``amount``: vertex weight, ``load``: load weight, [parts, classes]). Moving class k
@@ -513,6 +535,17 @@ def _plan(amount, load, movable, adjacent, caps, lower, margin: float = PLAN_MAR
     average = weights.sum(0) / parts
     above, below = (weights > average).any(axis=1), (weights < average).any(axis=1)
     pairs = above[:, None] & below[None, :] & ~np.eye(parts, dtype=bool)
+    if parts > 2 * PLAN_TARGETS:
+        # each part may send to its PLAN_TARGETS most connected parts and the PLAN_TARGETS
+        # lightest: the program grows with the parts, not with their square
+        share = (weights / np.maximum(average, 1)).max(axis=1)
+        near = np.argsort(-np.where(pairs, between, -1), axis=1, kind="stable")[:, :PLAN_TARGETS]
+        light = np.argsort(share, kind="stable")[:PLAN_TARGETS]
+        allowed = np.zeros((parts, parts), dtype=bool)
+        allowed[np.arange(parts)[:, None], near] = True
+        allowed[:, light] = True
+        pairs &= allowed
+    adjacent = between > 0
     src, dst, cls = np.nonzero(pairs[:, :, None] & movable[:, None, :])
     if src.shape[0] == 0:
         return src, dst, cls, np.zeros(0)
@@ -580,7 +613,7 @@ def _planned_moves(level: _Level, labels: np.ndarray, parts: int, caps, lower, s
     between = totals[3 * parts * CLASSES:].reshape(parts, parts)
     plan = None
     if comm.rank == 0:
-        plan = _plan(amount[0], amount[1], amount[2] >= 4, between > 0, caps, lower)
+        plan = _plan(amount[0], amount[1], amount[2] >= 4, between, caps, lower)
     src, dst, kls, x = comm.broadcast_object(plan, src=0)
     if src.shape[0] == 0:
         return labels
@@ -938,8 +971,7 @@ def _jet(level: _Level, labels: np.ndarray, parts: int, caps, lower, seed: int, 
         labels[move] = target[move]
         locked = move
         labels = _greedy(level, labels, parts, caps, seed, salt + 1000 + it)
-        if (_loads(level, labels, parts) > caps).any():
-            labels = _balance(level, labels, parts, caps, lower, seed, salt + 2000 + it)
+        labels = _repair(level, labels, parts, caps, seed, salt + 1000 + it)
     return best
 
 
@@ -1055,25 +1087,31 @@ def _cut(level: _Level, labels: np.ndarray) -> int:
 
 
 def _initial(level: _Level, parts: int, caps, lower, seed: int) -> np.ndarray:
-    """Labels of the coarsest level: gathered on every rank, ``INITIAL_TRIES`` candidates
-    spread over the ranks, the best (within the caps first, then lowest cut) kept."""
+    """Labels of the coarsest level: gathered on rank 0 alone (the other ranks hold none of
+    it), which tries ``INITIAL_TRIES`` candidates and keeps the best (within the caps first,
+    then lowest cut); each rank receives its block's labels."""
     comm = level.comm
-    whole = _gathered(level)
-    best = None
-    for attempt in range(comm.rank, INITIAL_TRIES, comm.world_size):
-        salt = int(_hash(seed, 99, attempt) >> np.uint64(33))
-        labels = _recursive_bisection(whole, parts, salt)
-        labels = _balance(whole, labels, parts, caps, lower, salt, 3)
-        labels = _refine(whole, labels, parts, caps, salt, 5, rounds=INITIAL_REFINE_ROUNDS)
-        loads = _loads(whole, labels, parts)
-        score = (int(np.maximum(loads - caps, 0).sum() > 0), _cut(whole, labels), attempt)
-        if best is None or score < best[0]:
-            best = (score, labels)
-    scores = _gather_equal(comm, np.array(best[0] if best else (2, 0, 0)))
-    winner = int(np.lexsort((scores[:, 2], scores[:, 1], scores[:, 0]))[0])
-    chosen = best[1] if comm.rank == winner else np.zeros(whole.n, dtype=INT)
-    chosen = _sum(comm, chosen)
-    return chosen[level.lo:level.hi]
+    whole = _gathered(level, root=0)
+    chosen = np.zeros((0, 1), dtype=INT)
+    if whole is not None:
+        best = None
+        for attempt in range(INITIAL_TRIES):
+            salt = int(_hash(seed, 99, attempt) >> np.uint64(33))
+            labels = _recursive_bisection(whole, parts, salt)
+            labels = _balance(whole, labels, parts, caps, lower, salt, 3)
+            labels = _refine(whole, labels, parts, caps, salt, 5, rounds=INITIAL_REFINE_ROUNDS)
+            loads = _loads(whole, labels, parts)
+            score = (int(np.maximum(loads - caps, 0).sum() > 0), _cut(whole, labels))
+            if best is None or score < best[0]:
+                best = (score, labels)
+        del whole
+        chosen = best[1][:, None]
+    if comm.world_size == 1:
+        return chosen[:, 0]
+    counts = np.diff(level.starts) if comm.rank == 0 else np.zeros(comm.world_size, dtype=INT)
+    expected = np.zeros(comm.world_size, dtype=INT)
+    expected[0] = level.n
+    return _alltoall(comm, chosen, counts, expected)[0][:, 0]
 
 
 def _dealt(level: _Level, parts: int, seed: int) -> np.ndarray:
