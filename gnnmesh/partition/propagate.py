@@ -17,14 +17,17 @@ process (``Comm()`` with no process group, or the single-rank stand-in ``Solo``)
    their own. Clusters become the vertices of the next, smaller level, stored on the rank
    that owns the cluster's id. Repeat until a few tens of vertices per part remain.
 3. **Initial partition.** The coarsest graph (at most ``COARSEST_PER_PART`` vertices per
-   part, unless coarsening stalls) is gathered on every rank; recursive bisection
+   part, unless coarsening stalls) is gathered on rank 0 alone; recursive bisection
    (breadth-first growing from a far vertex, two-way label propagation, then
-   Fiduccia-Mattheyses passes) gives ``INITIAL_TRIES`` candidates, spread over the ranks;
-   the one within the caps with the lowest cut wins.
-4. **Uncoarsen.** Labels are projected level by level; at each level a balancing step and
-   label propagation refinement run with caps that tighten to (1 + epsilon) at the input
-   (coarse levels allow half their heaviest vertex more, and keep parts above a lower
-   bound as far below the average, so that the input level has little left to move).
+   Fiduccia-Mattheyses passes) gives ``INITIAL_TRIES`` candidates there; the one within the
+   caps with the lowest cut wins, and each rank receives its block's labels.
+4. **Uncoarsen.** Labels are projected level by level; at each level a balancing step,
+   label propagation refinement and Jet refinement (moves at a small loss are proposed
+   too, and kept where the neighbours' moves make them gain, so that groups of vertices
+   cross together; the best labels seen are kept) run with caps that tighten to
+   (1 + epsilon) at the input (coarse levels allow half their heaviest vertex more). Coarse
+   levels have no lower bound: filling every part up to one moved hundreds of coarse
+   vertices per level and doubled the cut on a road network.
 
 Balance holds for two weights at once, as METIS's ``gp`` does: vertices (a rank's memory)
 and nonzeros + 1 (its compute). Moving single vertices cannot always fix both (a part over
@@ -36,14 +39,15 @@ first, in a few steps. Single moves into parts with room, then a search for sing
 and swaps among the cheapest vertices every rank offers, finish what rounding left.
 
 Memory per rank: its block's rows, twice (A + A^T) with a few arrays of that size during
-symmetrizing and coarsening, the ghosts' labels, and small arrays over the parts: the
-coarsest graph (a few tens of vertices per part, each with at most ``COARSEST_DEGREE`` of its
-heaviest edges and those its neighbours kept), [parts, classes] totals and, on rank 0 (and on
-each rank trying an initial partition), the plan's linear program (about parts^2 / 4 x the
-classes present). Nothing else is of the size of the whole graph; the coarsest graph and the
-plan grow with the parts (on R-MAT 100k/1M at 64 parts coarsening stalls at about 5,000
-vertices, whose edges are as many as the input's: gathered whole, they took a rank to 105 MiB,
-cut down 60 MiB).
+symmetrizing and coarsening (the transposed entries travel as one int64 key each), the
+ghosts' labels, and small arrays over the parts: [parts, classes] totals and [parts, parts]
+edge weights between parts and, on rank 0, the plan's linear program (each part may send to
+its ``PLAN_TARGETS`` most connected and ``PLAN_TARGETS`` lightest parts: it grows with the
+parts, not their square) and the coarsest graph (a few tens of vertices per part, each with
+at most ``COARSEST_DEGREE`` of its heaviest edges and those its neighbours kept). Nothing
+else is of the size of the whole graph (on R-MAT 100k/1M at 64 parts coarsening stalls at
+about 5,000 vertices, whose edges are as many as the input's: gathered whole, they took a
+rank to 105 MiB, cut down 60 MiB).
 
 Everything is integer arithmetic and seeded hashes, so the labels depend only on the graph,
 the seed and the world size, not on timing.
@@ -114,7 +118,7 @@ def _hash(*keys) -> np.ndarray:
 # -- communication -----------------------------------------------------------------------------
 class Solo:
     """A world of one rank with the ``Comm`` methods ``propagate`` uses (the gathered coarsest
-    graph is partitioned with it on every rank)."""
+    graph is partitioned with it on rank 0)."""
 
     rank, world_size = 0, 1
 
@@ -294,23 +298,39 @@ def _first_level(comm, lo, hi, indptr, indices, num_nodes) -> _Level:
     rows = np.repeat(np.arange(lo, hi, dtype=INT), np.diff(indptr))
     other = cols != rows
     rows, cols = rows[other], cols[other]
+    del other
+    # one key per entry and direction, row * num_nodes + neighbour (a pair's run of equal keys
+    # has one key per direction present: its edge weight). The transposed entries' keys,
+    # column * num_nodes + row, sorted, are grouped by the rank owning the column: they go
+    # there as they are, one int64 each, with no index arrays beside them.
+    sent = cols * num_nodes
+    sent += rows
+    sent.sort()
+    rows -= lo
+    rows *= num_nodes
+    rows += cols
+    del cols
     if world > 1:
-        sent = _Sent(comm, _owner(starts, cols), np.stack([cols, rows], axis=1))
-        back = sent.received
+        counts = np.diff(np.searchsorted(sent, starts * num_nodes))
+        back, _ = _alltoall(comm, sent[:, None], counts)
         del sent
+        back = back[:, 0]
     else:
-        back = np.stack([cols, rows], axis=1)
-    # one key per entry and direction, (row - lo) * num_nodes + neighbour, sorted in place:
-    # a pair's run has one key per direction present, its edge weight
-    keys = np.concatenate([(rows - lo) * num_nodes + cols, (back[:, 0] - lo) * num_nodes + back[:, 1]])
-    del rows, cols, back, other
+        back = sent
+    back -= lo * num_nodes
+    keys = np.concatenate([rows, back])
+    del rows, back
     keys.sort()
     first = np.flatnonzero(_run_starts(keys))
     weights = np.diff(np.append(first, keys.shape[0]))
     keys = keys[first]
     del first
     vw = np.stack([np.ones(n, dtype=INT), np.diff(indptr) + 1], axis=1)
-    return _Level(comm, starts, _csr(n, keys // num_nodes), keys % num_nodes, weights, vw)
+    neighbours = keys % num_nodes
+    keys //= num_nodes  # the rows, in place
+    level_indptr = _csr(n, keys)
+    del keys
+    return _Level(comm, starts, level_indptr, neighbours, weights, vw)
 
 
 # -- label propagation pieces ---------------------------------------------------------------
