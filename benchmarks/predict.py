@@ -31,6 +31,7 @@ one run) before its median and range.
 
     python benchmarks/predict.py --repeats 3                       # R-MAT 1M nodes, 10M edges, 128 features
     python benchmarks/predict.py --nodes 100000 --edges 1000000 --repeats 3   # quick look
+    python benchmarks/predict.py --runs single,pyg,partition              # without the (slow) offload run
 """
 
 from __future__ import annotations
@@ -284,7 +285,7 @@ def driver(args) -> None:
         failed = {}
         budget = None
         for round_ in range(args.repeats):
-            for name in RUNS:
+            for name in args.runs:
                 if name == "offload" and budget is None:
                     continue
                 result = spawn(name, args, tmp, round_, budget or 0.0)
@@ -313,7 +314,7 @@ def report(args, runs: dict, failed: dict, budget, agrees: str) -> None:
     print("| run | ranks | pass s | pass CPU s (all ranks) | setup s | command s | peak RSS MiB (largest rank) "
           "| each rank's peak MiB |")
     print("|---|---|---|---|---|---|---|---|")
-    for name in RUNS:
+    for name in args.runs:
         got = [r for r in runs[name] if r]
         if not got:
             print(f"| {labels[name]} | | failed: {failed.get(name, 'not run')} | | | | | |")
@@ -331,7 +332,7 @@ def report(args, runs: dict, failed: dict, budget, agrees: str) -> None:
     print("\nwhere the memory goes (MiB, high-water mark after each phase; medians; a job's largest rank)")
     print("| run | after imports (RSS) | before setup (graph mapped / parts manifest) | setup | pass | end (written) |")
     print("|---|---|---|---|---|---|")
-    for name in RUNS:
+    for name in args.runs:
         got = [r for r in runs[name] if r]
         if got:
             print(f"| {labels[name]} | " + " | ".join(cell((r[k] for r in got), 0) for k in
@@ -397,6 +398,8 @@ def main():
     parser.add_argument("--threads", type=int, default=None, help="compute threads of a single process "
                                                                   "(default: torch's choice); ranks share them")
     parser.add_argument("--repeats", type=int, default=3, help="rounds: processes per run")
+    parser.add_argument("--runs", type=lambda text: tuple(text.split(",")), default=RUNS,
+                        help=f"which runs, in order (default {','.join(RUNS)}; offload needs single before it)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per process")
     parser.add_argument("--work-dir", help="where the checkpoint, parts and predictions go (default: a "
                                            "temporary directory)")
@@ -410,6 +413,9 @@ def main():
         sys.exit(gnnmesh_worker(args, rest[1:] if rest[:1] == ["--"] else rest))
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    unknown = sorted(set(args.runs) - set(RUNS))
+    if unknown:
+        parser.error(f"--runs: unknown run {unknown[0]!r}; choose from {', '.join(RUNS)}")
     if args.threads is None:
         import torch
         args.threads = torch.get_num_threads()

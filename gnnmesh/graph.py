@@ -410,14 +410,25 @@ class Graph:
                 f"features={self.num_features}, classes={self.num_classes})")
 
 
+def check_finite_rows(where: str, x: torch.Tensor, first: int = 0) -> None:
+    """Raise GraphError (prefixed ``where``) unless the dense float features ``x`` are finite;
+    ``first``: the node of ``x``'s first row (a block of a larger table), for the message."""
+    finite = torch.isfinite(x)
+    if not bool(finite.all()):
+        r, c = (int(v) for v in torch.nonzero(~finite)[0])
+        raise GraphError(where + f"field 'x' has a non-finite value {x[r, c].item()} "
+                         f"at node {first + r}, feature {c}")
+
+
 def check_vertex_data(where: str, n: int, x, y, num_classes: Optional[int], masks: dict,
-                      width: Optional[int] = None) -> None:
+                      width: Optional[int] = None, finite: bool = True) -> None:
     """Raise GraphError (prefixed ``where``, naming the field) unless the vertex data of ``n``
     rows is well formed: ``x`` [n, F] and finite (F = ``width`` when given), ``y`` integer class
     ids in [0, ``num_classes``) or targets ([n] floats, or [n, T] numbers with T = ``num_classes``)
     finite in every row of a split (NaN elsewhere: no target), each mask boolean [n], no two masks
     sharing a row. The one check of every graph (``Graph.validate``) and of every rank's vertex
-    data read back."""
+    data read back. ``finite`` False: ``x``'s values are left to the caller, which reads
+    them a block at a time (``check_finite_rows``)."""
     if x is not None:
         if x.dim() != 2 or x.shape[0] != n:
             raise GraphError(where + f"field 'x' has shape {list(x.shape)}, expected [{n}, F]")
@@ -426,12 +437,8 @@ def check_vertex_data(where: str, n: int, x, y, num_classes: Optional[int], mask
             if bad.numel():
                 row = int(torch.searchsorted(x.crow_indices(), bad[0], right=True)[0]) - 1
                 raise GraphError(where + f"field 'x' has a non-finite value at node {row}")
-        elif x.is_floating_point():
-            finite = torch.isfinite(x)
-            if not bool(finite.all()):
-                r, c = (int(v) for v in torch.nonzero(~finite)[0])
-                raise GraphError(where + f"field 'x' has a non-finite value {x[r, c].item()} "
-                                 f"at node {r}, feature {c}")
+        elif x.is_floating_point() and finite:
+            check_finite_rows(where, x)
     if y is not None:
         if y.dim() not in (1, 2) or y.shape[0] != n:
             raise GraphError(where + f"field 'y' has shape {list(y.shape)}, expected [{n}] (class ids or "

@@ -31,6 +31,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_config_flags(cmd, only=("nproc",),
                      helps={"nproc": "with --input: ranks to start, one per part (under torchrun or Slurm "
                                      "leave it out)"})
+    add_config_flags(cmd, only=("max_restarts",),
+                     helps={"max_restarts": "with --input and --nproc: after a rank fails, start the ranks again "
+                                            "up to R times, as many as before; they resume after the last phase "
+                                            "every rank finished (kept in DIR.partial beside --write-parts)"})
     cmd.add_argument("--nparts", "--parts", dest="parts", type=int, metavar="N",
                      help="number of parts (ranks); required except with --strategy grid3d (--parts N "
                           "still works; in 'gnnmesh train', --parts DIR names a parts directory)")
@@ -90,6 +94,8 @@ def run(args, argv=None) -> int:
         raise ConfigError("--dataset is required (or --input DIR, a sharded input)")
     if args.nproc not in (None, 1):
         raise ConfigError("--nproc applies with --input only: partitioning a --dataset runs in one process")
+    if args.max_restarts is not None:
+        raise ConfigError("--max-restarts applies with --input only: partitioning a --dataset runs in one process")
     args.method = args.method or partitioners.DEFAULT
     with contextlib.ExitStack() as held:
         for path, kind in _outputs(args):  # refused before any work: another run's, or not ours to replace
@@ -180,7 +186,9 @@ def run_input(args, argv) -> int:
             raise ConfigError(f"{flag} does not apply with --input")
     check_seed(args.seed, "--seed")
     check_replaceable(args.write_parts, PARTS)  # before the ranks start; each rank locks it
-    launched = start_ranks(args.nproc or 1, argv)
+    check_restarts(args)
+    # a restart starts as many ranks as before: the parts' count is the rank count
+    launched = start_ranks(args.nproc or 1, argv, args.max_restarts or 0, args.nproc)
     if launched is not None:
         return launched
     world = world_from_env()
@@ -194,7 +202,7 @@ def run_input(args, argv) -> int:
         start = time.perf_counter()
         shards = comm.agreed(lambda: open_shards(args.input))
         path = write_parts_from_shards(shards, args.write_parts, method=args.method, epsilon=args.epsilon,
-                                       seed=args.seed, dataset=str(args.input))
+                                       seed=args.seed, dataset=str(args.input), log=print)
         peaks = comm.setup_comm().all_gather_object(peak_rss_mib())
         if world is None or world[0] == 0:
             print(f"parts:         {path}, written by {ranks} rank{'s' if ranks > 1 else ''} in "
@@ -204,6 +212,22 @@ def run_input(args, argv) -> int:
     finally:
         comm.shutdown(clean=clean)
     return 0
+
+
+def check_restarts(args) -> None:
+    """``--max-restarts`` restarts the ranks ``--nproc`` starts; torchrun restarts its own."""
+    from ..errors import ConfigError
+    from ..launch import launched_rank, world_from_env
+
+    if args.max_restarts is None or args.max_restarts == 0:
+        return
+    if args.max_restarts < 0:
+        raise ConfigError(f"--max-restarts must be 0 or more, got {args.max_restarts}")
+    if world_from_env() is not None and not launched_rank():
+        raise ConfigError("--max-restarts restarts the ranks gnnmesh starts (--nproc); under torchrun, give "
+                          "--max-restarts to torchrun: its restarts resume alike")
+    if (args.nproc or 1) < 2:
+        raise ConfigError("--max-restarts needs --nproc 2 or more: one process is rerun by hand, and resumes alike")
 
 
 def stochastic(graph, args) -> tuple:

@@ -20,6 +20,7 @@ except ImportError:  # the copy a PyG export ships runs without gnnmesh: torch's
 
 # The operator name of the identity: a term on H itself, with no aggregation.
 SELF = "self"
+_RELU = (torch.relu, nn.functional.relu)  # the activations that may run in place (``torch.relu_``)
 
 
 def layer_dims(in_dim: int, hidden: int, out_dim: int, layers: int) -> list[tuple[int, int]]:
@@ -56,6 +57,28 @@ class LayerStack(nn.Module):
         """Layer ``i`` (with the dropout before it) on its input ``h``."""
         at = view.layer(i)
         return self.layers[i](at, at.dropout(h, self.dropout, self.training))
+
+    def reads_input_by_rows(self) -> bool:
+        """Whether, in eval mode, the stack's first use of its input is row by row: its first
+        layer is a ``GraphLayer`` evaluated as its maths say, multiplying the input by its
+        weights before aggregating (``Maths.projects_first``). ``forward_by_blocks`` may then
+        take the input a block of rows at a time."""
+        first = self.layers[0] if len(self.layers) else None
+        return (not self.training and isinstance(first, GraphLayer) and type(first).forward is GraphLayer.forward
+                and type(self).forward is LayerStack.forward and type(self).layer_output is LayerStack.layer_output
+                and first.maths().projects_first())
+
+    def forward_by_blocks(self, view, blocks: Callable, rows: int) -> torch.Tensor:
+        """``forward(view, x)`` of a stack that ``reads_input_by_rows``, ``x`` (``rows`` rows)
+        given a block of rows at a time by ``blocks()``: the same products on the same
+        operands, without the whole input in memory at once."""
+        h = self.layers[0].maths().evaluate_by_blocks(view.layer(0), blocks, rows)  # eval: no dropout
+        for i in range(1, len(self.layers)):
+            # the first layer's output is this pass's own: its activation may overwrite it (no
+            # second [rows, hidden] beside it); a later layer's may be anything the layer returns
+            h = torch.relu_(h) if i == 1 and self.activation in _RELU else dense.activation(self.activation, h)
+            h = self.layer_output(view, i, h)
+        return h
 
 
 @dataclass(frozen=True, eq=False)
@@ -125,10 +148,40 @@ class Maths:
         add their pieces up to the whole."""
         return reduce(dense.add, (propagate_linear(view, w[:, columns], h, terms) for w, terms in self.by_weight()))
 
-    def finish(self, z: torch.Tensor) -> torch.Tensor:
-        """The layer's output from its summed terms: bias, then the activation and second map."""
+    def projects_first(self) -> bool:
+        """Whether ``linear`` multiplies its input by every weight before aggregating
+        (``propagate_linear``'s order for these shapes): the input is then used row by row."""
+        return all(w.shape[0] <= w.shape[1] for w, _ in self.by_weight())
+
+    def evaluate_by_blocks(self, view, blocks: Callable, rows: int) -> torch.Tensor:
+        """``evaluate(view, h)`` of a layer that ``projects_first``, its input ``h`` (``rows``
+        rows) given a block of rows at a time: ``blocks()`` yields ``(rows slice, h[rows])``
+        and is called once per weight. Each product ``h W^T`` is made block by block, then
+        aggregated and summed in ``linear``'s order: the whole product's rows, bit for bit,
+        where the BLAS multiplies a row of a block as it does a row of the whole (torch's CPU
+        BLAS does for blocks of two rows or more; a single row takes another kernel)."""
+        total = None
+        for w, terms in self.by_weight():
+            z = None
+            for at, block in blocks():
+                projected = dense.linear(block, w)
+                if z is None:
+                    z = projected.new_empty((rows, projected.shape[1]))
+                z[at] = projected
+                del projected
+            if z is None:  # no rows
+                z = w.new_empty((0, w.shape[0]))
+            summed = reduce(operator.add, (t.scaled(aggregate(view, t.op, z)) for t in terms))
+            del z  # before the next weight's product, or the bias
+            total = summed if total is None else dense.add(total, summed)
+        return self.finish(total, in_place=True)  # the sum is this pass's own tensor
+
+    def finish(self, z: torch.Tensor, in_place: bool = False) -> torch.Tensor:
+        """The layer's output from its summed terms: bias, then the activation and second map.
+        ``in_place``: the bias is added into ``z`` (a pass without gradients that owns ``z``;
+        the same kernel, so the same numbers)."""
         if self.bias is not None:
-            z = dense.add(z, self.bias)
+            z = z.add_(self.bias) if in_place else dense.add(z, self.bias)
         return z if self.out is None else self.out(self.act(z))
 
 

@@ -32,6 +32,7 @@ from .. import strategies, tasks
 from ..atomic import OutputKind, checksum
 from ..errors import ConfigError, GraphError
 from ..graph import MAX_CLASSES, Adjacency, check_vertex_data
+from .features import MappedFeatures
 from ..structured import load_json
 from ..relations import parse
 from ..tasks import infer
@@ -298,12 +299,13 @@ class RankPart:
     def has(self, name: str) -> bool:
         return name in self.files
 
-    def array(self, name: str) -> np.ndarray:
+    def array(self, name: str, mapped: bool = False) -> np.ndarray:
+        """The array ``name`` read into memory, or ``mapped`` from its file (copy on write)."""
         if name not in self.files:
             raise GraphError(f"{self.parts.directory / MANIFEST}: rank {self.rank} has no array {name!r}")
         path = self.folder / f"{name}.npy"
         try:
-            array = np.load(path, allow_pickle=False)
+            array = np.load(path, mmap_mode="c" if mapped else None, allow_pickle=False)
         except Exception as exc:  # numpy raises several types for a damaged header
             raise GraphError(f"{path}: unreadable part file: {' '.join(str(exc).split())[:200]}") from None
         if not isinstance(array, np.ndarray) or array.dtype.kind not in "biuf":
@@ -365,12 +367,16 @@ class RankPart:
         adj = Adjacency(indptr.to(torch.int64), indices.to(torch.int64), values, tuple(int(v) for v in shape))
         return adj.check(str(self.folder / prefix))
 
-    def vertex_data(self, rows: int, width: Optional[int] = None, x_rows: Optional[int] = -1) -> tuple:
+    def vertex_data(self, rows: int, width: Optional[int] = None, x_rows: Optional[int] = -1,
+                    mapped: bool = False) -> tuple:
         """(x, y, train_mask, val_mask, test_mask) of this rank's ``rows`` rows, checked as every
         graph's vertex data is (``graph.check_vertex_data``): x float [``x_rows``, ``width``]
         (``x_rows`` -1: ``rows``; None: any, for a block of features), labels of the manifest's
-        task within its classes (or targets of its width), boolean masks that do not overlap."""
-        x, y = self.tensor("x"), self.tensor("y")
+        task within its classes (or targets of its width), boolean masks that do not overlap.
+        ``mapped``: x is a ``MappedFeatures`` of the file, checked a block at a time, rather
+        than a tensor read into memory."""
+        features = MappedFeatures(self.array("x", mapped=True), self.where("x")) if mapped else None
+        x, y = self.tensor("x") if features is None else features.tensor, self.tensor("y")
         masks = {name: self.tensor(name) for name in ("train_mask", "val_mask", "test_mask")}
         where = str(self.folder) + ": "
         class_ids = y.dim() == 1 and not y.is_floating_point()
@@ -378,11 +384,13 @@ class RankPart:
             raise GraphError(self.where("y") + f"holds {y.dtype} of shape {list(y.shape)}, not the "
                              f"{self.parts.task} labels the manifest says")
         check_vertex_data(where, rows, None, y, self.parts.num_classes, masks)
-        features = x.shape[0] if x_rows is None and x.dim() == 2 else rows if x_rows == -1 else x_rows
-        check_vertex_data(where, features, x, None, None, {}, width)
+        count = x.shape[0] if x_rows is None and x.dim() == 2 else rows if x_rows == -1 else x_rows
+        check_vertex_data(where, count, x, None, None, {}, width, finite=features is None)
         if x.dtype != torch.float32:
             raise GraphError(self.where("x") + f"expected float32 features, as written, got {x.dtype}")
-        return (x, y, *masks.values())
+        if features is not None:
+            features.check_finite()
+        return (x if features is None else features, y, *masks.values())
 
     def orders(self, name: str, nodes: int, count: int = 2) -> np.ndarray:
         """Node orders [``count``, ``nodes``] (grid3d's two), each a permutation of 0..nodes-1."""

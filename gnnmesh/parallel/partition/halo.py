@@ -167,11 +167,13 @@ class LocalOperator:
     def outer_of(self, peer: int) -> list:
         """``(rows received, pieces)`` for each message from ``peer`` (its halo rows in runs of
         ``MESSAGE_ROWS``, in order): ``pieces`` as ``outer_pieces``, of the halo part's columns
-        of those rows alone (numbered from 0); their ``entries``: the positions of their values
+        of those rows alone (numbered from 0) and of the rows with an entry there alone (a
+        piece's ``rows``: their ids, a tensor); their ``entries``: the positions of their values
         among the halo part's. Made on first use (inference, see ``halo_product_by_peer``).
-        Always ``HALO_PIECES`` ranges of rows, so that no piece's product takes more than that
-        share of the layer's output, even where the pieces then run on torch's kernel (below
-        ``compiled.MIN_ENTRIES``)."""
+        A message's row pointer spans the rows it reaches, not every owned row: a rank holds
+        one for each of its messages. Always ``HALO_PIECES`` ranges of rows, so that no
+        piece's product takes more than that share of the layer's output, even where the
+        pieces then run on torch's kernel (below ``compiled.MIN_ENTRIES``)."""
         if self._by_peer is None:
             self._by_peer = {}
             outer, start = self.outer, 0
@@ -182,10 +184,12 @@ class LocalOperator:
                 for first in range(start, start + count, MESSAGE_ROWS):
                     last = min(first + MESSAGE_ROWS, start + count)
                     mine = torch.nonzero((outer.indices >= first) & (outer.indices < last)).flatten()
-                    indptr = torch.zeros(outer.shape[0] + 1, dtype=torch.int64)
-                    indptr[1:] = torch.cumsum(torch.bincount(rows[mine], minlength=outer.shape[0]), 0)
-                    block = Adjacency(indptr, outer.indices[mine] - first, None, (outer.shape[0], last - first))
-                    pieces = [(r, mine[e], part) for r, e, part in _row_pieces(block, HALO_PIECES) if part.nnz]
+                    reached, counts = torch.unique_consecutive(rows[mine], return_counts=True)  # CSR order
+                    indptr = torch.zeros(reached.shape[0] + 1, dtype=torch.int64)
+                    indptr[1:] = torch.cumsum(counts, 0)
+                    block = Adjacency(indptr, outer.indices[mine] - first, None, (reached.shape[0], last - first))
+                    pieces = [(reached[r], mine[e], part) for r, e, part in _row_pieces(block, HALO_PIECES)
+                              if part.nnz]
                     self._by_peer[p].append((last - first, pieces))
                 start += count
         return self._by_peer.get(peer, [])
@@ -256,8 +260,8 @@ def halo_product_by_peer(x: torch.Tensor, values, op: LocalOperator) -> torch.Te
                 handles.clear()  # the rows sent go now
                 if halo is not None:
                     with profile.phase("aggregate"):
-                        for rows, entries, piece in receives[i][1]:
-                            y[rows].add_(multiply(piece, v_out[entries], halo))
+                        for rows, entries, piece in receives[i][1]:  # rows: distinct ids
+                            y.index_add_(0, rows, multiply(piece, v_out[entries], halo))
                 del halo
     return y
 

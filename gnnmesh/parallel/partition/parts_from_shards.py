@@ -22,7 +22,9 @@ degree of every node, a few tens of bytes a node.
 
 The ranks write into one staged directory (on a file system they share) that rank 0 moves
 into place once every rank has written its folder: an error on any rank, or a rank killed,
-leaves the output as it was.
+leaves the output as it was. The results of steps 2 to 4 (``PHASES``) are kept beside the
+output until it is written (``phases``), so that a run stopped on the way resumes after the
+last phase every rank finished, and writes the same parts.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import torch
 
 from ... import comm as comms
 from ... import locks
-from ...atomic import staged_directory
+from ...atomic import check_replaceable, staged_directory
 from ...datasets import sorted_unique
 from ...errors import ConfigError, GraphError
 from ...partition import registry as partitioners
@@ -46,17 +48,23 @@ from ...partition.halo import local_halo
 from ...partition.methods import contiguous_parts, random_parts
 from ...parts.store import FORMAT_VERSION, OUTPUT, rank_folder, save_array, write_manifest
 from ...view import OPERATORS
+from .phases import Phases
 
 ROUND_ITEMS = 1 << 21  # items (edges, rows) one rank sends in one all-to-all round
 BUILT_IN = ("gcn", "mean", "sum", "loop")  # the operators built here from rows alone
 NODE_DATA = ("x", "y", "train_mask", "val_mask", "test_mask")
+# The phases kept for a resume (``phases``), the long steps of a run: the rows routed
+# to their blocks, the assignment, the rows and the node data moved to their parts' ranks.
+PHASES = ("rows", "assignment", "part-rows", "part-nodes")
 
 
 def write_parts_from_shards(shards, directory, *, method: str, epsilon: float, seed: int,
-                            dataset: str, comm=None) -> Path:
+                            dataset: str, comm=None, log=None) -> Path:
     """Write the partition parts of the shard set ``shards`` (a ``ShardSet``) into
     ``directory``, one part per rank of ``comm`` (default: the world's setup communicator),
-    every rank calling this with the same arguments."""
+    every rank calling this with the same arguments. The phases before the writing are kept
+    beside ``directory`` until it is written (``phases``): a run that stopped resumes after
+    the last phase every rank finished, saying so through ``log`` (rank 0)."""
     comm = comm or comms.setup_comm()
     on_blocks = partitioners.names(distributed=True)
     if method not in on_blocks:
@@ -74,26 +82,38 @@ def write_parts_from_shards(shards, directory, *, method: str, epsilon: float, s
         raise GraphError(f"{shards.directory}: {n} nodes cannot be split among {parts} ranks")
     comms.agreed(lambda: _same_input(comm, shards))
     with locks.hold(directory, "parts directory", peers=True):
+        # refused now, not after the phases (the staging checks again before it replaces)
+        comms.agreed(lambda: check_replaceable(directory, OUTPUT) if comm.rank == 0 else None)
         start = time.perf_counter()
-        lo, hi = _share(shards.num_edges, parts, comm.rank)
-        edges = comms.agreed(lambda: shards.read_edges(lo, hi))
-        rows = _block_rows(comm, shards, lo, *edges)
-        del edges
-        assignment = _assign(comm, rows, method, parts, epsilon, seed)
-        seconds = time.perf_counter() - start
-        mine = _my_rows(comm, rows, assignment)
-        del rows
-        nodes = _my_nodes(comm, shards, assignment, mine.owned)
-        return _write(comm, shards, directory, mine, nodes, assignment, dataset,
+        key = {"input": _input_digest(shards), "method": method, "epsilon": epsilon, "seed": seed,
+               "parts_format": FORMAT_VERSION}
+        phases = Phases(comm, directory, key, PHASES, log)
+        rows = None if phases.done("part-rows") else phases.run(
+            "rows", lambda: _read_rows(comm, shards), decode=lambda saved: _Rows(**saved))
+        block = slice(*_share(n, parts, comm.rank))  # a rank keeps its block of the labels
+        assignment, seconds = phases.run(
+            "assignment", lambda: (_assign(comm, rows, method, parts, epsilon, seed), time.perf_counter() - start),
+            encode=lambda done: {"labels": done[0][block], "seconds": np.float64(done[1])},
+            decode=lambda saved: (_gather(comm, saved["labels"]), float(saved["seconds"])))
+        mine = phases.run("part-rows", lambda: _my_rows(comm, rows, assignment), decode=lambda saved: _Rows(**saved))
+        rows = None  # freed here (not del: the phases' lambdas above name it)
+        nodes = phases.run("part-nodes", lambda: _my_nodes(comm, shards, assignment, mine.owned))
+        path = _write(comm, shards, directory, mine, nodes, assignment, dataset,
                       {"method": method, "epsilon": epsilon, "seed": seed, "seconds": seconds})
+        phases.finish()
+        return path
 
 
 # -- the input ---------------------------------------------------------------------------------
 
+def _input_digest(shards) -> str:
+    """What names the shard set's content: its meta.json lists every file's checksum."""
+    return hashlib.blake2b((Path(shards.directory) / "meta.json").read_bytes(), digest_size=16).hexdigest()
+
+
 def _same_input(comm, shards) -> None:
     """Every rank reads the same shard set (a host's copy may differ, or be another set)."""
-    digest = hashlib.blake2b((Path(shards.directory) / "meta.json").read_bytes(), digest_size=16).hexdigest()
-    digests = comm.all_gather_object(digest)
+    digests = comm.all_gather_object(_input_digest(shards))
     for rank, other in enumerate(digests):
         if other != digests[0]:
             raise GraphError(f"{shards.directory}/meta.json: rank {rank} read another shard set than "
@@ -115,6 +135,13 @@ class _Rows:
     @property
     def row_ids(self) -> np.ndarray:
         return np.repeat(self.owned, self.counts)
+
+
+def _read_rows(comm, shards) -> _Rows:
+    """This rank's block of rows of A, from its share of the edge listing."""
+    lo, hi = _share(shards.num_edges, comm.world_size, comm.rank)
+    edges = comms.agreed(lambda: shards.read_edges(lo, hi))
+    return _block_rows(comm, shards, lo, *edges)
 
 
 def _block_rows(comm, shards, first: int, src, dst, weight) -> _Rows:

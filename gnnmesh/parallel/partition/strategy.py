@@ -92,6 +92,7 @@ class PartitionParallel(DistributedStrategy):
         self.method, self.epsilon, self.seed, self.partition_file = method, epsilon, seed, partition_file
         self.partition = None
         self.fixed_assignment = assignment  # an explicit vertex -> rank array, mostly for tests
+        self.features = None  # from parts: this rank's features, mapped from its folder
 
     def describe(self) -> str:
         method = self.partition.method if self.partition is not None else self.method  # a stored one's
@@ -111,14 +112,26 @@ class PartitionParallel(DistributedStrategy):
 
     def rank_data_from_parts(self, parts, seed, device):
         check_manifest(parts, self.rank)
-        part, owned, data = agreed(lambda: _read_rank(parts, self.rank))
+        part, owned, (features, *data) = agreed(lambda: _read_rank(parts, self.rank))
         check_held_once(part, owned.numpy())  # what one folder cannot tell: the ranks agree
         check_halos(part, owned.numpy())
         self.method = parts.manifest["method"]
         view = PartitionView(None, owned, self.comm, seed, device, part=part)
-        x, *rest = (t.to(device) for t in data)
+        x = features.tensor.to(device)
+        self.features = features if x is features.tensor else None  # on another device: a copy
         memory.release_freed()  # the checks' temporaries, kept by the allocator otherwise
-        return RankData(view, x.float(), *rest)
+        return RankData(view, x, *(t.to(device) for t in data))
+
+    def forward(self, model, view, x):
+        """The model's output; a pass without gradients over the features mapped from the
+        parts reads them a block of rows at a time where the model allows it
+        (``LayerStack.reads_input_by_rows``), each block's pages given back once multiplied:
+        a rank predicting from parts never holds its whole feature table."""
+        features = self.features
+        if (features is not None and x is features.tensor and not torch.is_grad_enabled()
+                and getattr(model, "reads_input_by_rows", lambda: False)()):
+            return model.forward_by_blocks(view, features.blocks, len(features))
+        return model(view, x)
 
     def _assignment(self, graph) -> torch.Tensor:
         if self.fixed_assignment is not None:
@@ -136,7 +149,7 @@ def _read_rank(parts, rank: int) -> tuple:
     owned = part.ids("owned", parts.num_nodes)
     if len(owned) != rows:
         raise GraphError(part.where("owned") + f"{len(owned)} ids, the manifest says rank {rank} owns {rows}")
-    return part, torch.from_numpy(owned), part.vertex_data(rows, parts.num_features)
+    return part, torch.from_numpy(owned), part.vertex_data(rows, parts.num_features, mapped=True)
 
 
 def read_operator(part, name: str, comm) -> tuple:

@@ -75,3 +75,43 @@ def test_halo_bytes_equal_the_hypergraph_prediction():
     extras = run_ranks(_rank_bytes, 3, part.assignment, timeout=180)[0]
     for extra in extras:
         assert extra["halo_bytes"] == volume * 4 * (6 + 3 + 3 + 6 + 3)
+
+
+def _predict_from_parts(rank, world, directory, path):
+    import gnnmesh.parts.features as features
+    from gnnmesh.parts import open_parts
+    from gnnmesh.train import Trainer
+
+    features.BLOCK_ROWS = 4  # several blocks a rank
+    read = []
+    blocks = features.MappedFeatures.blocks
+    features.MappedFeatures.blocks = lambda self, rows=None: (read.append(b[0]) or b for b in blocks(self, rows))
+    trainer = Trainer.from_checkpoint(path, open_parts(directory), Config.of(strategy="partition"))
+    read.clear()  # the check of the features at setup reads them too
+    ids, logits = trainer.predict("logits")
+    return ids, logits, [(r.start, r.stop) for r in read], trainer.rank_data.x.shape[0]
+
+
+@pytest.mark.parametrize("hidden,streamed", [(4, True), pytest.param(16, False, marks=pytest.mark.slow)])
+def test_predicting_from_parts_reads_the_features_a_block_at_a_time(tmp_path, hidden, streamed):
+    """A first layer that multiplies first (12 -> 4 columns) takes each rank's features from
+    its folder a block of rows at a time; one that aggregates first (12 -> 16) the whole
+    table. Both predict what the single process does."""
+    import numpy as np
+
+    from gnnmesh.parallel.partition.parts import write_partition_parts
+    from gnnmesh.partition import partition
+    from gnnmesh.train import Trainer
+
+    graph = random_graph(n=37, e=150, features=12, classes=3, directed=True, isolated=2)
+    path = str(tmp_path / "model.pt")
+    Trainer(Config.of(model="gcn", hidden=hidden, layers=2, epochs=2, seed=1, checkpoint=path), graph).fit()
+    write_partition_parts(graph, partition(graph, 2, "rp", seed=0, cache=False), tmp_path / "parts", "random")
+    _, want = Trainer.from_checkpoint(path, graph).predict("logits")
+    results = run_ranks(_predict_from_parts, 2, str(tmp_path / "parts"), path, timeout=120)
+    ids = np.concatenate([r[0] for r in results])
+    got = np.concatenate([r[1] for r in results])[np.argsort(ids)]
+    assert np.abs(got - want).max() <= 1e-5 * max(1.0, np.abs(want).max())
+    for _, _, read, rows in results:
+        # streamed: every row once per weight, in blocks of 4 (the last one 3 to 5 rows)
+        assert (read[-1][1] == rows and all(b - a <= 5 for a, b in read)) if streamed else not read
