@@ -17,14 +17,17 @@ process (``Comm()`` with no process group, or the single-rank stand-in ``Solo``)
    their own. Clusters become the vertices of the next, smaller level, stored on the rank
    that owns the cluster's id. Repeat until a few tens of vertices per part remain.
 3. **Initial partition.** The coarsest graph (at most ``COARSEST_PER_PART`` vertices per
-   part, unless coarsening stalls) is gathered on every rank; recursive bisection
+   part, unless coarsening stalls) is gathered on rank 0 alone; recursive bisection
    (breadth-first growing from a far vertex, two-way label propagation, then
-   Fiduccia-Mattheyses passes) gives ``INITIAL_TRIES`` candidates, spread over the ranks;
-   the one within the caps with the lowest cut wins.
-4. **Uncoarsen.** Labels are projected level by level; at each level a balancing step and
-   label propagation refinement run with caps that tighten to (1 + epsilon) at the input
-   (coarse levels allow half their heaviest vertex more, and keep parts above a lower
-   bound as far below the average, so that the input level has little left to move).
+   Fiduccia-Mattheyses passes) gives ``INITIAL_TRIES`` candidates there; the one within the
+   caps with the lowest cut wins, and each rank receives its block's labels.
+4. **Uncoarsen.** Labels are projected level by level; at each level a balancing step,
+   label propagation refinement and Jet refinement (moves at a small loss are proposed
+   too, and kept where the neighbours' moves make them gain, so that groups of vertices
+   cross together; the best labels seen are kept) run with caps that tighten to
+   (1 + epsilon) at the input (coarse levels allow half their heaviest vertex more). Coarse
+   levels have no lower bound: filling every part up to one moved hundreds of coarse
+   vertices per level and doubled the cut on a road network.
 
 Balance holds for two weights at once, as METIS's ``gp`` does: vertices (a rank's memory)
 and nonzeros + 1 (its compute). Moving single vertices cannot always fix both (a part over
@@ -36,14 +39,15 @@ first, in a few steps. Single moves into parts with room, then a search for sing
 and swaps among the cheapest vertices every rank offers, finish what rounding left.
 
 Memory per rank: its block's rows, twice (A + A^T) with a few arrays of that size during
-symmetrizing and coarsening, the ghosts' labels, and small arrays over the parts: the
-coarsest graph (a few tens of vertices per part, each with at most ``COARSEST_DEGREE`` of its
-heaviest edges and those its neighbours kept), [parts, classes] totals and, on rank 0 (and on
-each rank trying an initial partition), the plan's linear program (about parts^2 / 4 x the
-classes present). Nothing else is of the size of the whole graph; the coarsest graph and the
-plan grow with the parts (on R-MAT 100k/1M at 64 parts coarsening stalls at about 5,000
-vertices, whose edges are as many as the input's: gathered whole, they took a rank to 105 MiB,
-cut down 60 MiB).
+symmetrizing and coarsening (the transposed entries travel as one int64 key each), the
+ghosts' labels, and small arrays over the parts: [parts, classes] totals and [parts, parts]
+edge weights between parts and, on rank 0, the plan's linear program (each part may send to
+its ``PLAN_TARGETS`` most connected and ``PLAN_TARGETS`` lightest parts: it grows with the
+parts, not their square) and the coarsest graph (a few tens of vertices per part, each with
+at most ``COARSEST_DEGREE`` of its heaviest edges and those its neighbours kept). Nothing
+else is of the size of the whole graph (on R-MAT 100k/1M at 64 parts coarsening stalls at
+about 5,000 vertices, whose edges are as many as the input's: gathered whole, they took a
+rank to 105 MiB, cut down 60 MiB).
 
 Everything is integer arithmetic and seeded hashes, so the labels depend only on the graph,
 the seed and the world size, not on timing.
@@ -82,8 +86,14 @@ COARSEST_DEGREE = 32
 GATHER_MAX_VERTICES, GATHER_MAX_EDGES = 200_000, 4_000_000
 CLASSES = 128  # load-per-vertex classes of the balancing plan (half octaves)
 PLAN_MARGIN = 0.2  # the plan aims this fraction of the slack below the caps (rounding)
+PLAN_TARGETS = 8  # the parts each part may send to in the plan: its most connected, the lightest
 PLAN_STEPS = 4  # the planned moves are made in this many steps, the gains updated between
 FM_PASSES, FM_PATIENCE = 4, 200  # the coarsest graph's bisections: passes, moves past the best
+# Jet refinement: rounds at most, rounds without a better cut before it stops, and the loss a
+# proposed move may have, as a fraction of its edges to its own part (coarse levels, input)
+JET_ROUNDS, JET_PATIENCE = 12, 3
+JET_NEGATIVE = (0.75, 0.25)
+LOWER_BOUNDS = False
 REPAIR_OFFERS = 4  # vertices each rank offers per part and class to the final repair
 
 
@@ -108,7 +118,7 @@ def _hash(*keys) -> np.ndarray:
 # -- communication -----------------------------------------------------------------------------
 class Solo:
     """A world of one rank with the ``Comm`` methods ``propagate`` uses (the gathered coarsest
-    graph is partitioned with it on every rank)."""
+    graph is partitioned with it on rank 0)."""
 
     rank, world_size = 0, 1
 
@@ -183,6 +193,20 @@ def _gather(comm, rows: np.ndarray) -> np.ndarray:
     if sizes.sum() == 0:
         return rows[:0]
     return comm.all_gather(torch.from_numpy(rows), sizes=sizes.tolist()).numpy()
+
+
+def _gather_to(comm, rows: np.ndarray, root: Optional[int]) -> Optional[np.ndarray]:
+    """Every rank's rows (int64 [m_r, k]) concatenated in rank order, on rank ``root`` only
+    (None elsewhere), or on every rank where ``root`` is None."""
+    if root is None:
+        return _gather(comm, rows)
+    rows = np.ascontiguousarray(rows, dtype=INT)
+    if comm.world_size == 1:
+        return rows
+    counts = np.zeros(comm.world_size, dtype=INT)
+    counts[root] = rows.shape[0]
+    got, _ = _alltoall(comm, rows, counts)
+    return got if comm.rank == root else None
 
 
 def _gather_equal(comm, array: np.ndarray) -> np.ndarray:
@@ -274,23 +298,39 @@ def _first_level(comm, lo, hi, indptr, indices, num_nodes) -> _Level:
     rows = np.repeat(np.arange(lo, hi, dtype=INT), np.diff(indptr))
     other = cols != rows
     rows, cols = rows[other], cols[other]
+    del other
+    # one key per entry and direction, row * num_nodes + neighbour (a pair's run of equal keys
+    # has one key per direction present: its edge weight). The transposed entries' keys,
+    # column * num_nodes + row, sorted, are grouped by the rank owning the column: they go
+    # there as they are, one int64 each, with no index arrays beside them.
+    sent = cols * num_nodes
+    sent += rows
+    sent.sort()
+    rows -= lo
+    rows *= num_nodes
+    rows += cols
+    del cols
     if world > 1:
-        sent = _Sent(comm, _owner(starts, cols), np.stack([cols, rows], axis=1))
-        back = sent.received
+        counts = np.diff(np.searchsorted(sent, starts * num_nodes))
+        back, _ = _alltoall(comm, sent[:, None], counts)
         del sent
+        back = back[:, 0]
     else:
-        back = np.stack([cols, rows], axis=1)
-    # one key per entry and direction, (row - lo) * num_nodes + neighbour, sorted in place:
-    # a pair's run has one key per direction present, its edge weight
-    keys = np.concatenate([(rows - lo) * num_nodes + cols, (back[:, 0] - lo) * num_nodes + back[:, 1]])
-    del rows, cols, back, other
+        back = sent
+    back -= lo * num_nodes
+    keys = np.concatenate([rows, back])
+    del rows, back
     keys.sort()
     first = np.flatnonzero(_run_starts(keys))
     weights = np.diff(np.append(first, keys.shape[0]))
     keys = keys[first]
     del first
     vw = np.stack([np.ones(n, dtype=INT), np.diff(indptr) + 1], axis=1)
-    return _Level(comm, starts, _csr(n, keys // num_nodes), keys % num_nodes, weights, vw)
+    neighbours = keys % num_nodes
+    keys //= num_nodes  # the rows, in place
+    level_indptr = _csr(n, keys)
+    del keys
+    return _Level(comm, starts, level_indptr, neighbours, weights, vw)
 
 
 # -- label propagation pieces ---------------------------------------------------------------
@@ -456,22 +496,29 @@ def _project(comm, cstarts: np.ndarray, cid: np.ndarray, coarse_labels: np.ndarr
     return sent.answer(coarse_labels[sent.received[:, 0] - clo])[:, 0][inverse]
 
 
-def _gathered(level: _Level) -> _Level:
-    """The whole level on this rank, as a one-rank level: every edge, or, where a vertex has
-    more than ``COARSEST_DEGREE``, each vertex's heaviest ones (an edge kept by either end)."""
+def _gathered(level: _Level, root: Optional[int] = None) -> Optional[_Level]:
+    """The whole level, as a one-rank level, on rank ``root`` (None elsewhere), or on every
+    rank where ``root`` is None: every edge, or, where a vertex has more than
+    ``COARSEST_DEGREE``, each vertex's heaviest ones (an edge kept by either end)."""
     comm = level.comm
     degrees = np.diff(level.indptr)
-    nodes = _gather(comm, np.column_stack([level.vw, degrees]))
-    vw = nodes[:, :2]
-    if nodes[:, 2].max(initial=0) <= COARSEST_DEGREE:
-        edges = _gather(comm, np.column_stack([level.global_cols(), level.ew]))
+    sparse = _gather_equal(comm, np.array([degrees.max(initial=0)])).max() <= COARSEST_DEGREE
+    nodes = _gather_to(comm, np.column_stack([level.vw, degrees]), root)
+    if sparse:
+        edges = _gather_to(comm, np.column_stack([level.global_cols(), level.ew]), root)
+        if nodes is None:
+            return None
+        vw = nodes[:, :2]
         return _Level(Solo(), np.array([0, vw.shape[0]], dtype=INT), _csr(vw.shape[0], np.repeat(
             np.arange(vw.shape[0], dtype=INT), nodes[:, 2])), edges[:, 0], edges[:, 1], vw)
     cols = level.global_cols()
     order = np.lexsort((cols, -level.ew, level.rows))  # by row, heaviest first, then by column
     rank_in_row = np.arange(order.shape[0], dtype=INT) - np.repeat(level.indptr[:-1], degrees)
     kept = order[rank_in_row < COARSEST_DEGREE]
-    edges = _gather(comm, np.column_stack([level.rows[kept] + level.lo, cols[kept], level.ew[kept]]))
+    edges = _gather_to(comm, np.column_stack([level.rows[kept] + level.lo, cols[kept], level.ew[kept]]), root)
+    if nodes is None:
+        return None
+    vw = nodes[:, :2]
     n = vw.shape[0]
     half = sp.csr_matrix((edges[:, 2], (edges[:, 0], edges[:, 1])), shape=(n, n))
     whole = half.maximum(half.T).tocsr()  # symmetric weights: the union keeps each edge's own
@@ -494,7 +541,7 @@ def _classes(vw: np.ndarray) -> np.ndarray:
     return np.clip(np.floor(2 * np.log2(np.maximum(ratio, 1))), 0, CLASSES - 1).astype(INT)
 
 
-def _plan(amount, load, movable, adjacent, caps, lower, margin: float = PLAN_MARGIN):
+def _plan(amount, load, movable, between, caps, lower, margin: float = PLAN_MARGIN):
     """Moves (from, to, class, vertex weight) that bring every part within ``caps`` (and
     above ``lower``), at least cost: a linear program over the parts' class totals
     (``amount``: vertex weight, ``load``: load weight, [parts, classes]). Moving class k
@@ -508,6 +555,17 @@ def _plan(amount, load, movable, adjacent, caps, lower, margin: float = PLAN_MAR
     average = weights.sum(0) / parts
     above, below = (weights > average).any(axis=1), (weights < average).any(axis=1)
     pairs = above[:, None] & below[None, :] & ~np.eye(parts, dtype=bool)
+    if parts > 2 * PLAN_TARGETS:
+        # each part may send to its PLAN_TARGETS most connected parts and the PLAN_TARGETS
+        # lightest: the program grows with the parts, not with their square
+        share = (weights / np.maximum(average, 1)).max(axis=1)
+        near = np.argsort(-np.where(pairs, between, -1), axis=1, kind="stable")[:, :PLAN_TARGETS]
+        light = np.argsort(share, kind="stable")[:PLAN_TARGETS]
+        allowed = np.zeros((parts, parts), dtype=bool)
+        allowed[np.arange(parts)[:, None], near] = True
+        allowed[:, light] = True
+        pairs &= allowed
+    adjacent = between > 0
     src, dst, cls = np.nonzero(pairs[:, :, None] & movable[:, None, :])
     if src.shape[0] == 0:
         return src, dst, cls, np.zeros(0)
@@ -575,7 +633,7 @@ def _planned_moves(level: _Level, labels: np.ndarray, parts: int, caps, lower, s
     between = totals[3 * parts * CLASSES:].reshape(parts, parts)
     plan = None
     if comm.rank == 0:
-        plan = _plan(amount[0], amount[1], amount[2] >= 4, between > 0, caps, lower)
+        plan = _plan(amount[0], amount[1], amount[2] >= 4, between, caps, lower)
     src, dst, kls, x = comm.broadcast_object(plan, src=0)
     if src.shape[0] == 0:
         return labels
@@ -819,6 +877,7 @@ def _repair_moves(pool: np.ndarray, loads: np.ndarray, caps: np.ndarray) -> np.n
 
 
 def _balance(level: _Level, labels: np.ndarray, parts: int, caps, lower, seed: int, salt: int):
+    labels = _greedy(level, labels, parts, caps, seed, salt + 500)
     for step in range(3):
         loads = _loads(level, labels, parts)
         if (loads <= caps).all() and (lower is None or (loads >= lower).all()):
@@ -872,6 +931,68 @@ def _refine(level: _Level, labels: np.ndarray, parts: int, caps, seed: int, salt
         if _sum(comm, np.array([moved]))[0] <= 0.001 * level.total:
             break
     return labels
+
+
+def _total_cut(level: _Level, labels_all: np.ndarray) -> int:
+    """Edge weight between parts, over all ranks (each edge counted from both ends)."""
+    mine = int(level.ew[labels_all[level.rows] != labels_all[level.adj]].sum())
+    return int(_sum(level.comm, np.array([mine]))[0])
+
+
+def _jet(level: _Level, labels: np.ndarray, parts: int, caps, lower, seed: int, salt: int,
+         negative: float, rounds: int = JET_ROUNDS) -> np.ndarray:
+    """Refinement that can leave local optima, after Jet (Gilbert et al., 2023): every
+    unlocked vertex proposes its best other part, also at a loss smaller than ``negative``
+    times its edges to its own part; a proposal is kept only if it still gains when the
+    neighbours' proposals that rank before it (higher gain, then a seeded tie) are assumed
+    made (so a group of vertices moves together where each alone would lose); the moved
+    vertices stay put next round; a balancing step restores the caps. The best labels seen
+    (within the caps, then the smallest cut) are returned; the rounds stop after
+    ``JET_PATIENCE`` without a new best."""
+    n = level.n
+    gid = level.gid()
+    best, best_score, stale = labels, None, 0
+    locked = np.zeros(n, dtype=bool)
+    rows, adj, ew = level.rows, level.adj, level.ew
+    for it in range(rounds + 1):
+        labels_all = level.with_ghosts(labels)
+        loads = _loads(level, labels, parts)
+        over = np.maximum(loads - caps, 0).sum() + (0 if lower is None else np.maximum(lower - loads, 0).sum())
+        score = (int(over > 0), _total_cut(level, labels_all))
+        if best_score is None or score < best_score:
+            best, best_score, stale = labels, score, 0
+        else:
+            stale += 1
+        if it == rounds or stale >= JET_PATIENCE:
+            break
+        v, p, conn = _connections(level, labels_all)
+        own = p == labels[v]
+        own_conn = np.zeros(n, dtype=INT)
+        own_conn[v[own]] = conn[own]
+        v, p, conn = v[~own], p[~own], conn[~own]
+        pick = _best(v, conn, _hash(seed, salt, it, gid[v], p))
+        v, t, gain = v[pick], p[pick], conn[pick] - own_conn[v[pick]]
+        ok = ~locked[v] & ((gain >= 0) | (-gain < np.floor(negative * own_conn[v])))
+        target = np.full(n, -1, dtype=INT)
+        target[v[ok]] = t[ok]
+        gains = np.zeros(n, dtype=INT)
+        gains[v[ok]] = gain[ok]
+        tie = (_hash(seed, salt, it, gid) >> np.uint64(2)).astype(INT)
+        ghost = level.exchange(np.column_stack([target, gains, tie]))
+        info = np.concatenate([np.column_stack([target, gains, tie]), ghost])
+        moving = target[rows] >= 0
+        r, a, w = rows[moving], adj[moving], ew[moving]
+        first = (info[a, 1] > gains[r]) | ((info[a, 1] == gains[r]) & (info[a, 2] > tie[r]))
+        there = np.where((info[a, 0] >= 0) & first, info[a, 0], labels_all[a])
+        after = np.zeros(n, dtype=INT)
+        np.add.at(after, r, w * ((there == target[r]).astype(INT) - (there == labels[r])))
+        move = (target >= 0) & (after > 0)
+        labels = labels.copy()
+        labels[move] = target[move]
+        locked = move
+        labels = _greedy(level, labels, parts, caps, seed, salt + 1000 + it)
+        labels = _repair(level, labels, parts, caps, seed, salt + 1000 + it)
+    return best
 
 
 # -- initial partition --------------------------------------------------------------------
@@ -986,25 +1107,31 @@ def _cut(level: _Level, labels: np.ndarray) -> int:
 
 
 def _initial(level: _Level, parts: int, caps, lower, seed: int) -> np.ndarray:
-    """Labels of the coarsest level: gathered on every rank, ``INITIAL_TRIES`` candidates
-    spread over the ranks, the best (within the caps first, then lowest cut) kept."""
+    """Labels of the coarsest level: gathered on rank 0 alone (the other ranks hold none of
+    it), which tries ``INITIAL_TRIES`` candidates and keeps the best (within the caps first,
+    then lowest cut); each rank receives its block's labels."""
     comm = level.comm
-    whole = _gathered(level)
-    best = None
-    for attempt in range(comm.rank, INITIAL_TRIES, comm.world_size):
-        salt = int(_hash(seed, 99, attempt) >> np.uint64(33))
-        labels = _recursive_bisection(whole, parts, salt)
-        labels = _balance(whole, labels, parts, caps, lower, salt, 3)
-        labels = _refine(whole, labels, parts, caps, salt, 5, rounds=INITIAL_REFINE_ROUNDS)
-        loads = _loads(whole, labels, parts)
-        score = (int(np.maximum(loads - caps, 0).sum() > 0), _cut(whole, labels), attempt)
-        if best is None or score < best[0]:
-            best = (score, labels)
-    scores = _gather_equal(comm, np.array(best[0] if best else (2, 0, 0)))
-    winner = int(np.lexsort((scores[:, 2], scores[:, 1], scores[:, 0]))[0])
-    chosen = best[1] if comm.rank == winner else np.zeros(whole.n, dtype=INT)
-    chosen = _sum(comm, chosen)
-    return chosen[level.lo:level.hi]
+    whole = _gathered(level, root=0)
+    chosen = np.zeros((0, 1), dtype=INT)
+    if whole is not None:
+        best = None
+        for attempt in range(INITIAL_TRIES):
+            salt = int(_hash(seed, 99, attempt) >> np.uint64(33))
+            labels = _recursive_bisection(whole, parts, salt)
+            labels = _balance(whole, labels, parts, caps, lower, salt, 3)
+            labels = _refine(whole, labels, parts, caps, salt, 5, rounds=INITIAL_REFINE_ROUNDS)
+            loads = _loads(whole, labels, parts)
+            score = (int(np.maximum(loads - caps, 0).sum() > 0), _cut(whole, labels))
+            if best is None or score < best[0]:
+                best = (score, labels)
+        del whole
+        chosen = best[1][:, None]
+    if comm.world_size == 1:
+        return chosen[:, 0]
+    counts = np.diff(level.starts) if comm.rank == 0 else np.zeros(comm.world_size, dtype=INT)
+    expected = np.zeros(comm.world_size, dtype=INT)
+    expected[0] = level.n
+    return _alltoall(comm, chosen, counts, expected)[0][:, 0]
 
 
 def _dealt(level: _Level, parts: int, seed: int) -> np.ndarray:
@@ -1029,6 +1156,8 @@ def _caps(level: _Level, parts: int, epsilon: float, slack: Optional[np.ndarray]
     caps = np.maximum(caps, np.ceil(average))
     if slack is None:
         return np.tile(caps, (parts, 1)), None
+    if not LOWER_BOUNDS:
+        return np.tile(caps + np.ceil(slack), (parts, 1)), None
     lower = np.floor((1 - epsilon) * average - slack)
     return np.tile(caps + np.ceil(slack), (parts, 1)), np.tile(lower, (parts, 1))
 
@@ -1101,10 +1230,13 @@ def propagate(comm, lo: int, hi: int, indptr: np.ndarray, indices: np.ndarray, n
         labels = _dealt(level, parts, seed)
     labels = _balance(level, labels, parts, caps, lower, seed, 11)
     labels = _refine(level, labels, parts, caps, seed, 13)
+    labels = _jet(level, labels, parts, caps, lower, seed, 15, JET_NEGATIVE[not levels])
     for depth, (finer, cid) in enumerate(reversed(levels)):
         labels = _project(comm, level.starts, cid, labels)
         level = finer
         caps, lower = bounds(level, depth == len(levels) - 1)
         labels = _balance(level, labels, parts, caps, lower, seed, 17 + 4 * depth)
         labels = _refine(level, labels, parts, caps, seed, 19 + 4 * depth)
+        labels = _jet(level, labels, parts, caps, lower, seed, 21 + 4 * depth,
+                      JET_NEGATIVE[depth == len(levels) - 1])
     return _fill_empty(level, labels, parts)

@@ -253,3 +253,22 @@ def test_blocks_must_cover_the_vertices():
         propagate(Solo(), 0, 3, indptr, np.zeros(0, dtype=np.int64), 5, 2, 0.1, 0)
     with pytest.raises(ValueError, match="parts"):
         propagate(Solo(), 0, 3, indptr, np.zeros(0, dtype=np.int64), 3, 4, 0.1, 0)
+
+
+def _gathered_root(comm, indptr, indices):
+    from gnnmesh.partition import propagate as module
+    n = indptr.shape[0] - 1
+    lo, hi = block(n, comm.world_size, comm.rank)
+    level = module._first_level(comm, lo, hi, indptr[lo:hi + 1] - indptr[lo], indices[indptr[lo]:indptr[hi]], n)
+    everywhere, root = module._gathered(level), module._gathered(level, root=0)
+    if root is None:
+        return None
+    return [np.array_equal(getattr(root, k), getattr(everywhere, k)) for k in ("indptr", "adj", "ew", "vw")]
+
+
+def test_the_coarsest_graph_is_gathered_on_rank_0_alone():
+    """Rank 0 gets the same graph every rank would; the others hold none of it."""
+    indptr, indices = csr_arrays(directed())
+    results = simulate(_gathered_root, 3, indptr, indices)[0]
+    assert results[0] == [True] * 4
+    assert results[1] is None and results[2] is None
