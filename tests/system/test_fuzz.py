@@ -46,6 +46,7 @@ import pytest
 import torch
 
 from gnnmesh import ConfigError, GraphError
+from gnnmesh.parts.features import MappedFeatures
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
@@ -119,6 +120,8 @@ def plain(value):
         return ("float", repr(value))
     if hasattr(value, "__dataclass_fields__"):
         return (type(value).__name__, plain(vars(value)))
+    if isinstance(value, MappedFeatures):  # features mapped from a part's file: their values
+        return plain(value.tensor)
     if isinstance(value, (str, int, bool, type(None), np.generic)):
         return (type(value).__name__, value if not isinstance(value, np.generic) else value.item())
     raise TypeError(f"no plain form for {type(value).__name__}")
