@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from gnnmesh.config import Config
@@ -26,3 +28,18 @@ def assert_same_run(got: dict, want: dict, rtol: float = 1e-5) -> None:
         scale = float(value.abs().max()) or 1.0
         diff = float((got["params"][name] - value).abs().max())
         assert diff <= rtol * scale, f"parameter {name}: max difference {diff:.3g} (scale {scale:.3g})"
+
+
+def losses_of(config, graph, world: int, fields: dict) -> list:
+    """The losses of a run of ``config(nproc=world, **fields)`` on ``graph`` (mini-batch or full)."""
+    trains = MiniBatchTrainer if fields.get("minibatch") else Trainer
+    return [r.loss for r in trains(config(nproc=world, **fields), graph).fit().history]
+
+
+def single_runs(losses):
+    """``single(**fields)``: ``losses(0, 1, fields)``, each settings' run made once and kept
+    (the tests of a module compare with the same few single-process runs)."""
+    @functools.lru_cache(maxsize=None)
+    def run(fields: tuple) -> list:
+        return losses(0, 1, dict(fields))
+    return lambda **fields: run(tuple(sorted(fields.items())))

@@ -5,8 +5,6 @@ fanouts per relation too) under gdp and dnp the single process's mini-batch loss
 are filled from the graph and recorded in checkpoints; a graph without relations, the PyG
 export, grid3d and the mini-batch routes that split a row's sources are refused in one line."""
 
-import functools
-
 import pytest
 import torch
 
@@ -21,6 +19,7 @@ from gnnmesh.view import GraphView
 
 from tests.dist import run_ranks
 from tests.helpers import random_graph, typed_graph
+from tests.parity import losses_of, single_runs
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # as on every rank (tests/conftest.py says why)
 
@@ -89,19 +88,10 @@ def test_a_node_without_in_edges_of_any_relation_gets_its_root_alone():
 
 
 def _losses(rank, world, fields):
-    trains = MiniBatchTrainer if fields.get("minibatch") else Trainer
-    return [r.loss for r in trains(config(nproc=world, **fields), typed_graph()).fit().history]
+    return losses_of(config, typed_graph(), world, fields)
 
 
-@functools.lru_cache(maxsize=None)
-def _single(fields: tuple) -> list:
-    """The single process's losses for settings (sorted items), once per module: the runs
-    compare with the same few."""
-    return _losses(0, 1, dict(fields))
-
-
-def single(**fields) -> list:
-    return _single(tuple(sorted(fields.items())))
+single = single_runs(_losses)  # the single process's losses for some settings, once per module
 
 
 RUNS = [pytest.param(3, {"strategy": "partition", "partitioner": "rp", "attn_dropout": 0.3}, id="partition"),

@@ -6,8 +6,6 @@ checkpoints (a checkpoint resumed on 1 rank continues 3 ranks' run); grid3d lays
 relation's weight (basis-mixed weights it refuses in one line), and a graph without relations
 and snp are refused in one line."""
 
-import functools
-
 import pytest
 import torch
 
@@ -21,6 +19,7 @@ from gnnmesh.view import GraphView
 
 from tests.dist import run_ranks
 from tests.helpers import random_graph, typed_graph
+from tests.parity import losses_of, single_runs
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # as on every rank (tests/conftest.py says why)
 
@@ -54,19 +53,10 @@ def test_a_layer_is_pygs_rgcnconv(bases):
 
 
 def _losses(rank, world, fields):
-    trains = MiniBatchTrainer if fields.get("minibatch") else Trainer
-    return [r.loss for r in trains(config(nproc=world, **fields), typed_graph()).fit().history]
+    return losses_of(config, typed_graph(), world, fields)
 
 
-@functools.lru_cache(maxsize=None)
-def _single(fields: tuple) -> list:
-    """The single process's losses for settings (sorted items), once per module: the runs
-    compare with the same few."""
-    return _losses(0, 1, dict(fields))
-
-
-def single(**fields) -> list:
-    return _single(tuple(sorted(fields.items())))
+single = single_runs(_losses)  # the single process's losses for some settings, once per module
 
 
 RUNS = [pytest.param(3, {"strategy": "partition", "partitioner": "rp"}, id="partition"),
