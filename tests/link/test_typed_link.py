@@ -131,6 +131,11 @@ def _single(variant: str) -> dict:
     return train(**VARIANTS[variant])
 
 
+# Rank statistics of the scores: two candidates whose scores agree to rounding (the ranks sum in
+# another order) may swap, which moves AUC by one pair's share of the split (about 4e-5 here)
+RANKED, RANK_TOLERANCE = ("auc", "ap", "mrr", "hits"), 1e-4
+
+
 def check(strategy, world, variants, timeout):
     """Losses, parameters (the decoder's diagonals too) and every metric, to 1e-5."""
     want = {v: _single(v) for v in variants}
@@ -139,7 +144,8 @@ def check(strategy, world, variants, timeout):
             try:
                 assert_same_run(got, want[v])
                 for name, values in want[v]["metrics"].items():
-                    assert np.allclose(got["metrics"][name], values, rtol=0, atol=1e-5, equal_nan=True), \
+                    tol = RANK_TOLERANCE if name.split("_", 1)[-1].startswith(RANKED) else 1e-5
+                    assert np.allclose(got["metrics"][name], values, rtol=0, atol=tol, equal_nan=True), \
                         f"{name}: {got['metrics'][name]} != {values}"
             except AssertionError as err:
                 raise AssertionError(f"{strategy} x{world}, {v}, rank {rank}: {err}") from None
