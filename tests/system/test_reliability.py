@@ -726,7 +726,8 @@ def test_a_full_disk_under_another_ranks_store_is_named_by_that_rank(tmp_path):
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(textwrap.dedent(RANK_1_DISK_FULL))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])),
+               GNNMESH_PROGRESS="off")  # a phase slowed past a second by other work shows its progress lines
     store = tmp_path / "store"
     result = gnnmesh("train", "--dataset", SBM, "--nproc", "2", "--strategy", "offload", "--host-store", "file",
                      "--store-dir", str(store), "--epochs", "1", env=env)
