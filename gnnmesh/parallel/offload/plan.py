@@ -243,9 +243,11 @@ def epoch_traffic(plan, stages: list, train: int = 1, evaluate: int = 1, mode=No
     forward, reverse = plan.moved(mode), plan.moved(mode, reverse=True)
 
     def move(moved: transfers.Rows, width: int, into: str) -> None:
+        # rows go to their requesters on a load, and their gradients come back on a store
+        peer = moved.sent if into == "load" else moved.received
         for r in range(world):
             getattr(out, into)[r] += moved.read[r] * width * FLOAT
-            out.peer[r] += moved.sent[r] * width * FLOAT
+            out.peer[r] += peer[r] * width * FLOAT
             out.kept[r] += moved.kept[r] * width * FLOAT
 
     def rows_of(width: int, into: str) -> None:

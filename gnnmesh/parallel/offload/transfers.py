@@ -104,6 +104,9 @@ class Step:
     def rows_sent(self, me: int) -> int:
         return int(sum(len(s) for q, s in enumerate(self.send) if q != me))
 
+    def rows_received(self, me: int) -> int:
+        return int(sum(len(p) for owner, p in enumerate(self.place) if owner != me))
+
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 
@@ -175,11 +178,13 @@ def _t(positions):
 @dataclass
 class Rows:
     """Rows one direction of loading moves per epoch, per rank (a layer's bytes are these
-    times its row width and 4)."""
+    times its row width and 4). ``received``: the rows other ranks sent it, which are the rows
+    it sends back when gradients return to their owners."""
 
     read: list
     sent: list
     kept: list
+    received: list
 
     def total(self, name: str) -> int:
         return int(sum(getattr(self, name)))
@@ -187,21 +192,23 @@ class Rows:
 
 def count(batch_steps: list, world: int) -> Rows:
     """Rows read, sent to other ranks and kept in place by each rank over all batches."""
-    rows = Rows([0] * world, [0] * world, [0] * world)
+    rows = Rows([0] * world, [0] * world, [0] * world, [0] * world)
     for row in batch_steps:
         for r, step in enumerate(row):
             rows.read[r] += step.rows_read
             rows.sent[r] += step.rows_sent(r)
             rows.kept[r] += step.rows_kept
+            rows.received[r] += step.rows_received(r)
     return rows
 
 
 def count_unordered(batches: list, owner: np.ndarray, world: int, mode: str) -> Rows:
     """``count`` for the modes that keep nothing (none, inter), from the needs alone."""
-    rows = Rows([0] * world, [0] * world, [0] * world)
+    rows = Rows([0] * world, [0] * world, [0] * world, [0] * world)
     for needs in batches:
         by_owner = np.stack([np.bincount(owner[need], minlength=world) for need in needs])  # [q, r]
         sent = by_owner.sum(axis=0) - np.diag(by_owner)
+        received = by_owner.sum(axis=1) - np.diag(by_owner)
         if mode == "inter":
             union = np.bincount(owner[np.unique(np.concatenate(needs))], minlength=world)
         else:
@@ -209,6 +216,7 @@ def count_unordered(batches: list, owner: np.ndarray, world: int, mode: str) -> 
         for r in range(world):
             rows.read[r] += int(union[r])
             rows.sent[r] += int(sent[r])
+            rows.received[r] += int(received[r])
     return rows
 
 

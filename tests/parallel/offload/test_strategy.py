@@ -73,7 +73,8 @@ def _rank_runs(rank, world, cases, make=graph, overlap=None):
                     "params": {n: v.detach().clone() for n, v in trainer.model.state_dict().items()},
                     "extra": [r.extra for r in result.history],
                     "predicted": {"load": per_pass.total("load"), "store": per_pass.total("store"),
-                                  "peer": per_pass.total("peer"), "kept": per_pass.total("kept")}})
+                                  "peer": per_pass.total("peer"), "kept": per_pass.total("kept"),
+                                  "rank_peer": per_pass.peer}})
     return out
 
 
@@ -90,6 +91,7 @@ def _check(got, model, make=graph):
         assert extra["offload_load_bytes"] == got["predicted"]["load"]
         assert extra["offload_store_bytes"] == got["predicted"]["store"]
         assert extra["offload_bytes"] == got["predicted"]["peer"]
+        assert extra["rank_offload_bytes"] == got["predicted"]["rank_peer"]  # each rank's, not only the sum
         assert extra["offload_kept_bytes"] == got["predicted"]["kept"]
         assert extra["offload_load_bytes"] <= extra["offload_baseline_load_bytes"]
 
