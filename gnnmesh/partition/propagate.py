@@ -93,6 +93,7 @@ FM_PASSES, FM_PATIENCE = 4, 200  # the coarsest graph's bisections: passes, move
 # proposed move may have, as a fraction of its edges to its own part (coarse levels, input)
 JET_ROUNDS, JET_PATIENCE = 12, 3
 JET_NEGATIVE = (0.75, 0.25)
+JET_GREEDY_ROUNDS = 4  # single-move rebalancing rounds after each Jet round
 LOWER_BOUNDS = False
 REPAIR_OFFERS = 4  # vertices each rank offers per part and class to the final repair
 
@@ -771,9 +772,10 @@ def _repair(level: _Level, labels: np.ndarray, parts: int, caps, seed: int, salt
     """The last excess, a few vertices' worth, that single moves into parts with room
     cannot fix (a part over in load but full in vertices must trade a heavy vertex for a
     light one): every rank offers, per part and load class, its ``REPAIR_OFFERS`` vertices
-    cheapest to move; all ranks then run the same serial search on the gathered offers for
-    the move or swap that lowers the excess most (fewest edges cut among equals) until none
-    does, and apply their own vertices' share."""
+    cheapest to move; rank 0 runs a serial search on the gathered offers for the move or
+    swap that lowers the excess most (fewest edges cut among equals) until none does, and
+    sends the moves to every rank (each rank running the same search took 64 ranks' time
+    at 64 parts)."""
     comm, n = level.comm, level.n
     gid = level.gid()
     labels = labels.copy()
@@ -793,11 +795,14 @@ def _repair(level: _Level, labels: np.ndarray, parts: int, caps, seed: int, salt
         group = labels * CLASSES + _classes(level.vw)
         tie = (_hash(seed, salt, rnd, gid) >> np.uint64(2)).astype(INT)
         offer = _cheapest(group, own_conn - best_conn, tie, -(-REPAIR_OFFERS // comm.world_size))
-        pool = _gather(comm, np.column_stack([gid[offer], labels[offer], level.vw[offer], own_conn[offer],
-                                              best_part[offer], best_conn[offer], tie[offer]]))
-        pool = pool[_cheapest(pool[:, 1] * CLASSES + _classes(pool[:, 2:4]), pool[:, 4] - pool[:, 6],
-                              pool[:, 7], REPAIR_OFFERS)]
-        moves = _repair_moves(pool, loads, caps)
+        pool = _gather_to(comm, np.column_stack([gid[offer], labels[offer], level.vw[offer], own_conn[offer],
+                                                 best_part[offer], best_conn[offer], tie[offer]]), 0)
+        moves = None
+        if pool is not None:  # rank 0 searches, the others wait for its moves
+            pool = pool[_cheapest(pool[:, 1] * CLASSES + _classes(pool[:, 2:4]), pool[:, 4] - pool[:, 6],
+                                  pool[:, 7], REPAIR_OFFERS)]
+            moves = _repair_moves(pool, loads, caps)
+        moves = comm.broadcast_object(moves, src=0)
         mine = (moves[:, 0] >= level.lo) & (moves[:, 0] < level.hi)
         labels[moves[mine, 0] - level.lo] = moves[mine, 1]
         if moves.shape[0] == 0:
@@ -986,13 +991,37 @@ def _jet(level: _Level, labels: np.ndarray, parts: int, caps, lower, seed: int, 
         there = np.where((info[a, 0] >= 0) & first, info[a, 0], labels_all[a])
         after = np.zeros(n, dtype=INT)
         np.add.at(after, r, w * ((there == target[r]).astype(INT) - (there == labels[r])))
-        move = (target >= 0) & (after > 0)
+        move = np.flatnonzero((target >= 0) & (after > 0))
+        move = move[_jet_admitted(level, labels, move, target[move], after[move], tie[move], parts, caps, it)]
         labels = labels.copy()
         labels[move] = target[move]
-        locked = move
-        labels = _greedy(level, labels, parts, caps, seed, salt + 1000 + it)
+        locked = np.zeros(n, dtype=bool)
+        locked[move] = True
+        labels = _greedy(level, labels, parts, caps, seed, salt + 1000 + it, rounds=JET_GREEDY_ROUNDS)
         labels = _repair(level, labels, parts, caps, seed, salt + 1000 + it)
     return best
+
+
+def _jet_admitted(level: _Level, labels, verts, targets, after, tie, parts: int, caps, turn: int) -> np.ndarray:
+    """Which of Jet's moves (``verts`` to ``targets``, best ``after`` first) are made: a
+    part admits moves while its load, less everything proposed to leave it, stays within
+    the caps (the ranks share its room, see ``_quota``). Without this, moves at 64 parts
+    left most parts over in one weight and under in the other, which single moves cannot
+    repair (it took the rebalancing 20 rounds per Jet round, and left parts over)."""
+    comm = level.comm
+    w = level.vw[verts]
+    mine = _loads(level, labels, parts, local=True)
+    leaving = np.zeros((parts, 2), dtype=INT)
+    np.add.at(leaving, labels[verts], w)
+    demand = np.zeros((parts, 2), dtype=INT)
+    np.add.at(demand, targets, w)
+    every = _gather_equal(comm, np.stack([mine, leaving, demand]))
+    room = np.maximum(caps - every[:, 0].sum(0) + every[:, 1].sum(0), 0)
+    quota = _quota(every[:, 2], room, comm.rank, turn)
+    order = np.lexsort((-tie, -after, targets))
+    admitted = np.zeros(verts.shape[0], dtype=bool)
+    admitted[order[_admit(targets[order], w[order], quota)]] = True
+    return admitted
 
 
 # -- initial partition --------------------------------------------------------------------
