@@ -93,6 +93,9 @@ FM_PASSES, FM_PATIENCE = 4, 200  # the coarsest graph's bisections: passes, move
 # proposed move may have, as a fraction of its edges to its own part (coarse levels, input)
 JET_ROUNDS, JET_PATIENCE = 12, 3
 JET_NEGATIVE = (0.75, 0.25)
+# Jet's moves are admitted into a part up to its cap plus this fraction of the average part
+# (the rebalancing then removes the rest): none at all cost cora and citeseer 4-7% at 16 parts
+JET_ROOM = 0.02
 JET_GREEDY_ROUNDS = 4  # single-move rebalancing rounds after each Jet round
 LOWER_BOUNDS = False
 REPAIR_OFFERS = 4  # vertices each rank offers per part and class to the final repair
@@ -1016,7 +1019,8 @@ def _jet_admitted(level: _Level, labels, verts, targets, after, tie, parts: int,
     demand = np.zeros((parts, 2), dtype=INT)
     np.add.at(demand, targets, w)
     every = _gather_equal(comm, np.stack([mine, leaving, demand]))
-    room = np.maximum(caps - every[:, 0].sum(0) + every[:, 1].sum(0), 0)
+    loads = every[:, 0].sum(0)
+    room = np.maximum(caps + JET_ROOM * loads.sum(0) / parts - loads + every[:, 1].sum(0), 0)
     quota = _quota(every[:, 2], room, comm.rank, turn)
     order = np.lexsort((-tie, -after, targets))
     admitted = np.zeros(verts.shape[0], dtype=bool)
