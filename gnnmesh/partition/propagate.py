@@ -613,6 +613,16 @@ def _plan(amount, load, movable, between, caps, lower, margin: float = PLAN_MARG
     return src[keep], dst[keep], cls[keep], x[keep]
 
 
+def _sum_rows(keys: np.ndarray, values: np.ndarray):
+    """Distinct ``keys`` (sorted) and the sums of their ``values`` rows."""
+    order = np.argsort(keys, kind="stable")
+    keys, values = keys[order], values[order]
+    starts = np.flatnonzero(_run_starts(keys))
+    if starts.shape[0] == 0:
+        return keys, values
+    return keys[starts], np.add.reduceat(values, starts, axis=0)
+
+
 def _lookup(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """``values`` at ``wanted`` in the sorted ``keys``, 0 where absent."""
     if keys.shape[0] == 0:
@@ -625,26 +635,33 @@ def _planned_moves(level: _Level, labels: np.ndarray, parts: int, caps, lower, s
     """One balancing step by a global plan (``_plan``), each rank moving its share."""
     comm, n = level.comm, level.n
     cls = _classes(level.vw)
-    local = np.zeros((3, parts, CLASSES), dtype=INT)
-    np.add.at(local[0], (labels, cls), level.vw[:, 0])
-    np.add.at(local[1], (labels, cls), level.vw[:, 1])
-    np.add.at(local[2], (labels, cls), 1)
+    # this rank's class totals and edge weights between parts, as (key, values) rows: rank 0
+    # alone sums them into [parts, classes] and [parts, parts] arrays and plans; the others
+    # hold rows for their own vertices and edges only
+    group, local_amount = _sum_rows(labels * CLASSES + cls, np.column_stack([level.vw, np.ones(n, dtype=INT)]))
     labels_all = level.with_ghosts(labels)
-    between = np.zeros((parts, parts), dtype=INT)
-    np.add.at(between, (labels[level.rows], labels_all[level.adj]), level.ew)
-    totals = _sum(comm, np.concatenate([local.reshape(-1), between.reshape(-1)]))
-    amount = totals[:3 * parts * CLASSES].reshape(3, parts, CLASSES)
-    between = totals[3 * parts * CLASSES:].reshape(parts, parts)
+    pair, pair_w = _sum_rows(labels[level.rows] * parts + labels_all[level.adj], level.ew[:, None])
+    rows = np.concatenate([np.column_stack([np.zeros(group.shape[0], dtype=INT), group, local_amount]),
+                           np.column_stack([np.ones(pair.shape[0], dtype=INT), pair, pair_w, pair_w, pair_w])])
+    rows = _gather_to(comm, rows, 0)
     plan = None
-    if comm.rank == 0:
-        plan = _plan(amount[0], amount[1], amount[2] >= 4, between, caps, lower)
-    src, dst, kls, x = comm.broadcast_object(plan, src=0)
+    if rows is not None:
+        amount = np.zeros((3, parts * CLASSES), dtype=INT)
+        is_group = rows[:, 0] == 0
+        np.add.at(amount.T, rows[is_group, 1], rows[is_group, 2:5])
+        amount = amount.reshape(3, parts, CLASSES)
+        between = np.zeros(parts * parts, dtype=INT)
+        np.add.at(between, rows[~is_group, 1], rows[~is_group, 2])
+        del rows
+        src, dst, kls, x = _plan(amount[0], amount[1], amount[2] >= 4, between.reshape(parts, parts), caps, lower)
+        plan = (src, dst, kls, x, amount[0][src, kls])
+    src, dst, kls, x, planned_from = comm.broadcast_object(plan, src=0)
     if src.shape[0] == 0:
         return labels
     # this rank's share of each planned amount, moved in steps: each step's gains see the
     # moves of the steps before, so that a part gives up layers of its border, not scattered
     # vertices from behind it
-    share = x * local[0][src, kls] / np.maximum(amount[0][src, kls], 1)
+    share = x * _lookup(group, local_amount[:, 0], src * CLASSES + kls) / np.maximum(planned_from, 1)
     labels = labels.copy()
     free = np.ones(n, dtype=bool)
     tie = _hash(seed, salt, level.gid())
@@ -698,18 +715,38 @@ def _choose(verts, targets, quota, source, parts, key_conn, conn, weight, tie) -
     return chosen
 
 
-def _quota(demands: np.ndarray, room: np.ndarray, rank: int, turn: int) -> np.ndarray:
-    """This rank's share of each part's room ([parts, 2]) given every rank's demand
-    ([world, parts, 2]): the ranks are served in turn, starting at a rank that rotates with
-    the part and ``turn``, each taking what it asks while room is left (whole vertices
-    fit, which a proportional split of a small room would not allow)."""
-    world, parts = demands.shape[0], demands.shape[1]
-    position = (rank - np.arange(parts) - turn) % world  # how many ranks are served before this one
-    ranks = (np.arange(parts)[:, None] + turn + np.arange(world)[None, :]) % world  # [parts, world]
-    served = demands[ranks, np.arange(parts)[:, None]]  # [parts, world, 2]
+def _quota(comm, demand: np.ndarray, room: np.ndarray, turn: int) -> np.ndarray:
+    """This rank's share of each part's room ([parts, 2]) given its ``demand`` ([parts, 2]):
+    the ranks are served in turn, starting at a rank that rotates with the part and
+    ``turn``, each taking what it asks while room is left (whole vertices fit, which a
+    proportional split of a small room would not allow). Part p's turns are settled by rank
+    p % world, which receives every rank's demand for its parts and answers each rank's
+    share: a rank holds [world, parts / world] demands, not [world, parts]."""
+    world, parts = comm.world_size, demand.shape[0]
+    if world == 1:
+        return np.clip(room, 0, demand)
+    owner = np.arange(parts) % world
+    order = np.argsort(owner, kind="stable")  # grouped by the owning rank, by part within
+    counts = np.bincount(owner, minlength=world).astype(INT)
+    mine = np.flatnonzero(owner == comm.rank)
+    got, _ = _alltoall(comm, demand[order], counts, np.full(world, mine.shape[0], dtype=INT))
+    shares = _turns(got.reshape(world, mine.shape[0], 2), room[mine], mine, turn)
+    back, _ = _alltoall(comm, shares.reshape(-1, 2), np.full(world, mine.shape[0], dtype=INT), counts)
+    out = np.empty_like(back)
+    out[order] = back
+    return out
+
+
+def _turns(demands: np.ndarray, room: np.ndarray, part_ids: np.ndarray, turn: int) -> np.ndarray:
+    """Every rank's share ([world, m, 2]) of the room of parts ``part_ids`` ([m, 2]) given
+    every rank's demand for them ([world, m, 2]), served in the order of ``_quota``."""
+    world, m = demands.shape[0], part_ids.shape[0]
+    ranks = (part_ids[:, None] + turn + np.arange(world)[None, :]) % world  # [m, world]: serving order
+    served = demands[ranks, np.arange(m)[:, None]]  # [m, world, 2]
     before = np.cumsum(served, axis=1) - served
-    mine = before[np.arange(parts), position]
-    return np.clip(room - mine, 0, demands[rank])
+    shares = np.zeros_like(demands)
+    shares[ranks, np.arange(m)[:, None]] = np.clip(room[:, None, :] - before, 0, served)
+    return shares
 
 
 def _greedy(level: _Level, labels: np.ndarray, parts: int, caps, seed: int, salt: int, rounds: int = 20):
@@ -756,7 +793,7 @@ def _greedy(level: _Level, labels: np.ndarray, parts: int, caps, seed: int, salt
         verts, t, w, key = verts[want], t[want], w[want], key[want]
         demand = np.zeros((parts, 2), dtype=INT)
         np.add.at(demand, t, w)
-        quota = _quota(_gather_equal(comm, demand), room, comm.rank, rnd)
+        quota = _quota(comm, demand, room, rnd)
         order = np.lexsort((-key, t))
         verts, t, w = verts[order], t[order], w[order]
         take = _admit(t, w, quota)
@@ -903,8 +940,8 @@ def _refine(level: _Level, labels: np.ndarray, parts: int, caps, seed: int, salt
             rounds: Optional[int] = None) -> np.ndarray:
     """Label propagation: each vertex moves to the part it has the most edge weight to,
     when that beats its own part and the target keeps room in both weights (the ranks
-    share a target's room, see ``_quota``). One all_gather per batch carries every rank's
-    loads and demands, one exchange the new labels of the ghosts."""
+    share a target's room, see ``_quota``). Per batch, one all_reduce carries the parts'
+    loads, two all_to_alls the demands and their shares, one exchange the ghosts' labels."""
     comm, n = level.comm, level.n
     gid = level.gid()
     labels = labels.copy()
@@ -925,8 +962,7 @@ def _refine(level: _Level, labels: np.ndarray, parts: int, caps, seed: int, salt
             w = level.vw[v]
             demand = np.zeros((parts, 2), dtype=INT)
             np.add.at(demand, t, w)
-            every = _gather_equal(comm, np.stack([mine, demand]))
-            quota = _quota(every[:, 1], np.maximum(caps - every[:, 0].sum(0), 0), comm.rank, it * BATCHES + b)
+            quota = _quota(comm, demand, np.maximum(caps - _sum(comm, mine), 0), it * BATCHES + b)
             order = np.lexsort((_hash(seed, salt, it, gid[v]), -gain, t))
             v, t, w = v[order], t[order], w[order]
             take = _admit(t, w, quota)
@@ -1018,10 +1054,9 @@ def _jet_admitted(level: _Level, labels, verts, targets, after, tie, parts: int,
     np.add.at(leaving, labels[verts], w)
     demand = np.zeros((parts, 2), dtype=INT)
     np.add.at(demand, targets, w)
-    every = _gather_equal(comm, np.stack([mine, leaving, demand]))
-    loads = every[:, 0].sum(0)
-    room = np.maximum(caps + JET_ROOM * loads.sum(0) / parts - loads + every[:, 1].sum(0), 0)
-    quota = _quota(every[:, 2], room, comm.rank, turn)
+    loads, leaving = _sum(comm, np.stack([mine, leaving]))
+    room = np.maximum(caps + JET_ROOM * loads.sum(0) / parts - loads + leaving, 0)
+    quota = _quota(comm, demand, room, turn)
     order = np.lexsort((-tie, -after, targets))
     admitted = np.zeros(verts.shape[0], dtype=bool)
     admitted[order[_admit(targets[order], w[order], quota)]] = True
