@@ -272,3 +272,49 @@ def test_the_coarsest_graph_is_gathered_on_rank_0_alone():
     results = simulate(_gathered_root, 3, indptr, indices)[0]
     assert results[0] == [True] * 4
     assert results[1] is None and results[2] is None
+
+
+def _rank_quota(comm, demands, room, turn):
+    from gnnmesh.partition.propagate import _quota
+    return _quota(comm, demands[comm.rank], room, turn)
+
+
+@pytest.mark.parametrize("world,parts", [(5, 7), (4, 2), (3, 3)])
+def test_a_parts_room_is_shared_in_turns_by_its_owner_rank(world, parts):
+    """Each rank's share of a part's room, settled by the part's owner rank, is what serving
+    the ranks in turn from rank (part + turn) % world gives: every rank's share at most its
+    demand, the shares together at most the room, and a rank gets nothing while one served
+    before it is short."""
+    from gnnmesh.partition.propagate import _turns
+    rng = np.random.default_rng(world * parts)
+    demands = rng.integers(0, 5, (world, parts, 2))
+    room = rng.integers(0, 9, (parts, 2)).astype(np.float64)
+    for turn in (0, 3):
+        shares = np.stack(simulate(_rank_quota, world, demands, room, turn)[0])
+        assert np.array_equal(shares, _turns(demands, room, np.arange(parts), turn))
+        assert (shares <= demands).all() and (shares.sum(0) <= room).all()
+        for p in range(parts):
+            first = (p + turn) % world
+            assert np.array_equal(shares[first, p], np.minimum(demands[first, p], room[p]))
+
+
+@pytest.mark.slow
+def test_a_ranks_peak_but_rank_0s_does_not_grow_with_the_parts(arrays):
+    """Only rank 0 holds arrays over all parts (the coarsest graph, the balancing plan):
+    from 4 to 16 ranks and parts, every other rank's traced peak falls."""
+    peaks = {}
+    adj = sbm()
+    indptr, indices = csr_arrays(adj)
+    n = adj.shape[0]
+
+    def labels_of(comm, parts):
+        lo, hi = block(n, comm.world_size, comm.rank)
+        return propagate(comm, lo, hi, indptr[lo:hi + 1] - indptr[lo], indices[indptr[lo]:indptr[hi]], n,
+                         parts, 0.03, 0)
+
+    for world in (4, 16):
+        results, peak = simulate(labels_of, world, world, trace_memory=True)
+        check_partition(adj, np.concatenate(results), world, 0.03, f"{world} parts")
+        peaks[world] = max(peak[1:])
+    print(peaks)
+    assert peaks[16] < peaks[4]
