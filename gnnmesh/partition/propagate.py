@@ -24,7 +24,8 @@ process (``Comm()`` with no process group, or the single-rank stand-in ``Solo``)
 4. **Uncoarsen.** Labels are projected level by level; at each level a balancing step,
    label propagation refinement and Jet refinement (moves at a small loss are proposed
    too, and kept where the neighbours' moves make them gain, so that groups of vertices
-   cross together; the best labels seen are kept) run with caps that tighten to
+   cross together; a part admits them up to its cap plus ``JET_ROOM`` of the average part,
+   counting what leaves it; the best labels seen are kept) run with caps that tighten to
    (1 + epsilon) at the input (coarse levels allow half their heaviest vertex more). Coarse
    levels have no lower bound: filling every part up to one moved hundreds of coarse
    vertices per level and doubled the cut on a road network.
@@ -40,11 +41,14 @@ and swaps among the cheapest vertices every rank offers, finish what rounding le
 
 Memory per rank: its block's rows, twice (A + A^T) with a few arrays of that size during
 symmetrizing and coarsening (the transposed entries travel as one int64 key each), the
-ghosts' labels, and small arrays over the parts: [parts, classes] totals and [parts, parts]
-edge weights between parts and, on rank 0, the plan's linear program (each part may send to
-its ``PLAN_TARGETS`` most connected and ``PLAN_TARGETS`` lightest parts: it grows with the
-parts, not their square) and the coarsest graph (a few tens of vertices per part, each with
-at most ``COARSEST_DEGREE`` of its heaviest edges and those its neighbours kept). Nothing
+ghosts' labels, and arrays of [parts, 2] (loads, demands; a part's room is shared among the
+ranks by the rank owning the part, which holds [world, parts / world] demands). Rank 0
+alone holds the balancing plan's inputs ([parts, classes] totals, [parts, parts] edge
+weights between parts, gathered as rows of the other ranks' nonzero entries), its linear
+program (each part may send to its ``PLAN_TARGETS`` most connected and ``PLAN_TARGETS``
+lightest parts: it grows with the parts, not their square), the repair's offers, and the
+coarsest graph (a few tens of vertices per part, each with at most ``COARSEST_DEGREE`` of
+its heaviest edges and those its neighbours kept). Nothing
 else is of the size of the whole graph (on R-MAT 100k/1M at 64 parts coarsening stalls at
 about 5,000 vertices, whose edges are as many as the input's: gathered whole, they took a
 rank to 105 MiB, cut down 60 MiB).
