@@ -112,6 +112,9 @@ class PartitionParallel(DistributedStrategy):
         return LeafRows(data, data.row_ids().numpy())  # the owned rows, whose gradient the halos bring home
 
     def rank_data_from_parts(self, parts, seed, device):
+        # a freed temporary's pages go back at once (the checks', the operators' splitting,
+        # the halo buffers of every layer): a rank's resident memory follows what it holds
+        memory.map_large_blocks()
         check_manifest(parts, self.rank)
         part, owned, (features, *data) = agreed(lambda: _read_rank(parts, self.rank))
         check_held_once(part, owned.numpy())  # what one folder cannot tell: the ranks agree
