@@ -15,14 +15,16 @@ from numba import njit, prange
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def spmm_transposed(indptr, indices, values, x, out, bounds):
-    """``out[c, h] = sum over A's rows r of values[e, h] * x[r, h]``, ``e`` the entry (r, c)."""
+def spmm_transposed(indptr, indices, values, x, out, bounds, first_column, columns):
+    """``out[c - first_column, h] = sum over A's rows r of values[e, h] * x[r, h]``, ``e`` the
+    entry (r, c), for the columns ``c`` from ``bounds[0]`` to ``bounds[-1]`` of A's
+    ``columns``."""
     heads, width = x.shape[1], x.shape[2]
     rows = indptr.shape[0] - 1
     for task in prange(bounds.shape[0] - 1):
         lo, hi = bounds[task], bounds[task + 1]
-        out[lo:hi] = 0
-        whole = lo == 0 and hi == out.shape[0]
+        out[lo - first_column:hi - first_column] = 0
+        whole = lo == 0 and hi == columns  # every entry is this task's
         for r in range(rows):
             first, last = indptr[r], indptr[r + 1]
             if not whole:  # a row's columns ascend: the entries this task owns are a run of them
@@ -30,7 +32,7 @@ def spmm_transposed(indptr, indices, values, x, out, bounds):
                 last = indptr[r] + np.searchsorted(indices[indptr[r]:last], hi)
             src = x[r]
             for e in range(first, last):
-                acc = out[indices[e]]
+                acc = out[indices[e] - first_column]
                 for h in range(heads):
                     v = values[e, h]
                     for f in range(width):

@@ -20,7 +20,7 @@ from ...graph import Adjacency
 from ...ops import compiled, profile
 from ...ops.spmm import edge_dot, multiply
 from ...partition import rank_halo
-from .transposed import multiply_transposed
+from .transposed import by_rows, multiply_transposed
 
 
 @dataclass
@@ -300,7 +300,9 @@ class HaloSpMM(torch.autograd.Function):
         v_in, v_out = op.split_values(values, grad_y)
         grad_x = grad_values = None
         with op.exchange.comm.phase("halo"):
-            if ctx.needs_input_grad[0]:
+            if ctx.needs_input_grad[0] and by_rows(op.outer, grad_y):
+                grad_x = _backward_by_peer(op, v_in, v_out, grad_y)
+            elif ctx.needs_input_grad[0]:
                 with profile.phase("aggregate"):
                     # not pooled: a buffer the size of the halo, kept idle between backward
                     # passes, would sit in every peak of the epoch (the halo rows of the
@@ -317,6 +319,37 @@ class HaloSpMM(torch.autograd.Function):
                 grad_values[op.inner_pos] = edge_dot(op.inner, grad_y, x)
                 grad_values[op.outer_pos] = edge_dot(op.outer, grad_y, halo)
         return grad_x, grad_values, None
+
+
+def _backward_by_peer(op: LocalOperator, v_in, v_out, grad_y: torch.Tensor) -> torch.Tensor:
+    """``grad_x`` of ``HaloSpMM``, the halo rows' gradients made and sent one peer at a time:
+    a rank holds one peer's rows of them, not the whole halo's (``[halo rows, F]``, the
+    backward pass's largest buffer after its input). The receives are posted first, so a
+    send waits only for its peer to reach this layer; the rows received are added in the
+    order of ``Exchange.finish_backward``: the same numbers. Where ``by_rows`` (the compiled
+    CPU kernels take each peer's columns of the halo part alone)."""
+    ex = op.exchange
+    routes, comm = ex.routes, ex.comm
+    tail = tuple(grad_y.shape[1:])
+    bufs = {peer: grad_y.new_empty((idx.numel(),) + tail) for peer, idx in routes.send_index.items()}
+    receives = [comm.irecv(buf, peer) for peer, buf in bufs.items()]
+    with profile.phase("aggregate"):
+        grad_x = multiply_transposed(op.inner, v_in, grad_y)
+    start = 0
+    for peer in sorted(routes.recv_counts):
+        count = routes.recv_counts[peer]
+        with profile.phase("aggregate"):
+            rows = multiply_transposed(op.outer, v_out, grad_y, pooled=False, columns=slice(start, start + count))
+        sent = [comm.isend(rows, peer)]
+        comm.wait(sent)
+        sent.clear()  # the copy held for the message goes now
+        del rows
+        start += count
+    comm.wait(receives)
+    receives.clear()
+    for peer in sorted(bufs):  # fixed order: the sum is deterministic
+        grad_x.index_add_(0, routes.send_index[peer], bufs.pop(peer))
+    return grad_x
 
 
 class HaloGather(torch.autograd.Function):

@@ -10,6 +10,8 @@ other product (torch's kernels, the GPU's) multiplies by the stored transpose, a
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import torch
 
@@ -25,21 +27,26 @@ def by_rows(adj: Adjacency, x: torch.Tensor) -> bool:
             and adj.shape[1] < 2**31)
 
 
-def multiply_transposed(adj: Adjacency, values: torch.Tensor, x: torch.Tensor, pooled: bool = True) -> torch.Tensor:
+def multiply_transposed(adj: Adjacency, values: torch.Tensor, x: torch.Tensor, pooled: bool = True,
+                        columns: Optional[slice] = None) -> torch.Tensor:
     """``A^T @ x`` for values ``[E]`` and x ``[N, F]`` (or ``[E, H]`` and ``[N, H, F]``), as
-    ``multiply(adj, values, x, transpose=True, pooled=pooled)`` computes it."""
+    ``multiply(adj, values, x, transpose=True, pooled=pooled)`` computes it; ``columns``: only
+    the rows of the product of those columns of A (where ``by_rows``; a slice with a start
+    and a stop), the numbers of the whole product's rows."""
     if not by_rows(adj, x):
-        return multiply(adj, values, x, transpose=True, pooled=pooled)
+        whole = multiply(adj, values, x, transpose=True, pooled=pooled)
+        return whole if columns is None else whole[columns]
     from . import _scatter
-    shape = (adj.shape[1],) + tuple(x.shape[1:])
+    lo, hi = (0, adj.shape[1]) if columns is None else (columns.start, columns.stop)
+    shape = (hi - lo,) + tuple(x.shape[1:])
     out = buffers.empty(shape, x.dtype) if pooled else x.new_empty(shape)
     heads = x.contiguous()
     heads = heads.unsqueeze(1) if heads.dim() == 2 else heads
-    columns = values.to(x.dtype).contiguous()
-    columns = columns.unsqueeze(1) if columns.dim() == 1 else columns
-    tasks = max(1, min(torch.get_num_threads(), adj.shape[1]))
-    bounds = np.linspace(0, adj.shape[1], tasks + 1).astype(np.int64)
+    columns_of_values = values.to(x.dtype).contiguous()
+    columns_of_values = columns_of_values.unsqueeze(1) if columns_of_values.dim() == 1 else columns_of_values
+    tasks = max(1, min(torch.get_num_threads(), hi - lo))
+    bounds = np.linspace(lo, hi, tasks + 1).astype(np.int64)
     # a task reads every row of A: one task a thread (the compiled kernels' threads)
-    compiled._run(_scatter.spmm_transposed, adj.indptr, adj.indices, columns, heads,
-                  out.view((shape[0],) + tuple(heads.shape[1:])), bounds)
+    compiled._run(_scatter.spmm_transposed, adj.indptr, adj.indices, columns_of_values, heads,
+                  out.view((shape[0],) + tuple(heads.shape[1:])), bounds, lo, adj.shape[1])
     return out
