@@ -135,8 +135,10 @@ class PartitionParallel(DistributedStrategy):
         (its weights' gradient is summed a block at a time, the blocks read and dropped
         again). Both sources take the same path: training from parts and from the dataset
         give the same numbers, bit for bit."""
-        if not getattr(model, "reads_input_by_rows", lambda: False)() or torch.is_autocast_enabled(x.device.type):
+        if not getattr(model, "reads_input_by_rows", lambda: False)():
             return model(view, x)
+        if torch.is_grad_enabled() and torch.is_autocast_enabled(x.device.type):
+            return model(view, x)  # the blocks' gradient sums float32 rows, not autocast's
         features = self.features
         if features is not None and x is features.tensor:
             return model.forward_by_blocks(view, features.blocks, len(features))
