@@ -20,6 +20,7 @@ else:  # pragma: no cover
 IMPORT_NAMES = {
     "pytest": "pytest",
     "pytest-timeout": "pytest_timeout",
+    "pytest-xdist": "xdist",
     "psutil": "psutil",
     "pymetis": "pymetis",
     "mtkahypar": "mtkahypar",

@@ -231,28 +231,32 @@ def launch(argv: list, nproc: int, max_restarts: int = 0, min_nproc: int = 1) ->
     os.environ.setdefault("OMP_NUM_THREADS", str(ranks_share_cores(nproc)))
     os.environ[LAUNCHER_ENV] = str(os.getpid())
     handled = os.environ.get(ELASTIC_SIGNALS_ENV)
-    bad_input = tempfile.mkdtemp(prefix="gnnmesh-bad-input-")
+    # the job's scratch, removed when it ends: the ranks' bad-input lines, and torch's
+    # per-rank error files (which would otherwise stay behind in the temporary folder)
+    scratch = tempfile.mkdtemp(prefix="gnnmesh-launch-")
+    bad_input = os.path.join(scratch, "bad-input")
+    os.mkdir(bad_input)
     os.environ[BAD_INPUT_ENV] = bad_input
     try:
-        return _run_job(argv, nproc, max_restarts, min_nproc)
+        return _run_job(argv, nproc, max_restarts, min_nproc, os.path.join(scratch, "ranks"))
     finally:  # what the ranks of a restart were told is not this process's own
         os.environ.pop(RESTART_ENV, None)
         os.environ.pop(CAUSE_ENV, None)
         os.environ.pop(BAD_INPUT_ENV, None)
-        shutil.rmtree(bad_input, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
         if handled is None:  # torch's launcher set it for its agent
             os.environ.pop(ELASTIC_SIGNALS_ENV, None)
         else:
             os.environ[ELASTIC_SIGNALS_ENV] = handled
 
 
-def _run_job(argv: list, nproc: int, max_restarts: int, min_nproc: int) -> int:
+def _run_job(argv: list, nproc: int, max_restarts: int, min_nproc: int, logs: str) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     job, ranks = uuid.uuid4().hex, nproc
     for restart in range(max_restarts + 1):
         try:
-            _run_ranks(argv if restart == 0 else [*argv, "--nproc", str(ranks)], ranks, job)
+            _run_ranks(argv if restart == 0 else [*argv, "--nproc", str(ranks)], ranks, job, logs)
             return 0
         except ChildFailedError as err:
             # a peer that lost the rank stopping on bad input may be the failure seen first
@@ -316,16 +320,17 @@ def _restart_cause(lost: list, err) -> str:
     return f"rank {rank} failed (exit code {first.exitcode})"
 
 
-def _run_ranks(argv: list, nproc: int, job: str) -> None:
-    """One run of the job's ranks under torch's elastic agent (ChildFailedError when one fails)."""
-    from torch.distributed.elastic.multiprocessing.api import SignalException
+def _run_ranks(argv: list, nproc: int, job: str, logs: str) -> None:
+    """One run of the job's ranks under torch's elastic agent (ChildFailedError when one fails),
+    its per-rank files under ``logs``."""
+    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs, SignalException
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     # torch's agent would pass SIGINT, SIGTERM and SIGHUP on to the ranks as they came; left
     # to stop_on_signals' handler they raise Interrupted in the agent, whose cleanup stops
     # the ranks with SIGTERM
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=job,
-                          rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0,
+                          logs_specs=DefaultLogsSpecs(logs), rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0,
                           monitor_interval=0.1, signals_to_handle="SIGQUIT")
     try:
         elastic_launch(config, sys.executable)("-m", "gnnmesh", *argv)

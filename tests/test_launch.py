@@ -51,11 +51,14 @@ RANK_0_LATE = """
 @pytest.mark.timeout(120)
 def test_bad_input_in_ranks_gives_one_line_and_status_2(tmp_path):
     """One line whichever rank stops first. The agent stops the other ranks when one exits, so
-    a rank 0 still starting never printed its line: status 2 and nothing on stderr."""
-    hook = tmp_path / "hook"
+    a rank 0 still starting never printed its line: status 2 and nothing on stderr. The job
+    leaves nothing in the temporary folder (torch's agent would leave its ranks' error files)."""
+    hook, scratch = tmp_path / "hook", tmp_path / "tmp"
     hook.mkdir()
+    scratch.mkdir()
     (hook / "sitecustomize.py").write_text(textwrap.dedent(RANK_0_LATE))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])),
+               TMPDIR=str(scratch))
     made = gnnmesh("partition", "--dataset", "sbm:nodes=100,classes=2,features=4", "--parts", "2",
                    "--method", "contiguous", "--write-parts", str(tmp_path / "p"))
     assert made.returncode == 0, made.stderr
@@ -66,6 +69,7 @@ def test_bad_input_in_ranks_gives_one_line_and_status_2(tmp_path):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "'chunk_size' (--chunk-size) applies only to --strategy tensor" in lines[0], \
         result.stderr
+    assert not list(scratch.iterdir())
 
 
 def test_the_launcher_prints_the_bad_input_line_of_the_lowest_rank(tmp_path, monkeypatch, capsys):

@@ -59,26 +59,95 @@ class LayerStack(nn.Module):
         return self.layers[i](at, at.dropout(h, self.dropout, self.training))
 
     def reads_input_by_rows(self) -> bool:
-        """Whether, in eval mode, the stack's first use of its input is row by row: its first
-        layer is a ``GraphLayer`` evaluated as its maths say, multiplying the input by its
-        weights before aggregating (``Maths.projects_first``). ``forward_by_blocks`` may then
-        take the input a block of rows at a time."""
+        """Whether the stack's first use of its input is row by row: its first layer is a
+        ``GraphLayer`` evaluated as its maths say, multiplying the input by its weights before
+        aggregating (``Maths.projects_first``), after a dropout whose mask is drawn row by row
+        (each row's from its global id: ``GraphView.dropout``). ``forward_by_blocks`` may then
+        take the input a block of rows at a time, in training as in evaluation."""
         first = self.layers[0] if len(self.layers) else None
-        return (not self.training and isinstance(first, GraphLayer) and type(first).forward is GraphLayer.forward
+        return (isinstance(first, GraphLayer) and type(first).forward is GraphLayer.forward
                 and type(self).forward is LayerStack.forward and type(self).layer_output is LayerStack.layer_output
                 and first.maths().projects_first())
 
     def forward_by_blocks(self, view, blocks: Callable, rows: int) -> torch.Tensor:
-        """``forward(view, x)`` of a stack that ``reads_input_by_rows``, ``x`` (``rows`` rows)
-        given a block of rows at a time by ``blocks()``: the same products on the same
-        operands, without the whole input in memory at once."""
-        h = self.layers[0].maths().evaluate_by_blocks(view.layer(0), blocks, rows)  # eval: no dropout
+        """``forward(view, x)`` of a stack that ``reads_input_by_rows``, ``x`` (``rows`` rows, no
+        gradient of its own) given a block of rows at a time by ``blocks()``: the same
+        products on the same operands, without the whole input in memory at once. In
+        training the first layer's dropout is drawn a block at a time, and its weights'
+        gradient is summed a block at a time in the backward pass, the blocks read again
+        (``project_by_blocks``): neither the input nor its dropped copy is kept for it."""
+        first = view.layer(0)
+        drop = BlockDropout(first, self.dropout) if self.training and self.dropout > 0 else None
+        h = self.layers[0].maths().evaluate_by_blocks(first, blocks, rows, drop)
         for i in range(1, len(self.layers)):
-            # the first layer's output is this pass's own: its activation may overwrite it (no
-            # second [rows, hidden] beside it); a later layer's may be anything the layer returns
-            h = torch.relu_(h) if i == 1 and self.activation in _RELU else dense.activation(self.activation, h)
+            # without gradients the first layer's output is this pass's own: its activation may
+            # overwrite it (no second [rows, hidden] beside it); a later layer's may be anything
+            # the layer returns, and a pass with gradients keeps the activation's input apart
+            in_place = i == 1 and self.activation in _RELU and not torch.is_grad_enabled()
+            h = torch.relu_(h) if in_place else dense.activation(self.activation, h)
             h = self.layer_output(view, i, h)
         return h
+
+
+class BlockDropout:
+    """A layer's dropout of its input drawn a block of rows at a time: the view's next draw,
+    taken once, each block's mask that draw's rows (``GraphView.dropout_block``), so a block
+    dropped again in the backward pass is dropped alike."""
+
+    def __init__(self, view, p: float):
+        self.view, self.p = view, p
+        self.epoch, self.draw = view.epoch, view.draws
+        view.set_epoch(self.epoch, self.draw + 1)  # the draw the whole input's dropout takes
+
+    def __call__(self, rows: slice, block: torch.Tensor) -> torch.Tensor:
+        view, now = self.view, self.view.draws
+        ids = view.rows()[rows]  # a range, or an array of global ids
+        view.set_epoch(self.epoch, self.draw)
+        try:
+            return view.dropout_block(block, self.p, True, tuple(block.shape[1:]), rows=ids)
+        finally:
+            view.set_epoch(self.epoch, now)
+
+
+class _ProjectByBlocks(torch.autograd.Function):
+    """``drop(x) W^T`` of an input given a block of rows at a time, with W's gradient
+    ``sum over blocks of dZ[block]^T drop(x[block])``, the blocks read (and dropped) again."""
+
+    @staticmethod
+    def forward(ctx, weight, blocks, rows, drop):
+        ctx.blocks, ctx.drop = blocks, drop
+        ctx.save_for_backward(weight)
+        return _projected(weight, blocks, rows, drop)
+
+    @staticmethod
+    def backward(ctx, grad_z):
+        weight, = ctx.saved_tensors
+        grad = None
+        for at, block in ctx.blocks():
+            part = grad_z[at].t().mm(block if ctx.drop is None else ctx.drop(at, block))
+            grad = part if grad is None else grad.add_(part)
+            del part
+        return (weight.new_zeros(weight.shape) if grad is None else grad), None, None, None
+
+
+def _projected(weight, blocks, rows: int, drop) -> torch.Tensor:
+    """``drop(x) W^T`` a block of rows at a time (no gradient)."""
+    z = None
+    for at, block in blocks():
+        projected = dense.linear(block if drop is None else drop(at, block), weight)
+        if z is None:
+            z = projected.new_empty((rows, projected.shape[1]))
+        z[at] = projected
+        del projected
+    return weight.new_empty((0, weight.shape[0])) if z is None else z
+
+
+def project_by_blocks(weight, blocks: Callable, rows: int, drop=None) -> torch.Tensor:
+    """``drop(x) W^T`` of an input ``x`` of ``rows`` rows given a block at a time by
+    ``blocks()`` (``drop`` None: x itself), with W's gradient where it needs one."""
+    if torch.is_grad_enabled() and weight.requires_grad:
+        return _ProjectByBlocks.apply(weight, blocks, rows, drop)
+    return _projected(weight, blocks, rows, drop)
 
 
 @dataclass(frozen=True, eq=False)
@@ -153,28 +222,23 @@ class Maths:
         (``propagate_linear``'s order for these shapes): the input is then used row by row."""
         return all(w.shape[0] <= w.shape[1] for w, _ in self.by_weight())
 
-    def evaluate_by_blocks(self, view, blocks: Callable, rows: int) -> torch.Tensor:
+    def evaluate_by_blocks(self, view, blocks: Callable, rows: int, drop=None) -> torch.Tensor:
         """``evaluate(view, h)`` of a layer that ``projects_first``, its input ``h`` (``rows``
         rows) given a block of rows at a time: ``blocks()`` yields ``(rows slice, h[rows])``
-        and is called once per weight. Each product ``h W^T`` is made block by block, then
-        aggregated and summed in ``linear``'s order: the whole product's rows, bit for bit,
-        where the BLAS multiplies a row of a block as it does a row of the whole (torch's CPU
-        BLAS does for blocks of two rows or more; a single row takes another kernel)."""
+        and is called once per weight (and once more per weight in the backward pass);
+        ``drop``: the input's dropout, a block at a time (``BlockDropout``), or None. Each
+        product ``h W^T`` is made block by block, then aggregated and summed in ``linear``'s
+        order: the whole product's rows, bit for bit, where the BLAS multiplies a row of a
+        block as it does a row of the whole (torch's CPU BLAS does for blocks of two rows or
+        more; a single row takes another kernel). A weight's gradient is a sum over the
+        blocks, the same to rounding as the whole product's."""
         total = None
         for w, terms in self.by_weight():
-            z = None
-            for at, block in blocks():
-                projected = dense.linear(block, w)
-                if z is None:
-                    z = projected.new_empty((rows, projected.shape[1]))
-                z[at] = projected
-                del projected
-            if z is None:  # no rows
-                z = w.new_empty((0, w.shape[0]))
+            z = project_by_blocks(w, blocks, rows, drop)
             summed = reduce(operator.add, (t.scaled(aggregate(view, t.op, z)) for t in terms))
             del z  # before the next weight's product, or the bias
             total = summed if total is None else dense.add(total, summed)
-        return self.finish(total, in_place=True)  # the sum is this pass's own tensor
+        return self.finish(total, in_place=not torch.is_grad_enabled())  # the sum is this pass's own tensor
 
     def finish(self, z: torch.Tensor, in_place: bool = False) -> torch.Tensor:
         """The layer's output from its summed terms: bias, then the activation and second map.

@@ -60,13 +60,16 @@ def check_held_once(part, owned: np.ndarray) -> None:
 def check_split(part, name: str, ids: np.ndarray, total: int, noun: str) -> None:
     """The ids of the ranks' files ``name`` together are ``0..total-1``, each once. Ids travel
     to the rank whose equal slice of ``0..total-1`` holds them (one all-to-all, no rank
-    holding every id); each rank then finds an id claimed twice, or by none, in its slice."""
+    holding every id); each rank then counts the ids of its slice and finds one claimed
+    twice, or by none. A rank holds its ids, a sorted copy, the ids it receives and their
+    counts: four arrays of its share (entry ids are the setup's largest), no more."""
     claims = _slice(ids, total)
     agreed(lambda: _slice_error(part, name, noun, *claims))
 
 
 def _slice(ids: np.ndarray, total: int) -> tuple:
-    """(the ids of this rank's slice of ``0..total-1``, the rank holding each, the slice's bounds)."""
+    """(the ids of this rank's slice of ``0..total-1``, in the order of the ranks sending
+    them, how many each rank sent, the slice's bounds)."""
     comm = setup_comm()
     world = comm.world_size
     width = max(1, -(-total // world))
@@ -74,25 +77,27 @@ def _slice(ids: np.ndarray, total: int) -> tuple:
     counts = np.bincount(ids // width, minlength=world).astype(np.int64)
     arriving = comm.all_to_all(torch.from_numpy(counts), [1] * world, [1] * world).numpy()
     mine = comm.all_to_all(torch.from_numpy(ids), counts.tolist(), arriving.tolist()).numpy()
-    holders = np.repeat(np.arange(world), arriving)
+    del ids
     start = min(total, comm.rank * width)
-    return mine, holders, (start, min(total, start + width))
+    return mine, arriving, (start, min(total, start + width))
 
 
-def _slice_error(part, name: str, noun: str, ids: np.ndarray, holders: np.ndarray, bounds: tuple) -> None:
-    order = np.argsort(ids, kind="stable")
-    ids, holders = ids[order], holders[order]
-    twice = np.flatnonzero(ids[1:] == ids[:-1])
+def _slice_error(part, name: str, noun: str, ids: np.ndarray, arriving: np.ndarray, bounds: tuple) -> None:
+    start, stop = bounds
+    ids -= start  # this rank's own buffer; the ids sent here lie in the slice
+    claims = np.bincount(ids, minlength=stop - start)
+    twice = np.flatnonzero(claims > 1)
     if len(twice):
-        i = int(twice[0])
-        first, second = int(holders[i]), int(holders[i + 1])
+        dup = int(twice[0])
+        first, second = np.searchsorted(np.cumsum(arriving), np.flatnonzero(ids == dup)[:2], side="right").tolist()
+        dup += start
         also = "too" if first != second else "twice"
-        raise GraphError(f"rank {second}: {_file(part, second, name)}: {noun} {ids[i]} is rank {first}'s {also}; "
+        raise GraphError(f"rank {second}: {_file(part, second, name)}: {noun} {dup} is rank {first}'s {also}; "
                          f"every {noun} belongs to one rank")
-    missing = np.setdiff1d(np.arange(*bounds), ids)
+    missing = np.flatnonzero(claims == 0)
     if len(missing):
-        raise GraphError(f"{part.parts.directory / MANIFEST}: {noun} {missing[0]} belongs to no rank; the ranks' "
-                         f"{name}.npy together must hold each {noun} once")
+        raise GraphError(f"{part.parts.directory / MANIFEST}: {noun} {int(missing[0]) + start} belongs to no rank; "
+                         f"the ranks' {name}.npy together must hold each {noun} once")
 
 
 def check_halos(part, owned: np.ndarray) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DEV_MODULES = ("pytest", "pytest_timeout", "psutil", "torch_geometric", "pymetis", "mtkahypar", "matplotlib",
+DEV_MODULES = ("pytest", "pytest_timeout", "xdist", "psutil", "torch_geometric", "pymetis", "mtkahypar", "matplotlib",
                "mkdocs", "material", "mkdocstrings_handlers.python", "pyarrow", "hypothesis", "triton")
 
 

@@ -20,6 +20,7 @@ from ...graph import Adjacency
 from ...ops import compiled, profile
 from ...ops.spmm import edge_dot, multiply
 from ...partition import rank_halo
+from .transposed import by_rows, multiply_transposed
 
 
 @dataclass
@@ -88,6 +89,7 @@ class Exchange:
 
 
 HALO_PIECES = 8  # at most this many row ranges of the halo part, multiplied one at a time
+INT32_MAX = 2**31 - 1
 MESSAGE_ROWS = 1 << 14  # rows of one message of the halo fetched without autograd (8 MiB at 128 float32)
 
 
@@ -137,8 +139,8 @@ class LocalOperator:
         inner_pos = torch.arange(inner.nnz) + torch.repeat_interleave(outer.indptr[:-1], inner.degrees())
         outer_pos = torch.arange(outer.nnz) + torch.repeat_interleave(inner.indptr[1:], outer.degrees())
         indices = torch.empty(inner.nnz + outer.nnz, dtype=torch.int64)
-        indices[inner_pos] = inner.indices
-        indices[outer_pos] = outer.indices + n
+        indices[inner_pos] = inner.indices.to(torch.int64)
+        indices[outer_pos] = outer.indices.to(torch.int64) + n
         values = None
         if inner.values is not None:
             device = inner.values.device
@@ -298,15 +300,17 @@ class HaloSpMM(torch.autograd.Function):
         v_in, v_out = op.split_values(values, grad_y)
         grad_x = grad_values = None
         with op.exchange.comm.phase("halo"):
-            if ctx.needs_input_grad[0]:
+            if ctx.needs_input_grad[0] and by_rows(op.outer, grad_y):
+                grad_x = _backward_by_peer(op, v_in, v_out, grad_y)
+            elif ctx.needs_input_grad[0]:
                 with profile.phase("aggregate"):
                     # not pooled: a buffer the size of the halo, kept idle between backward
                     # passes, would sit in every peak of the epoch (the halo rows of the
                     # forward pass are not pooled either)
-                    grad_halo = multiply(op.outer, v_out, grad_y, transpose=True, pooled=False)
+                    grad_halo = multiply_transposed(op.outer, v_out, grad_y, pooled=False)
                 pending = op.exchange.start_backward(grad_halo)
                 with profile.phase("aggregate"):
-                    grad_x = multiply(op.inner, v_in, grad_y, transpose=True)
+                    grad_x = multiply_transposed(op.inner, v_in, grad_y)
                 grad_x = op.exchange.finish_backward(pending, grad_x)
         if ctx.needs_input_grad[1]:
             x, halo = inputs
@@ -315,6 +319,37 @@ class HaloSpMM(torch.autograd.Function):
                 grad_values[op.inner_pos] = edge_dot(op.inner, grad_y, x)
                 grad_values[op.outer_pos] = edge_dot(op.outer, grad_y, halo)
         return grad_x, grad_values, None
+
+
+def _backward_by_peer(op: LocalOperator, v_in, v_out, grad_y: torch.Tensor) -> torch.Tensor:
+    """``grad_x`` of ``HaloSpMM``, the halo rows' gradients made and sent one peer at a time:
+    a rank holds one peer's rows of them, not the whole halo's (``[halo rows, F]``, the
+    backward pass's largest buffer after its input). The receives are posted first, so a
+    send waits only for its peer to reach this layer; the rows received are added in the
+    order of ``Exchange.finish_backward``: the same numbers. Where ``by_rows`` (the compiled
+    CPU kernels take each peer's columns of the halo part alone)."""
+    ex = op.exchange
+    routes, comm = ex.routes, ex.comm
+    tail = tuple(grad_y.shape[1:])
+    bufs = {peer: grad_y.new_empty((idx.numel(),) + tail) for peer, idx in routes.send_index.items()}
+    receives = [comm.irecv(buf, peer) for peer, buf in bufs.items()]
+    with profile.phase("aggregate"):
+        grad_x = multiply_transposed(op.inner, v_in, grad_y)
+    start = 0
+    for peer in sorted(routes.recv_counts):
+        count = routes.recv_counts[peer]
+        with profile.phase("aggregate"):
+            rows = multiply_transposed(op.outer, v_out, grad_y, pooled=False, columns=slice(start, start + count))
+        sent = [comm.isend(rows, peer)]
+        comm.wait(sent)
+        sent.clear()  # the copy held for the message goes now
+        del rows
+        start += count
+    comm.wait(receives)
+    receives.clear()
+    for peer in sorted(bufs):  # fixed order: the sum is deterministic
+        grad_x.index_add_(0, routes.send_index[peer], bufs.pop(peer))
+    return grad_x
 
 
 class HaloGather(torch.autograd.Function):
@@ -363,8 +398,13 @@ def local_operator(block: Adjacency, entry_ids, send_index: list, recv_counts, c
 
 
 def _sub_block(rows, cols, values, mask, shape, col_offset) -> Adjacency:
-    """The entries ``mask`` of a row-sorted block as their own CSR matrix (order preserved)."""
+    """The entries ``mask`` of a row-sorted block as their own CSR matrix (order preserved).
+    Its column ids are int32 where they fit: the kernels multiply with int32 ids, which an
+    int64 array would be copied into for the run (8 bytes an entry more)."""
     counts = torch.bincount(rows[mask], minlength=shape[0])
     indptr = torch.zeros(shape[0] + 1, dtype=torch.int64)
     indptr[1:] = torch.cumsum(counts, 0)
-    return Adjacency(indptr, cols[mask] - col_offset, None if values is None else values[mask.to(values.device)], shape)
+    indices = cols[mask] - col_offset
+    if int(mask.sum()) <= INT32_MAX and max(shape) <= INT32_MAX:
+        indices = indices.to(torch.int32)
+    return Adjacency(indptr, indices, None if values is None else values[mask.to(values.device)], shape)

@@ -17,6 +17,7 @@ from ...comm import agreed
 from ...errors import GraphError
 from ...layout import ParallelLayout
 from ...partition.registry import DEFAULT as DEFAULT_PARTITIONER
+from ...parts import features as mapped
 from ...parts.agreement import check_manifest, check_halos, check_held_once
 from ...view import GraphView
 from ..agreed_partition import agreed_partition, check_ranks
@@ -111,6 +112,9 @@ class PartitionParallel(DistributedStrategy):
         return LeafRows(data, data.row_ids().numpy())  # the owned rows, whose gradient the halos bring home
 
     def rank_data_from_parts(self, parts, seed, device):
+        # a freed temporary's pages go back at once (the checks', the operators' splitting,
+        # the halo buffers of every layer): a rank's resident memory follows what it holds
+        memory.map_large_blocks()
         check_manifest(parts, self.rank)
         part, owned, (features, *data) = agreed(lambda: _read_rank(parts, self.rank))
         check_held_once(part, owned.numpy())  # what one folder cannot tell: the ranks agree
@@ -123,14 +127,23 @@ class PartitionParallel(DistributedStrategy):
         return RankData(view, x, *(t.to(device) for t in data))
 
     def forward(self, model, view, x):
-        """The model's output; a pass without gradients over the features mapped from the
-        parts reads them a block of rows at a time where the model allows it
-        (``LayerStack.reads_input_by_rows``), each block's pages given back once multiplied:
-        a rank predicting from parts never holds its whole feature table."""
+        """The model's output, its input read a block of rows at a time where the model allows
+        it (``LayerStack.reads_input_by_rows``): the features mapped from the parts, each
+        block's pages given back once multiplied, so that a rank never holds its whole
+        feature table; and in training any input without a gradient of its own, so that
+        the first layer keeps neither the input nor its dropped copy for the backward pass
+        (its weights' gradient is summed a block at a time, the blocks read and dropped
+        again). Both sources take the same path: training from parts and from the dataset
+        give the same numbers, bit for bit."""
+        if not getattr(model, "reads_input_by_rows", lambda: False)():
+            return model(view, x)
+        if torch.is_grad_enabled() and torch.is_autocast_enabled(x.device.type):
+            return model(view, x)  # the blocks' gradient sums float32 rows, not autocast's
         features = self.features
-        if (features is not None and x is features.tensor and not torch.is_grad_enabled()
-                and getattr(model, "reads_input_by_rows", lambda: False)()):
+        if features is not None and x is features.tensor:
             return model.forward_by_blocks(view, features.blocks, len(features))
+        if model.training and torch.is_grad_enabled() and not x.requires_grad:
+            return model.forward_by_blocks(view, lambda: _row_blocks(x), x.shape[0])
         return model(view, x)
 
     def _assignment(self, graph) -> torch.Tensor:
@@ -140,6 +153,19 @@ class PartitionParallel(DistributedStrategy):
         self.partition, assignment = agreed_partition(graph, self.world_size, self.rank, self.method,
                                                       self.epsilon, self.seed, self.partition_file)
         return assignment
+
+
+def _row_blocks(x: torch.Tensor):
+    """``(rows slice, x[rows])`` in order, ``BLOCK_ROWS`` rows at a time, as the mapped
+    features' blocks (no last block of one row)."""
+    total, step = x.shape[0], max(2, mapped.BLOCK_ROWS)
+    for lo in range(0, total, step):
+        hi = min(lo + step, total)
+        if hi == total - 1:
+            hi = total
+        yield slice(lo, hi), x[lo:hi]
+        if hi == total:
+            return
 
 
 def _read_rank(parts, rank: int) -> tuple:
