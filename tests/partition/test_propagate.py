@@ -169,6 +169,7 @@ def test_one_process_through_partition(arrays):
         check_partition(make(), labels, parts, eps, name)
 
 
+@pytest.mark.slow  # a memory run: lp traced at several rank counts
 def test_simulated_memory_per_rank_falls_with_ranks(arrays):
     """Each rank holds its block: its peak (traced) shrinks as the ranks grow."""
     peaks = {}

@@ -176,7 +176,8 @@ def real_graph(name: str, root: str):
 
 @needs_mtkahypar
 @pytest.mark.parametrize("name", ["facebook", "twitch-de"])
-@pytest.mark.parametrize("parts", [3, pytest.param(9, marks=pytest.mark.slow), pytest.param(27, marks=pytest.mark.slow)])
+@pytest.mark.slow  # quality on real graphs, hypergraph partitioning of each
+@pytest.mark.parametrize("parts", [3, 9, 27])
 def test_shp_moves_no_more_than_hp_on_held_out_batches(name, parts, data_root):
     graph = real_graph(name, str(data_root))
     fanouts, batch, pool = [10, 5], 1024, graph.train_mask

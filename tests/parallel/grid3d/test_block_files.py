@@ -178,6 +178,7 @@ def test_command_writes_shards(tmp_path, capsys):
                      "--write-shards", str(out)]) == 2
 
 
+@pytest.mark.slow  # a memory run
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 def test_a_rank_reads_a_fraction_of_the_graph(tmp_path):
     graph = datasets.load("rmat:nodes=250000,edges=4000000,features=0", cache=False)
