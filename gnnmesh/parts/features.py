@@ -22,6 +22,19 @@ from ..graph import check_finite_rows
 BLOCK_ROWS = 16_384  # rows paged in at a time: 8 MiB of 128 float32 features
 
 
+def row_ranges(total: int, rows: Optional[int] = None) -> Iterator[slice]:
+    """The slices of ``0..total-1`` in order, ``rows`` at a time (default ``BLOCK_ROWS``, at
+    least 2), with no last block of one row: a BLAS multiplies a single row with another
+    kernel, whose sums may differ from the same row's within a larger block."""
+    rows, lo = max(2, rows or BLOCK_ROWS), 0
+    while lo < total:
+        hi = min(lo + rows, total)
+        if hi == total - 1:
+            hi = total
+        yield slice(lo, hi)
+        lo = hi
+
+
 class MappedFeatures:
     """Float32 features ``[rows, width]`` mapped from a ``.npy`` file: ``tensor`` is the whole
     table (its pages come in as they are read); ``blocks`` hands it out a block of rows at a
@@ -38,16 +51,11 @@ class MappedFeatures:
         """``(rows slice, features of those rows)`` in order, ``rows`` at a time (default
         ``BLOCK_ROWS``); a block's pages are given back when the caller asks for the next one
         (or stops asking)."""
-        rows, total, lo = max(2, rows or BLOCK_ROWS), len(self), 0
-        while lo < total:
-            hi = min(lo + rows, total)
-            if hi == total - 1:  # no last block of one row: a BLAS multiplies a single row otherwise
-                hi = total
+        for at in row_ranges(len(self), rows):
             try:
-                yield slice(lo, hi), self.tensor[lo:hi]
+                yield at, self.tensor[at]
             finally:
-                self.give_back(lo, hi)
-            lo = hi
+                self.give_back(at.start, at.stop)
 
     def check_finite(self) -> None:
         """A GraphError naming the node and feature of the first value that is not finite,

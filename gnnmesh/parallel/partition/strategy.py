@@ -143,7 +143,8 @@ class PartitionParallel(DistributedStrategy):
         if features is not None and x is features.tensor:
             return model.forward_by_blocks(view, features.blocks, len(features))
         if model.training and torch.is_grad_enabled() and not x.requires_grad:
-            return model.forward_by_blocks(view, lambda: _row_blocks(x), x.shape[0])
+            return model.forward_by_blocks(view, lambda: ((at, x[at]) for at in mapped.row_ranges(x.shape[0])),
+                                           x.shape[0])
         return model(view, x)
 
     def _assignment(self, graph) -> torch.Tensor:
@@ -153,19 +154,6 @@ class PartitionParallel(DistributedStrategy):
         self.partition, assignment = agreed_partition(graph, self.world_size, self.rank, self.method,
                                                       self.epsilon, self.seed, self.partition_file)
         return assignment
-
-
-def _row_blocks(x: torch.Tensor):
-    """``(rows slice, x[rows])`` in order, ``BLOCK_ROWS`` rows at a time, as the mapped
-    features' blocks (no last block of one row)."""
-    total, step = x.shape[0], max(2, mapped.BLOCK_ROWS)
-    for lo in range(0, total, step):
-        hi = min(lo + step, total)
-        if hi == total - 1:
-            hi = total
-        yield slice(lo, hi), x[lo:hi]
-        if hi == total:
-            return
 
 
 def _read_rank(parts, rank: int) -> tuple:
