@@ -220,6 +220,8 @@ def main():
     parser.add_argument("--work", help="where the shards and parts go (default: the system's temporary folder)")
     args = parser.parse_args()
 
+    if args.work:
+        Path(args.work).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.work) as tmp:
         work = Path(tmp)
         if args.scaling:
