@@ -18,19 +18,24 @@ node, each rank's peak and their sum, and projects each stage's sum over the ran
 ``--project`` edges by a straight line through the two largest runs. ``--flat-ranks`` keeps
 the nodes and edges per rank fixed (``--nodes-per-rank``, ``--edges-per-rank``) and grows
 the graph with the ranks: a rank's peak at partitioning and at training from the parts
-stays flat, as no rank holds a vector over all nodes.
+stays flat, as no rank holds a vector over all nodes. ``--record FILE`` appends each run's
+stages to FILE; ``--fit FILE`` fits each stage's largest rank to the edges a rank holds
+over those runs and extrapolates it to ``--fit-to`` EDGES:RANKS (1B edges on 256 ranks).
 
     python benchmarks/pipeline.py                                        # 2M nodes, 20M edges, P = 4
     python benchmarks/pipeline.py --nodes 200000 --edges 2000000         # a quick run
     python benchmarks/pipeline.py --scaling 1000000,2000000,4000000,8000000,16000000 --no-train
     python benchmarks/pipeline.py --scaling 1000000,3000000,10000000 --ranks 8 --features 64 --epochs 2
     python benchmarks/pipeline.py --flat-ranks 2,4,8 --features 8 --hidden 32 --epochs 2
-    python benchmarks/pipeline.py --nodes 10000000 --edges 100000000 --features 64 --ranks 8 --epochs 2
+    python benchmarks/pipeline.py --nodes 10000000 --edges 100000000 --features 64 --ranks 8 --epochs 2 \
+        --partitioner rp --hidden 32 --work runs/pipeline --record runs/fit.jsonl
+    python benchmarks/pipeline.py --fit runs/fit.jsonl --fit-to 1000000000:256
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 import subprocess
@@ -80,6 +85,18 @@ def preprocess(args, spec: str, work: Path) -> list:
     return stages
 
 
+def record(args, nodes: int, edges: int, stages: list) -> None:
+    """Append one run's stages to ``--record`` (a JSON object a line), for ``--fit``."""
+    if not args.record:
+        return
+    run = {"nodes": nodes, "edges": edges, "ranks": args.ranks, "features": args.features,
+           "partitioner": args.partitioner, "hidden": args.hidden if args.train else None,
+           "stages": [{"stage": stage, "seconds": round(seconds, 2), "peaks_mib": [round(p, 1) for p in peaks]}
+                      for stage, seconds, peaks in stages]}
+    with open(args.record, "a") as out:
+        out.write(json.dumps(run) + "\n")
+
+
 def losses(records: list) -> list:
     return [r["loss"] for r in driver.epochs(records)]
 
@@ -117,6 +134,7 @@ def one_run(args, spec: str, work: Path) -> None:
     if args.train:
         ranked, seconds, peaks = train_parts(args, work)
         stages.append(("train from parts", seconds, peaks))
+    record(args, args.nodes, args.edges, stages)
     estimate = reference_estimate(args.nodes, args.edges, args.features)
     reference = None
     if args.train and (args.reference == "yes" or (args.reference == "auto" and estimate < 0.9 * available_mib())):
@@ -165,6 +183,7 @@ def scaling(args, work: Path) -> None:
         stages = preprocess(args, size, work)
         if args.train:
             stages.append(("train from parts",) + train_parts(args, work)[1:])
+        record(args, edges // 10, edges, stages)
         sums.append((edges, [sum(peaks) for _, _, peaks in stages], [max(peaks) for _, _, peaks in stages]))
         print(f"| {edges:,} | " + " | ".join(f"{sec:.1f} | {max(peaks):,.0f} | {sum(peaks):,.0f}"
                                              for _, sec, peaks in stages) + " |", flush=True)
@@ -196,6 +215,49 @@ def flat(args, work: Path) -> None:
             flush=True)
 
 
+def fit(args) -> None:
+    """Each stage's largest rank, fitted to the edges a rank holds over the runs in ``--fit``
+    (least squares, a straight line), and extrapolated to ``--fit-to`` EDGES:RANKS.
+
+    The stages run by the ranks are fitted; writing the shards, one process over the whole
+    graph, is not. A rank's peak depends on its own share only (``--flat-ranks`` shows it flat against the
+    whole graph's nodes), and these graphs keep 10 edges a node, so the edges a rank holds
+    stand for its nodes too. Its time is the stage's wall time times the cores the ranks
+    shared over the ranks: a rank's time on a core of its own, collectives over this host's
+    loopback included, the network's latency at many machines not."""
+    import numpy as np
+
+    edges_to, ranks_to = map(int, args.fit_to.split(":"))
+    try:
+        runs = [json.loads(line) for line in Path(args.fit).read_text().splitlines() if line.strip()]
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"{args.fit}: {err}")
+    if len(runs) < 2:
+        raise SystemExit(f"{args.fit}: {len(runs)} run(s) recorded; a fit needs two or more")
+    cores = len(__import__("os").sched_getaffinity(0))
+    print(f"\n{len(runs)} runs from {args.fit}, each stage's largest rank against the edges a rank holds "
+          f"(M = millions), extrapolated to {edges_to:,} edges on {ranks_to} ranks "
+          f"({edges_to / ranks_to / 1e6:.2f} M edges a rank); time on a core of its own = wall time x "
+          f"{cores} cores / ranks\n")
+    print("| stage | fit: largest rank (MiB) | " + " | ".join(
+        f"{r['edges'] / 1e6:g}M edges / {r['ranks']}: measured, fitted (MiB)" for r in runs)
+        + f" | {edges_to / 1e6:g}M / {ranks_to} (MiB) | fit: a rank's time (s) | {edges_to / 1e6:g}M / {ranks_to} (s) |")
+    print("|---" * (5 + len(runs)) + "|")
+    share = np.array([r["edges"] / r["ranks"] / 1e6 for r in runs])
+    for k, stage in enumerate(s["stage"] for s in runs[0]["stages"]):
+        if len(runs[0]["stages"][k]["peaks_mib"]) != runs[0]["ranks"]:
+            continue  # one process over the whole graph (writing the shards): no rank's share
+        top = np.array([max(r["stages"][k]["peaks_mib"]) for r in runs])
+        seconds = np.array([r["stages"][k]["seconds"] * min(cores, len(r["stages"][k]["peaks_mib"]))
+                            / len(r["stages"][k]["peaks_mib"]) for r in runs])
+        slope, base = np.polyfit(share, top, 1)
+        tslope, tbase = np.polyfit(share, seconds, 1)
+        at = edges_to / ranks_to / 1e6
+        print(f"| {stage} | {base:,.0f} + {slope:,.1f} x M | "
+              + " | ".join(f"{m:,.0f}, {base + slope * x:,.0f}" for m, x in zip(top, share))
+              + f" | {base + slope * at:,.0f} | {tbase:,.1f} + {tslope:,.1f} x M | {tbase + tslope * at:,.0f} |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=2_000_000)
@@ -217,9 +279,15 @@ def main():
     parser.add_argument("--nodes-per-rank", type=int, default=250_000)
     parser.add_argument("--edges-per-rank", type=int, default=1_000_000)
     parser.add_argument("--no-train", dest="train", action="store_false", help="preprocessing stages only")
+    parser.add_argument("--record", help="append each run's stages to this file (a JSON object a line)")
+    parser.add_argument("--fit", help="fit each stage's largest rank to the edges a rank holds over the runs "
+                        "recorded in this file (--record) and extrapolate to --fit-to; runs nothing")
+    parser.add_argument("--fit-to", default="1000000000:256", help="EDGES:RANKS to extrapolate --fit to")
     parser.add_argument("--work", help="where the shards and parts go (default: the system's temporary folder)")
     args = parser.parse_args()
 
+    if args.fit:
+        return fit(args)
     if args.work:
         Path(args.work).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.work) as tmp:
