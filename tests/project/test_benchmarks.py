@@ -71,7 +71,7 @@ def test_the_pipeline_benchmark_measures_flat_peaks_and_projects_the_stages(tmp_
     done = run_script(BENCHMARKS / "pipeline.py", "--flat-ranks", "1,2", "--nodes-per-rank", "2000",
                       "--edges-per-rank", "10000", "--scaling", "20000,40000", "--ranks", "2", "--shards", "2",
                       "--features", "4", "--partitioner", "rp", "--no-train", "--project", "100000",
-                      "--work", str(tmp_path), timeout=900)
+                      "--work", str(tmp_path / "work"), "--record", str(tmp_path / "runs.jsonl"), timeout=900)
     assert done.returncode == 0, done.stderr
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ")]
     for start in ("| 1 | 2,000 | 10,000 | ", "| 2 | 4,000 | 20,000 | ", "| 20,000 | ", "| 40,000 | ",
@@ -79,3 +79,10 @@ def test_the_pipeline_benchmark_measures_flat_peaks_and_projects_the_stages(tmp_
         assert any(line.startswith(start) for line in rows), (start, done.stdout)
     flat = next(line for line in rows if line.startswith("| 2 | 4,000 "))
     assert len(flat.split("|")) == 7 and len(flat.split("|")[5].split(",")) == 2, flat  # a peak per rank
+    # the two --scaling runs were recorded: fitted to the edges a rank holds, and extrapolated
+    fitted = run_script(BENCHMARKS / "pipeline.py", "--fit", str(tmp_path / "runs.jsonl"), "--fit-to", "1000000:16")
+    assert fitted.returncode == 0, fitted.stderr
+    row = next(line for line in fitted.stdout.splitlines() if line.startswith("| partition (rp) | "))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert len(cells) == 7 and " x M" in cells[1] and float(cells[4].replace(",", "")) > 0, row
+    assert not any(line.startswith("| shard |") for line in fitted.stdout.splitlines())  # one process: no share
