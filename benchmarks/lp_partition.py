@@ -176,7 +176,7 @@ def candidates(args) -> None:
         for parts in parts_list:
             gp = quality(graph.adj, run_child("gp", name, args, parts, 0)[0])["volume_total"]
             level = pp._first_level(pp.Solo(), 0, n, indptr, indices, n)
-            caps, _ = pp._caps(level, parts, args.epsilon, None)
+            caps = pp._caps(level, parts, args.epsilon)
             cells = []
             for key in ("dealt", "fennel", "lp"):
                 if key == "lp":
@@ -184,7 +184,7 @@ def candidates(args) -> None:
                 else:
                     start = (pp._dealt(level, parts, 0) if key == "dealt"
                              else fennel(level, parts, caps[0], np.arange(n)))
-                    labels = pp._balance(level, start, parts, caps, None, 0, 11)
+                    labels = pp._balance(level, start, parts, caps, 0, 11)
                     labels = pp._refine(level, labels, parts, caps, 0, 13, rounds=30)
                 q = quality(graph.adj, labels)
                 ratios[key].append(q["volume_total"] / max(gp, 1))
