@@ -17,6 +17,12 @@ import torch
 from .errors import ConfigError, GraphError
 
 
+def fits_int32(*sizes: int) -> bool:
+    """Whether ids and offsets up to these sizes (entry counts, dimensions) fit in int32,
+    which the kernels index with where they can (half the bytes, faster in MKL and cuSPARSE)."""
+    return max(sizes) <= 2**31 - 1
+
+
 class Adjacency:
     """A sparse matrix in CSR form (int64 ``indptr``/``indices``, optional float32 ``values``).
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..graph import Adjacency
+from ..graph import Adjacency, fits_int32
 
-_INT32_MAX = 2**31 - 1
 
 
 def _cached(adj: Adjacency, key, build):
@@ -36,8 +35,7 @@ def csr(adj: Adjacency, transpose: bool, device) -> tuple[torch.Tensor, torch.Te
     """(crow, col) of A or A^T, int32 when the sizes allow (faster in MKL and cuSPARSE)."""
     def build():
         indptr, indices = adj.transpose_structure()[:2] if transpose else (adj.indptr, adj.indices)
-        small = adj.nnz <= _INT32_MAX and max(adj.shape) <= _INT32_MAX
-        dtype = torch.int32 if small else torch.int64
+        dtype = torch.int32 if fits_int32(adj.nnz, *adj.shape) else torch.int64
         return indptr.to(device=device, dtype=dtype), indices.to(device=device, dtype=dtype)
     return _cached(adj, ("csr", transpose, str(device)), build)
 

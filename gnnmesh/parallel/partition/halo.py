@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ...comm import Comm
-from ...graph import Adjacency
+from ...graph import Adjacency, fits_int32
 from ...ops import compiled, profile
 from ...ops.spmm import edge_dot, multiply
 from ...partition import rank_halo
@@ -89,7 +89,6 @@ class Exchange:
 
 
 HALO_PIECES = 8  # at most this many row ranges of the halo part, multiplied one at a time
-INT32_MAX = 2**31 - 1
 MESSAGE_ROWS = 1 << 14  # rows of one message of the halo fetched without autograd (8 MiB at 128 float32)
 
 
@@ -405,6 +404,6 @@ def _sub_block(rows, cols, values, mask, shape, col_offset) -> Adjacency:
     indptr = torch.zeros(shape[0] + 1, dtype=torch.int64)
     indptr[1:] = torch.cumsum(counts, 0)
     indices = cols[mask] - col_offset
-    if int(mask.sum()) <= INT32_MAX and max(shape) <= INT32_MAX:
+    if fits_int32(int(mask.sum()), *shape):
         indices = indices.to(torch.int32)
     return Adjacency(indptr, indices, None if values is None else values[mask.to(values.device)], shape)

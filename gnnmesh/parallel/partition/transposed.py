@@ -15,7 +15,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ...graph import Adjacency
+from ...graph import Adjacency, fits_int32
 from ...ops import buffers, compiled
 from ...ops.spmm import multiply
 
@@ -24,7 +24,7 @@ def by_rows(adj: Adjacency, x: torch.Tensor) -> bool:
     """Whether ``A^T @ x`` is taken from A's rows: where ``multiply`` would run the compiled
     CPU kernels on ``x``."""
     return (x.dim() in (2, 3) and compiled.choice() != "triton" and compiled.available(adj, x)
-            and adj.shape[1] < 2**31)
+            and fits_int32(adj.shape[1]))
 
 
 def multiply_transposed(adj: Adjacency, values: torch.Tensor, x: torch.Tensor, pooled: bool = True,
