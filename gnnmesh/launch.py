@@ -264,13 +264,15 @@ def _run_job(argv: list, nproc: int, max_restarts: int, min_nproc: int, logs: st
                 return 2
             if _stdout_closed():  # rank 0 stopped on it; a peer may have failed first, on rank 0's exit
                 return PIPE_CLOSED
+            lost = _lost_ranks(err.failures)
             if restart == max_restarts:
-                rank, first = err.get_first_failure()
+                # a rank killed is the cause; a peer may have seen the loss and exited before
+                # the agent saw the killed one stop, with an earlier failure time
+                rank, first = (lost[0], err.failures[lost[0]]) if lost else err.get_first_failure()
                 detail = _failure_text(first)
                 print(f"gnnmesh: error: rank {rank} failed (exit code {first.exitcode})"
                       f"{': ' + detail if detail else ''}", file=sys.stderr)
                 return 1
-            lost = _lost_ranks(err.failures)
             ranks = max(ranks - len(lost), min_nproc)
             os.environ[RESTART_ENV] = str(restart + 1)
             os.environ[CAUSE_ENV] = _restart_cause(lost, err)

@@ -96,6 +96,26 @@ def test_more_ranks_than_nodes_is_refused():
     assert "4 ranks for a graph of 3 nodes" in result.stderr
 
 
+def test_the_killed_rank_is_named_over_a_peer_that_failed_on_its_loss(monkeypatch, capsys):
+    """A peer that sees the killed rank's connection close may exit first, with an earlier
+    failure time than the agent gives the killed rank: the job names the killed one."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    from gnnmesh import launch
+
+    peer = ProcessFailure(local_rank=0, pid=11, exitcode=1, error_file="")
+    killed = ProcessFailure(local_rank=1, pid=12, exitcode=-signal.SIGKILL, error_file="")
+    peer.timestamp, killed.timestamp = 100, 101
+
+    def fail(*args):
+        raise ChildFailedError("gnnmesh", {0: peer, 1: killed})
+
+    monkeypatch.setattr(launch, "_run_ranks", fail)
+    monkeypatch.setattr(launch, "_say_bad_input", lambda: False)
+    assert launch._run_job(["train"], 2, 0, 2, "") == 1
+    assert "rank 1 failed (exit code -9)" in capsys.readouterr().err
+
+
 @pytest.mark.slow  # fault injection on two ranks, with the fault tests
 @pytest.mark.timeout(180)
 def test_a_killed_rank_stops_the_job_and_is_named():
