@@ -176,7 +176,7 @@ def candidates(args) -> None:
         for parts in parts_list:
             gp = quality(graph.adj, run_child("gp", name, args, parts, 0)[0])["volume_total"]
             level = pp._first_level(pp.Solo(), 0, n, indptr, indices, n)
-            caps = pp._caps(level, parts, args.epsilon)
+            caps = pp._caps(level.vw.sum(0), parts, args.epsilon)
             cells = []
             for key in ("dealt", "fennel", "lp"):
                 if key == "lp":

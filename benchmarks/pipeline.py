@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -43,6 +44,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 import driver
 from memory_scaling import measured
@@ -225,8 +228,6 @@ def fit(args) -> None:
     stand for its nodes too. Its time is the stage's wall time times the cores the ranks
     shared over the ranks: a rank's time on a core of its own, collectives over this host's
     loopback included, the network's latency at many machines not."""
-    import numpy as np
-
     edges_to, ranks_to = map(int, args.fit_to.split(":"))
     try:
         runs = [json.loads(line) for line in Path(args.fit).read_text().splitlines() if line.strip()]
@@ -234,7 +235,7 @@ def fit(args) -> None:
         raise SystemExit(f"{args.fit}: {err}")
     if len(runs) < 2:
         raise SystemExit(f"{args.fit}: {len(runs)} run(s) recorded; a fit needs two or more")
-    cores = len(__import__("os").sched_getaffinity(0))
+    cores = len(os.sched_getaffinity(0))
     print(f"\n{len(runs)} runs from {args.fit}, each stage's largest rank against the edges a rank holds "
           f"(M = millions), extrapolated to {edges_to:,} edges on {ranks_to} ranks "
           f"({edges_to / ranks_to / 1e6:.2f} M edges a rank); time on a core of its own = wall time x "

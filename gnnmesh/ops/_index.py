@@ -8,7 +8,6 @@ import torch
 from ..graph import Adjacency, fits_int32
 
 
-
 def _cached(adj: Adjacency, key, build):
     cache = adj._structure_cache()
     if key not in cache:
